@@ -1,0 +1,141 @@
+/* ======================================================================================== */
+/*                                     IMPLEMENTATION                                       */
+/* ======================================================================================== */
+#if defined(GPT2_IMPLEMENTATION) && !defined(GPT2_IMPLEMENTATION_DONE)
+#define GPT2_IMPLEMENTATION_DONE
+
+#ifndef __cplusplus
+#error "GPT2_IMPLEMENTATION needs C++17: define it in a .cpp file"
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#if defined(GPT2_MALLOC) != defined(GPT2_FREE)
+#error "define both GPT2_MALLOC and GPT2_FREE, or neither"
+#endif
+#ifndef GPT2_MALLOC
+#define GPT2_MALLOC(size) std::malloc(size)
+#define GPT2_FREE(ptr) std::free(ptr)
+#endif
+#ifndef GPT2_ASSERT
+#include <cassert>
+#define GPT2_ASSERT(x) assert(x)
+#endif
+
+#ifdef GPT2_STATIC
+#define GPT2_DEF static
+#else
+#define GPT2_DEF
+#endif
+
+/* Containers allocate through GPT2_MALLOC too, so a host's allocator sees every byte. */
+template <class T>
+struct gpt2__allocator {
+    using value_type = T;
+    gpt2__allocator() = default;
+    template <class U>
+    gpt2__allocator(const gpt2__allocator<U>&) {}
+    T* allocate(size_t n) {
+        if (n > std::numeric_limits<size_t>::max() / sizeof(T)) return nullptr;
+        void* p = GPT2_MALLOC(n * sizeof(T));
+#if defined(__cpp_exceptions)
+        if (!p) throw std::bad_alloc();
+#endif
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t) { GPT2_FREE(p); }
+    template <class U>
+    bool operator==(const gpt2__allocator<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const gpt2__allocator<U>&) const { return false; }
+};
+template <class T>
+using gpt2__vector = std::vector<T, gpt2__allocator<T>>;
+using gpt2__string = std::basic_string<char, std::char_traits<char>, gpt2__allocator<char>>;
+
+/* Fills `err` (when given) and returns its code, so call sites read `return gpt2__fail(...)`. */
+static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...) {
+    if (err) {
+        err->code = code;
+        va_list args;
+        va_start(args, fmt);
+        std::vsnprintf(err->message, sizeof err->message, fmt, args);
+        va_end(args);
+    }
+    return code;
+}
+
+static gpt2_result gpt2__ok(gpt2_error* err) {
+    if (err) {
+        err->code = GPT2_OK;
+        err->message[0] = '\0';
+    }
+    return GPT2_OK;
+}
+
+/* IEEE half <-> float, exact in both directions (round to nearest even on the way down). */
+static inline float gpt2__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        int shift = 0;
+        while (!(mant & 0x400u)) { mant <<= 1; shift++; }
+        bits = sign | ((uint32_t)(113 - shift) << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t gpt2__f32_to_f16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+    if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
+    if (abs < 0x38800000u) { /* subnormal or zero in half */
+        float a;
+        std::memcpy(&a, &abs, 4);
+        return (uint16_t)(sign | (uint32_t)std::nearbyint(a * 16777216.0f)); /* a / 2^-24 */
+    }
+    uint32_t mant = abs & 0x7fffffu, exp = (abs >> 23) - 112;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float gpt2__bf16_to_f32(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
