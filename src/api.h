@@ -200,7 +200,8 @@ GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, si
 /* ---- Generation ----------------------------------------------------------------------- */
 /* Called once per new token. `text` is that token's decoded text (NULL and 0 for a model without
    vocabulary); it never ends inside a UTF-8 character: incomplete bytes are held until they are
-   complete. Return nonzero to stop. */
+   complete; if generation ends with bytes that never formed a character, they come in one last
+   call with token -1. Return nonzero to stop. */
 typedef int (*gpt2_token_fn)(void* user, int32_t token, const char* text, size_t text_len);
 
 typedef struct gpt2_generate_params {

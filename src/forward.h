@@ -1,0 +1,180 @@
+/* The session and the forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
+   Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
+
+struct gpt2_session {
+    const gpt2_model* model = nullptr;
+    int n_ctx = 0;
+    bool kv_f16 = false;
+    gpt2__pool pool;
+    const gpt2__kernels* kernels = nullptr;
+    gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
+    int n_cached = 0;             /* tokens[0..n_cached) have their keys and values in the cache */
+    void* k_cache = nullptr;      /* (n_layer, n_ctx, C) float or f16 */
+    void* v_cache = nullptr;
+    float* x = nullptr;       /* (n_ctx, C) residual stream */
+    float* xn = nullptr;      /* (n_ctx, C) normalised input of a sub-block; after the pass, ln_f output */
+    float* qkv = nullptr;     /* (n_ctx, 3C) */
+    float* att = nullptr;     /* (n_ctx, C) attention output, then any (T, C) temporary */
+    float* fc = nullptr;      /* (n_ctx, F) */
+    float* scores = nullptr;  /* (n_threads, n_ctx) attention weights */
+    float* logits = nullptr;  /* (V) */
+    float* probs = nullptr;   /* (V) sampling scratch */
+    bool has_logits = false;
+    uint64_t rng_state = 0;
+    gpt2__utf8_stream stream;
+    gpt2__string text;        /* the text of the token being delivered to the callback */
+};
+
+static void gpt2__session_destroy(gpt2_session* s) {
+    gpt2__pool_stop(&s->pool);
+    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->logits, s->probs};
+    for (void* b : buffers) GPT2_FREE(b);
+    if (s->model) s->model->n_sessions--;
+    s->~gpt2_session();
+    GPT2_FREE(s);
+}
+
+static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
+    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
+    struct { void** p; size_t bytes; } plan[] = {
+        {&s->k_cache, cache}, {&s->v_cache, cache},
+        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
+        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
+        {(void**)&s->scores, (size_t)s->pool.n_threads * ctx * 4}, {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
+    };
+    for (auto& b : plan) {
+        *b.p = GPT2_MALLOC(b.bytes);
+        if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
+    }
+    return GPT2_OK;
+}
+
+/* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W. */
+static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T) {
+    const gpt2__matmul_fn matmul = s->kernels->matmul;
+    gpt2__parallel_for(&s->pool, W.rows, [&](int64_t begin, int64_t end) { matmul(y, x, &W, bias, T, begin, end); });
+}
+
+static void gpt2__layer_norm_rows(gpt2_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
+    const int C = s->model->n_embd;
+    const float eps = s->model->layer_norm_eps;
+    gpt2__parallel_for(&s->pool, T, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
+    });
+}
+
+/* Causal self-attention of T new queries at positions pos0.. against the cache of one layer. */
+template <class KV>
+static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
+    const gpt2_model* m = s->model;
+    const int C = m->n_embd, H = m->n_head, D = C / H;
+    KV* k_cache = (KV*)s->k_cache + (size_t)layer * s->n_ctx * C;
+    KV* v_cache = (KV*)s->v_cache + (size_t)layer * s->n_ctx * C;
+    for (int t = 0; t < T; t++) {
+        const float* row = s->qkv + (size_t)t * 3 * C;
+        for (int i = 0; i < C; i++) {
+            gpt2__store_kv(k_cache, (size_t)(pos0 + t) * C + i, row[C + i]);
+            gpt2__store_kv(v_cache, (size_t)(pos0 + t) * C + i, row[2 * C + i]);
+        }
+    }
+    struct Job {
+        gpt2_session* s;
+        const KV *k, *v;
+        int T, pos0, C, H, D;
+        static void run(void* context, int index, int n_threads) {
+            const Job& j = *(const Job*)context;
+            float* scores = j.s->scores + (size_t)index * j.s->n_ctx;
+            const int64_t n = (int64_t)j.T * j.H;
+            for (int64_t task = n * index / n_threads; task < n * (index + 1) / n_threads; task++) {
+                const int t = (int)(task / j.H), h = (int)(task % j.H);
+                const float* q = j.s->qkv + (size_t)t * 3 * j.C + (size_t)h * j.D;
+                gpt2__attend(j.s->att + (size_t)t * j.C + (size_t)h * j.D, q, j.k + (size_t)h * j.D, j.v + (size_t)h * j.D, (size_t)j.C, j.pos0 + t + 1, j.D, scores);
+            }
+        }
+    };
+    Job job{s, k_cache, v_cache, T, pos0, C, H, D};
+    gpt2__pool_run(&s->pool, Job::run, &job);
+}
+
+/* Runs tokens ids[0..T) at positions pos0..pos0+T-1 (the cache holds positions 0..pos0-1 of
+   the same sequence). Leaves the final LayerNorm of every new position in s->xn (T, C). */
+static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) {
+    const gpt2_model* m = s->model;
+    const int C = m->n_embd;
+    float* position = s->att; /* scratch row */
+    for (int t = 0; t < T; t++) { /* x = wte[id] + wpe[pos] */
+        float* x = s->x + (size_t)t * C;
+        gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)ids[t] * m->wte.row_bytes, x, C);
+        gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(pos0 + t) * m->wpe.row_bytes, position, C);
+        gpt2__add(x, position, (size_t)C);
+    }
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__layer& L = m->layers[(size_t)l];
+        /* x = x + attn(ln_1(x)) */
+        gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
+        gpt2__matmul(s, s->qkv, s->xn, L.c_attn, L.c_attn_bias, T);
+        if (s->kv_f16) gpt2__attention<uint16_t>(s, l, T, pos0);
+        else gpt2__attention<float>(s, l, T, pos0);
+        gpt2__matmul(s, s->xn, s->att, L.c_proj, L.c_proj_bias, T);
+        gpt2__add(s->x, s->xn, (size_t)T * C);
+        /* x = x + mlp(ln_2(x)) */
+        gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_2_weight, L.ln_2_bias, T);
+        gpt2__matmul(s, s->fc, s->xn, L.c_fc, L.c_fc_bias, T);
+        gpt2__parallel_for(&s->pool, (int64_t)T * m->n_ff, [&](int64_t begin, int64_t end) {
+            gpt2__gelu(s->fc + begin, (size_t)(end - begin), m->gelu_tanh);
+        });
+        gpt2__matmul(s, s->att, s->fc, L.mlp_proj, L.mlp_proj_bias, T);
+        gpt2__add(s->x, s->att, (size_t)T * C);
+    }
+    gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
+}
+
+/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
+static void gpt2__head(gpt2_session* s, const float* h, float* logits) {
+    gpt2__weight head = s->model->lm_head;
+    head.rows = s->model->n_vocab;
+    const gpt2__matmul_fn matmul = s->kernels->matmul;
+    gpt2__parallel_for(&s->pool, head.rows, [&](int64_t begin, int64_t end) { matmul(logits, h, &head, nullptr, 1, begin, end); });
+}
+
+static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab)
+            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "token %zu is %d, outside the vocabulary [0, %d)", i, (int)ids[i], m->n_vocab);
+    return GPT2_OK;
+}
+
+/* Appends tokens to the context window and runs the model over what the cache lacks. When the
+   window would exceed n_ctx, it keeps the last n_ctx tokens and recomputes them all, exactly
+   as nanoGPT's generate() crops its input. Afterwards xn holds the new positions' final
+   hidden states and s->logits the prediction after the last token. */
+static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
+    if (n > (size_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
+    if (n == 0) return GPT2_OK;
+    const size_t total = s->tokens.size() + n;
+    if (total > (size_t)s->n_ctx) {
+        const size_t drop = total - (size_t)s->n_ctx;
+        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)drop);
+        s->n_cached = 0; /* every position moved: the cache is no longer valid */
+    }
+    s->tokens.insert(s->tokens.end(), ids, ids + n);
+    const int T = (int)s->tokens.size() - s->n_cached;
+    gpt2__forward(s, s->tokens.data() + s->n_cached, T, s->n_cached);
+    s->n_cached = (int)s->tokens.size();
+    gpt2__head(s, s->xn + (size_t)(T - 1) * s->model->n_embd, s->logits);
+    s->has_logits = true;
+    return GPT2_OK;
+}
+
+/* log softmax(logits)[id], in double. */
+static double gpt2__log_prob(const float* logits, int n, int32_t id) {
+    double max_logit = logits[0];
+    for (int i = 1; i < n; i++) max_logit = std::max(max_logit, (double)logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += std::exp((double)logits[i] - max_logit);
+    return (double)logits[id] - max_logit - std::log(sum);
+}

@@ -1,0 +1,136 @@
+/* Portable kernels: small pure functions over pointers and sizes. They define the results the
+   SIMD kernels must reproduce, and run wherever no SIMD kernel applies. */
+
+/* Q8_0 block as GGUF lays it out: one f16 scale, then 32 signed bytes; value = scale * q. */
+struct gpt2__block_q8_0 {
+    uint16_t scale;
+    int8_t q[32];
+};
+static_assert(sizeof(gpt2__block_q8_0) == 34, "q8_0 blocks are 34 bytes");
+
+/* Converts one row of `n` values of any weight type to float. */
+static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, int64_t n) {
+    switch (type) {
+    case GPT2_TYPE_F32:
+        std::memcpy(out, row, (size_t)n * 4);
+        break;
+    case GPT2_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            std::memcpy(&h, row + 2 * i, 2);
+            out[i] = gpt2__f16_to_f32(h);
+        }
+        break;
+    case GPT2_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t b;
+            std::memcpy(&b, row + 2 * i, 2);
+            out[i] = gpt2__bf16_to_f32(b);
+        }
+        break;
+    case GPT2_TYPE_Q8_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            gpt2__block_q8_0 block;
+            std::memcpy(&block, row + 34 * b, 34);
+            const float scale = gpt2__f16_to_f32(block.scale);
+            for (int i = 0; i < 32; i++) out[32 * b + i] = scale * (float)block.q[i];
+        }
+        break;
+    default:
+        GPT2_ASSERT(!"unknown weight type");
+    }
+}
+
+/* Dot product of one weight row (any type) with a float vector of length n. */
+static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
+    float sum = 0.0f;
+    switch (type) {
+    case GPT2_TYPE_F32: {
+        const float* w = (const float*)row;
+        for (int64_t i = 0; i < n; i++) sum += w[i] * x[i];
+        break;
+    }
+    case GPT2_TYPE_F16:
+    case GPT2_TYPE_BF16:
+    case GPT2_TYPE_Q8_0: {
+        float buffer[256];
+        for (int64_t start = 0; start < n; start += 256) {
+            const int64_t len = std::min<int64_t>(256, n - start);
+            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / 32 * 34 : (size_t)start * 2;
+            gpt2__dequantize_row(type, row + offset, buffer, len);
+            for (int64_t i = 0; i < len; i++) sum += buffer[i] * x[start + i];
+        }
+        break;
+    }
+    default:
+        GPT2_ASSERT(!"unknown weight type");
+    }
+    return sum;
+}
+
+/* y[t][o] = bias[o] + W[o] . x[t] for tokens t < T and output rows o in [o_begin, o_end).
+   x is T x W.cols, y is T x W.rows. */
+static void gpt2__matmul_scalar(float* y, const float* x, const gpt2__weight* W, const float* bias, int T, int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t* row = W->data + (size_t)o * W->row_bytes;
+        for (int t = 0; t < T; t++)
+            y[(size_t)t * W->rows + o] = (bias ? bias[o] : 0.0f) + gpt2__dot_row_scalar(W->type, row, x + (size_t)t * W->cols, W->cols);
+    }
+}
+
+/* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
+static void gpt2__layer_norm(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    var /= n;
+    const float inv_std = (float)(1.0 / std::sqrt(var + eps));
+    for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
+}
+
+static void gpt2__gelu(float* x, size_t n, bool tanh_form) {
+    if (tanh_form) {
+        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::tanh(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+    } else {
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.7071067811865476f));
+    }
+}
+
+static void gpt2__add(float* y, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+/* KV cache entries are float or f16; attention reads both through these. */
+static inline float gpt2__load_kv(const float* p, size_t i) { return p[i]; }
+static inline float gpt2__load_kv(const uint16_t* p, size_t i) { return gpt2__f16_to_f32(p[i]); }
+static inline void gpt2__store_kv(float* p, size_t i, float v) { p[i] = v; }
+static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2__f32_to_f16(v); }
+
+/* One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
+   then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
+template <class KV>
+static void gpt2__attend(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
+    const float scale = 1.0f / std::sqrt((float)head_dim);
+    float max_score = -INFINITY;
+    for (int j = 0; j < n_keys; j++) {
+        const KV* kj = k + (size_t)j * stride;
+        float s = 0.0f;
+        for (int d = 0; d < head_dim; d++) s += q[d] * gpt2__load_kv(kj, (size_t)d);
+        scores[j] = s * scale;
+        max_score = std::max(max_score, scores[j]);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const KV* vj = v + (size_t)j * stride;
+        const float p = scores[j] * inv_sum;
+        for (int d = 0; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
+    }
+}

@@ -1,0 +1,311 @@
+/* The model: hyper-parameters, weights bound to the tensors of a GGUF file, and the vocabulary.
+   Immutable once loaded, so any number of sessions and threads may share it. */
+
+#if defined(_WIN32)
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#else
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
+
+/* A matrix of `rows` rows of `cols` values each, row-major, in any weight type. nn.Linear's
+   (out, in) weight is rows = out, cols = in. */
+struct gpt2__weight {
+    const uint8_t* data = nullptr;
+    uint32_t type = GPT2_TYPE_F32;
+    int64_t rows = 0, cols = 0;
+    size_t row_bytes = 0;
+};
+
+struct gpt2__layer {
+    const float *ln_1_weight, *ln_1_bias;       /* bias NULL when the model has none */
+    gpt2__weight c_attn;  const float* c_attn_bias;   /* (3 n_embd, n_embd): q, k, v */
+    gpt2__weight c_proj;  const float* c_proj_bias;   /* (n_embd, n_embd) */
+    const float *ln_2_weight, *ln_2_bias;
+    gpt2__weight c_fc;    const float* c_fc_bias;     /* (n_ff, n_embd) */
+    gpt2__weight mlp_proj; const float* mlp_proj_bias; /* (n_embd, n_ff) */
+};
+
+/* The bytes of the model file: mapped, read into memory, or the caller's buffer. */
+struct gpt2__file {
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+    void* owned = nullptr; /* GPT2_MALLOC'd copy */
+    bool mapped = false;
+#if defined(_WIN32)
+    HANDLE mapping = nullptr;
+#endif
+};
+
+struct gpt2_model {
+    gpt2_model_params params;
+    gpt2__file file;
+    gpt2__gguf gguf;
+    gpt2__string name;
+    int n_vocab = 0, n_vocab_rows = 0, n_ctx = 0, n_embd = 0, n_layer = 0, n_head = 0, n_ff = 0;
+    float layer_norm_eps = 1e-5f;
+    bool gelu_tanh = false; /* false: exact erf GELU (nanoGPT's nn.GELU()) */
+    gpt2__weight wte, wpe, lm_head; /* lm_head is wte when the head is tied */
+    const float *ln_f_weight = nullptr, *ln_f_bias = nullptr;
+    gpt2__vector<gpt2__layer> layers;
+    gpt2__tokenizer tokenizer;
+    gpt2_type weight_type = GPT2_TYPE_F32;
+    size_t weight_bytes = 0;
+    mutable std::atomic<int> n_sessions{0}; /* sessions alive; freeing the model before them is a bug */
+};
+
+static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) {
+    if (!params.log) return;
+    char message[1024];
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    params.log(params.log_user, level, message);
+}
+
+static void gpt2__file_close(gpt2__file* f) {
+#if defined(_WIN32)
+    if (f->mapped) UnmapViewOfFile(f->data);
+    if (f->mapping) CloseHandle(f->mapping);
+#else
+    if (f->mapped) munmap((void*)f->data, f->size);
+#endif
+    if (f->owned) GPT2_FREE(f->owned);
+    *f = gpt2__file();
+}
+
+static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* f, gpt2_error* err) {
+#if defined(_WIN32)
+    HANDLE h = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+    if (h == INVALID_HANDLE_VALUE) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open (error %lu)", path, (unsigned long)GetLastError());
+    LARGE_INTEGER size;
+    if (!GetFileSizeEx(h, &size) || size.QuadPart == 0) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: file is empty or not a regular file", path);
+    }
+    f->size = (size_t)size.QuadPart;
+    (void)use_mmap; /* Windows always maps */
+    f->mapping = CreateFileMappingA(h, nullptr, PAGE_READONLY, 0, 0, nullptr);
+    CloseHandle(h);
+    if (!f->mapping) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot map (error %lu)", path, (unsigned long)GetLastError());
+    f->data = (const uint8_t*)MapViewOfFile(f->mapping, FILE_MAP_READ, 0, 0, 0);
+    if (!f->data) {
+        gpt2__file_close(f);
+        return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot map", path);
+    }
+    f->mapped = true;
+    return GPT2_OK;
+#else
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open: %s", path, std::strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return gpt2__fail(err, GPT2_ERROR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: file is empty (0 bytes)", path);
+    }
+    f->size = (size_t)st.st_size;
+    if (use_mmap) {
+        void* p = mmap(nullptr, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            close(fd);
+            f->data = (const uint8_t*)p;
+            f->mapped = true;
+            return GPT2_OK;
+        }
+    }
+    f->owned = GPT2_MALLOC(f->size);
+    if (!f->owned) {
+        close(fd);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
+    }
+    size_t done = 0;
+    while (done < f->size) {
+        ssize_t n = read(fd, (uint8_t*)f->owned + done, f->size - done);
+        if (n <= 0) {
+            close(fd);
+            gpt2__file_close(f);
+            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
+        }
+        done += (size_t)n;
+    }
+    close(fd);
+    f->data = (const uint8_t*)f->owned;
+    return GPT2_OK;
+#endif
+}
+
+/* Binds a tensor that must exist with the given shape (ne[0] = row length). 1-D tensors are
+   float32; matrices may be any supported weight type. */
+static gpt2_result gpt2__bind_matrix(const gpt2_model* m, const char* name, int64_t rows, int64_t cols, gpt2__weight* out, gpt2_error* err) {
+    const gpt2__gguf_tensor* t = gpt2__gguf_find_tensor(&m->gguf, name);
+    if (!t) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing tensor '%s'", name);
+    if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: shape [%llu, %llu%s] expected [%lld, %lld]", name, (unsigned long long)t->ne[0],
+                          (unsigned long long)t->ne[1], t->n_dims > 2 ? ", ..." : "", (long long)cols, (long long)rows);
+    if (t->n_bytes == 0)
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "%s: tensor type %u is not supported (f32, f16, bf16, q8_0 are)", name, t->type);
+    out->data = t->data;
+    out->type = t->type;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = (size_t)(t->n_bytes / (uint64_t)rows);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__bind_vector(const gpt2_model* m, const char* name, int64_t n, bool required, const float** out, gpt2_error* err) {
+    const gpt2__gguf_tensor* t = gpt2__gguf_find_tensor(&m->gguf, name);
+    *out = nullptr;
+    if (!t) return required ? gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing tensor '%s'", name) : GPT2_OK;
+    if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: shape [%llu%s] expected [%lld]", name, (unsigned long long)t->ne[0], t->n_dims > 1 ? ", ..." : "", (long long)n);
+    if (t->type != GPT2_TYPE_F32) return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "%s: type %s, expected f32 for a vector", name, gpt2__type_name(t->type));
+    *out = (const float*)t->data;
+    return GPT2_OK;
+}
+
+#define GPT2__TRY(expr)                          \
+    do {                                         \
+        gpt2_result gpt2__res = (expr);          \
+        if (gpt2__res != GPT2_OK) return gpt2__res; \
+    } while (0)
+
+static gpt2_result gpt2__load_hparams(gpt2_model* m, gpt2_error* err) {
+    const gpt2__gguf* g = &m->gguf;
+    std::string_view arch;
+    GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", &arch, err));
+    if (arch != "gpt2")
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "general.architecture is '%.*s', expected 'gpt2'", (int)std::min<size_t>(arch.size(), 64), arch.data());
+    std::string_view name;
+    GPT2__TRY(gpt2__gguf_get_string(g, "general.name", &name, err));
+    m->name.assign(name.data(), name.size());
+    int64_t v;
+    GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.context_length", true, 1, 1 << 20, &v, err)); m->n_ctx = (int)v;
+    GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.embedding_length", true, 1, 1 << 16, &v, err)); m->n_embd = (int)v;
+    GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.block_count", true, 1, 1024, &v, err)); m->n_layer = (int)v;
+    GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.attention.head_count", true, 1, 1024, &v, err)); m->n_head = (int)v;
+    v = 4 * (int64_t)m->n_embd;
+    GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.feed_forward_length", false, 1, 1 << 18, &v, err)); m->n_ff = (int)v;
+    GPT2__TRY(gpt2__gguf_get_float(g, "gpt2.attention.layer_norm_epsilon", &m->layer_norm_eps, err));
+    if (!(m->layer_norm_eps > 0.0f && m->layer_norm_eps < 1.0f))
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2.attention.layer_norm_epsilon is %g, expected a small positive number", (double)m->layer_norm_eps);
+    if (m->n_embd % m->n_head != 0)
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2.attention.head_count %d does not divide gpt2.embedding_length %d", m->n_head, m->n_embd);
+    std::string_view gelu = "erf";
+    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.gelu", &gelu, err));
+    if (gelu != "erf" && gelu != "tanh")
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2h.gelu is '%.*s', expected 'erf' or 'tanh'", (int)std::min<size_t>(gelu.size(), 64), gelu.data());
+    /* GPT-2 files from other converters carry no gpt2h.gelu: OpenAI's GPT-2 uses the tanh form. */
+    m->gelu_tanh = gelu == "tanh" || !gpt2__gguf_find_kv(g, "gpt2h.gelu");
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__load_weights(gpt2_model* m, gpt2_error* err) {
+    const gpt2__gguf_tensor* wte = gpt2__gguf_find_tensor(&m->gguf, "token_embd.weight");
+    if (!wte) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing tensor 'token_embd.weight'");
+    if (wte->n_dims != 2 || wte->ne[1] > (1u << 24))
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "token_embd.weight: expected 2 dimensions with at most 16777216 rows");
+    m->n_vocab_rows = (int)wte->ne[1];
+    const int64_t C = m->n_embd;
+    GPT2__TRY(gpt2__bind_matrix(m, "token_embd.weight", m->n_vocab_rows, C, &m->wte, err));
+    GPT2__TRY(gpt2__bind_matrix(m, "position_embd.weight", m->n_ctx, C, &m->wpe, err));
+    m->lm_head = m->wte;
+    if (gpt2__gguf_find_tensor(&m->gguf, "output.weight")) GPT2__TRY(gpt2__bind_matrix(m, "output.weight", m->n_vocab_rows, C, &m->lm_head, err));
+    GPT2__TRY(gpt2__bind_vector(m, "output_norm.weight", C, true, &m->ln_f_weight, err));
+    GPT2__TRY(gpt2__bind_vector(m, "output_norm.bias", C, false, &m->ln_f_bias, err));
+    m->layers.resize((size_t)m->n_layer);
+    m->weight_type = (gpt2_type)m->wte.type;
+    for (int i = 0; i < m->n_layer; i++) {
+        gpt2__layer& L = m->layers[(size_t)i];
+        char name[96];
+        auto tensor = [&](const char* suffix) {
+            std::snprintf(name, sizeof name, "blk.%d.%s", i, suffix);
+            return name;
+        };
+        GPT2__TRY(gpt2__bind_vector(m, tensor("attn_norm.weight"), C, true, &L.ln_1_weight, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("attn_norm.bias"), C, false, &L.ln_1_bias, err));
+        GPT2__TRY(gpt2__bind_matrix(m, tensor("attn_qkv.weight"), 3 * C, C, &L.c_attn, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("attn_qkv.bias"), 3 * C, false, &L.c_attn_bias, err));
+        GPT2__TRY(gpt2__bind_matrix(m, tensor("attn_output.weight"), C, C, &L.c_proj, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("attn_output.bias"), C, false, &L.c_proj_bias, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("ffn_norm.weight"), C, true, &L.ln_2_weight, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("ffn_norm.bias"), C, false, &L.ln_2_bias, err));
+        GPT2__TRY(gpt2__bind_matrix(m, tensor("ffn_up.weight"), m->n_ff, C, &L.c_fc, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("ffn_up.bias"), m->n_ff, false, &L.c_fc_bias, err));
+        GPT2__TRY(gpt2__bind_matrix(m, tensor("ffn_down.weight"), C, m->n_ff, &L.mlp_proj, err));
+        GPT2__TRY(gpt2__bind_vector(m, tensor("ffn_down.bias"), C, false, &L.mlp_proj_bias, err));
+        if (L.c_attn.type != m->weight_type) m->weight_type = (gpt2_type)L.c_attn.type;
+    }
+    for (const gpt2__gguf_tensor& t : m->gguf.tensors) m->weight_bytes += (size_t)t.n_bytes;
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
+    const gpt2__gguf* g = &m->gguf;
+    std::string_view kind, bpe_model;
+    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.tokenizer.kind", &kind, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "tokenizer.ggml.model", &bpe_model, err));
+    if (kind == "char") {
+        gpt2__vector<std::string_view> chars;
+        GPT2__TRY(gpt2__gguf_get_string_array(g, "gpt2h.tokenizer.chars", &chars, err));
+        GPT2__TRY(gpt2__tokenizer_init_char(&m->tokenizer, chars.data(), chars.size(), err));
+    } else if (!kind.empty()) {
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "gpt2h.tokenizer.kind is '%.*s', expected 'char'", (int)std::min<size_t>(kind.size(), 64), kind.data());
+    } else if (bpe_model == "gpt2") {
+        gpt2__vector<std::string_view> tokens, merges;
+        GPT2__TRY(gpt2__gguf_get_string_array(g, "tokenizer.ggml.tokens", &tokens, err));
+        GPT2__TRY(gpt2__gguf_get_string_array(g, "tokenizer.ggml.merges", &merges, err));
+        int64_t eos = -1;
+        GPT2__TRY(gpt2__gguf_get_int(g, "tokenizer.ggml.eos_token_id", false, 0, (int64_t)tokens.size() - 1, &eos, err));
+        GPT2__TRY(gpt2__tokenizer_init_bpe(&m->tokenizer, tokens.data(), tokens.size(), merges.data(), merges.size(), (int32_t)eos, err));
+    } else if (!bpe_model.empty()) {
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
+    }
+    m->n_vocab = m->n_vocab_rows;
+    if (m->tokenizer.kind != GPT2_TOKENIZER_NONE) {
+        size_t n = gpt2__tokenizer_size(&m->tokenizer);
+        if (n > (size_t)m->n_vocab_rows)
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "the vocabulary has %zu tokens but token_embd.weight only %d rows", n, m->n_vocab_rows);
+        m->n_vocab = (int)n; /* rows past the vocabulary are padding: never fed, never sampled */
+    }
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__model_init(gpt2_model* m, gpt2_error* err) {
+    GPT2__TRY(gpt2__gguf_parse(m->file.data, m->file.size, &m->gguf, err));
+    GPT2__TRY(gpt2__load_hparams(m, err));
+    GPT2__TRY(gpt2__load_weights(m, err));
+    GPT2__TRY(gpt2__load_vocabulary(m, err));
+    gpt2__log(m->params, GPT2_LOG_INFO, "loaded '%s': %d layers, %d heads, n_embd %d, n_ctx %d, vocabulary %d, %s weights, %zu bytes",
+              m->name.c_str(), m->n_layer, m->n_head, m->n_embd, m->n_ctx, m->n_vocab, gpt2__type_name(m->weight_type), m->weight_bytes);
+    return GPT2_OK;
+}
+
+static void gpt2__model_destroy(gpt2_model* m) {
+    gpt2__tokenizer_free(&m->tokenizer);
+    gpt2__file_close(&m->file);
+    m->~gpt2_model();
+    GPT2_FREE(m);
+}
+
+static gpt2_model* gpt2__model_new(const gpt2_model_params* params) {
+    void* memory = GPT2_MALLOC(sizeof(gpt2_model));
+    if (!memory) return nullptr;
+    gpt2_model* m = new (memory) gpt2_model();
+    m->params = params ? *params : gpt2_model_default_params();
+    return m;
+}

@@ -1,0 +1,60 @@
+// Shared helpers of the tests: paths, owning wrappers, and comparisons.
+#pragma once
+#include "gpt2.h"
+#include "json.h"
+#include <cmath>
+#include <string>
+#include <vector>
+
+inline std::string test_data(const std::string& name) { return std::string(GPT2_TEST_DATA) + "/" + name; }
+inline std::string test_model(const std::string& name) { return std::string(GPT2_TEST_OUT) + "/" + name; }
+
+struct Model {
+    gpt2_model* model = nullptr;
+    gpt2_error err{};
+    explicit Model(const std::string& path, gpt2_model_params params = gpt2_model_default_params()) {
+        gpt2_model_load_file(path.c_str(), &params, &model, &err);
+    }
+    ~Model() { gpt2_model_free(model); }
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+    gpt2_model_info info() const { return gpt2_model_get_info(model); }
+};
+
+struct Session {
+    gpt2_session* session = nullptr;
+    gpt2_error err{};
+    explicit Session(const Model& m, int n_threads = 2, int n_ctx = 0, int kv_f16 = 0) {
+        gpt2_session_params p = gpt2_session_default_params();
+        p.n_threads = n_threads;
+        p.n_ctx = n_ctx;
+        p.kv_f16 = kv_f16;
+        gpt2_session_create(m.model, &p, &session, &err);
+    }
+    ~Session() { gpt2_session_free(session); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+};
+
+inline float max_abs_diff(const float* a, const float* b, size_t n) {
+    float worst = 0;
+    for (size_t i = 0; i < n; i++) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    return worst;
+}
+
+// Generates n tokens after `prompt`; returns the new ids.
+inline std::vector<int32_t> generate(gpt2_session* s, const std::vector<int32_t>& prompt, int n, float temperature, int top_k, uint64_t seed,
+                                     gpt2_result* result = nullptr) {
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = n;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.seed = seed;
+    std::vector<int32_t> out((size_t)n);
+    size_t produced = 0;
+    gpt2_error err;
+    gpt2_result r = gpt2_generate(s, prompt.data(), prompt.size(), &p, out.data(), out.size(), &produced, &err);
+    if (result) *result = r;
+    out.resize(produced);
+    return out;
+}
