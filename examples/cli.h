@@ -1,0 +1,165 @@
+// Pieces of the gpt2 program: argument parsing, JSON output, finding the shipped model, the REPL.
+#pragma once
+#include "gpt2.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#if defined(_WIN32)
+#include <io.h>
+#define cli_isatty _isatty
+#define cli_fileno _fileno
+#else
+#include <unistd.h>
+#define cli_isatty isatty
+#define cli_fileno fileno
+#endif
+
+#ifndef GPT2_DEFAULT_MODEL_NAME
+#define GPT2_DEFAULT_MODEL_NAME "shakespeare_char_medium.gguf"
+#endif
+
+struct CliModel {
+    gpt2_model* model;
+    ~CliModel() { gpt2_model_free(model); }
+};
+struct CliSession {
+    gpt2_session* session;
+    ~CliSession() { gpt2_session_free(session); }
+};
+
+inline bool cli_parse_int(const std::string& s, long min, long max, int* out) {
+    char* end = nullptr;
+    errno = 0;
+    long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end || errno || v < min || v > max) return false;
+    *out = (int)v;
+    return true;
+}
+
+inline bool cli_parse_u64(const std::string& s, uint64_t* out) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || s[0] == '-' || *end || errno) return false;
+    *out = v;
+    return true;
+}
+
+// Any number parses; the library itself rejects NaN, infinities and negatives with its own message.
+inline bool cli_parse_float(const std::string& s, float* out) {
+    char* end = nullptr;
+    float v = std::strtof(s.c_str(), &end);
+    if (s.empty() || *end) return false;
+    *out = v;
+    return true;
+}
+
+inline bool cli_parse_ids(const std::string& s, std::vector<int32_t>* out) {
+    size_t start = 0;
+    while (start <= s.size()) {
+        size_t comma = s.find(',', start);
+        std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        int v;
+        if (!cli_parse_int(item, INT32_MIN, INT32_MAX, &v)) return false;
+        out->push_back(v);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return !out->empty();
+}
+
+inline std::string cli_json_ints(const std::vector<int32_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + std::to_string(v[i]);
+    return s + "]";
+}
+
+// %.9g round-trips every float32 exactly.
+inline std::string cli_json_floats(const std::vector<float>& v) {
+    std::string s = "[";
+    char buf[32];
+    for (size_t i = 0; i < v.size(); i++) {
+        std::snprintf(buf, sizeof buf, "%s%.9g", i ? "," : "", (double)v[i]);
+        s += buf;
+    }
+    return s + "]";
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 if it is not valid.
+inline size_t cli_utf8_length(const std::string& s, size_t i) {
+    const unsigned char c = (unsigned char)s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; k++) {
+        const unsigned char cc = (unsigned char)s[i + k];
+        if ((cc & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (cc & 0x3f);
+    }
+    static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+// A JSON string; bytes that are not valid UTF-8 become U+FFFD (JSON text must be Unicode).
+inline std::string cli_json_string(const std::string& s) {
+    std::string out = "\"";
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t n = cli_utf8_length(s, i);
+        if (n == 0) {
+            out += "\\ufffd";
+            i++;
+            continue;
+        }
+        if (c == '"') out += "\\\"";
+        else if (c == '\\') out += "\\\\";
+        else if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c == '\r') out += "\\r";
+        else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+        } else {
+            out.append(s, i, n);
+        }
+        i += n;
+    }
+    return out + "\"";
+}
+
+inline bool cli_file_exists(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f) std::fclose(f);
+    return f != nullptr;
+}
+
+// The shipped model: beside the installed program (../share/gpt2/models), or in the source tree
+// the program was built from.
+inline std::string cli_default_model(const char* argv0) {
+    std::vector<std::string> candidates;
+    std::string exe = argv0 ? argv0 : "";
+    size_t slash = exe.find_last_of("/\\");
+    std::string dir = slash == std::string::npos ? "." : exe.substr(0, slash);
+    candidates.push_back(dir + "/../share/gpt2/models/" GPT2_DEFAULT_MODEL_NAME);
+#ifdef GPT2_INSTALLED_MODELS_DIR
+    candidates.push_back(GPT2_INSTALLED_MODELS_DIR "/" GPT2_DEFAULT_MODEL_NAME);
+#endif
+#ifdef GPT2_SOURCE_MODELS_DIR
+    candidates.push_back(GPT2_SOURCE_MODELS_DIR "/" GPT2_DEFAULT_MODEL_NAME);
+#endif
+    for (const std::string& c : candidates)
+        if (cli_file_exists(c)) return c;
+    return "";
+}
+
+inline bool cli_stdin_is_terminal() { return cli_isatty(cli_fileno(stdin)) != 0; }
+
+int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params);

@@ -1,0 +1,182 @@
+// gpt2: the command-line program. With a prompt it generates once and exits (plain text, or one
+// JSON object with --json); without one, on a terminal, it starts the interactive REPL.
+#define GPT2_IMPLEMENTATION
+#include "gpt2.h"
+
+#include "cli.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+static const char* usage =
+    "usage: gpt2 [-m MODEL] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
+    "       gpt2 [-m MODEL] --tokenize TEXT | --tokenize-file PATH\n"
+    "\n"
+    "Generates text with a GPT-2-class model (a GGUF file; see tools/convert.py).\n"
+    "Without -p or --prompt-ids, on a terminal, starts the interactive REPL.\n"
+    "\n"
+    "  -m, --model PATH     model file (default: the shipped Shakespeare model)\n"
+    "  -p, --prompt TEXT    prompt text (needs a model with a vocabulary)\n"
+    "  --prompt-ids LIST    prompt as comma-separated token ids\n"
+    "  -n, --n-tokens N     tokens to generate (default 256)\n"
+    "  --temp T             temperature, 0 = greedy (default 0.8)\n"
+    "  --top-k K            sample from the K most likely tokens, 0 = all (default 200)\n"
+    "  --seed S             random seed (default 1337)\n"
+    "  -t, --threads N      threads (default: all cores)\n"
+    "  --ctx N              context length of the session (default: the model's)\n"
+    "  --json               print one JSON object: prompt_ids, ids, text, last_logits\n"
+    "  --tokenize TEXT      print the token ids of TEXT as a JSON array\n"
+    "  --tokenize-file P    print the token ids of the bytes of file P as a JSON array\n"
+    "  -h, --help           this help\n";
+
+struct Options {
+    std::string model, prompt, prompt_ids, tokenize_text, tokenize_file;
+    bool has_prompt = false, has_prompt_ids = false, has_tokenize = false, has_tokenize_file = false, json = false;
+    int n_tokens = 256, top_k = 200, threads = 0, ctx = 0;
+    float temperature = 0.8f;
+    uint64_t seed = 1337;
+};
+
+static int fail(const std::string& message) {
+    std::fprintf(stderr, "gpt2: %s\n", message.c_str());
+    return 1;
+}
+
+// Returns an empty string on success, else the complaint.
+static std::string parse_options(int argc, char** argv, Options* o) {
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        auto value = [&](std::string* out) -> bool {
+            if (i + 1 >= argc) return false;
+            *out = argv[++i];
+            return true;
+        };
+        std::string v;
+        if (a == "-h" || a == "--help") { std::fputs(usage, stdout); std::exit(0); }
+        else if (a == "--json") o->json = true;
+        else if (!value(&v)) return "unknown option '" + a + "' or missing value (see --help)";
+        else if (a == "-m" || a == "--model") o->model = v;
+        else if (a == "-p" || a == "--prompt") { o->prompt = v; o->has_prompt = true; }
+        else if (a == "--prompt-ids") { o->prompt_ids = v; o->has_prompt_ids = true; }
+        else if (a == "--tokenize") { o->tokenize_text = v; o->has_tokenize = true; }
+        else if (a == "--tokenize-file") { o->tokenize_file = v; o->has_tokenize_file = true; }
+        else if (a == "-n" || a == "--n-tokens") { if (!cli_parse_int(v, 1, 1 << 24, &o->n_tokens)) return "-n expects 1 to 16777216, got '" + v + "'"; }
+        else if (a == "--top-k") { if (!cli_parse_int(v, 0, 1 << 30, &o->top_k)) return "--top-k expects an integer >= 0, got '" + v + "'"; }
+        else if (a == "-t" || a == "--threads") { if (!cli_parse_int(v, 0, 1024, &o->threads)) return "--threads expects 0 to 1024, got '" + v + "'"; }
+        else if (a == "--ctx") { if (!cli_parse_int(v, 0, 1 << 20, &o->ctx)) return "--ctx expects an integer >= 0, got '" + v + "'"; }
+        else if (a == "--temp") { if (!cli_parse_float(v, &o->temperature)) return "--temp expects a number >= 0, got '" + v + "'"; }
+        else if (a == "--seed") { if (!cli_parse_u64(v, &o->seed)) return "--seed expects an unsigned integer, got '" + v + "'"; }
+        else return "unknown option '" + a + "' (see --help)";
+    }
+    if (o->has_prompt && o->has_prompt_ids) return "give -p or --prompt-ids, not both";
+    return "";
+}
+
+static int tokenize(const gpt2_model* model, const std::string& text) {
+    gpt2_error err;
+    size_t n = 0;
+    if (gpt2_tokenize(model, text.data(), text.size(), 0, nullptr, 0, &n, &err) != GPT2_OK) return fail(err.message);
+    std::vector<int32_t> ids(n);
+    gpt2_tokenize(model, text.data(), text.size(), 0, ids.data(), ids.size(), &n, &err);
+    std::printf("%s\n", cli_json_ints(ids).c_str());
+    return 0;
+}
+
+struct Printer {
+    std::string text;
+    bool echo;
+    std::string prefix; // the prompt, shown once generation has started
+};
+
+static int on_token(void* user, int32_t, const char* text, size_t len) {
+    Printer* p = (Printer*)user;
+    if (p->echo && !p->prefix.empty()) {
+        std::fputs(p->prefix.c_str(), stdout);
+        p->prefix.clear();
+    }
+    if (text) {
+        p->text.append(text, len);
+        if (p->echo) {
+            std::fwrite(text, 1, len, stdout);
+            std::fflush(stdout);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    Options o;
+    std::string complaint = parse_options(argc, argv, &o);
+    if (!complaint.empty()) return fail(complaint);
+    if (o.model.empty()) o.model = cli_default_model(argv[0]);
+    if (o.model.empty()) return fail("no model given and the shipped model was not found; use -m MODEL");
+
+    gpt2_error err;
+    gpt2_model* model = nullptr;
+    if (gpt2_model_load_file(o.model.c_str(), nullptr, &model, &err) != GPT2_OK) return fail(err.message);
+    CliModel owner{model};
+    const gpt2_model_info info = gpt2_model_get_info(model);
+
+    if (o.has_tokenize) return tokenize(model, o.tokenize_text);
+    if (o.has_tokenize_file) {
+        std::ifstream f(o.tokenize_file, std::ios::binary);
+        if (!f) return fail("cannot open " + o.tokenize_file);
+        return tokenize(model, std::string(std::istreambuf_iterator<char>(f), {}));
+    }
+
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = o.threads;
+    sp.n_ctx = o.ctx;
+    gpt2_session* session = nullptr;
+    if (gpt2_session_create(model, &sp, &session, &err) != GPT2_OK) return fail(err.message);
+    CliSession session_owner{session};
+
+    gpt2_generate_params gp = gpt2_generate_default_params();
+    gp.max_new_tokens = o.n_tokens;
+    gp.temperature = o.temperature;
+    gp.top_k = o.top_k;
+    gp.seed = o.seed;
+
+    if (!o.has_prompt && !o.has_prompt_ids) {
+        if (!cli_stdin_is_terminal()) return fail("no prompt: give -p TEXT or --prompt-ids (the REPL needs a terminal)");
+        return cli_repl(model, session, gp);
+    }
+
+    std::vector<int32_t> prompt;
+    if (o.has_prompt_ids) {
+        if (!cli_parse_ids(o.prompt_ids, &prompt)) return fail("--prompt-ids expects comma-separated integers, got '" + o.prompt_ids + "'");
+    } else {
+        size_t n = 0;
+        if (gpt2_tokenize(model, o.prompt.data(), o.prompt.size(), 0, nullptr, 0, &n, &err) != GPT2_OK) return fail(err.message);
+        prompt.resize(n);
+        gpt2_tokenize(model, o.prompt.data(), o.prompt.size(), 0, prompt.data(), prompt.size(), &n, &err);
+    }
+    if (prompt.empty()) return fail("the prompt is empty: give at least one token");
+
+    // Evaluate the prompt first so its last logits can be reported, then generate from there.
+    if (gpt2_session_eval(session, prompt.data(), prompt.size(), &err) != GPT2_OK) return fail(err.message);
+    std::vector<float> last_logits(gpt2_session_logits(session), gpt2_session_logits(session) + info.n_vocab);
+
+    Printer printer{"", !o.json, o.has_prompt ? o.prompt : ""};
+    gp.on_token = on_token;
+    gp.user = &printer;
+    std::vector<int32_t> ids((size_t)o.n_tokens);
+    size_t produced = 0;
+    if (gpt2_generate(session, nullptr, 0, &gp, ids.data(), ids.size(), &produced, &err) != GPT2_OK) return fail(err.message);
+    ids.resize(produced);
+
+    if (!o.json) {
+        std::printf("\n");
+        return 0;
+    }
+    std::string out = "{\"prompt_ids\":" + cli_json_ints(prompt) + ",\"ids\":" + cli_json_ints(ids);
+    if (info.tokenizer != GPT2_TOKENIZER_NONE) out += ",\"text\":" + cli_json_string(printer.text);
+    out += ",\"last_logits\":" + cli_json_floats(last_logits) + "}";
+    std::printf("%s\n", out.c_str());
+    return 0;
+}
