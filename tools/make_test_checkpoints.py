@@ -18,6 +18,8 @@ attention, exact erf GELU), plus samples of every tensor as torch sees it. The v
                    embedding is an overlapping strided view (row i = s[i:i+n_embd]) of one
                    low-entropy storage, and the zip is re-compressed with deflate (torch.load
                    reads it). Its reference stores only some logit columns (see the JSON).
+    bad_shape      attn.c_proj.weight of the wrong shape (refused)
+    bad_missing_tensor  a bias=True model without one LayerNorm bias (refused)
     malicious      a data.pkl that calls os.system("touch /tmp/gpt2h_pwned") when unpickled
 """
 import json
@@ -135,7 +137,7 @@ def save(name, sd, model_args, n_vocab, meta_chars=None, deflate=False, referenc
             entries = [(i.filename, zin.read(i.filename)) for i in zin.infolist()]
         with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
             for filename, data in entries:
-                zout.writestr(filename, data)
+                zout.writestr(_entry(filename, zipfile.ZIP_DEFLATED), data)
     reloaded = torch.load(path)["model"]  # the reference is what torch reads back
     assert all(torch.equal(reloaded[k], sd[k]) for k in sd)
     if meta_chars:
@@ -177,6 +179,13 @@ def args(n_layer=2, n_head=2, n_embd=16, block_size=16, bias=True, vocab_size=32
             "bias": bias, "vocab_size": vocab_size, "dropout": 0.0}
 
 
+def _entry(filename, compression=zipfile.ZIP_STORED):
+    """A zip entry with a fixed date, so that rerunning this script changes no file."""
+    info = zipfile.ZipInfo(filename, date_time=(2024, 1, 1, 0, 0, 0))
+    info.compress_type = compression
+    return info
+
+
 def write_malicious():
     """A checkpoint whose pickle calls os.system when loaded by an unrestricted unpickler. Built
     from raw opcodes: PROTO 2, GLOBAL 'os system', BINUNICODE cmd, TUPLE1, REDUCE, STOP."""
@@ -184,8 +193,8 @@ def write_malicious():
     payload = (b"\x80\x02" + b"cos\nsystem\n" + b"X" + len(cmd).to_bytes(4, "little") + cmd
                + b"\x85" + b"R" + b".")
     with zipfile.ZipFile(os.path.join(OUT, "malicious.pt"), "w") as z:
-        z.writestr("malicious/data.pkl", payload)
-        z.writestr("malicious/version", "3\n")
+        z.writestr(_entry("malicious/data.pkl"), payload)
+        z.writestr(_entry("malicious/version"), "3\n")
     print("wrote malicious.pt")
 
 
@@ -227,6 +236,16 @@ def main():
     wte = torch.as_strided(levels, (50304, 8), (1, 1))  # row i = levels[i:i+8]
     sd["transformer.wte.weight"] = sd["lm_head.weight"] = wte
     save("padded_gpt2", sd, a, GPT2_VOCAB, deflate=True, reference_columns=64)
+
+    # Broken on purpose (the converter must refuse them; no reference).
+    a = args(n_layer=1, n_embd=8, vocab_size=8)
+    sd = make_state(gen, **_shape(a), mask_buffers=False)
+    sd["transformer.h.0.attn.c_proj.weight"] = torch.zeros(8, 12)
+    torch.save({"model": sd, "model_args": a, "iter_num": 0}, os.path.join(OUT, "bad_shape.pt"))
+    sd = make_state(gen, **_shape(a), mask_buffers=False)
+    del sd["transformer.h.0.ln_2.bias"]
+    torch.save({"model": sd, "model_args": a, "iter_num": 0}, os.path.join(OUT, "bad_missing_tensor.pt"))
+    print("wrote bad_shape.pt, bad_missing_tensor.pt")
 
     write_malicious()
 
