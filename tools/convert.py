@@ -242,6 +242,8 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf",
         raise ConvertError("give either --meta (character vocabulary) or --vocab (GPT-2 BPE), not both")
     if not os.path.isfile(ckpt_path):
         raise ConvertError(f"{ckpt_path}: no such file")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
+        raise ConvertError(f"{out_path}: the output folder does not exist")
     if meta is None and vocab is None:
         meta = find_meta(ckpt_path)
 

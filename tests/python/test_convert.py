@@ -446,6 +446,11 @@ class UserMistakes(unittest.TestCase):
                 self.assertNotIn("Traceback", err)
                 self.assertTrue(err.startswith("convert.py: error: "), err)
 
+    def test_missing_output_folder_is_refused(self):
+        code, err, _ = run_main(os.path.join(CKPTS, "nobias.pt"), "-o", os.path.join(self.out, "no", "m.gguf"))
+        self.assertEqual(code, 1)
+        self.assertIn("the output folder does not exist", err)
+
     def test_meta_and_vocab_together_are_refused(self):
         self.assertRefused(os.path.join(CKPTS, "nobias.pt"), "not both", "--meta", "m.pkl", "--vocab", "v")
 
@@ -465,6 +470,17 @@ class CommandLine(unittest.TestCase):
         self.assertIn("--vocab DIR", err)
         kv = gguf.Reader(target).kv
         self.assertEqual((kv["gpt2h.gelu"], kv["general.name"], kv["general.file_type"]), ("tanh", "tiny", 1))
+
+    def test_make_test_models_writes_every_model(self):
+        out = scratch()
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "make_test_models.py"), out],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        expected = {"shakespeare_char.gguf", "shakespeare_char_f16.gguf", "padded_gpt2.gguf"}
+        expected |= {name + ".gguf" for name in VARIANTS}
+        self.assertEqual(set(os.listdir(out)), expected)
+        self.assertEqual(gguf.Reader(os.path.join(out, "shakespeare_char_f16.gguf")).kv["general.file_type"], 1)
+        self.assertEqual(gguf.Reader(os.path.join(out, "padded_gpt2.gguf")).kv["tokenizer.ggml.model"], "gpt2")
 
     def test_gguf_dump_lists_keys_and_tensors(self):
         target = os.path.join(scratch(), "m.gguf")
