@@ -8,6 +8,7 @@ checkpoint comes with NAME.reference.json, written with PyTorch by tools/make_te
 holding logits computed in float64 and samples of every tensor as torch sees it. Here a plain
 Python forward pass over the GGUF file must reproduce those logits.
 """
+import atexit
 import contextlib
 import io
 import json
@@ -48,9 +49,20 @@ def gguf_name(key):
     return key
 
 
+_own_scratch = []
+
+
 def scratch():
-    base = os.environ.get("GPT2_TEST_OUT") or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
+    """A new empty folder under $GPT2_TEST_OUT (kept for inspection), or under a temporary
+    folder removed when the tests end."""
+    base = os.environ.get("GPT2_TEST_OUT")
+    if base:
+        os.makedirs(base, exist_ok=True)
+    else:
+        if not _own_scratch:
+            _own_scratch.append(tempfile.mkdtemp(prefix="gpt2h_test_convert_"))
+            atexit.register(shutil.rmtree, _own_scratch[0], True)
+        base = _own_scratch[0]
     return tempfile.mkdtemp(prefix="py_convert_", dir=base)
 
 
