@@ -375,8 +375,12 @@ def main(argv=None):
     parser.add_argument("--gelu", choices=("erf", "tanh"), default="erf", help="GELU the model was "
                         "trained with: erf (exact, nanoGPT's nn.GELU(), default) or tanh (the "
                         "approximation used by OpenAI's GPT-2)")
-    parser.add_argument("--name", help="general.name of the model (default: the checkpoint's folder name)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--name", help="general.name of the model (default: the checkpoint's folder name "
+                        "for ckpt*.pt, nanoGPT's out_dir; else the file name without .pt)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse has printed the usage error; every user mistake exits 1
+        return 1 if e.code else 0
     try:
         info = convert(args.checkpoint, args.output, meta=args.meta, vocab=args.vocab, dtype=args.dtype,
                        gelu=args.gelu, name=args.name, log=lambda msg: print(msg, file=sys.stderr))

@@ -14,6 +14,7 @@ import io
 import json
 import math
 import os
+import pickle
 import shutil
 import struct
 import subprocess
@@ -330,7 +331,6 @@ class Vocabularies(unittest.TestCase):
 
     def test_meta_pkl_that_is_not_a_vocabulary_is_refused(self):
         folder = scratch()
-        import pickle
         cases = {
             "list.pkl": (pickle.dumps([1, 2, 3]), "not a nanoGPT character vocabulary"),
             "gap.pkl": (pickle.dumps({"itos": {0: "a", 2: "b"}, "stoi": {"a": 0, "b": 2}}), "ids 0..1"),
@@ -473,6 +473,11 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(code, 0)
         for flag in ("--output", "--meta", "--vocab", "--dtype", "--gelu", "--name"):
             self.assertIn(flag, out)
+
+    def test_usage_error_exits_1(self):
+        code, out, err = run_cli(os.path.join(CKPTS, "nobias.pt"))
+        self.assertEqual(code, 1)
+        self.assertIn("convert.py: error: the following arguments are required: -o/--output", err)
 
     def test_cli_converts_and_notes_missing_tokenizer(self):
         target = os.path.join(scratch(), "m.gguf")
