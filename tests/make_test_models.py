@@ -6,7 +6,7 @@
 writes OUTDIR/shakespeare_char.gguf (f32) and shakespeare_char_f16.gguf from
 tests/data/shakespeare_char/, and OUTDIR/NAME.gguf (f32) for each tests/data/checkpoints/NAME.pt
 (padded_gpt2 with the GPT-2 BPE vocabulary of tests/data/gpt2-bpe/; the broken-on-purpose
-malicious.pt and bad_*.pt are skipped).
+malicious.pt and bad_*.pt, and strided.pt, are skipped).
 """
 import argparse
 import glob
@@ -19,7 +19,7 @@ import convert  # noqa: E402
 
 DATA = os.path.join(HERE, "data")
 # Refused by design; tested in tests/python/test_convert.py.
-NOT_MODELS = {"malicious", "bad_shape", "bad_missing_tensor"}
+NOT_MODELS = {"malicious", "bad_shape", "bad_missing_tensor", "strided"}
 VOCAB = {"padded_gpt2": os.path.join(DATA, "gpt2-bpe")}
 
 

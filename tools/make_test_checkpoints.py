@@ -21,6 +21,7 @@ attention, exact erf GELU), plus samples of every tensor as torch sees it. The v
     bad_shape      attn.c_proj.weight of the wrong shape (refused)
     bad_missing_tensor  a bias=True model without one LayerNorm bias (refused)
     malicious      a data.pkl that calls os.system("touch /tmp/gpt2h_pwned") when unpickled
+    strided        not a model: tensors viewed with permuted, stepped, broadcast strides and offsets
 """
 import json
 import math
@@ -248,6 +249,21 @@ def main():
     print("wrote bad_shape.pt, bad_missing_tensor.pt")
 
     write_malicious()
+    write_strided()
+
+
+def write_strided():
+    """Not a model: views with unusual strides, for the reader's gather (strided.json: values)."""
+    base = torch.arange(120, dtype=torch.float32).view(2, 3, 5, 4) / 7
+    views = {"permuted": base.permute(3, 1, 0, 2), "stepped": base[:, ::2, 1:, ::3],
+             "expanded": torch.arange(3.0).view(3, 1).expand(3, 4), "transposed": base.view(24, 5).t(),
+             "bf16_permuted": base.bfloat16().permute(1, 0, 3, 2), "f16_transposed": base.half()[1].transpose(0, 2),
+             "offset": base.view(-1)[7:19].view(3, 4), "scalar": torch.tensor(2.5)}
+    torch.save(views, os.path.join(OUT, "strided.pt"))
+    with open(os.path.join(OUT, "strided.json"), "w") as f:
+        json.dump({k: {"shape": list(v.shape), "values": v.double().flatten().tolist()} for k, v in views.items()}, f)
+        f.write("\n")
+    print("wrote strided.pt")
 
 
 def _shape(a):

@@ -107,19 +107,16 @@ class Tensor:
         if self.is_contiguous():
             start = self.offset * size
             return memoryview(data)[start:start + self.numel * size]
-        if not self.shape:
-            return data[self.offset * size:(self.offset + 1) * size]
-        out = bytearray()
-        # Copy runs along the last dimension when it is dense, else element by element.
+        # One strided slice per row of the last dimension (elements viewed as same-sized ints).
+        elements = memoryview(data).cast({1: "B", 2: "H", 4: "I", 8: "Q"}[size])
         last, last_stride = self.shape[-1], self.stride[-1]
+        out = bytearray()
         for index in _indices(self.shape[:-1]):
             base = self.offset + sum(i * s for i, s in zip(index, self.stride))
-            if last_stride == 1:
-                out += data[base * size:(base + last) * size]
-            else:
-                for j in range(last):
-                    e = base + j * last_stride
-                    out += data[e * size:(e + 1) * size]
+            if last_stride:
+                out += elements[base:base + (last - 1) * last_stride + 1:last_stride].tobytes()
+            else:  # a broadcast (expanded) dimension repeats one element
+                out += elements[base:base + 1].tobytes() * last
         return bytes(out)
 
     def tolist(self):

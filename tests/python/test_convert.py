@@ -233,6 +233,22 @@ class ConvertedModels(unittest.TestCase):
         self.assertFalse([k for k in kv if k.startswith("tokenizer.") or k.startswith("gpt2h.tokenizer")])
 
 
+class CheckpointReader(unittest.TestCase):
+    def test_strided_views_read_as_torch_sees_them(self):
+        with open(os.path.join(CKPTS, "strided.json")) as f:
+            expected = json.load(f)
+        views = torch_checkpoint.load(os.path.join(CKPTS, "strided.pt"))
+        self.assertEqual(set(views), set(expected))
+        for name, want in expected.items():
+            with self.subTest(name):
+                self.assertEqual(list(views[name].shape), want["shape"])
+                self.assertEqual(views[name].tolist(), want["values"])
+
+    def test_real_checkpoint_storage_is_shared_by_tied_weights(self):
+        model = torch_checkpoint.load(os.path.join(DATA, "shakespeare_char", "ckpt_slim.pt"))["model"]
+        self.assertTrue(model["lm_head.weight"].same_data(model["transformer.wte.weight"]))
+
+
 class Float16(unittest.TestCase):
     def test_f16_weights_are_float32_rounded_to_nearest_even(self):
         out = scratch()
