@@ -536,6 +536,8 @@ static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf
     gpt2__reader r{data, size, 0};
     uint32_t magic;
     if (!gpt2__read_u32(&r, &magic)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "file is %zu bytes, too short for a GGUF header", size);
+    if (magic == 0x04034b50u) /* "PK\3\4": a zip, as torch.save writes checkpoints */
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a GGUF file: this is a zip archive, probably a PyTorch checkpoint; convert it with tools/convert.py");
     if (magic != 0x46554747u) /* "GGUF" */
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a GGUF file: magic is 0x%08x, expected 0x46554747 (\"GGUF\")", magic);
     uint64_t n_tensors, n_kv;
@@ -893,6 +895,7 @@ static gpt2_result gpt2__load_hparams(gpt2_model* m, gpt2_error* err) {
     const gpt2__gguf* g = &m->gguf;
     std::string_view arch;
     GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", &arch, err));
+    if (!gpt2__gguf_find_kv(g, "general.architecture")) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key 'general.architecture'");
     if (arch != "gpt2")
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "general.architecture is '%.*s', expected 'gpt2'", (int)std::min<size_t>(arch.size(), 64), arch.data());
     std::string_view name;
@@ -967,6 +970,7 @@ static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
     if (kind == "char") {
         gpt2__vector<std::string_view> chars;
         GPT2__TRY(gpt2__gguf_get_string_array(g, "gpt2h.tokenizer.chars", &chars, err));
+        if (chars.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2h.tokenizer.chars is empty: a vocabulary needs at least one token");
         GPT2__TRY(gpt2__tokenizer_init_char(&m->tokenizer, chars.data(), chars.size(), err));
     } else if (!kind.empty()) {
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "gpt2h.tokenizer.kind is '%.*s', expected 'char'", (int)std::min<size_t>(kind.size(), 64), kind.data());
@@ -1669,7 +1673,7 @@ GPT2_DEF gpt2_result gpt2_tokenize(const gpt2_model* m, const char* text, size_t
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(m, text, len, allow_special != 0, &ids, err));
     if (n_tokens) *n_tokens = ids.size();
-    std::memcpy(tokens, ids.data(), std::min(capacity, ids.size()) * sizeof(int32_t));
+    if (capacity && !ids.empty()) std::memcpy(tokens, ids.data(), std::min(capacity, ids.size()) * sizeof(int32_t));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }

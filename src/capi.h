@@ -157,7 +157,7 @@ GPT2_DEF gpt2_result gpt2_tokenize(const gpt2_model* m, const char* text, size_t
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(m, text, len, allow_special != 0, &ids, err));
     if (n_tokens) *n_tokens = ids.size();
-    std::memcpy(tokens, ids.data(), std::min(capacity, ids.size()) * sizeof(int32_t));
+    if (capacity && !ids.empty()) std::memcpy(tokens, ids.data(), std::min(capacity, ids.size()) * sizeof(int32_t));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }

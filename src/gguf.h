@@ -121,6 +121,8 @@ static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf
     gpt2__reader r{data, size, 0};
     uint32_t magic;
     if (!gpt2__read_u32(&r, &magic)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "file is %zu bytes, too short for a GGUF header", size);
+    if (magic == 0x04034b50u) /* "PK\3\4": a zip, as torch.save writes checkpoints */
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a GGUF file: this is a zip archive, probably a PyTorch checkpoint; convert it with tools/convert.py");
     if (magic != 0x46554747u) /* "GGUF" */
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a GGUF file: magic is 0x%08x, expected 0x46554747 (\"GGUF\")", magic);
     uint64_t n_tensors, n_kv;

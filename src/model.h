@@ -188,6 +188,7 @@ static gpt2_result gpt2__load_hparams(gpt2_model* m, gpt2_error* err) {
     const gpt2__gguf* g = &m->gguf;
     std::string_view arch;
     GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", &arch, err));
+    if (!gpt2__gguf_find_kv(g, "general.architecture")) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key 'general.architecture'");
     if (arch != "gpt2")
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "general.architecture is '%.*s', expected 'gpt2'", (int)std::min<size_t>(arch.size(), 64), arch.data());
     std::string_view name;
@@ -262,6 +263,7 @@ static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
     if (kind == "char") {
         gpt2__vector<std::string_view> chars;
         GPT2__TRY(gpt2__gguf_get_string_array(g, "gpt2h.tokenizer.chars", &chars, err));
+        if (chars.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2h.tokenizer.chars is empty: a vocabulary needs at least one token");
         GPT2__TRY(gpt2__tokenizer_init_char(&m->tokenizer, chars.data(), chars.size(), err));
     } else if (!kind.empty()) {
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "gpt2h.tokenizer.kind is '%.*s', expected 'char'", (int)std::min<size_t>(kind.size(), 64), kind.data());
