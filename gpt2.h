@@ -62,7 +62,11 @@
 #include <stdint.h>
 
 #ifdef GPT2_STATIC
+#if defined(__GNUC__)
+#define GPT2_API static __attribute__((unused)) /* a program need not call every function */
+#else
 #define GPT2_API static
+#endif
 #else
 #define GPT2_API extern
 #endif
@@ -280,7 +284,7 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 
 #ifdef GPT2_STATIC
-#define GPT2_DEF static
+#define GPT2_DEF GPT2_API
 #else
 #define GPT2_DEF
 #endif

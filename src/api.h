@@ -61,7 +61,11 @@
 #include <stdint.h>
 
 #ifdef GPT2_STATIC
+#if defined(__GNUC__)
+#define GPT2_API static __attribute__((unused)) /* a program need not call every function */
+#else
 #define GPT2_API static
+#endif
 #else
 #define GPT2_API extern
 #endif

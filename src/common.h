@@ -40,7 +40,7 @@
 #endif
 
 #ifdef GPT2_STATIC
-#define GPT2_DEF static
+#define GPT2_DEF GPT2_API
 #else
 #define GPT2_DEF
 #endif
