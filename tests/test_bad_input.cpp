@@ -681,7 +681,7 @@ TEST_CASE("NULL pointers to every API function are refused or ignored, never der
     const float logits[2] = {0, 1};
     char text[8];
 
-    CHECK(gpt2_result_string((gpt2_result)12345) != nullptr);
+    CHECK(std::string(gpt2_result_string((gpt2_result)15)) == "unknown result"); // a code from a newer version
     gpt2_model* m = nullptr;
     CHECK(gpt2_model_load_file("x.gguf", nullptr, nullptr, &e) == GPT2_ERROR_INVALID_ARGUMENT);
     CHECK(has(e, "out_model is NULL"));

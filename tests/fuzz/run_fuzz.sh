@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for SECONDS seconds.
+#
+#   tests/fuzz/run_fuzz.sh SECONDS
+#
+# Targets: fuzz_gguf.cpp (seeds: corpus_gguf/) and, when present, fuzz_tokenizer.cpp (seeds:
+# corpus_tokenizer/ if present). Seeds are copied to build-fuzz/ so the repository's corpus
+# stays as committed. Any crash, sanitizer report, leak or timeout fails the script; the input
+# that caused it is left in build-fuzz/ (crash-*, leak-*, timeout-*) to replay with
+#   build-fuzz/fuzz_gguf build-fuzz/crash-...
+# Prints the number of executions of each target. docs/RELIABILITY.md describes longer runs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds="${1:?usage: tests/fuzz/run_fuzz.sh SECONDS}"
+out=build-fuzz
+mkdir -p "$out"
+cxx="${CXX_FUZZ:-clang++}"
+flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -I. -Itests -pthread)
+
+status=0
+for target in fuzz_gguf fuzz_tokenizer; do
+    src="tests/fuzz/$target.cpp"
+    [ -f "$src" ] || { echo "$target: $src not present, skipped"; continue; }
+    echo "== $target: building"
+    "$cxx" "${flags[@]}" "$src" -o "$out/$target"
+    corpus="$out/corpus_${target#fuzz_}"
+    mkdir -p "$corpus"
+    seeds="tests/fuzz/corpus_${target#fuzz_}"
+    [ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+    echo "== $target: fuzzing for $seconds s"
+    log="$out/$target.log"
+    if (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
+            -print_final_stats=1 "corpus_${target#fuzz_}") >"$log" 2>&1; then
+        result=ok
+    else
+        result=FAILED
+        status=1
+        tail -n 60 "$log"
+    fi
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+    units=$(ls "$corpus" | wc -l)
+    echo "$target: $result, $execs executions in $seconds s, corpus of $units inputs (log: $log)"
+done
+exit $status
