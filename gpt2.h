@@ -1,0 +1,1220 @@
+/* ---- src/api.h ---- */
+/* gpt2.h - run GPT-2-class models (nanoGPT, OpenAI GPT-2) inside your program.
+   Single-file library: https://github.com/ (see README.md). MIT license at the end of this file.
+
+   THIS FILE IS GENERATED from src/ by tools/amalgamate.py. Edit the parts under src/.
+
+   USAGE
+     In exactly one C++ translation unit:
+         #define GPT2_IMPLEMENTATION
+         #include "gpt2.h"
+     Everywhere else (C or C++) just #include "gpt2.h". The implementation needs C++17.
+
+     #include "gpt2.h"
+     #include <stdio.h>
+     static int print_token(void* user, int32_t token, const char* text, size_t len) {
+         (void)user; (void)token;
+         fwrite(text, 1, len, stdout);
+         return 0;                                  // nonzero stops generation
+     }
+     int main(void) {
+         gpt2_error err;
+         gpt2_model* model;
+         if (gpt2_model_load_file("model.gguf", NULL, &model, &err) != GPT2_OK) {
+             fprintf(stderr, "%s\n", err.message);
+             return 1;
+         }
+         gpt2_session* session;
+         gpt2_session_create(model, NULL, &session, &err);
+         gpt2_generate_params gen = gpt2_generate_default_params();
+         gen.max_new_tokens = 200;
+         gen.on_token = print_token;
+         gpt2_generate_text(session, "ROMEO:", &gen, &err);
+         gpt2_session_free(session);
+         gpt2_model_free(model);
+     }
+
+   CONCEPTS
+     gpt2_model    immutable after loading: weights (memory-mapped from the file) and vocabulary.
+                   Share one model between any number of sessions and threads.
+     gpt2_session  one conversation: KV cache, scratch memory, worker threads, RNG. A session is
+                   used by one thread at a time; sessions on one model run in parallel.
+                   Free every session before its model.
+     n_ctx         the longest context the model was trained for (nanoGPT's block_size). When a
+                   sequence grows past n_ctx, the session keeps its last n_ctx tokens and
+                   recomputes them (exactly nanoGPT's generate()); each such step costs a prompt
+                   pass over n_ctx tokens instead of one token.
+
+   ERRORS
+     Every function that can fail returns a gpt2_result and, when `err` is not NULL, fills it
+     with the code and a sentence naming the problem. No function throws, exits or aborts.
+
+   OPTIONS (define before including the implementation)
+     GPT2_STATIC             make every function static (private to one translation unit)
+     GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
+     GPT2_ASSERT             replace assert() for internal invariants
+     GPT2_NO_SIMD            use the portable kernels only
+*/
+#ifndef GPT2_H
+#define GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef GPT2_STATIC
+#define GPT2_API static
+#else
+#define GPT2_API extern
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPT2_VERSION_MAJOR 0
+#define GPT2_VERSION_MINOR 1
+#define GPT2_VERSION_PATCH 0
+
+typedef enum gpt2_result {
+    GPT2_OK = 0,
+    GPT2_ERROR_INVALID_ARGUMENT, /* a NULL pointer, a value out of its range */
+    GPT2_ERROR_IO,               /* the file could not be opened, read or mapped */
+    GPT2_ERROR_BAD_FILE,         /* the file is not a valid model: truncated, corrupt, inconsistent */
+    GPT2_ERROR_UNSUPPORTED,      /* a valid file using something this build cannot run */
+    GPT2_ERROR_OUT_OF_MEMORY,
+    GPT2_ERROR_BAD_TOKEN,        /* a token id outside the vocabulary */
+    GPT2_ERROR_CONTEXT_FULL,     /* more tokens than the session's context holds */
+    GPT2_ERROR_NO_VOCABULARY,    /* text was given to a model that has no tokenizer */
+    GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
+    GPT2_ERROR_DEVICE            /* the GPU or its driver failed */
+} gpt2_result;
+
+/* A short English name for a result code ("bad file"); never NULL. */
+GPT2_API const char* gpt2_result_string(gpt2_result result);
+
+typedef struct gpt2_error {
+    gpt2_result code;
+    char message[512];
+} gpt2_error;
+
+typedef enum gpt2_log_level { GPT2_LOG_ERROR, GPT2_LOG_WARNING, GPT2_LOG_INFO, GPT2_LOG_DEBUG } gpt2_log_level;
+typedef void (*gpt2_log_fn)(void* user, gpt2_log_level level, const char* message);
+
+/* Weight storage types, numbered as in GGUF. */
+typedef enum gpt2_type {
+    GPT2_TYPE_F32 = 0,
+    GPT2_TYPE_F16 = 1,
+    GPT2_TYPE_Q8_0 = 8,
+    GPT2_TYPE_BF16 = 30
+} gpt2_type;
+
+typedef enum gpt2_device { GPT2_DEVICE_CPU = 0, GPT2_DEVICE_CUDA = 1 } gpt2_device;
+
+typedef enum gpt2_tokenizer_kind {
+    GPT2_TOKENIZER_NONE = 0, /* token ids only */
+    GPT2_TOKENIZER_CHAR,     /* nanoGPT meta.pkl character vocabulary */
+    GPT2_TOKENIZER_BPE       /* GPT-2 byte-level BPE */
+} gpt2_tokenizer_kind;
+
+/* ---- Model ---------------------------------------------------------------------------- */
+typedef struct gpt2_model gpt2_model;
+
+typedef struct gpt2_model_params {
+    int use_mmap;          /* 1: map the file (weights are not copied); 0: read it into memory */
+    gpt2_device device;    /* where sessions of this model run */
+    int cuda_device_index; /* with GPT2_DEVICE_CUDA */
+    gpt2_log_fn log;       /* silent when NULL */
+    void* log_user;
+} gpt2_model_params;
+
+GPT2_API gpt2_model_params gpt2_model_default_params(void);
+
+/* Loads a GGUF model file. params may be NULL (defaults). */
+GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params,
+                                          gpt2_model** out_model, gpt2_error* err);
+/* Loads from a buffer holding a whole GGUF file. The buffer is used in place (not copied) and
+   must outlive the model. */
+GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
+                                            gpt2_model** out_model, gpt2_error* err);
+GPT2_API void gpt2_model_free(gpt2_model* model);
+
+typedef struct gpt2_model_info {
+    const char* name;       /* general.name, "" when absent */
+    int n_vocab;            /* tokens that can be fed and sampled */
+    int n_vocab_rows;       /* rows of the embedding matrix (>= n_vocab; more when padded) */
+    int n_ctx;              /* context length (block_size) */
+    int n_embd;
+    int n_layer;
+    int n_head;
+    gpt2_type weight_type;  /* type of the large matrices */
+    gpt2_tokenizer_kind tokenizer;
+    int32_t eos_token;      /* <|endoftext|>, or -1 */
+    size_t weight_bytes;    /* bytes of tensor data */
+} gpt2_model_info;
+
+GPT2_API gpt2_model_info gpt2_model_get_info(const gpt2_model* model);
+
+/* ---- Tokenizer ------------------------------------------------------------------------ */
+/* Encodes `len` bytes of UTF-8 text. Writes up to `capacity` ids; `*n_tokens` receives the
+   number the text needs (call with capacity 0 to size the buffer). With allow_special,
+   "<|endoftext|>" becomes the end-of-text token; otherwise it is ordinary text. */
+GPT2_API gpt2_result gpt2_tokenize(const gpt2_model* model, const char* text, size_t len, int allow_special,
+                                   int32_t* tokens, size_t capacity, size_t* n_tokens, gpt2_error* err);
+/* Decodes ids to bytes. Writes up to `capacity` bytes; `*n_bytes` receives the length needed.
+   The result may end inside a UTF-8 character if the ids do; see gpt2_generate's streaming. */
+GPT2_API gpt2_result gpt2_detokenize(const gpt2_model* model, const int32_t* tokens, size_t n_tokens,
+                                     char* text, size_t capacity, size_t* n_bytes, gpt2_error* err);
+
+/* ---- Session -------------------------------------------------------------------------- */
+typedef struct gpt2_session gpt2_session;
+
+typedef struct gpt2_session_params {
+    int n_threads;  /* worker threads for this session, including the caller; 0 = all cores */
+    int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's */
+    int kv_f16;     /* store the KV cache in 16-bit floats (half the memory) */
+} gpt2_session_params;
+
+GPT2_API gpt2_session_params gpt2_session_default_params(void);
+/* params may be NULL (defaults). */
+GPT2_API gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_session_params* params,
+                                         gpt2_session** out_session, gpt2_error* err);
+GPT2_API void gpt2_session_free(gpt2_session* session);
+/* Forgets the context (the conversation); keeps the memory. */
+GPT2_API void gpt2_session_reset(gpt2_session* session);
+/* Tokens in the session's context (after cropping to n_ctx). */
+GPT2_API size_t gpt2_session_n_tokens(const gpt2_session* session);
+
+/* Appends tokens to the context and runs the model over them (all new tokens in one pass).
+   Afterwards gpt2_session_logits() holds the prediction after the last token. When the context
+   would exceed n_ctx, the oldest tokens are dropped and the last n_ctx are recomputed. */
+GPT2_API gpt2_result gpt2_session_eval(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
+                                       gpt2_error* err);
+/* n_vocab logits of the last evaluated position; NULL before the first eval. */
+GPT2_API const float* gpt2_session_logits(const gpt2_session* session);
+
+/* Log-probability (natural log) of tokens[1..n-1], each given the ones before it; the first
+   token is not scored. Evaluated from an empty context; the session is reset afterwards.
+   Sequences longer than n_ctx use nanoGPT's sliding window. */
+GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
+                                double* out_logprob_sum, gpt2_error* err);
+
+/* ---- Generation ----------------------------------------------------------------------- */
+/* Called once per new token. `text` is that token's decoded text (NULL and 0 for a model without
+   vocabulary); it never ends inside a UTF-8 character: incomplete bytes are held until they are
+   complete. Return nonzero to stop. */
+typedef int (*gpt2_token_fn)(void* user, int32_t token, const char* text, size_t text_len);
+
+typedef struct gpt2_generate_params {
+    int max_new_tokens;  /* default 256 */
+    float temperature;   /* 0 = greedy (argmax); default 0.8 */
+    int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
+    uint64_t seed;       /* same seed, same tokens, on every platform */
+    gpt2_token_fn on_token;
+    void* user;
+} gpt2_generate_params;
+
+GPT2_API gpt2_generate_params gpt2_generate_default_params(void);
+
+/* Appends `prompt` to the session's context, then samples up to max_new_tokens tokens, nanoGPT's
+   way: logits / temperature, keep the top_k, softmax, draw one. The new tokens stay in the
+   context, so a further call continues the conversation. out_tokens (may be NULL) receives up
+   to `capacity` new ids; *n_generated (may be NULL) how many were generated. */
+GPT2_API gpt2_result gpt2_generate(gpt2_session* session, const int32_t* prompt, size_t n_prompt,
+                                   const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
+                                   size_t* n_generated, gpt2_error* err);
+/* gpt2_generate with a UTF-8 prompt, encoded with the model's tokenizer (no special tokens). */
+GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* prompt, const gpt2_generate_params* params,
+                                        gpt2_error* err);
+
+/* Draws one token from `logits` (n entries) with the given temperature/top_k; *rng_state is
+   advanced. Exposed so callers can sample from gpt2_session_logits() themselves. */
+GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, int top_k, uint64_t* rng_state,
+                                 int32_t* out_token, gpt2_error* err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPT2_H */
+
+/* ---- src/common.h ---- */
+/* ======================================================================================== */
+/*                                     IMPLEMENTATION                                       */
+/* ======================================================================================== */
+#if defined(GPT2_IMPLEMENTATION) && !defined(GPT2_IMPLEMENTATION_DONE)
+#define GPT2_IMPLEMENTATION_DONE
+
+#ifndef __cplusplus
+#error "GPT2_IMPLEMENTATION needs C++17: define it in a .cpp file"
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#if defined(GPT2_MALLOC) != defined(GPT2_FREE)
+#error "define both GPT2_MALLOC and GPT2_FREE, or neither"
+#endif
+#ifndef GPT2_MALLOC
+#define GPT2_MALLOC(size) std::malloc(size)
+#define GPT2_FREE(ptr) std::free(ptr)
+#endif
+#ifndef GPT2_ASSERT
+#include <cassert>
+#define GPT2_ASSERT(x) assert(x)
+#endif
+
+#ifdef GPT2_STATIC
+#define GPT2_DEF static
+#else
+#define GPT2_DEF
+#endif
+
+/* Containers allocate through GPT2_MALLOC too, so a host's allocator sees every byte. */
+template <class T>
+struct gpt2__allocator {
+    using value_type = T;
+    gpt2__allocator() = default;
+    template <class U>
+    gpt2__allocator(const gpt2__allocator<U>&) {}
+    T* allocate(size_t n) {
+        if (n > std::numeric_limits<size_t>::max() / sizeof(T)) return nullptr;
+        void* p = GPT2_MALLOC(n * sizeof(T));
+#if defined(__cpp_exceptions)
+        if (!p) throw std::bad_alloc();
+#endif
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t) { GPT2_FREE(p); }
+    template <class U>
+    bool operator==(const gpt2__allocator<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const gpt2__allocator<U>&) const { return false; }
+};
+template <class T>
+using gpt2__vector = std::vector<T, gpt2__allocator<T>>;
+using gpt2__string = std::basic_string<char, std::char_traits<char>, gpt2__allocator<char>>;
+
+/* Fills `err` (when given) and returns its code, so call sites read `return gpt2__fail(...)`. */
+static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...) {
+    if (err) {
+        err->code = code;
+        va_list args;
+        va_start(args, fmt);
+        std::vsnprintf(err->message, sizeof err->message, fmt, args);
+        va_end(args);
+    }
+    return code;
+}
+
+static gpt2_result gpt2__ok(gpt2_error* err) {
+    if (err) {
+        err->code = GPT2_OK;
+        err->message[0] = '\0';
+    }
+    return GPT2_OK;
+}
+
+/* IEEE half <-> float, exact in both directions (round to nearest even on the way down). */
+static inline float gpt2__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        int shift = 0;
+        while (!(mant & 0x400u)) { mant <<= 1; shift++; }
+        bits = sign | ((uint32_t)(113 - shift) << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t gpt2__f32_to_f16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+    if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
+    if (abs < 0x38800000u) { /* subnormal or zero in half */
+        float a;
+        std::memcpy(&a, &abs, 4);
+        return (uint16_t)(sign | (uint32_t)std::nearbyint(a * 16777216.0f)); /* a / 2^-24 */
+    }
+    uint32_t mant = abs & 0x7fffffu, exp = (abs >> 23) - 112;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float gpt2__bf16_to_f32(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* ---- src/unicode_tables.h ---- */
+/* GENERATED by tools/gen_unicode_tables.py from Python's unicodedata (Unicode 14.0.0). Do not edit;
+   rerun the script (python3 tools/gen_unicode_tables.py) instead.
+   Character classes of GPT-2's pre-tokenizer: ranges of code points, each entry
+   (first code point << 2) | class, sorted; a range ends where the next one starts. */
+#define GPT2__UNICODE_VERSION "14.0.0"
+enum gpt2__char_class { GPT2__CC_OTHER = 0, GPT2__CC_LETTER = 1, GPT2__CC_NUMBER = 2, GPT2__CC_SPACE = 3 };
+static const uint32_t gpt2__unicode_ranges[1534] = {
+    0x0, 0x27, 0x38, 0x83, 0x84, 0xc2, 0xe8, 0x105, 0x16c, 0x185,
+    0x1ec, 0x217, 0x218, 0x283, 0x284, 0x2a9, 0x2ac, 0x2ca, 0x2d0, 0x2d5,
+    0x2d8, 0x2e6, 0x2e9, 0x2ec, 0x2f2, 0x2fc, 0x301, 0x35c, 0x361, 0x3dc,
+    0x3e1, 0xb08, 0xb19, 0xb48, 0xb81, 0xb94, 0xbb1, 0xbb4, 0xbb9, 0xbbc,
+    0xdc1, 0xdd4, 0xdd9, 0xde0, 0xde9, 0xdf8, 0xdfd, 0xe00, 0xe19, 0xe1c,
+    0xe21, 0xe2c, 0xe31, 0xe34, 0xe39, 0xe88, 0xe8d, 0xfd8, 0xfdd, 0x1208,
+    0x1229, 0x14c0, 0x14c5, 0x155c, 0x1565, 0x1568, 0x1581, 0x1624, 0x1741, 0x17ac,
+    0x17bd, 0x17cc, 0x1881, 0x192c, 0x1982, 0x19a8, 0x19b9, 0x19c0, 0x19c5, 0x1b50,
+    0x1b55, 0x1b58, 0x1b95, 0x1b9c, 0x1bb9, 0x1bc2, 0x1be9, 0x1bf4, 0x1bfd, 0x1c00,
+    0x1c41, 0x1c44, 0x1c49, 0x1cc0, 0x1d35, 0x1e98, 0x1ec5, 0x1ec8, 0x1f02, 0x1f29,
+    0x1fac, 0x1fd1, 0x1fd8, 0x1fe9, 0x1fec, 0x2001, 0x2058, 0x2069, 0x206c, 0x2091,
+    0x2094, 0x20a1, 0x20a4, 0x2101, 0x2164, 0x2181, 0x21ac, 0x21c1, 0x2220, 0x2225,
+    0x223c, 0x2281, 0x2328, 0x2411, 0x24e8, 0x24f5, 0x24f8, 0x2541, 0x2544, 0x2561,
+    0x2588, 0x259a, 0x25c0, 0x25c5, 0x2604, 0x2615, 0x2634, 0x263d, 0x2644, 0x264d,
+    0x26a4, 0x26a9, 0x26c4, 0x26c9, 0x26cc, 0x26d9, 0x26e8, 0x26f5, 0x26f8, 0x2739,
+    0x273c, 0x2771, 0x2778, 0x277d, 0x2788, 0x279a, 0x27c1, 0x27c8, 0x27d2, 0x27e8,
+    0x27f1, 0x27f4, 0x2815, 0x282c, 0x283d, 0x2844, 0x284d, 0x28a4, 0x28a9, 0x28c4,
+    0x28c9, 0x28d0, 0x28d5, 0x28dc, 0x28e1, 0x28e8, 0x2965, 0x2974, 0x2979, 0x297c,
+    0x299a, 0x29c0, 0x29c9, 0x29d4, 0x2a15, 0x2a38, 0x2a3d, 0x2a48, 0x2a4d, 0x2aa4,
+    0x2aa9, 0x2ac4, 0x2ac9, 0x2ad0, 0x2ad5, 0x2ae8, 0x2af5, 0x2af8, 0x2b41, 0x2b44,
+    0x2b81, 0x2b88, 0x2b9a, 0x2bc0, 0x2be5, 0x2be8, 0x2c15, 0x2c34, 0x2c3d, 0x2c44,
+    0x2c4d, 0x2ca4, 0x2ca9, 0x2cc4, 0x2cc9, 0x2cd0, 0x2cd5, 0x2ce8, 0x2cf5, 0x2cf8,
+    0x2d71, 0x2d78, 0x2d7d, 0x2d88, 0x2d9a, 0x2dc0, 0x2dc5, 0x2dca, 0x2de0, 0x2e0d,
+    0x2e10, 0x2e15, 0x2e2c, 0x2e39, 0x2e44, 0x2e49, 0x2e58, 0x2e65, 0x2e6c, 0x2e71,
+    0x2e74, 0x2e79, 0x2e80, 0x2e8d, 0x2e94, 0x2ea1, 0x2eac, 0x2eb9, 0x2ee8, 0x2f41,
+    0x2f44, 0x2f9a, 0x2fcc, 0x3015, 0x3034, 0x3039, 0x3044, 0x3049, 0x30a4, 0x30a9,
+    0x30e8, 0x30f5, 0x30f8, 0x3161, 0x316c, 0x3175, 0x3178, 0x3181, 0x3188, 0x319a,
+    0x31c0, 0x31e2, 0x31fc, 0x3201, 0x3204, 0x3215, 0x3234, 0x3239, 0x3244, 0x3249,
+    0x32a4, 0x32a9, 0x32d0, 0x32d5, 0x32e8, 0x32f5, 0x32f8, 0x3375, 0x337c, 0x3381,
+    0x3388, 0x339a, 0x33c0, 0x33c5, 0x33cc, 0x3411, 0x3434, 0x3439, 0x3444, 0x3449,
+    0x34ec, 0x34f5, 0x34f8, 0x3539, 0x353c, 0x3551, 0x355c, 0x3562, 0x357d, 0x3588,
+    0x359a, 0x35e4, 0x35e9, 0x3600, 0x3615, 0x365c, 0x3669, 0x36c8, 0x36cd, 0x36f0,
+    0x36f5, 0x36f8, 0x3701, 0x371c, 0x379a, 0x37c0, 0x3805, 0x38c4, 0x38c9, 0x38d0,
+    0x3901, 0x391c, 0x3942, 0x3968, 0x3a05, 0x3a0c, 0x3a11, 0x3a14, 0x3a19, 0x3a2c,
+    0x3a31, 0x3a90, 0x3a95, 0x3a98, 0x3a9d, 0x3ac4, 0x3ac9, 0x3ad0, 0x3af5, 0x3af8,
+    0x3b01, 0x3b14, 0x3b19, 0x3b1c, 0x3b42, 0x3b68, 0x3b71, 0x3b80, 0x3c01, 0x3c04,
+    0x3c82, 0x3cd0, 0x3d01, 0x3d20, 0x3d25, 0x3db4, 0x3e21, 0x3e34, 0x4001, 0x40ac,
+    0x40fd, 0x4102, 0x4128, 0x4141, 0x4158, 0x4169, 0x4178, 0x4185, 0x4188, 0x4195,
+    0x419c, 0x41b9, 0x41c4, 0x41d5, 0x4208, 0x4239, 0x423c, 0x4242, 0x4268, 0x4281,
+    0x4318, 0x431d, 0x4320, 0x4335, 0x4338, 0x4341, 0x43ec, 0x43f1, 0x4924, 0x4929,
+    0x4938, 0x4941, 0x495c, 0x4961, 0x4964, 0x4969, 0x4978, 0x4981, 0x4a24, 0x4a29,
+    0x4a38, 0x4a41, 0x4ac4, 0x4ac9, 0x4ad8, 0x4ae1, 0x4afc, 0x4b01, 0x4b04, 0x4b09,
+    0x4b18, 0x4b21, 0x4b5c, 0x4b61, 0x4c44, 0x4c49, 0x4c58, 0x4c61, 0x4d6c, 0x4da6,
+    0x4df4, 0x4e01, 0x4e40, 0x4e81, 0x4fd8, 0x4fe1, 0x4ff8, 0x5005, 0x59b4, 0x59bd,
+    0x5a03, 0x5a05, 0x5a6c, 0x5a81, 0x5bac, 0x5bba, 0x5bc5, 0x5be4, 0x5c01, 0x5c48,
+    0x5c7d, 0x5cc8, 0x5d01, 0x5d48, 0x5d81, 0x5db4, 0x5db9, 0x5dc4, 0x5e01, 0x5ed0,
+    0x5f5d, 0x5f60, 0x5f71, 0x5f74, 0x5f82, 0x5fa8, 0x5fc2, 0x5fe8, 0x6042, 0x6068,
+    0x6081, 0x61e4, 0x6201, 0x6214, 0x621d, 0x62a4, 0x62a9, 0x62ac, 0x62c1, 0x63d8,
+    0x6401, 0x647c, 0x651a, 0x6541, 0x65b8, 0x65c1, 0x65d4, 0x6601, 0x66b0, 0x66c1,
+    0x6728, 0x6742, 0x676c, 0x6801, 0x685c, 0x6881, 0x6954, 0x6a02, 0x6a28, 0x6a42,
+    0x6a68, 0x6a9d, 0x6aa0, 0x6c15, 0x6cd0, 0x6d15, 0x6d34, 0x6d42, 0x6d68, 0x6e0d,
+    0x6e84, 0x6eb9, 0x6ec2, 0x6ee9, 0x6f98, 0x7001, 0x7090, 0x7102, 0x7128, 0x7135,
+    0x7142, 0x7169, 0x71f8, 0x7201, 0x7224, 0x7241, 0x72ec, 0x72f5, 0x7300, 0x73a5,
+    0x73b4, 0x73b9, 0x73d0, 0x73d5, 0x73dc, 0x73e9, 0x73ec, 0x7401, 0x7700, 0x7801,
+    0x7c58, 0x7c61, 0x7c78, 0x7c81, 0x7d18, 0x7d21, 0x7d38, 0x7d41, 0x7d60, 0x7d65,
+    0x7d68, 0x7d6d, 0x7d70, 0x7d75, 0x7d78, 0x7d7d, 0x7df8, 0x7e01, 0x7ed4, 0x7ed9,
+    0x7ef4, 0x7ef9, 0x7efc, 0x7f09, 0x7f14, 0x7f19, 0x7f34, 0x7f41, 0x7f50, 0x7f59,
+    0x7f70, 0x7f81, 0x7fb4, 0x7fc9, 0x7fd4, 0x7fd9, 0x7ff4, 0x8003, 0x802c, 0x80a3,
+    0x80a8, 0x80bf, 0x80c0, 0x817f, 0x8180, 0x81c2, 0x81c5, 0x81c8, 0x81d2, 0x81e8,
+    0x81fd, 0x8202, 0x8228, 0x8241, 0x8274, 0x8409, 0x840c, 0x841d, 0x8420, 0x8429,
+    0x8450, 0x8455, 0x8458, 0x8465, 0x8478, 0x8491, 0x8494, 0x8499, 0x849c, 0x84a1,
+    0x84a4, 0x84a9, 0x84b8, 0x84bd, 0x84e8, 0x84f1, 0x8500, 0x8515, 0x8528, 0x8539,
+    0x853c, 0x8542, 0x860d, 0x8616, 0x8628, 0x9182, 0x9270, 0x93aa, 0x9400, 0x9dda,
+    0x9e50, 0xb001, 0xb394, 0xb3ad, 0xb3bc, 0xb3c9, 0xb3d0, 0xb3f6, 0xb3f8, 0xb401,
+    0xb498, 0xb49d, 0xb4a0, 0xb4b5, 0xb4b8, 0xb4c1, 0xb5a0, 0xb5bd, 0xb5c0, 0xb601,
+    0xb65c, 0xb681, 0xb69c, 0xb6a1, 0xb6bc, 0xb6c1, 0xb6dc, 0xb6e1, 0xb6fc, 0xb701,
+    0xb71c, 0xb721, 0xb73c, 0xb741, 0xb75c, 0xb761, 0xb77c, 0xb8bd, 0xb8c0, 0xc003,
+    0xc004, 0xc015, 0xc01e, 0xc020, 0xc086, 0xc0a8, 0xc0c5, 0xc0d8, 0xc0e2, 0xc0ed,
+    0xc0f4, 0xc105, 0xc25c, 0xc275, 0xc280, 0xc285, 0xc3ec, 0xc3f1, 0xc400, 0xc415,
+    0xc4c0, 0xc4c5, 0xc63c, 0xc64a, 0xc658, 0xc681, 0xc700, 0xc7c1, 0xc800, 0xc882,
+    0xc8a8, 0xc922, 0xc940, 0xc946, 0xc980, 0xca02, 0xca28, 0xcac6, 0xcb00, 0xd001,
+    0x13700, 0x13801, 0x29234, 0x29341, 0x293f8, 0x29401, 0x29834, 0x29841, 0x29882, 0x298a9,
+    0x298b0, 0x29901, 0x299bc, 0x299fd, 0x29a78, 0x29a81, 0x29b9a, 0x29bc0, 0x29c5d, 0x29c80,
+    0x29c89, 0x29e24, 0x29e2d, 0x29f2c, 0x29f41, 0x29f48, 0x29f4d, 0x29f50, 0x29f55, 0x29f68,
+    0x29fc9, 0x2a008, 0x2a00d, 0x2a018, 0x2a01d, 0x2a02c, 0x2a031, 0x2a08c, 0x2a0c2, 0x2a0d8,
+    0x2a101, 0x2a1d0, 0x2a209, 0x2a2d0, 0x2a342, 0x2a368, 0x2a3c9, 0x2a3e0, 0x2a3ed, 0x2a3f0,
+    0x2a3f5, 0x2a3fc, 0x2a402, 0x2a429, 0x2a498, 0x2a4c1, 0x2a51c, 0x2a581, 0x2a5f4, 0x2a611,
+    0x2a6cc, 0x2a73d, 0x2a742, 0x2a768, 0x2a781, 0x2a794, 0x2a799, 0x2a7c2, 0x2a7e9, 0x2a7fc,
+    0x2a801, 0x2a8a4, 0x2a901, 0x2a90c, 0x2a911, 0x2a930, 0x2a942, 0x2a968, 0x2a981, 0x2a9dc,
+    0x2a9e9, 0x2a9ec, 0x2a9f9, 0x2aac0, 0x2aac5, 0x2aac8, 0x2aad5, 0x2aadc, 0x2aae5, 0x2aaf8,
+    0x2ab01, 0x2ab04, 0x2ab09, 0x2ab0c, 0x2ab6d, 0x2ab78, 0x2ab81, 0x2abac, 0x2abc9, 0x2abd4,
+    0x2ac05, 0x2ac1c, 0x2ac25, 0x2ac3c, 0x2ac45, 0x2ac5c, 0x2ac81, 0x2ac9c, 0x2aca1, 0x2acbc,
+    0x2acc1, 0x2ad6c, 0x2ad71, 0x2ada8, 0x2adc1, 0x2af8c, 0x2afc2, 0x2afe8, 0x2b001, 0x35e90,
+    0x35ec1, 0x35f1c, 0x35f2d, 0x35ff0, 0x3e401, 0x3e9b8, 0x3e9c1, 0x3eb68, 0x3ec01, 0x3ec1c,
+    0x3ec4d, 0x3ec60, 0x3ec75, 0x3ec78, 0x3ec7d, 0x3eca4, 0x3eca9, 0x3ecdc, 0x3ece1, 0x3ecf4,
+    0x3ecf9, 0x3ecfc, 0x3ed01, 0x3ed08, 0x3ed0d, 0x3ed14, 0x3ed19, 0x3eec8, 0x3ef4d, 0x3f4f8,
+    0x3f541, 0x3f640, 0x3f649, 0x3f720, 0x3f7c1, 0x3f7f0, 0x3f9c1, 0x3f9d4, 0x3f9d9, 0x3fbf4,
+    0x3fc42, 0x3fc68, 0x3fc85, 0x3fcec, 0x3fd05, 0x3fd6c, 0x3fd99, 0x3fefc, 0x3ff09, 0x3ff20,
+    0x3ff29, 0x3ff40, 0x3ff49, 0x3ff60, 0x3ff69, 0x3ff74, 0x40001, 0x40030, 0x40035, 0x4009c,
+    0x400a1, 0x400ec, 0x400f1, 0x400f8, 0x400fd, 0x40138, 0x40141, 0x40178, 0x40201, 0x403ec,
+    0x4041e, 0x404d0, 0x40502, 0x405e4, 0x4062a, 0x40630, 0x40a01, 0x40a74, 0x40a81, 0x40b44,
+    0x40b86, 0x40bf0, 0x40c01, 0x40c82, 0x40c90, 0x40cb5, 0x40d06, 0x40d09, 0x40d2a, 0x40d2c,
+    0x40d41, 0x40dd8, 0x40e01, 0x40e78, 0x40e81, 0x40f10, 0x40f21, 0x40f40, 0x40f46, 0x40f58,
+    0x41001, 0x41278, 0x41282, 0x412a8, 0x412c1, 0x41350, 0x41361, 0x413f0, 0x41401, 0x414a0,
+    0x414c1, 0x41590, 0x415c1, 0x415ec, 0x415f1, 0x4162c, 0x41631, 0x4164c, 0x41651, 0x41658,
+    0x4165d, 0x41688, 0x4168d, 0x416c8, 0x416cd, 0x416e8, 0x416ed, 0x416f4, 0x41801, 0x41cdc,
+    0x41d01, 0x41d58, 0x41d81, 0x41da0, 0x41e01, 0x41e18, 0x41e1d, 0x41ec4, 0x41ec9, 0x41eec,
+    0x42001, 0x42018, 0x42021, 0x42024, 0x42029, 0x420d8, 0x420dd, 0x420e4, 0x420f1, 0x420f4,
+    0x420fd, 0x42158, 0x42162, 0x42181, 0x421dc, 0x421e6, 0x42201, 0x4227c, 0x4229e, 0x422c0,
+    0x42381, 0x423cc, 0x423d1, 0x423d8, 0x423ee, 0x42401, 0x4245a, 0x42470, 0x42481, 0x424e8,
+    0x42601, 0x426e0, 0x426f2, 0x426f9, 0x42702, 0x42740, 0x4274a, 0x42801, 0x42804, 0x42841,
+    0x42850, 0x42855, 0x42860, 0x42865, 0x428d8, 0x42902, 0x42924, 0x42981, 0x429f6, 0x429fc,
+    0x42a01, 0x42a76, 0x42a80, 0x42b01, 0x42b20, 0x42b25, 0x42b94, 0x42bae, 0x42bc0, 0x42c01,
+    0x42cd8, 0x42d01, 0x42d58, 0x42d62, 0x42d81, 0x42dcc, 0x42de2, 0x42e01, 0x42e48, 0x42ea6,
+    0x42ec0, 0x43001, 0x43124, 0x43201, 0x432cc, 0x43301, 0x433cc, 0x433ea, 0x43401, 0x43490,
+    0x434c2, 0x434e8, 0x43982, 0x439fc, 0x43a01, 0x43aa8, 0x43ac1, 0x43ac8, 0x43c01, 0x43c76,
+    0x43c9d, 0x43ca0, 0x43cc1, 0x43d18, 0x43d46, 0x43d54, 0x43dc1, 0x43e08, 0x43ec1, 0x43f16,
+    0x43f30, 0x43f81, 0x43fdc, 0x4400d, 0x440e0, 0x4414a, 0x441c0, 0x441c5, 0x441cc, 0x441d5,
+    0x441d8, 0x4420d, 0x442c0, 0x44341, 0x443a4, 0x443c2, 0x443e8, 0x4440d, 0x4449c, 0x444da,
+    0x44500, 0x44511, 0x44514, 0x4451d, 0x44520, 0x44541, 0x445cc, 0x445d9, 0x445dc, 0x4460d,
+    0x446cc, 0x44705, 0x44714, 0x44742, 0x44769, 0x4476c, 0x44771, 0x44774, 0x44786, 0x447d4,
+    0x44801, 0x44848, 0x4484d, 0x448b0, 0x44a01, 0x44a1c, 0x44a21, 0x44a24, 0x44a29, 0x44a38,
+    0x44a3d, 0x44a78, 0x44a7d, 0x44aa4, 0x44ac1, 0x44b7c, 0x44bc2, 0x44be8, 0x44c15, 0x44c34,
+    0x44c3d, 0x44c44, 0x44c4d, 0x44ca4, 0x44ca9, 0x44cc4, 0x44cc9, 0x44cd0, 0x44cd5, 0x44ce8,
+    0x44cf5, 0x44cf8, 0x44d41, 0x44d44, 0x44d75, 0x44d88, 0x45001, 0x450d4, 0x4511d, 0x4512c,
+    0x45142, 0x45168, 0x4517d, 0x45188, 0x45201, 0x452c0, 0x45311, 0x45318, 0x4531d, 0x45320,
+    0x45342, 0x45368, 0x45601, 0x456bc, 0x45761, 0x45770, 0x45801, 0x458c0, 0x45911, 0x45914,
+    0x45942, 0x45968, 0x45a01, 0x45aac, 0x45ae1, 0x45ae4, 0x45b02, 0x45b28, 0x45c01, 0x45c6c,
+    0x45cc2, 0x45cf0, 0x45d01, 0x45d1c, 0x46001, 0x460b0, 0x46281, 0x46382, 0x463cc, 0x463fd,
+    0x4641c, 0x46425, 0x46428, 0x46431, 0x46450, 0x46455, 0x4645c, 0x46461, 0x464c0, 0x464fd,
+    0x46500, 0x46505, 0x46508, 0x46542, 0x46568, 0x46681, 0x466a0, 0x466a9, 0x46744, 0x46785,
+    0x46788, 0x4678d, 0x46790, 0x46801, 0x46804, 0x4682d, 0x468cc, 0x468e9, 0x468ec, 0x46941,
+    0x46944, 0x46971, 0x46a28, 0x46a75, 0x46a78, 0x46ac1, 0x46be4, 0x47001, 0x47024, 0x47029,
+    0x470bc, 0x47101, 0x47104, 0x47142, 0x471b4, 0x471c9, 0x47240, 0x47401, 0x4741c, 0x47421,
+    0x47428, 0x4742d, 0x474c4, 0x47519, 0x4751c, 0x47542, 0x47568, 0x47581, 0x47598, 0x4759d,
+    0x475a4, 0x475a9, 0x47628, 0x47661, 0x47664, 0x47682, 0x476a8, 0x47b81, 0x47bcc, 0x47ec1,
+    0x47ec4, 0x47f02, 0x47f54, 0x48001, 0x48e68, 0x49002, 0x491bc, 0x49201, 0x49510, 0x4be41,
+    0x4bfc4, 0x4c001, 0x4d0bc, 0x51001, 0x5191c, 0x5a001, 0x5a8e4, 0x5a901, 0x5a97c, 0x5a982,
+    0x5a9a8, 0x5a9c1, 0x5aafc, 0x5ab02, 0x5ab28, 0x5ab41, 0x5abb8, 0x5ac01, 0x5acc0, 0x5ad01,
+    0x5ad10, 0x5ad42, 0x5ad68, 0x5ad6e, 0x5ad88, 0x5ad8d, 0x5ade0, 0x5adf5, 0x5ae40, 0x5b901,
+    0x5ba02, 0x5ba5c, 0x5bc01, 0x5bd2c, 0x5bd41, 0x5bd44, 0x5be4d, 0x5be80, 0x5bf81, 0x5bf88,
+    0x5bf8d, 0x5bf90, 0x5c001, 0x61fe0, 0x62001, 0x63358, 0x63401, 0x63424, 0x6bfc1, 0x6bfd0,
+    0x6bfd5, 0x6bff0, 0x6bff5, 0x6bffc, 0x6c001, 0x6c48c, 0x6c541, 0x6c54c, 0x6c591, 0x6c5a0,
+    0x6c5c1, 0x6cbf0, 0x6f001, 0x6f1ac, 0x6f1c1, 0x6f1f4, 0x6f201, 0x6f224, 0x6f241, 0x6f268,
+    0x74b82, 0x74bd0, 0x74d82, 0x74de4, 0x75001, 0x75154, 0x75159, 0x75274, 0x75279, 0x75280,
+    0x75289, 0x7528c, 0x75295, 0x7529c, 0x752a5, 0x752b4, 0x752b9, 0x752e8, 0x752ed, 0x752f0,
+    0x752f5, 0x75310, 0x75315, 0x75418, 0x7541d, 0x7542c, 0x75435, 0x75454, 0x75459, 0x75474,
+    0x75479, 0x754e8, 0x754ed, 0x754fc, 0x75501, 0x75514, 0x75519, 0x7551c, 0x75529, 0x75544,
+    0x75549, 0x75a98, 0x75aa1, 0x75b04, 0x75b09, 0x75b6c, 0x75b71, 0x75bec, 0x75bf1, 0x75c54,
+    0x75c59, 0x75cd4, 0x75cd9, 0x75d3c, 0x75d41, 0x75dbc, 0x75dc1, 0x75e24, 0x75e29, 0x75ea4,
+    0x75ea9, 0x75f0c, 0x75f11, 0x75f30, 0x75f3a, 0x76000, 0x77c01, 0x77c7c, 0x78401, 0x784b4,
+    0x784dd, 0x784f8, 0x78502, 0x78528, 0x78539, 0x7853c, 0x78a41, 0x78ab8, 0x78b01, 0x78bb0,
+    0x78bc2, 0x78be8, 0x79f81, 0x79f9c, 0x79fa1, 0x79fb0, 0x79fb5, 0x79fbc, 0x79fc1, 0x79ffc,
+    0x7a001, 0x7a314, 0x7a31e, 0x7a340, 0x7a401, 0x7a510, 0x7a52d, 0x7a530, 0x7a542, 0x7a568,
+    0x7b1c6, 0x7b2b0, 0x7b2b6, 0x7b2c0, 0x7b2c6, 0x7b2d4, 0x7b406, 0x7b4b8, 0x7b4be, 0x7b4f8,
+    0x7b801, 0x7b810, 0x7b815, 0x7b880, 0x7b885, 0x7b88c, 0x7b891, 0x7b894, 0x7b89d, 0x7b8a0,
+    0x7b8a5, 0x7b8cc, 0x7b8d1, 0x7b8e0, 0x7b8e5, 0x7b8e8, 0x7b8ed, 0x7b8f0, 0x7b909, 0x7b90c,
+    0x7b91d, 0x7b920, 0x7b925, 0x7b928, 0x7b92d, 0x7b930, 0x7b935, 0x7b940, 0x7b945, 0x7b94c,
+    0x7b951, 0x7b954, 0x7b95d, 0x7b960, 0x7b965, 0x7b968, 0x7b96d, 0x7b970, 0x7b975, 0x7b978,
+    0x7b97d, 0x7b980, 0x7b985, 0x7b98c, 0x7b991, 0x7b994, 0x7b99d, 0x7b9ac, 0x7b9b1, 0x7b9cc,
+    0x7b9d1, 0x7b9e0, 0x7b9e5, 0x7b9f4, 0x7b9f9, 0x7b9fc, 0x7ba01, 0x7ba28, 0x7ba2d, 0x7ba70,
+    0x7ba85, 0x7ba90, 0x7ba95, 0x7baa8, 0x7baad, 0x7baf0, 0x7c402, 0x7c434, 0x7efc2, 0x7efe8,
+    0x80001, 0xa9b80, 0xa9c01, 0xadce4, 0xadd01, 0xae078, 0xae081, 0xb3a88, 0xb3ac1, 0xbaf84,
+    0xbe001, 0xbe878, 0xc0001, 0xc4d2c,
+};
+static const uint8_t gpt2__ascii_class[128] = {
+    0,0,0,0,0,0,0,0,0,3,3,3,3,3,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
+    3,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,2,2,2,2,2,2,2,2,2,2,0,0,0,0,0,0,
+    0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,0,0,0,0,0,
+    0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,0,0,0,0,0,
+};
+
+/* ---- src/tokenizer.h ---- */
+/* Tokenizers: GPT-2's byte-level BPE (exactly OpenAI's encoder.py / tiktoken "gpt2") and nanoGPT's
+   character vocabulary (meta.pkl). See docs/TOKENIZER.md.
+
+   BPE encoding is encoder.py's algorithm:
+     1. split the text with the pattern
+          's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+        (matched by hand below, with the regex's exact leftmost-alternative semantics);
+     2. map each word's UTF-8 bytes to their single-byte tokens;
+     3. repeatedly take the adjacent pair with the lowest merge rank and merge all its
+        occurrences left to right, until no pair has a rank.
+   Text that is not valid UTF-8 is still encoded: each byte that does not start a valid
+   sequence counts as one character of class OTHER (punctuation-like), so any bytes round-trip. */
+
+/* ---- UTF-8 ------------------------------------------------------------------------------ */
+#define GPT2__INVALID_CP 0xFFFFFFFFu
+
+/* Decodes the code point at s[0..n) (n >= 1) into *cp and returns its length in bytes. A byte that
+   does not begin a valid, complete, shortest-form sequence (no surrogates, <= U+10FFFF) gives
+   GPT2__INVALID_CP and length 1. Never reads past s[n-1]. */
+static inline size_t gpt2__utf8_decode(const unsigned char* s, size_t n, uint32_t* cp) {
+    unsigned b0 = s[0];
+    if (b0 < 0x80) {
+        *cp = b0;
+        return 1;
+    }
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    uint32_t c;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        len = 2;
+        c = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        len = 3;
+        c = b0 & 0x0F;
+        if (b0 == 0xE0) lo = 0xA0;      /* overlong */
+        else if (b0 == 0xED) hi = 0x9F; /* surrogates */
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        len = 4;
+        c = b0 & 0x07;
+        if (b0 == 0xF0) lo = 0x90;      /* overlong */
+        else if (b0 == 0xF4) hi = 0x8F; /* > U+10FFFF */
+    } else {
+        *cp = GPT2__INVALID_CP;
+        return 1;
+    }
+    if (n < len || s[1] < lo || s[1] > hi) {
+        *cp = GPT2__INVALID_CP;
+        return 1;
+    }
+    c = (c << 6) | (s[1] & 0x3F);
+    for (size_t k = 2; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) {
+            *cp = GPT2__INVALID_CP;
+            return 1;
+        }
+        c = (c << 6) | (s[k] & 0x3F);
+    }
+    *cp = c;
+    return len;
+}
+
+/* Class of a code point for the pre-tokenizer (GPT2__CC_*); invalid bytes are OTHER. */
+static inline int gpt2__char_class(uint32_t cp) {
+    if (cp < 128) return gpt2__ascii_class[cp];
+    if (cp > 0x10FFFF) return GPT2__CC_OTHER;
+    const uint32_t* end = gpt2__unicode_ranges + sizeof gpt2__unicode_ranges / sizeof gpt2__unicode_ranges[0];
+    const uint32_t* r = std::upper_bound(gpt2__unicode_ranges, end, (cp << 2) | 3u);
+    return (int)(r[-1] & 3u);
+}
+
+/* Streaming decoder: bytes in, complete UTF-8 characters out. */
+struct gpt2__utf8_stream {
+    unsigned char held[4] = {0, 0, 0, 0};
+    size_t n_held = 0;
+};
+
+/* Length of the incomplete-but-valid character at the end of b[0..m) (0..3), i.e. the bytes that
+   a later byte could still complete. */
+static inline size_t gpt2__utf8_incomplete_tail(const unsigned char* b, size_t m) {
+    for (size_t back = 1; back <= 3 && back <= m; back++) {
+        unsigned c = b[m - back];
+        if ((c & 0xC0) == 0x80) continue; /* continuation: keep looking for the lead byte */
+        size_t need = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        if (need <= back) return 0; /* ASCII, invalid lead, or a complete/overlong sequence */
+        if (back >= 2) {
+            unsigned s1 = b[m - back + 1];
+            unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+            unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+            if (s1 < lo || s1 > hi) return 0; /* can never become valid: pass it through */
+        }
+        return back; /* the bytes after the lead are continuations (checked by the loop) */
+    }
+    return 0;
+}
+
+/* Appends the complete UTF-8 prefix of (held bytes + bytes) to *out and holds an incomplete valid
+   tail (at most 3 bytes). Invalid sequences are passed through as they are. */
+static inline void gpt2__utf8_stream_push(gpt2__utf8_stream* s, std::string_view bytes, gpt2__string* out) {
+    size_t start = out->size();
+    out->append(reinterpret_cast<const char*>(s->held), s->n_held);
+    out->append(bytes.data(), bytes.size());
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(out->data()) + start;
+    size_t m = out->size() - start;
+    size_t tail = gpt2__utf8_incomplete_tail(b, m);
+    std::memcpy(s->held, b + m - tail, tail);
+    s->n_held = tail;
+    out->resize(out->size() - tail);
+}
+
+/* End of the stream: emits whatever is held. */
+static inline void gpt2__utf8_stream_flush(gpt2__utf8_stream* s, gpt2__string* out) {
+    out->append(reinterpret_cast<const char*>(s->held), s->n_held);
+    s->n_held = 0;
+}
+
+/* ---- Pre-tokenizer ---------------------------------------------------------------------- */
+/* End of the pre-token (regex match) that starts at s[i] (i < n). */
+static inline size_t gpt2__pretoken_end(const unsigned char* s, size_t n, size_t i) {
+    /* 's|'t|'re|'ve|'m|'ll|'d  (case-sensitive) */
+    if (s[i] == '\'' && i + 1 < n) {
+        unsigned char a = s[i + 1];
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if (i + 2 < n) {
+            unsigned char b = s[i + 2];
+            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+        }
+    }
+    uint32_t cp;
+    size_t j = i + gpt2__utf8_decode(s + i, n - i, &cp);
+    int cls = gpt2__char_class(cp);
+    if (cp == ' ' && j < n) {
+        /* ' ?\p{L}+' , ' ?\p{N}+' , ' ?[^\s\p{L}\p{N}]+' with the optional space */
+        uint32_t cp2;
+        size_t j2 = j + gpt2__utf8_decode(s + j, n - j, &cp2);
+        int cls2 = gpt2__char_class(cp2);
+        if (cls2 != GPT2__CC_SPACE) {
+            cls = cls2;
+            j = j2;
+        }
+    }
+    if (cls != GPT2__CC_SPACE) {
+        while (j < n) {
+            size_t l;
+            if (s[j] < 128) {
+                if (gpt2__ascii_class[s[j]] != cls) break;
+                l = 1;
+            } else {
+                l = gpt2__utf8_decode(s + j, n - j, &cp);
+                if (gpt2__char_class(cp) != cls) break;
+            }
+            j += l;
+        }
+        return j;
+    }
+    /* A run of whitespace. '\s+(?!\S)': at the end of the text, all of it; before a non-space,
+       all but its last character (which then joins the next word, e.g. " world"), unless that
+       leaves nothing, in which case '\s+' takes the single character. */
+    size_t last = i;
+    while (j < n) {
+        size_t l = gpt2__utf8_decode(s + j, n - j, &cp);
+        if (gpt2__char_class(cp) != GPT2__CC_SPACE) break;
+        last = j;
+        j += l;
+    }
+    if (j == n || last == i) return j;
+    return last;
+}
+
+/* ---- Tokenizer -------------------------------------------------------------------------- */
+/* One slot of the merge table: open addressing keyed by the pair of token ids. */
+struct gpt2__merge_slot {
+    uint64_t key; /* (left << 32) | right, or GPT2__EMPTY_PAIR */
+    int32_t rank;
+    int32_t result;
+};
+#define GPT2__EMPTY_PAIR 0xFFFFFFFFFFFFFFFFull
+
+static inline uint64_t gpt2__mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Word -> ids cache, shared by every thread encoding with one tokenizer. Sharded by hash, each
+   shard behind its own mutex; a full shard is simply emptied (words repeat, so it refills with
+   the common ones). Only short words are cached. */
+#define GPT2__CACHE_SHARDS 16
+#define GPT2__CACHE_SLOTS 8192 /* per shard; at most half are used */
+#define GPT2__CACHE_MAX_WORD 64
+
+struct gpt2__cache_entry {
+    uint64_t hash;
+    uint32_t key_offset, ids_offset;
+    uint16_t key_len, n_ids;
+};
+
+struct gpt2__cache_shard {
+    std::mutex mutex;
+    gpt2__vector<uint32_t> slots; /* entry index + 1, or 0 */
+    gpt2__vector<gpt2__cache_entry> entries;
+    gpt2__string keys;
+    gpt2__vector<int32_t> ids;
+};
+
+struct gpt2__bpe_cache {
+    gpt2__cache_shard shards[GPT2__CACHE_SHARDS];
+};
+
+static inline uint64_t gpt2__hash_bytes(const unsigned char* s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        std::memcpy(&w, s, 8);
+        h = gpt2__mix64(h ^ w) * 0x9E3779B97F4A7C15ull;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, s, n);
+    return gpt2__mix64(h ^ w ^ (n << 56));
+}
+
+struct gpt2__tokenizer {
+    gpt2_tokenizer_kind kind = GPT2_TOKENIZER_NONE;
+    int32_t eos = -1;
+    gpt2__string bytes;             /* every token's bytes, concatenated */
+    gpt2__vector<uint32_t> offsets; /* token i is bytes[offsets[i], offsets[i + 1]) */
+    /* char vocabulary */
+    int32_t ascii_id[128];
+    gpt2__vector<uint64_t> char_ids; /* (code point << 32) | id for code points >= 128, sorted */
+    /* BPE */
+    int32_t byte_id[256];                 /* token of each single byte */
+    gpt2__vector<gpt2__merge_slot> merges; /* power-of-two size */
+    gpt2__bpe_cache* cache = nullptr;
+    bool use_cache = true; /* the benchmark turns it off to measure what it brings */
+
+    gpt2__tokenizer() { reset_tables(); }
+    ~gpt2__tokenizer();
+    gpt2__tokenizer(const gpt2__tokenizer&) = delete;
+    gpt2__tokenizer& operator=(const gpt2__tokenizer&) = delete;
+    gpt2__tokenizer(gpt2__tokenizer&& o) noexcept { *this = std::move(o); }
+    gpt2__tokenizer& operator=(gpt2__tokenizer&& o) noexcept;
+    void reset_tables() {
+        for (int32_t& v : ascii_id) v = -1;
+        for (int32_t& v : byte_id) v = -1;
+    }
+};
+
+static inline void gpt2__tokenizer_free(gpt2__tokenizer* tok) {
+    if (tok->cache) {
+        tok->cache->~gpt2__bpe_cache();
+        GPT2_FREE(tok->cache);
+    }
+    tok->cache = nullptr;
+    tok->kind = GPT2_TOKENIZER_NONE;
+    tok->eos = -1;
+    tok->bytes = gpt2__string();
+    tok->offsets = gpt2__vector<uint32_t>();
+    tok->char_ids = gpt2__vector<uint64_t>();
+    tok->merges = gpt2__vector<gpt2__merge_slot>();
+    tok->reset_tables();
+}
+
+inline gpt2__tokenizer::~gpt2__tokenizer() { gpt2__tokenizer_free(this); }
+
+inline gpt2__tokenizer& gpt2__tokenizer::operator=(gpt2__tokenizer&& o) noexcept {
+    if (this != &o) {
+        gpt2__tokenizer_free(this);
+        kind = o.kind;
+        eos = o.eos;
+        bytes = std::move(o.bytes);
+        offsets = std::move(o.offsets);
+        std::memcpy(ascii_id, o.ascii_id, sizeof ascii_id);
+        char_ids = std::move(o.char_ids);
+        std::memcpy(byte_id, o.byte_id, sizeof byte_id);
+        merges = std::move(o.merges);
+        cache = o.cache;
+        use_cache = o.use_cache;
+        o.cache = nullptr;
+        gpt2__tokenizer_free(&o);
+    }
+    return *this;
+}
+
+static inline size_t gpt2__tokenizer_size(const gpt2__tokenizer* tok) {
+    return tok->offsets.empty() ? 0 : tok->offsets.size() - 1;
+}
+
+/* Exact bytes of token `id` (0 <= id < size). */
+static inline std::string_view gpt2__tokenizer_token_bytes(const gpt2__tokenizer* tok, int32_t id) {
+    GPT2_ASSERT(id >= 0 && (size_t)id < gpt2__tokenizer_size(tok));
+    uint32_t a = tok->offsets[(size_t)id], b = tok->offsets[(size_t)id + 1];
+    return std::string_view(tok->bytes.data() + a, b - a);
+}
+
+/* A printable, shortened rendering of an init entry for error messages. */
+#define GPT2__SHOW(sv) (int)((sv).size() < 40 ? (sv).size() : 40), (sv).data()
+
+/* ---- Character vocabulary --------------------------------------------------------------- */
+static inline gpt2_result gpt2__tokenizer_init_char(gpt2__tokenizer* tok, const std::string_view* chars, size_t n,
+                                             gpt2_error* err) {
+    gpt2__tokenizer_free(tok);
+    if (n == 0 || n > (size_t)INT32_MAX) {
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "character vocabulary: %zu entries (expected 1 to %d)", n,
+                          INT32_MAX);
+    }
+    gpt2__tokenizer t;
+    t.kind = GPT2_TOKENIZER_CHAR;
+    t.offsets.reserve(n + 1);
+    t.offsets.push_back(0);
+    for (size_t i = 0; i < n; i++) {
+        std::string_view c = chars[i];
+        uint32_t cp = GPT2__INVALID_CP;
+        size_t len = c.empty() ? 0 : gpt2__utf8_decode(reinterpret_cast<const unsigned char*>(c.data()), c.size(), &cp);
+        if (c.empty() || cp == GPT2__INVALID_CP || len != c.size()) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE,
+                              "character vocabulary entry %zu (\"%.*s\", %zu bytes) is not one UTF-8 character", i,
+                              GPT2__SHOW(c), c.size());
+        }
+        if (cp < 128) {
+            if (t.ascii_id[cp] >= 0) {
+                return gpt2__fail(err, GPT2_ERROR_BAD_FILE,
+                                  "character vocabulary entry %zu (U+%04X) duplicates entry %d", i, (unsigned)cp,
+                                  (int)t.ascii_id[cp]);
+            }
+            t.ascii_id[cp] = (int32_t)i;
+        } else {
+            t.char_ids.push_back(((uint64_t)cp << 32) | (uint64_t)i);
+        }
+        t.bytes.append(c.data(), c.size());
+        t.offsets.push_back((uint32_t)t.bytes.size());
+    }
+    std::sort(t.char_ids.begin(), t.char_ids.end());
+    for (size_t k = 1; k < t.char_ids.size(); k++) {
+        if ((t.char_ids[k] >> 32) == (t.char_ids[k - 1] >> 32)) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "character vocabulary entry %u (U+%04X) duplicates entry %u",
+                              (unsigned)(uint32_t)t.char_ids[k], (unsigned)(t.char_ids[k] >> 32),
+                              (unsigned)(uint32_t)t.char_ids[k - 1]);
+        }
+    }
+    *tok = std::move(t);
+    return gpt2__ok(err);
+}
+
+static inline gpt2_result gpt2__encode_char(const gpt2__tokenizer* tok, const unsigned char* s, size_t n,
+                                     gpt2__vector<int32_t>* out, gpt2_error* err) {
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t len = gpt2__utf8_decode(s + i, n - i, &cp);
+        int32_t id = -1;
+        if (cp == GPT2__INVALID_CP) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_TEXT, "invalid UTF-8 byte 0x%02X at byte offset %zu", (unsigned)s[i],
+                              i);
+        } else if (cp < 128) {
+            id = tok->ascii_id[cp];
+        } else {
+            auto it = std::lower_bound(tok->char_ids.begin(), tok->char_ids.end(), (uint64_t)cp << 32);
+            if (it != tok->char_ids.end() && (*it >> 32) == cp) id = (int32_t)(uint32_t)*it;
+        }
+        if (id < 0) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_TEXT,
+                              "character U+%04X (\"%.*s\") at byte offset %zu is not in the model's vocabulary",
+                              (unsigned)cp, (int)len, reinterpret_cast<const char*>(s + i), i);
+        }
+        out->push_back(id);
+        i += len;
+    }
+    return GPT2_OK;
+}
+
+/* ---- Byte-level BPE --------------------------------------------------------------------- */
+/* encoder.py's bytes_to_unicode(): byte b is written as code point byte_char[b]. */
+static inline void gpt2__bytes_to_unicode(uint32_t byte_char[256]) {
+    uint32_t extra = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        byte_char[b] = printable ? b : 256 + extra++;
+    }
+}
+
+static inline const gpt2__merge_slot* gpt2__find_merge(const gpt2__tokenizer* tok, int32_t a, int32_t b) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    size_t mask = tok->merges.size() - 1;
+    for (size_t k = (size_t)gpt2__mix64(key) & mask;; k = (k + 1) & mask) {
+        const gpt2__merge_slot* slot = &tok->merges[k];
+        if (slot->key == key) return slot;
+        if (slot->key == GPT2__EMPTY_PAIR) return nullptr;
+    }
+}
+
+static inline gpt2_result gpt2__tokenizer_init_bpe(gpt2__tokenizer* tok, const std::string_view* tokens, size_t n_tokens,
+                                            const std::string_view* merges, size_t n_merges, int32_t eos,
+                                            gpt2_error* err) {
+    gpt2__tokenizer_free(tok);
+    if (n_tokens < 256 || n_tokens > (size_t)INT32_MAX || n_merges > (size_t)INT32_MAX) {
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE vocabulary: %zu tokens and %zu merges (expected 256 or more tokens)",
+                          n_tokens, n_merges);
+    }
+    if (eos < -1 || (eos >= 0 && (size_t)eos >= n_tokens)) {
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE vocabulary: end-of-text token %d outside 0..%zu", (int)eos,
+                          n_tokens - 1);
+    }
+    uint32_t byte_char[256];
+    gpt2__bytes_to_unicode(byte_char);
+    int16_t char_byte[324]; /* inverse of byte_char; the alphabet ends at U+0143 */
+    for (int16_t& v : char_byte) v = -1;
+    for (int b = 0; b < 256; b++) char_byte[byte_char[b]] = (int16_t)b;
+
+    gpt2__tokenizer t;
+    t.kind = GPT2_TOKENIZER_BPE;
+    t.eos = eos;
+    t.offsets.reserve(n_tokens + 1);
+    t.offsets.push_back(0);
+    using map_alloc = gpt2__allocator<std::pair<const std::string_view, int32_t>>;
+    std::unordered_map<std::string_view, int32_t, std::hash<std::string_view>, std::equal_to<std::string_view>,
+                       map_alloc>
+        ids;
+    ids.reserve(n_tokens);
+    for (size_t i = 0; i < n_tokens; i++) {
+        std::string_view s = tokens[i];
+        const unsigned char* u = reinterpret_cast<const unsigned char*>(s.data());
+        if (s.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE token %zu is empty", i);
+        size_t start = t.bytes.size();
+        for (size_t k = 0; k < s.size();) {
+            uint32_t cp;
+            k += gpt2__utf8_decode(u + k, s.size() - k, &cp);
+            if (cp >= 324 || char_byte[cp] < 0) {
+                return gpt2__fail(err, GPT2_ERROR_BAD_FILE,
+                                  "BPE token %zu (\"%.*s\") has a character outside GPT-2's byte alphabet", i,
+                                  GPT2__SHOW(s));
+            }
+            t.bytes.push_back((char)char_byte[cp]);
+        }
+        if (t.bytes.size() - start == 1) {
+            unsigned char b = (unsigned char)t.bytes[start];
+            if (t.byte_id[b] < 0) t.byte_id[b] = (int32_t)i;
+        }
+        t.offsets.push_back((uint32_t)t.bytes.size());
+        auto ins = ids.emplace(s, (int32_t)i);
+        if (!ins.second) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE token %zu (\"%.*s\") duplicates token %d", i,
+                              GPT2__SHOW(s), (int)ins.first->second);
+        }
+    }
+    for (int b = 0; b < 256; b++) {
+        if (t.byte_id[b] < 0) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE vocabulary has no token for the single byte 0x%02X", b);
+        }
+    }
+    size_t cap = 16;
+    while (cap < 2 * n_merges) cap *= 2;
+    t.merges.assign(cap, gpt2__merge_slot{GPT2__EMPTY_PAIR, 0, 0});
+    gpt2__string joined;
+    for (size_t r = 0; r < n_merges; r++) {
+        std::string_view m = merges[r];
+        size_t sp = m.find(' ');
+        if (sp == std::string_view::npos || sp == 0 || sp + 1 == m.size() ||
+            m.find(' ', sp + 1) != std::string_view::npos) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE merge %zu (\"%.*s\") is not two tokens separated by a space",
+                              r, GPT2__SHOW(m));
+        }
+        std::string_view a = m.substr(0, sp), b = m.substr(sp + 1);
+        joined.assign(a.data(), a.size());
+        joined.append(b.data(), b.size());
+        auto ia = ids.find(a), ib = ids.find(b), iab = ids.find(std::string_view(joined.data(), joined.size()));
+        if (ia == ids.end() || ib == ids.end()) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE merge %zu (\"%.*s\"): \"%.*s\" is not a token", r,
+                              GPT2__SHOW(m), GPT2__SHOW(ia == ids.end() ? a : b));
+        }
+        if (iab == ids.end()) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE merge %zu (\"%.*s\"): the result is not a token", r,
+                              GPT2__SHOW(m));
+        }
+        uint64_t key = ((uint64_t)(uint32_t)ia->second << 32) | (uint32_t)ib->second;
+        size_t mask = cap - 1;
+        size_t k = (size_t)gpt2__mix64(key) & mask;
+        while (t.merges[k].key != GPT2__EMPTY_PAIR && t.merges[k].key != key) k = (k + 1) & mask;
+        if (t.merges[k].key == key) {
+            return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "BPE merge %zu (\"%.*s\") duplicates merge %d", r, GPT2__SHOW(m),
+                              (int)t.merges[k].rank);
+        }
+        t.merges[k] = gpt2__merge_slot{key, (int32_t)r, iab->second};
+    }
+    void* mem = GPT2_MALLOC(sizeof(gpt2__bpe_cache));
+    if (!mem) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory for the BPE cache");
+    t.cache = new (mem) gpt2__bpe_cache();
+    for (gpt2__cache_shard& shard : t.cache->shards) shard.slots.assign(GPT2__CACHE_SLOTS, 0);
+    *tok = std::move(t);
+    return gpt2__ok(err);
+}
+
+/* Scratch memory of one encode call, reused for every word. */
+struct gpt2__bpe_scratch {
+    gpt2__vector<int32_t> sym;  /* token of each symbol, by original byte position */
+    gpt2__vector<int32_t> next; /* linked list of live symbols; -1 ends it */
+    gpt2__vector<int32_t> prev;
+    gpt2__vector<uint64_t> heap;  /* (rank << 32) | left position; min-heap */
+    gpt2__vector<uint32_t> batch; /* positions of the pair being merged */
+};
+
+static inline bool gpt2__cache_get(const gpt2__tokenizer* tok, const unsigned char* w, size_t n, uint64_t h,
+                            gpt2__vector<int32_t>* out) {
+    gpt2__cache_shard& shard = tok->cache->shards[h % GPT2__CACHE_SHARDS];
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    const size_t mask = GPT2__CACHE_SLOTS - 1;
+    for (size_t k = (size_t)(h >> 8) & mask;; k = (k + 1) & mask) {
+        uint32_t e = shard.slots[k];
+        if (e == 0) return false;
+        const gpt2__cache_entry& entry = shard.entries[e - 1];
+        if (entry.hash == h && entry.key_len == n && std::memcmp(shard.keys.data() + entry.key_offset, w, n) == 0) {
+            const int32_t* ids = shard.ids.data() + entry.ids_offset;
+            out->insert(out->end(), ids, ids + entry.n_ids);
+            return true;
+        }
+    }
+}
+
+static inline void gpt2__cache_put(const gpt2__tokenizer* tok, const unsigned char* w, size_t n, uint64_t h,
+                            const int32_t* ids, size_t n_ids) {
+    gpt2__cache_shard& shard = tok->cache->shards[h % GPT2__CACHE_SHARDS];
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    if (shard.entries.size() >= GPT2__CACHE_SLOTS / 2) { /* full: start over */
+        std::fill(shard.slots.begin(), shard.slots.end(), 0u);
+        shard.entries.clear();
+        shard.keys.clear();
+        shard.ids.clear();
+    }
+    const size_t mask = GPT2__CACHE_SLOTS - 1;
+    size_t k = (size_t)(h >> 8) & mask;
+    for (;; k = (k + 1) & mask) {
+        uint32_t e = shard.slots[k];
+        if (e == 0) break;
+        const gpt2__cache_entry& entry = shard.entries[e - 1];
+        if (entry.hash == h && entry.key_len == n && std::memcmp(shard.keys.data() + entry.key_offset, w, n) == 0) {
+            return; /* another thread got there first */
+        }
+    }
+    gpt2__cache_entry entry{h, (uint32_t)shard.keys.size(), (uint32_t)shard.ids.size(), (uint16_t)n, (uint16_t)n_ids};
+    shard.keys.append(reinterpret_cast<const char*>(w), n);
+    shard.ids.insert(shard.ids.end(), ids, ids + n_ids);
+    shard.entries.push_back(entry);
+    shard.slots[k] = (uint32_t)shard.entries.size();
+}
+
+/* BPE of one pre-token `w` (n >= 1 bytes): appends its ids to *out. */
+static inline void gpt2__bpe_word(const gpt2__tokenizer* tok, const unsigned char* w, size_t n, gpt2__bpe_scratch* s,
+                           gpt2__vector<int32_t>* out) {
+    if (n == 1) {
+        out->push_back(tok->byte_id[w[0]]);
+        return;
+    }
+    bool cacheable = tok->use_cache && tok->cache && n <= GPT2__CACHE_MAX_WORD;
+    uint64_t h = 0;
+    if (cacheable) {
+        h = gpt2__hash_bytes(w, n);
+        if (gpt2__cache_get(tok, w, n, h, out)) return;
+    }
+    s->sym.resize(n);
+    s->next.resize(n);
+    s->prev.resize(n);
+    s->heap.clear();
+    for (size_t i = 0; i < n; i++) {
+        s->sym[i] = tok->byte_id[w[i]];
+        s->next[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
+        s->prev[i] = (int32_t)i - 1;
+    }
+    auto push_pair = [&](int32_t left) {
+        if (left < 0) return;
+        int32_t right = s->next[(size_t)left];
+        if (right < 0) return;
+        const gpt2__merge_slot* m = gpt2__find_merge(tok, s->sym[(size_t)left], s->sym[(size_t)right]);
+        if (!m) return;
+        s->heap.push_back(((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)left);
+        std::push_heap(s->heap.begin(), s->heap.end(), std::greater<uint64_t>());
+    };
+    for (size_t i = 0; i + 1 < n; i++) push_pair((int32_t)i);
+    while (!s->heap.empty()) {
+        /* All queued occurrences of the lowest-ranked pair, merged left to right in one pass as
+           encoder.py does (pairs created by this pass wait for the next one). */
+        uint32_t rank = (uint32_t)(s->heap.front() >> 32);
+        s->batch.clear();
+        while (!s->heap.empty() && (uint32_t)(s->heap.front() >> 32) == rank) {
+            s->batch.push_back((uint32_t)s->heap.front());
+            std::pop_heap(s->heap.begin(), s->heap.end(), std::greater<uint64_t>());
+            s->heap.pop_back();
+        }
+        std::sort(s->batch.begin(), s->batch.end());
+        for (uint32_t left : s->batch) {
+            int32_t right = s->next[left];
+            if (s->sym[left] < 0 || right < 0) continue; /* consumed or last */
+            const gpt2__merge_slot* m = gpt2__find_merge(tok, s->sym[left], s->sym[(size_t)right]);
+            if (!m || (uint32_t)m->rank != rank) continue; /* stale: the pair has changed */
+            s->sym[left] = m->result;
+            s->sym[(size_t)right] = -1;
+            int32_t after = s->next[(size_t)right];
+            s->next[left] = after;
+            if (after >= 0) s->prev[(size_t)after] = (int32_t)left;
+            push_pair(s->prev[left]);
+            push_pair((int32_t)left);
+        }
+    }
+    size_t first = out->size();
+    for (int32_t i = 0; i >= 0; i = s->next[(size_t)i]) out->push_back(s->sym[(size_t)i]);
+    if (cacheable) gpt2__cache_put(tok, w, n, h, out->data() + first, out->size() - first);
+}
+
+static inline void gpt2__encode_bpe_text(const gpt2__tokenizer* tok, const unsigned char* s, size_t n, gpt2__bpe_scratch* scratch,
+                                  gpt2__vector<int32_t>* out) {
+    for (size_t i = 0; i < n;) {
+        size_t end = gpt2__pretoken_end(s, n, i);
+        gpt2__bpe_word(tok, s + i, end - i, scratch, out);
+        i = end;
+    }
+}
+
+/* Appends the ids of text[0..len) to *out (nothing on failure). Thread-safe on a const tokenizer.
+   With allow_special, "<|endoftext|>" becomes the end-of-text token (BPE with an eos only). */
+static inline gpt2_result gpt2__tokenizer_encode(const gpt2__tokenizer* tok, const char* text, size_t len, bool allow_special,
+                                          gpt2__vector<int32_t>* out, gpt2_error* err) {
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(text);
+    if (len > 0 && !text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is NULL");
+    size_t start = out->size();
+    if (tok->kind == GPT2_TOKENIZER_CHAR) {
+        gpt2_result r = gpt2__encode_char(tok, s, len, out, err);
+        if (r != GPT2_OK) {
+            out->resize(start);
+            return r;
+        }
+        return gpt2__ok(err);
+    }
+    if (tok->kind != GPT2_TOKENIZER_BPE) {
+        return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "the model has no tokenizer; give token ids");
+    }
+    gpt2__bpe_scratch scratch;
+    if (allow_special && tok->eos >= 0) {
+        static const char special[] = "<|endoftext|>";
+        std::string_view all(text, len);
+        size_t i = 0;
+        for (;;) {
+            size_t at = all.find(special, i, sizeof special - 1);
+            size_t seg_end = at == std::string_view::npos ? len : at;
+            gpt2__encode_bpe_text(tok, s + i, seg_end - i, &scratch, out);
+            if (at == std::string_view::npos) break;
+            out->push_back(tok->eos);
+            i = at + sizeof special - 1;
+        }
+    } else {
+        gpt2__encode_bpe_text(tok, s, len, &scratch, out);
+    }
+    return gpt2__ok(err);
+}
+
+/* ---- src/end.h ---- */
+#endif /* GPT2_IMPLEMENTATION */
+
+/*
+MIT License - Copyright (c) 2026 The gpt2.h authors. Full text in LICENSE.
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute,
+sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions: The above copyright notice and this
+permission notice shall be included in all copies or substantial portions of the Software.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED.
+*/
