@@ -18,7 +18,9 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -535,4 +537,78 @@ TEST_CASE("tokenizer: init rejects bad vocabularies with the entry index") {
     gpt2__tokenizer none;
     gpt2__vector<int32_t> ids;
     CHECK(gpt2__tokenizer_encode(&none, "x", 1, false, &ids, &err) == GPT2_ERROR_NO_VOCABULARY);
+}
+
+namespace {
+// encoder.py's bpe(), written as plainly as possible: find the lowest-ranked adjacent pair,
+// merge all its occurrences left to right, repeat.
+std::vector<std::string> naive_bpe(const std::string& word, const std::map<std::pair<std::string, std::string>, int>& ranks) {
+    std::vector<std::string> w;
+    for (char c : word) w.emplace_back(1, c);
+    for (;;) {
+        int best = -1;
+        std::pair<std::string, std::string> bigram;
+        for (size_t i = 0; i + 1 < w.size(); i++) {
+            auto it = ranks.find({w[i], w[i + 1]});
+            if (it != ranks.end() && (best < 0 || it->second < best)) {
+                best = it->second;
+                bigram = it->first;
+            }
+        }
+        if (best < 0) return w;
+        std::vector<std::string> merged;
+        for (size_t i = 0; i < w.size();) {
+            if (i + 1 < w.size() && w[i] == bigram.first && w[i + 1] == bigram.second) {
+                merged.push_back(w[i] + w[i + 1]);
+                i += 2;
+            } else {
+                merged.push_back(w[i++]);
+            }
+        }
+        w = merged;
+    }
+}
+}  // namespace
+
+TEST_CASE("tokenizer: merges match a plain encoder.py port for random merge tables in any rank order") {
+    std::mt19937 rng(11);
+    for (int table = 0; table < 200; table++) {
+        // Tokens grow from "a", "b", "c" by merging two existing tokens; ranks are then shuffled,
+        // so a merge may outrank the merges that create its parts (unlike a trained table).
+        std::vector<std::string> extra;
+        std::vector<std::pair<std::string, std::string>> pairs;
+        std::vector<std::string> pool = {"a", "b", "c"};
+        std::set<std::pair<std::string, std::string>> seen;
+        while (pairs.size() < 12) {
+            std::string x = pool[rng() % pool.size()], y = pool[rng() % pool.size()];
+            if (x.size() + y.size() > 6 || !seen.insert({x, y}).second) continue;
+            pairs.emplace_back(x, y);
+            if (std::find(pool.begin(), pool.end(), x + y) == pool.end()) {
+                pool.push_back(x + y);
+                extra.push_back(x + y);
+            }
+        }
+        std::shuffle(pairs.begin(), pairs.end(), rng);
+        std::vector<std::string> merges;
+        std::map<std::pair<std::string, std::string>, int> ranks;
+        for (const auto& p : pairs) {
+            ranks[p] = (int)merges.size();
+            merges.push_back(p.first + " " + p.second);
+        }
+        gpt2__tokenizer tok;
+        gpt2_error err;
+        REQUIRE_MESSAGE(init_small_bpe(&tok, extra, merges, &err) == GPT2_OK, err.message);
+        for (int k = 0; k < 50; k++) {
+            std::string word;
+            size_t n = 1 + rng() % 24;
+            for (size_t i = 0; i < n; i++) word.push_back("abc"[rng() % 3]);
+            std::vector<int32_t> expected;
+            for (const std::string& t : naive_bpe(word, ranks)) {
+                expected.push_back(t.size() == 1 ? tok.byte_id[(unsigned char)t[0]]
+                                                 : 256 + (int32_t)(std::find(extra.begin(), extra.end(), t) - extra.begin()));
+            }
+            CAPTURE(word);
+            REQUIRE(encode(tok, word) == expected);
+        }
+    }
 }
