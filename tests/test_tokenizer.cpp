@@ -17,6 +17,8 @@
 
 #include <doctest/doctest.h>
 
+#include "json.h"
+
 #include <cstdio>
 #include <map>
 #include <random>
@@ -27,165 +29,14 @@
 
 namespace {
 
-std::string read_file(const std::string& path) {
-    std::string data;
-    FILE* f = std::fopen(path.c_str(), "rb");
-    REQUIRE_MESSAGE(f != nullptr, "cannot open " << path);
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-    std::fclose(f);
-    return data;
-}
-
-void append_utf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-        out->push_back((char)cp);
-    } else if (cp < 0x800) {
-        out->push_back((char)(0xC0 | (cp >> 6)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out->push_back((char)(0xE0 | (cp >> 12)));
-        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    } else {
-        out->push_back((char)(0xF0 | (cp >> 18)));
-        out->push_back((char)(0x80 | ((cp >> 12) & 0x3F)));
-        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    }
-}
-
-// A minimal JSON reader: enough for encoder.json and the golden files (objects, arrays, strings
-// with \u escapes, integers, true/false/null).
-struct Json {
-    enum Kind { NUL, BOOL, NUM, STR, ARR, OBJ } kind = NUL;
-    double num = 0;
-    std::string str;
-    std::vector<Json> items;                           // ARR
-    std::vector<std::pair<std::string, Json>> fields;  // OBJ
-    const Json& operator[](const char* key) const {
-        for (const auto& f : fields)
-            if (f.first == key) return f.second;
-        static Json none;
-        return none;
-    }
-};
-
-struct JsonParser {
-    const std::string& s;
-    size_t i = 0;
-    void ws() {
-        while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
-    }
-    uint32_t hex4() {
-        uint32_t v = (uint32_t)std::stoul(s.substr(i, 4), nullptr, 16);
-        i += 4;
-        return v;
-    }
-    std::string string() {
-        std::string out;
-        i++;  // opening quote
-        while (s[i] != '"') {
-            char c = s[i++];
-            if (c != '\\') {
-                out.push_back(c);
-                continue;
-            }
-            char e = s[i++];
-            switch (e) {
-                case 'n': out.push_back('\n'); break;
-                case 't': out.push_back('\t'); break;
-                case 'r': out.push_back('\r'); break;
-                case 'b': out.push_back('\b'); break;
-                case 'f': out.push_back('\f'); break;
-                case 'u': {
-                    uint32_t cp = hex4();
-                    if (cp >= 0xD800 && cp < 0xDC00 && s.compare(i, 2, "\\u") == 0) {
-                        i += 2;
-                        cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4() - 0xDC00);
-                    }
-                    append_utf8(&out, cp);
-                    break;
-                }
-                default: out.push_back(e);
-            }
-        }
-        i++;
-        return out;
-    }
-    Json value() {
-        ws();
-        Json v;
-        char c = s[i];
-        if (c == '{') {
-            v.kind = Json::OBJ;
-            i++;
-            ws();
-            while (s[i] != '}') {
-                ws();
-                std::string key = string();
-                ws();
-                i++;  // ':'
-                v.fields.emplace_back(key, value());
-                ws();
-                if (s[i] == ',') i++;
-                ws();
-            }
-            i++;
-        } else if (c == '[') {
-            v.kind = Json::ARR;
-            i++;
-            ws();
-            while (s[i] != ']') {
-                v.items.push_back(value());
-                ws();
-                if (s[i] == ',') i++;
-                ws();
-            }
-            i++;
-        } else if (c == '"') {
-            v.kind = Json::STR;
-            v.str = string();
-        } else if (c == 't' || c == 'f') {
-            v.kind = Json::BOOL;
-            v.num = c == 't';
-            i += c == 't' ? 4 : 5;
-        } else if (c == 'n') {
-            i += 4;
-        } else {
-            v.kind = Json::NUM;
-            size_t used = 0;
-            v.num = std::stod(s.substr(i, 32), &used);
-            i += used;
-        }
-        return v;
-    }
-};
-
-Json parse_json(const std::string& text) {
-    JsonParser p{text};
-    return p.value();
-}
-
 // GPT-2's tokenizer from encoder.json and vocab.bpe, loaded once for all tests.
 const gpt2__tokenizer& gpt2_bpe() {
     static gpt2__tokenizer tok;
     static bool loaded = false;
     if (!loaded) {
-        std::string dir = std::string(GPT2_TEST_DATA) + "/gpt2-bpe/";
-        Json enc = parse_json(read_file(dir + "encoder.json"));
-        std::vector<std::string> tokens(enc.fields.size());
-        for (const auto& f : enc.fields) tokens.at((size_t)f.second.num) = f.first;
-        std::string bpe = read_file(dir + "vocab.bpe");
-        std::vector<std::string_view> merges;
-        size_t pos = bpe.find('\n') + 1;  // skip "#version: 0.2"
-        while (pos < bpe.size()) {
-            size_t end = bpe.find('\n', pos);
-            if (end == std::string::npos) end = bpe.size();
-            if (end > pos) merges.emplace_back(bpe.data() + pos, end - pos);
-            pos = end + 1;
-        }
+        std::vector<std::string> tokens, merge_lines;
+        REQUIRE(load_gpt2_bpe_files(std::string(GPT2_TEST_DATA) + "/gpt2-bpe", &tokens, &merge_lines));
+        std::vector<std::string_view> merges(merge_lines.begin(), merge_lines.end());
         std::vector<std::string_view> views(tokens.begin(), tokens.end());
         gpt2_error err;
         REQUIRE(gpt2__tokenizer_init_bpe(&tok, views.data(), views.size(), merges.data(), merges.size(), 50256,
@@ -290,31 +141,31 @@ gpt2_result init_small_bpe(gpt2__tokenizer* tok, std::vector<std::string> extra,
 
 TEST_CASE("tokenizer: GPT-2 BPE encodes every golden_dev.json case exactly and decodes it back") {
     const gpt2__tokenizer& tok = gpt2_bpe();
-    Json golden = parse_json(read_file(std::string(GPT2_TEST_DATA) + "/gpt2-bpe/golden_dev.json"));
-    REQUIRE(golden.items.size() >= 40);
-    for (const Json& c : golden.items) {
+    Json golden = read_json((std::string(GPT2_TEST_DATA) + "/gpt2-bpe/golden_dev.json"));
+    REQUIRE(golden.array.size() >= 40);
+    for (const Json& c : golden.array) {
         std::vector<int32_t> expected;
-        for (const Json& id : c["ids"].items) expected.push_back((int32_t)id.num);
-        CAPTURE(c["text"].str);
-        CHECK(encode(tok, c["text"].str) == expected);
-        CHECK(decode(tok, expected) == c["text"].str);
+        for (const Json& id : c["ids"].array) expected.push_back((int32_t)id.number);
+        CAPTURE(c["text"].string);
+        CHECK(encode(tok, c["text"].string) == expected);
+        CHECK(decode(tok, expected) == c["text"].string);
     }
 }
 
 TEST_CASE("tokenizer: GPT-2 BPE matches encoder.py on 2000 random strings (golden_random.json)") {
     const gpt2__tokenizer& tok = gpt2_bpe();
-    Json golden = parse_json(read_file(std::string(GPT2_TEST_DATA) + "/gpt2-bpe/golden_random.json"));
-    REQUIRE(golden.items.size() == 2000);
+    Json golden = read_json((std::string(GPT2_TEST_DATA) + "/gpt2-bpe/golden_random.json"));
+    REQUIRE(golden.array.size() == 2000);
     int mismatches = 0;
-    for (const Json& c : golden.items) {
+    for (const Json& c : golden.array) {
         std::vector<int32_t> expected;
-        for (const Json& id : c["ids"].items) expected.push_back((int32_t)id.num);
-        std::vector<int32_t> got = encode(tok, c["text"].str);
+        for (const Json& id : c["ids"].array) expected.push_back((int32_t)id.number);
+        std::vector<int32_t> got = encode(tok, c["text"].string);
         if (got != expected && ++mismatches <= 5) {
-            CAPTURE(c["text"].str);
+            CAPTURE(c["text"].string);
             CHECK(got == expected);
         }
-        CHECK(decode(tok, got) == c["text"].str);
+        CHECK(decode(tok, got) == c["text"].string);
     }
     CHECK(mismatches == 0);
 }

@@ -11,6 +11,7 @@
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "gpt2.h"
+#include "../test_files.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,65 +22,10 @@
 #define GPT2_TEST_DATA "tests/data"
 #endif
 
-static bool read_file(const std::string& path, std::string* out) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return false;
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
-    std::fclose(f);
-    return true;
-}
-
-static void put_utf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-        out->push_back((char)cp);
-    } else if (cp < 0x800) {
-        out->push_back((char)(0xC0 | (cp >> 6)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    } else {
-        out->push_back((char)(0xE0 | (cp >> 12)));
-        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    }
-}
-
-// encoder.json is one flat object {"token": id, ...}; its escapes are \" \\ \/ and \uXXXX (BMP).
-static bool load_vocab(const std::string& dir, std::vector<std::string>* tokens, std::vector<std::string>* merges) {
-    std::string json, bpe;
-    if (!read_file(dir + "/encoder.json", &json) || !read_file(dir + "/vocab.bpe", &bpe)) return false;
-    for (size_t i = json.find('"'); i != std::string::npos && i < json.size(); i = json.find('"', i)) {
-        std::string key;
-        for (i++; json[i] != '"'; i++) {
-            if (json[i] != '\\') {
-                key.push_back(json[i]);
-            } else if (json[++i] == 'u') {
-                put_utf8(&key, (uint32_t)std::stoul(json.substr(i + 1, 4), nullptr, 16));
-                i += 4;
-            } else {
-                key.push_back(json[i]);
-            }
-        }
-        size_t colon = json.find(':', i);
-        size_t id = (size_t)std::stoul(json.substr(colon + 1, 12));
-        if (tokens->size() <= id) tokens->resize(id + 1);
-        (*tokens)[id] = key;
-        i = json.find_first_of(",}", colon);
-    }
-    size_t pos = bpe.find('\n') + 1;
-    while (pos < bpe.size()) {
-        size_t end = bpe.find('\n', pos);
-        if (end == std::string::npos) end = bpe.size();
-        if (end > pos) merges->push_back(bpe.substr(pos, end - pos));
-        pos = end + 1;
-    }
-    return true;
-}
-
 static const gpt2__tokenizer* bpe_tokenizer() {
     static gpt2__tokenizer* tok = [] {
         std::vector<std::string> tokens, merges;
-        if (!load_vocab(GPT2_TEST_DATA "/gpt2-bpe", &tokens, &merges)) {
+        if (!load_gpt2_bpe_files(GPT2_TEST_DATA "/gpt2-bpe", &tokens, &merges)) {
             std::fprintf(stderr, "fuzz_tokenizer: cannot read %s/gpt2-bpe\n", GPT2_TEST_DATA);
             std::abort();
         }
