@@ -61,11 +61,7 @@
 #include <stdint.h>
 
 #ifdef GPT2_STATIC
-#if defined(__GNUC__)
-#define GPT2_API static __attribute__((unused)) /* a program need not call every function */
-#else
 #define GPT2_API static
-#endif
 #else
 #define GPT2_API extern
 #endif
@@ -135,8 +131,8 @@ GPT2_API gpt2_model_params gpt2_model_default_params(void);
 /* Loads a GGUF model file. params may be NULL (defaults). */
 GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params,
                                           gpt2_model** out_model, gpt2_error* err);
-/* Loads from a buffer holding a whole GGUF file. The buffer is used in place (not copied) and
-   must outlive the model. */
+/* Loads from a buffer holding a whole GGUF file. A buffer aligned to 64 bytes is used in place
+   (not copied) and must outlive the model; any other buffer is copied once. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
 GPT2_API void gpt2_model_free(gpt2_model* model);

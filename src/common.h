@@ -39,8 +39,12 @@
 #define GPT2_ASSERT(x) assert(x)
 #endif
 
-#ifdef GPT2_STATIC
-#define GPT2_DEF GPT2_API
+#ifdef GPT2_STATIC /* a private copy may leave API functions unused: not worth a warning */
+#if defined(__GNUC__)
+#define GPT2_DEF static __attribute__((unused))
+#else
+#define GPT2_DEF static
+#endif
 #else
 #define GPT2_DEF
 #endif

@@ -298,7 +298,6 @@ static gpt2_result gpt2__model_init(gpt2_model* m, gpt2_error* err) {
 }
 
 static void gpt2__model_destroy(gpt2_model* m) {
-    gpt2__tokenizer_free(&m->tokenizer);
     gpt2__file_close(&m->file);
     m->~gpt2_model();
     GPT2_FREE(m);
