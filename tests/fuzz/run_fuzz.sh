@@ -15,7 +15,8 @@ seconds="${1:?usage: tests/fuzz/run_fuzz.sh SECONDS}"
 out=build-fuzz
 mkdir -p "$out"
 cxx="${CXX_FUZZ:-clang++}"
-flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -I. -Itests -pthread)
+flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -I. -Itests -pthread
+       -DGPT2_TEST_DATA="\"$PWD/tests/data\"")
 
 status=0
 for target in fuzz_gguf fuzz_tokenizer; do
