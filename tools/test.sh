@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
-# Builds everything and runs all tests (CTest: doctest cases, converter tests, tool checks).
+# Builds everything and runs all tests (CTest: doctest cases, converter tests, tool checks),
+# then the reliability checks (docs/RELIABILITY.md): the tests under ASan+UBSan, TSan and
+# valgrind (tools/sanitize.sh), and short fuzzing runs of the loader, the tokenizer and the
+# converter. GPT2_TEST_FAST=1 skips the reliability checks; GPT2_FUZZ_SECONDS (default 30)
+# sets how long each fuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install_deps.sh
+fast="${GPT2_TEST_FAST:-0}"
+if [ "$fast" = 1 ]; then bash tools/install_deps.sh; else bash tools/install_deps.sh clang libclang-rt-dev valgrind; fi
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"
+
+# ---- reliability: sanitizers and fuzzing ----
+if [ "$fast" != 1 ]; then
+    bash tools/sanitize.sh asan tsan valgrind
+    bash tests/fuzz/run_fuzz.sh "${GPT2_FUZZ_SECONDS:-30}"
+    python3 tests/fuzz/fuzz_convert.py --seconds "${GPT2_FUZZ_SECONDS:-30}"
+fi
