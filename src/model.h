@@ -263,7 +263,6 @@ static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
     if (kind == "char") {
         gpt2__vector<std::string_view> chars;
         GPT2__TRY(gpt2__gguf_get_string_array(g, "gpt2h.tokenizer.chars", &chars, err));
-        if (chars.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2h.tokenizer.chars is empty: a vocabulary needs at least one token");
         GPT2__TRY(gpt2__tokenizer_init_char(&m->tokenizer, chars.data(), chars.size(), err));
     } else if (!kind.empty()) {
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "gpt2h.tokenizer.kind is '%.*s', expected 'char'", (int)std::min<size_t>(kind.size(), 64), kind.data());

@@ -446,7 +446,7 @@ TEST_CASE("a vocabulary larger than the embedding rows is refused") {
 TEST_CASE("an empty vocabulary is refused") {
     GgufBuilder g = tiny_model();
     g.set_strings("gpt2h.tokenizer.chars", {});
-    CHECK_ERROR(load_error(g), GPT2_ERROR_BAD_FILE, "gpt2h.tokenizer.chars is empty");
+    CHECK_ERROR(load_error(g), GPT2_ERROR_BAD_FILE, "character vocabulary: 0 entries");
 }
 
 TEST_CASE("a vocabulary smaller than the embedding rows leaves padding rows that are never sampled") {
@@ -650,6 +650,14 @@ TEST_CASE("a CUDA device in a CPU-only build is unsupported") {
     gpt2_error e{};
     CHECK(gpt2_model_load_memory(bytes.data(), bytes.size(), &params, &model, &e) == GPT2_ERROR_UNSUPPORTED);
     CHECK(has(e, "device 1 is not available"));
+}
+
+TEST_CASE("text with a character outside a character vocabulary is BAD_TEXT naming the character") {
+    TinySession t;
+    gpt2_error e{};
+    CHECK(gpt2_generate_text(t.session, "abz", nullptr, &e) == GPT2_ERROR_BAD_TEXT);
+    CHECK_ERROR(e, GPT2_ERROR_BAD_TEXT, "character U+007A (\"z\") at byte offset 2 is not in the model's vocabulary");
+    CHECK(gpt2_session_n_tokens(t.session) == 0);
 }
 
 TEST_CASE("a model without vocabulary refuses text with NO_VOCABULARY but takes ids") {
