@@ -1632,6 +1632,7 @@ static gpt2_result gpt2__next_token(gpt2_session* s, const gpt2_generate_params&
     if (gpt2__on_cuda(s->model)) return gpt2__cuda_sample(s, p.temperature, p.top_k, token, err);
 #endif
     *token = gpt2__sample(s->logits, s->model->n_vocab, p.temperature, p.top_k, &s->rng_state, s->probs);
+    (void)err;
     return GPT2_OK;
 }
 
