@@ -384,9 +384,13 @@ __global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(cons
                 for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
                 __syncthreads();
                 const uint32_t prefix = s_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-                for (int i = tid; i < n; i += blockDim.x) {
-                    const uint32_t key = gpt2__float_key(logits[i]);
-                    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+                /* logits crowd into a few bins: lanes of a warp that share a bin add once */
+                for (int base = 0; base < n; base += blockDim.x) {
+                    const int i = base + tid;
+                    const uint32_t key = i < n ? gpt2__float_key(logits[i]) : 0u;
+                    const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
+                    const unsigned same = __match_any_sync(0xffffffffu, bin);
+                    if (bin < 256u && lane == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
                 }
                 __syncthreads();
                 if (tid == 0) { /* the digit holding the k-th largest among the matching keys */
