@@ -43,7 +43,7 @@ PYTHONUNBUFFERED=1 timeout 150 python3 tests/cuda/hf_generate.py --shape 124M --
 tail -5 "$OUT/hf.err"
 
 step "CUDA tests"
-export GPT2_SC_GGUF="${GPT2_SC_GGUF:-$root/.thirdparty/sc.gguf}"
+export GPT2_SC_GGUF="${GPT2_SC_GGUF:-$root/.thirdparty/sc.gguf}" GPT2_TEST_DATA_DIR="$root/tests/data"
 timeout 240 "$tests" --duration=true 2>&1 | tee "$OUT/tests.log" | grep -v '^$' | tail -60
 
 step summary

@@ -40,8 +40,10 @@ static std::string sc_path() {
     return env && *env ? env : test_model("shakespeare_char.gguf");
 }
 
+// nanoGPT's reference prompts: from the source tree, or GPT2_TEST_DATA_DIR (binaries run elsewhere).
 static const Json& reference() {
-    static const Json ref = read_json(test_data("shakespeare_char/reference.json"));
+    const char* dir = std::getenv("GPT2_TEST_DATA_DIR");
+    static const Json ref = read_json((dir && *dir ? std::string(dir) : std::string(GPT2_TEST_DATA)) + "/shakespeare_char/reference.json");
     return ref;
 }
 
