@@ -209,6 +209,33 @@ int main(int argc, char** argv) {
         }
         if (r >= 1) decode.push_back((now_s() - t0) / (double)produced);
     }
+    // Where a decode step's time goes: the forward graph alone, the sampler alone.
+    double graph_ms = 0, sample_ms = 0;
+    {
+        gpt2__cuda_session* cs = gpt2__cuda(s);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        const int n = 200;
+        float ms = 0;
+        if (cs->graph_exec) {
+            for (int i = 0; i < 3; i++) CHECK_CUDA(cudaGraphLaunch(cs->graph_exec, cs->stream));
+            cudaEventRecord(e0, cs->stream);
+            for (int i = 0; i < n; i++) CHECK_CUDA(cudaGraphLaunch(cs->graph_exec, cs->stream));
+            cudaEventRecord(e1, cs->stream);
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            cudaEventElapsedTime(&ms, e0, e1);
+            graph_ms = ms / n;
+        }
+        cudaEventRecord(e0, cs->stream);
+        for (int i = 0; i < n; i++)
+            gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, cs->stream>>>(cs->logits_d, info.n_vocab, 0.8f, 200, (uint64_t)i, cs->token_d, cs->step_d, cs->n_cached - 1);
+        cudaEventRecord(e1, cs->stream);
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        cudaEventElapsedTime(&ms, e0, e1);
+        sample_ms = ms / n;
+    }
+    const bool pdl = gpt2__cuda_model_of(model)->pdl;
     gpt2_session_free(s);
 
     const double bw = copy_bandwidth(), flops = gemm_flops();
@@ -224,15 +251,17 @@ int main(int argc, char** argv) {
     if (json) {
         std::printf("{\"model\": \"%s\", \"device\": \"cuda\", \"gpu\": \"%s\", \"type\": \"%s\", \"threads\": 1, \"prompt_tokens\": %d, \"prefill_ms\": %.4f, "
                     "\"prefill_tok_s\": %.1f, \"decode_tokens\": %d, \"decode_ms_per_token\": %.5f, \"decode_tok_s\": %.1f, \"bandwidth_gb_s\": %.1f, "
-                    "\"decode_pct_of_limit\": %.1f, \"prefill_pct_of_limit\": %.1f, \"copy_bandwidth_gb_s\": %.1f, \"gemm_f16_tflop_s\": %.1f}\n",
+                    "\"decode_pct_of_limit\": %.1f, \"prefill_pct_of_limit\": %.1f, \"copy_bandwidth_gb_s\": %.1f, \"gemm_f16_tflop_s\": %.1f, "
+                    "\"graph_replay_ms\": %.5f, \"sample_kernel_ms\": %.5f, \"pdl\": %s}\n",
                     info.name, prop.name, type, prompt_tokens, prefill_s * 1e3, prompt_tokens / prefill_s, decode_tokens, decode_s * 1e3, 1.0 / decode_s, achieved / 1e9,
-                    100.0 * achieved / bw, 100.0 * (prefill_flops / prefill_s) / flops, bw / 1e9, flops / 1e12);
+                    100.0 * achieved / bw, 100.0 * (prefill_flops / prefill_s) / flops, bw / 1e9, flops / 1e12, graph_ms, sample_ms, pdl ? "true" : "false");
     } else {
         std::printf("model            %s (%d layers, n_embd %d, %s weights) on %s\n", info.name, info.n_layer, info.n_embd, type, prop.name);
         std::printf("prefill          %d tokens in %.3f ms: %.0f tokens/s, %.1f%% of the measured f16 GEMM rate (%.0f TFLOP/s)\n", prompt_tokens, prefill_s * 1e3,
                     prompt_tokens / prefill_s, 100.0 * (prefill_flops / prefill_s) / flops, flops / 1e12);
         std::printf("decode           %.4f ms/token (%.0f tokens/s) over %d tokens: %.0f GB/s of weights, %.1f%% of the copy bandwidth (%.0f GB/s)\n", decode_s * 1e3,
                     1.0 / decode_s, decode_tokens, achieved / 1e9, 100.0 * achieved / bw, bw / 1e9);
+        std::printf("per step         forward graph %.4f ms, sampler %.4f ms (programmatic dependent launch %s)\n", graph_ms, sample_ms, pdl ? "on" : "off");
     }
     gpt2_model_free(model);
     return 0;

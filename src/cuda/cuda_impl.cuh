@@ -68,11 +68,26 @@ struct gpt2__cuda_model {
     gpt2__vector<void*> allocations;
     size_t bytes = 0;
     bool fast_decode = false; /* shapes the one-token kernels handle (else the prompt path runs) */
+    bool pdl = false;         /* programmatic dependent launch between them (sm_90; GPT2_CUDA_PDL=0: off) */
 };
 
 static gpt2__cuda_model* gpt2__cuda_model_of(const gpt2_model* m) { return (gpt2__cuda_model*)m->device_weights; }
 
 /* ---- Kernels ---------------------------------------------------------------------------- */
+
+/* Programmatic dependent launch (sm_90): the one-token kernels start while the previous one
+   finishes, fetch their weights (which nothing writes), and only then wait for the previous
+   kernel's results. Both are no-ops when a kernel was launched without the attribute. */
+__device__ __forceinline__ void gpt2__grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gpt2__launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 
 template <class T> __device__ __forceinline__ float gpt2__to_f32(T v);
 template <> __device__ __forceinline__ float gpt2__to_f32<__half>(__half v) { return __half2float(v); }
@@ -151,6 +166,8 @@ __global__ void gpt2__convert_kernel(T* out, const float* in, size_t n) {
 /* x (T, C) = wte[ids] + wpe[pos0 + t]; pos0 is *pos when pos is given (graph replays). */
 template <class T>
 __global__ void gpt2__embed_kernel(float* x, const T* wte, const T* wpe, const int32_t* ids, const int* pos, int pos0, int C) {
+    gpt2__grid_wait();
+    gpt2__launch_next();
     const int t = blockIdx.x;
     const int p = (pos ? *pos : pos0) + t;
     const T* e = wte + (size_t)ids[t] * C;
@@ -229,20 +246,41 @@ struct gpt2__gemv_args {
     int gelu_tanh;
 };
 
+enum { GPT2__GEMV_PREFETCH = 8 }; /* 16-byte chunks per lane fetched before the wait: rows of up to 2048 */
+
 template <class T, int EPI>
 __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
     extern __shared__ float xs[];
     __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int K8 = a.K >> 3;
+    int o = blockIdx.x * warps + (threadIdx.x >> 5);
+    /* the first row's weights do not depend on the previous kernel: fetch them now */
+    uint4 pre[GPT2__GEMV_PREFETCH];
+#pragma unroll
+    for (int c = 0; c < GPT2__GEMV_PREFETCH; c++) {
+        const int idx = lane + 32 * c;
+        pre[c] = o < a.N && idx < K8 ? __ldg((const uint4*)((const T*)a.W + (size_t)o * a.K) + idx) : make_uint4(0, 0, 0, 0);
+    }
+    gpt2__grid_wait();
+    gpt2__launch_next();
     for (int i = threadIdx.x; i < a.K; i += blockDim.x) xs[i] = a.in[i];
     __syncthreads();
     if (a.ln_w) gpt2__layer_norm_shared(xs, a.K, a.ln_w, a.ln_b, a.eps, red);
-    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    const int K8 = a.K >> 3;
-    for (int o = blockIdx.x * warps + (threadIdx.x >> 5); o < a.N; o += gridDim.x * warps) {
+    bool first = true;
+    for (; o < a.N; o += gridDim.x * warps) {
         const uint4* w = (const uint4*)((const T*)a.W + (size_t)o * a.K);
         float acc = 0.0f;
+        int c0 = lane;
+        if (first) {
+#pragma unroll
+            for (int c = 0; c < GPT2__GEMV_PREFETCH; c++)
+                if (lane + 32 * c < K8) acc += gpt2__dot8<T>(pre[c], xs + 8 * (lane + 32 * c));
+            c0 = lane + 32 * GPT2__GEMV_PREFETCH;
+            first = false;
+        }
 #pragma unroll 4
-        for (int c = lane; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
+        for (int c = c0; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
         acc = gpt2__warp_sum(acc);
         if (lane != 0) continue;
         const float y = acc + (a.bias ? a.bias[o] : 0.0f);
@@ -259,42 +297,69 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
 }
 
 /* Attention of one query (the token at *pos) over the cache, split over the sequence: block
-   (h, split) takes keys [128 split, 128 split + 128), writes its partial max, sum and output,
-   and the last block of each head to finish combines them (flash-decoding in one launch). */
-enum { GPT2__ATTN_KEYS = 128 };
+   (h, split) takes keys [32 split, 32 split + 32), writes its partial max, sum and output,
+   and the last block of each head to finish combines them (flash-decoding in one launch).
+   D / 8 threads share a key row, 16 bytes each, so a block reads 16 (D = 64) rows at once. */
+enum { GPT2__ATTN_KEYS = 32, GPT2__ATTN_THREADS = 128 };
 
 template <class T>
-__global__ void __launch_bounds__(GPT2__ATTN_KEYS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
-                                                                            unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
-    __shared__ float qs[128], p[GPT2__ATTN_KEYS], red[32];
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+    __shared__ float qs[128], sc[GPT2__ATTN_KEYS], red[32], acc_rows[GPT2__ATTN_THREADS * 8];
     __shared__ bool last;
+    gpt2__grid_wait();
+    gpt2__launch_next();
     const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x;
     const int n_keys = *pos + 1, j0 = split * GPT2__ATTN_KEYS;
-    for (int d = tid; d < D; d += blockDim.x) qs[d] = q[h * D + d] * scale;
-    __syncthreads();
-    const int j = j0 + tid;
-    float s = -INFINITY;
-    if (j < n_keys) {
-        const uint4* k = (const uint4*)(k_cache + (size_t)j * C + (size_t)h * D);
-        s = 0.0f;
-        for (int c = 0; c < D / 8; c++) s += gpt2__dot8<T>(k[c], qs + 8 * c);
-    }
-    const float m = gpt2__block_max(s, red);
-    const float e = j < n_keys ? expf(s - m) : 0.0f;
-    p[tid] = e;
-    const float l = gpt2__block_sum(e, red); /* its barriers also publish p[] */
+    const int cpr = D >> 3, rows = GPT2__ATTN_THREADS / cpr, r = tid / cpr, c = tid % cpr;
     float* P = part + ((size_t)h * n_splits + split) * (D + 2);
-    if (tid < D) {
-        float acc = 0.0f;
-        const int n = min(GPT2__ATTN_KEYS, n_keys - j0);
-        const T* v = v_cache + (size_t)j0 * C + (size_t)h * D + tid;
-#pragma unroll 8
-        for (int jj = 0; jj < n; jj++) acc += p[jj] * gpt2__to_f32<T>(v[(size_t)jj * C]);
-        P[2 + tid] = acc;
-    }
-    if (tid == 0) {
-        P[0] = m;
-        P[1] = l;
+    if (j0 >= n_keys) { /* past the last key: an empty partial */
+        if (tid == 0) { P[0] = -INFINITY; P[1] = 0.0f; }
+    } else {
+        for (int d = tid; d < D; d += blockDim.x) qs[d] = q[h * D + d] * scale;
+        __syncthreads();
+        /* scores: row r of each pass takes key j0 + jj, its cpr lanes one 16-byte chunk each */
+        for (int jj = r; jj < GPT2__ATTN_KEYS; jj += rows) {
+            const int j = j0 + jj;
+            float partial = 0.0f;
+            if (j < n_keys) partial = gpt2__dot8<T>(*(const uint4*)(k_cache + (size_t)j * C + (size_t)h * D + 8 * c), qs + 8 * c);
+            for (int o = cpr >> 1; o > 0; o >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, o);
+            if (c == 0) sc[jj] = j < n_keys ? partial : -INFINITY;
+        }
+        __syncthreads();
+        const float s = tid < GPT2__ATTN_KEYS ? sc[tid] : -INFINITY;
+        const float m = gpt2__block_max(s, red);
+        const float e = s == -INFINITY ? 0.0f : expf(s - m);
+        if (tid < GPT2__ATTN_KEYS) sc[tid] = e;
+        const float l = gpt2__block_sum(e, red); /* its barriers also publish sc[] */
+        /* weighted values: the same row layout, 8 dimensions per thread, then a sum over rows */
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int jj = r; jj < GPT2__ATTN_KEYS; jj += rows) {
+            const int j = j0 + jj;
+            if (j >= n_keys) break;
+            const uint4 v = *(const uint4*)(v_cache + (size_t)j * C + (size_t)h * D + 8 * c);
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            const float p = sc[jj];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                T pair[2];
+                memcpy(pair, &words[i], 4);
+                acc[2 * i] += p * gpt2__to_f32<T>(pair[0]);
+                acc[2 * i + 1] += p * gpt2__to_f32<T>(pair[1]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc_rows[r * D + 8 * c + i] = acc[i];
+        __syncthreads();
+        if (tid < D) {
+            float o = 0.0f;
+            for (int rr = 0; rr < rows; rr++) o += acc_rows[rr * D + tid];
+            P[2 + tid] = o;
+        }
+        if (tid == 0) {
+            P[0] = m;
+            P[1] = l;
+        }
     }
     __threadfence();
     __syncthreads();
@@ -305,16 +370,16 @@ __global__ void __launch_bounds__(GPT2__ATTN_KEYS) gpt2__attn_decode_kernel(cons
     if (tid < D) {
         float M = -INFINITY;
         for (int sp = 0; sp < n_splits; sp++) M = fmaxf(M, __ldcg(part + ((size_t)h * n_splits + sp) * (D + 2)));
-        float L = 0.0f, acc = 0.0f;
+        float L = 0.0f, o = 0.0f;
         for (int sp = 0; sp < n_splits; sp++) {
             const float* Q = part + ((size_t)h * n_splits + sp) * (D + 2);
             const float ms = __ldcg(Q);
             if (ms == -INFINITY) continue; /* a split past the last key */
             const float w = expf(ms - M);
             L += __ldcg(Q + 1) * w;
-            acc += __ldcg(Q + 2 + tid) * w;
+            o += __ldcg(Q + 2 + tid) * w;
         }
-        out[h * D + tid] = acc / L;
+        out[h * D + tid] = o / L;
     }
     if (tid == 0) tickets[h] = 0; /* ready for the next replay */
 }
@@ -360,8 +425,19 @@ __global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(cons
     /* argmax */
     float bv = -INFINITY;
     int bi = n;
-    for (int i = tid; i < n; i += blockDim.x)
-        if (logits[i] > bv || bi == n) { bv = logits[i]; bi = i; }
+    for (int base = 0; base < n; base += 4 * (int)blockDim.x) { /* 4 loads in flight per thread */
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = base + u * (int)blockDim.x + tid;
+            v[u] = i < n ? logits[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = base + u * (int)blockDim.x + tid;
+            if (i < n && (v[u] > bv || bi == n)) { bv = v[u]; bi = i; }
+        }
+    }
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -385,22 +461,43 @@ __global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(cons
                 __syncthreads();
                 const uint32_t prefix = s_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
                 /* logits crowd into a few bins: lanes of a warp that share a bin add once */
-                for (int base = 0; base < n; base += blockDim.x) {
-                    const int i = base + tid;
-                    const uint32_t key = i < n ? gpt2__float_key(logits[i]) : 0u;
-                    const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
-                    const unsigned same = __match_any_sync(0xffffffffu, bin);
-                    if (bin < 256u && lane == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
+                for (int base = 0; base < n; base += 4 * (int)blockDim.x) {
+                    float v[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const int i = base + u * (int)blockDim.x + tid;
+                        v[u] = i < n ? logits[i] : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const int i = base + u * (int)blockDim.x + tid;
+                        const uint32_t key = gpt2__float_key(v[u]);
+                        const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
+                        const unsigned same = __match_any_sync(0xffffffffu, bin);
+                        if (bin < 256u && lane == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
+                    }
                 }
                 __syncthreads();
-                if (tid == 0) { /* the digit holding the k-th largest among the matching keys */
-                    int k = s_k, d = 255;
-                    for (; d > 0; d--) {
-                        if ((int)hist[d] >= k) break;
-                        k -= (int)hist[d];
+                if (warp == 0) { /* the digit holding the k-th largest: lane L owns bins 8L..8L+7 */
+                    unsigned cnt[8], mine = 0;
+#pragma unroll
+                    for (int b = 0; b < 8; b++) mine += cnt[b] = hist[8 * lane + b];
+                    unsigned at_or_above = mine; /* keys in this lane's bins and all higher ones */
+                    for (int off = 1; off < 32; off <<= 1) {
+                        const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
+                        if (lane + off < 32) at_or_above += t;
                     }
-                    s_k = k;
-                    s_prefix = prefix | ((uint32_t)d << shift);
+                    const int k = s_k;
+                    const unsigned above = at_or_above - mine;
+                    if ((int)above < k && k <= (int)at_or_above) {
+                        int kk = k - (int)above, d = 8 * lane;
+                        for (int b = 7; b >= 0; b--) {
+                            if ((int)cnt[b] >= kk) { d = 8 * lane + b; break; }
+                            kk -= (int)cnt[b];
+                        }
+                        s_k = kk;
+                        s_prefix = prefix | ((uint32_t)d << shift);
+                    }
                 }
                 __syncthreads();
             }
@@ -525,8 +622,9 @@ static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__we
 }
 
 static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
-    cudaSetDevice(dm->device);
+    if (!dm->allocations.empty()) cudaSetDevice(dm->device);
     for (void* p : dm->allocations) cudaFree(p);
+    cudaGetLastError(); /* leave no error behind for the next call */
     dm->~gpt2__cuda_model();
     GPT2_FREE(dm);
 }
@@ -546,6 +644,7 @@ static gpt2_result gpt2__cuda_select_device(int index, gpt2_error* err) {
 }
 
 static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_error* err) {
+    cudaGetLastError(); /* an error left by earlier calls of this thread is not ours */
     GPT2__TRY(gpt2__cuda_select_device(dm->device, err));
     cudaDeviceProp prop;
     GPT2__CUDA_TRY(cudaGetDeviceProperties(&prop, dm->device));
@@ -558,7 +657,9 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     }
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
-    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && D % 8 == 0 && D <= 128 && (size_t)std::max(C, F) * 4 <= 48 * 1024;
+    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(C, F) * 4 <= 48 * 1024;
+    const char* pdl = std::getenv("GPT2_CUDA_PDL");
+    dm->pdl = prop.major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
     const size_t staging_floats = std::min<size_t>((size_t)16 << 20, std::max((size_t)m->n_vocab_rows, (size_t)F) * (size_t)C);
     gpt2__vector<float> host(staging_floats);
     float* staging = nullptr;
@@ -634,7 +735,8 @@ struct gpt2__cuda_session : gpt2_session {
     int* step_d = nullptr;
     int32_t* token_d = nullptr;
     double* logp_d = nullptr;
-    int32_t* token_h = nullptr; /* pinned */
+    int32_t* token_h = nullptr;     /* pinned, mapped: the sampled token */
+    int32_t* token_h_dev = nullptr; /* its device address */
     int n_splits = 0;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t graph_exec = nullptr;
@@ -697,7 +799,9 @@ static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* e
     }
     GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
     GPT2__CUDA_TRY(cudaMemsetAsync(s->step_d, 0, 16, s->stream));
-    GPT2__CUDA_TRY(cudaMallocHost((void**)&s->token_h, 16));
+    /* the sampler writes the token straight into host memory: no copy between it and the next pass */
+    GPT2__CUDA_TRY(cudaHostAlloc((void**)&s->token_h, 16, cudaHostAllocMapped));
+    GPT2__CUDA_TRY(cudaHostGetDevicePointer((void**)&s->token_h_dev, s->token_h, 0));
     s->logits = (float*)GPT2_MALLOC(V * 4);
     if (!s->logits) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the logits", V * 4);
     GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
@@ -737,6 +841,22 @@ static gpt2_result gpt2__cuda_linear(gpt2__cuda_session* s, const void* W, const
     GPT2__CUBLAS_TRY(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, t, K, X, t, K, &beta, Y, out16 ? t : CUDA_R_32F, N,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return GPT2_OK;
+}
+
+/* Launches a kernel, with programmatic dependent launch when `pdl` (see gpt2__grid_wait). */
+template <class... Params, class... Args>
+static cudaError_t gpt2__launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 static int gpt2__cuda_grid(size_t n, int threads) { return (int)std::min<size_t>((n + threads - 1) / threads, 65535); }
@@ -796,7 +916,11 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     cudaStream_t st = s->stream;
     const int warps = 8, cap = dm->n_sm * 8;
-    auto grid = [&](int N) { return std::max(1, std::min((N + warps - 1) / warps, cap)); };
+    const bool pdl = dm->pdl;
+    auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
+        const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
+        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4, st, a);
+    };
     gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
     GPT2__LAUNCHED("embed");
     for (int l = 0; l < m->n_layer; l++) {
@@ -810,28 +934,22 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
         a.W = G.c_attn; a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
         a.k_cache = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
         a.v_cache = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
-        gpt2__gemv_kernel<TT, GPT2__EPI_QKV><<<grid(a.N), 256, (size_t)a.K * 4, st>>>(a);
-        GPT2__LAUNCHED("qkv");
-        gpt2__attn_decode_kernel<TT><<<dim3(H, s->n_splits), GPT2__ATTN_KEYS, 0, st>>>(s->q1, (const TT*)a.k_cache, (const TT*)a.v_cache, s->step_d, s->part, s->tickets,
-                                                                                        s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D));
-        GPT2__LAUNCHED("attention");
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, a));
+        GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
+                                    (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D)));
         /* x += c_proj(att) + bias */
         a.W = G.c_proj; a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
-        gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL><<<grid(a.N), 256, (size_t)a.K * 4, st>>>(a);
-        GPT2__LAUNCHED("c_proj");
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
         /* fc = gelu(c_fc(ln_2(x)) + bias) */
         a.W = G.c_fc; a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
-        gpt2__gemv_kernel<TT, GPT2__EPI_GELU><<<grid(a.N), 256, (size_t)a.K * 4, st>>>(a);
-        GPT2__LAUNCHED("c_fc");
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, a));
         /* x += mlp c_proj(fc) + bias */
         a.W = G.mlp_proj; a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
-        gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL><<<grid(a.N), 256, (size_t)a.K * 4, st>>>(a);
-        GPT2__LAUNCHED("mlp c_proj");
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
     }
     gpt2__gemv_args a{};
     a.W = dm->lm_head; a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
-    gpt2__gemv_kernel<TT, GPT2__EPI_STORE><<<grid(a.N), 256, (size_t)a.K * 4, st>>>(a);
-    GPT2__LAUNCHED("head");
+    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, a));
     return GPT2_OK;
 }
 
@@ -889,6 +1007,7 @@ static gpt2_result gpt2__cuda_append(gpt2_session* session, const int32_t* ids, 
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
     if (n == 0) return GPT2_OK;
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
     if (s->pending) { /* gpt2__cuda_sample already queued this token's pass */
         s->pending = false;
         if (n == 1 && ids[0] == s->pending_token && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx) {
@@ -941,10 +1060,10 @@ static const float* gpt2__cuda_logits(gpt2_session* session) {
 static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error* err) {
     gpt2__cuda_session* s = gpt2__cuda(session);
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
     const bool extend = s->dm->fast_decode && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx;
-    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_d, s->step_d, s->n_cached);
+    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
     GPT2__LAUNCHED("sample");
-    GPT2__CUDA_TRY(cudaMemcpyAsync(s->token_h, s->token_d, 4, cudaMemcpyDeviceToHost, s->stream));
     GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
     s->pending = false;
     if (extend) GPT2__TRY(gpt2__cuda_launch_token(s, err));
