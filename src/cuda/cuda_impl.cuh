@@ -367,15 +367,18 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
     __syncthreads();
     if (!last) return;
     __threadfence();
+    /* only the splits that hold keys: their partial maxima read in parallel, then the sums */
+    const int used = min(n_splits, (n_keys + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
+    const float* H_part = part + (size_t)h * n_splits * (D + 2);
+    float M = -INFINITY;
+    for (int sp = tid; sp < used; sp += blockDim.x) M = fmaxf(M, __ldcg(H_part + (size_t)sp * (D + 2)));
+    M = gpt2__block_max(M, red);
     if (tid < D) {
-        float M = -INFINITY;
-        for (int sp = 0; sp < n_splits; sp++) M = fmaxf(M, __ldcg(part + ((size_t)h * n_splits + sp) * (D + 2)));
         float L = 0.0f, o = 0.0f;
-        for (int sp = 0; sp < n_splits; sp++) {
-            const float* Q = part + ((size_t)h * n_splits + sp) * (D + 2);
-            const float ms = __ldcg(Q);
-            if (ms == -INFINITY) continue; /* a split past the last key */
-            const float w = expf(ms - M);
+#pragma unroll 4
+        for (int sp = 0; sp < used; sp++) {
+            const float* Q = H_part + (size_t)sp * (D + 2);
+            const float w = expf(__ldcg(Q) - M);
             L += __ldcg(Q + 1) * w;
             o += __ldcg(Q + 2 + tid) * w;
         }
@@ -461,15 +464,15 @@ __global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(cons
                 __syncthreads();
                 const uint32_t prefix = s_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
                 /* logits crowd into a few bins: lanes of a warp that share a bin add once */
-                for (int base = 0; base < n; base += 4 * (int)blockDim.x) {
-                    float v[4];
+                for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
+                    float v[8];
 #pragma unroll
-                    for (int u = 0; u < 4; u++) {
+                    for (int u = 0; u < 8; u++) {
                         const int i = base + u * (int)blockDim.x + tid;
                         v[u] = i < n ? logits[i] : 0.0f;
                     }
 #pragma unroll
-                    for (int u = 0; u < 4; u++) {
+                    for (int u = 0; u < 8; u++) {
                         const int i = base + u * (int)blockDim.x + tid;
                         const uint32_t key = gpt2__float_key(v[u]);
                         const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
@@ -508,10 +511,16 @@ __global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(cons
         const int chunk = (n + blockDim.x - 1) / blockDim.x, begin = min(n, tid * chunk), end = min(n, begin + chunk);
         double local = 0.0;
         int last_kept = -1;
-        for (int i = begin; i < end; i++) {
-            const float w = logits[i] >= threshold ? (float)exp(((double)logits[i] - max_logit) * inv_t) : 0.0f;
-            local += w;
-            if (w != 0.0f) last_kept = i;
+        for (int i0 = begin; i0 < end; i0 += 8) { /* 8 loads in flight, then in index order */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float w = i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
+                local += w;
+                if (w != 0.0f) last_kept = i0 + u;
+            }
         }
         sums[tid] = local;
         if (tid == 0) { s_pick = n; s_last = -1; }
@@ -528,11 +537,21 @@ __global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(cons
         const double target = gpt2__rng_uniform_device(rng) * total;
         double running = sums[tid] - local;
         if (target < sums[tid] + 1e-12 * total) { /* this chunk may hold the crossing: rescan it */
-            for (int i = begin; i < end; i++) {
-                const float w = logits[i] >= threshold ? (float)exp(((double)logits[i] - max_logit) * inv_t) : 0.0f;
-                if (w == 0.0f) continue;
-                running += w;
-                if (target < running) { atomicMin(&s_pick, i); break; }
+            bool found = false;
+            for (int i0 = begin; i0 < end && !found; i0 += 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const float w = !found && i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
+                    if (w == 0.0f) continue;
+                    running += w;
+                    if (target < running) {
+                        atomicMin(&s_pick, i0 + u);
+                        found = true;
+                    }
+                }
             }
         }
         __syncthreads();
