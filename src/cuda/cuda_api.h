@@ -26,7 +26,8 @@
               bias, GELU and residual add; attention split over the cache). Sampling
               (temperature, top-k, the library's SplitMix64 RNG) runs on the GPU too: only the
               token id crosses to the host per step. gpt2_session_logits copies the logits
-              to the host when asked.
+              to the host when asked. Inside a gpt2_generate callback the next step is
+              already running, so there it returns the logits after the token just delivered.
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
 */
