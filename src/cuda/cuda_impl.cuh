@@ -250,7 +250,7 @@ enum { GPT2__GEMV_PREFETCH = 8 }; /* 16-byte chunks per lane fetched before the 
 
 template <class T, int EPI>
 __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
-    extern __shared__ float xs[];
+    extern __shared__ float xs[]; /* K inputs; with a LayerNorm also its K weights and K biases */
     __shared__ float red[32];
     const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const int K8 = a.K >> 3;
@@ -262,28 +262,40 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
         const int idx = lane + 32 * c;
         pre[c] = o < a.N && idx < K8 ? __ldg((const uint4*)((const T*)a.W + (size_t)o * a.K) + idx) : make_uint4(0, 0, 0, 0);
     }
+    /* so are the LayerNorm parameters (to shared memory, after the input) and the first bias */
+    float* ln_w = xs + a.K;
+    float* ln_b = xs + 2 * a.K;
+    if (a.ln_w)
+        for (int i = threadIdx.x; i < a.K; i += blockDim.x) {
+            ln_w[i] = a.ln_w[i];
+            ln_b[i] = a.ln_b ? a.ln_b[i] : 0.0f;
+        }
+    const float first_bias = a.bias && o < a.N ? a.bias[o] : 0.0f;
     gpt2__grid_wait();
     gpt2__launch_next();
     for (int i = threadIdx.x; i < a.K; i += blockDim.x) xs[i] = a.in[i];
     __syncthreads();
-    if (a.ln_w) gpt2__layer_norm_shared(xs, a.K, a.ln_w, a.ln_b, a.eps, red);
+    if (a.ln_w) gpt2__layer_norm_shared(xs, a.K, ln_w, ln_b, a.eps, red);
     bool first = true;
     for (; o < a.N; o += gridDim.x * warps) {
         const uint4* w = (const uint4*)((const T*)a.W + (size_t)o * a.K);
-        float acc = 0.0f;
+        float acc = 0.0f, bias = 0.0f;
         int c0 = lane;
         if (first) {
+            bias = first_bias;
 #pragma unroll
             for (int c = 0; c < GPT2__GEMV_PREFETCH; c++)
                 if (lane + 32 * c < K8) acc += gpt2__dot8<T>(pre[c], xs + 8 * (lane + 32 * c));
             c0 = lane + 32 * GPT2__GEMV_PREFETCH;
             first = false;
+        } else if (a.bias) {
+            bias = a.bias[o];
         }
 #pragma unroll 4
         for (int c = c0; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
         acc = gpt2__warp_sum(acc);
         if (lane != 0) continue;
-        const float y = acc + (a.bias ? a.bias[o] : 0.0f);
+        const float y = acc + bias;
         if (EPI == GPT2__EPI_STORE) a.out[o] = y;
         if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
         if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
@@ -676,7 +688,7 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     }
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
-    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(C, F) * 4 <= 48 * 1024;
+    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
     const char* pdl = std::getenv("GPT2_CUDA_PDL");
     dm->pdl = prop.major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
     const size_t staging_floats = std::min<size_t>((size_t)16 << 20, std::max((size_t)m->n_vocab_rows, (size_t)F) * (size_t)C);
@@ -938,7 +950,7 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
     const bool pdl = dm->pdl;
     auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
         const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
-        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4, st, a);
+        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4 * (a.ln_w ? 3 : 1), st, a);
     };
     gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
     GPT2__LAUNCHED("embed");
