@@ -69,7 +69,7 @@ struct Soaker {
         p.user = this;
         p.seed = (uint64_t)index * 1000003u + (uint64_t)round;
         p.temperature = round % 3 == 0 ? 0.0f : 1.0f; // greedy sometimes: long repeats are a case too
-        p.top_k = (int)(round % 5) * 10;              // 0 (all), 10, 20, ...: more than 65 is clamped
+        p.top_k = (int)(round % 5) * 50;              // 0 (all), 50, 100, ...: above the vocabulary is clamped
         p.max_new_tokens = first;
         gpt2_error err;
         if (gpt2_generate(session, prompt, 3, &p, nullptr, 0, nullptr, &err) != GPT2_OK) return fail(err);

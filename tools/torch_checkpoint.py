@@ -221,7 +221,7 @@ def load(path):
     """Loads a torch.save zip checkpoint; raises CheckpointError (or OSError) on bad input."""
     try:
         archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, ValueError, EOFError):  # ValueError: e.g. a member name that is not UTF-8
         raise CheckpointError(f"{path} is not a PyTorch checkpoint: not a zip archive, or a truncated "
                               "one (torch < 1.6 legacy checkpoints are not supported)") from None
     pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
