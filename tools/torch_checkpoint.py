@@ -243,4 +243,6 @@ def load(path):
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
             AttributeError, struct.error, zipfile.BadZipFile) as e:
         raise CheckpointError(f"{path}: corrupt checkpoint ({type(e).__name__}: {e})") from None
+    except MemoryError:  # a corrupt length field in data.pkl asking for gigabytes
+        raise CheckpointError(f"{path}: corrupt checkpoint (data.pkl asks for more memory than there is)") from None
 

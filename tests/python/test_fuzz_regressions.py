@@ -44,6 +44,15 @@ class FuzzRegressions(unittest.TestCase):
         data = buf.getvalue().replace("\u00e9".encode(), b"\x80\x80")
         self.assert_refused(data)
 
+    def test_pickle_memo_index_near_4g_is_refused_cleanly(self):
+        # LONG_BINPUT with index 0xd5b90103: the unpickler grew its memo to match and raised MemoryError.
+        pkl = b"\x80\x02N" + b"r" + (0xd5b90103).to_bytes(4, "little") + b"."
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            z.writestr("ckpt/data.pkl", pkl)
+            z.writestr("ckpt/version", "3\n")
+        self.assert_refused(buf.getvalue())
+
 
 if __name__ == "__main__":
     unittest.main()
