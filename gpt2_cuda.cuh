@@ -1319,7 +1319,10 @@ static gpt2_result gpt2__cuda_launch_token(gpt2__cuda_session* s, gpt2_error* er
         cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
         if (res != GPT2_OK) {
             if (graph) cudaGraphDestroy(graph);
-            return res;
+            graph = nullptr;
+            if (!s->dm->persistent) return res;
+            /* a cooperative launch that the capture refused: launch it directly from now on */
+            if (e == cudaSuccess) e = cudaErrorStreamCaptureUnsupported;
         }
         if (e == cudaSuccess) e = cudaGraphInstantiate(&s->graph_exec, graph, 0);
         if (e != cudaSuccess) { /* run the kernels directly from now on */
