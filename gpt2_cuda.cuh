@@ -478,7 +478,15 @@ __device__ __forceinline__ unsigned gpt2__ld_acquire(const unsigned* p) {
     return v;
 }
 
-/* Every block of the grid arrives here before any leaves; writes before it are seen after it. */
+__device__ __forceinline__ uint64_t gpt2__globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Every block of the grid arrives here before any leaves; writes before it are seen after it.
+   A block that waits 10 s (blocks not resident together: a broken launch) traps, so the step
+   fails with an error instead of hanging. */
 __device__ __forceinline__ void gpt2__grid_barrier(unsigned* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -489,7 +497,9 @@ __device__ __forceinline__ void gpt2__grid_barrier(unsigned* bar) {
             __threadfence();
             atomicAdd(bar + 1, 1u);
         } else {
-            while (gpt2__ld_acquire(bar + 1) == gen) {}
+            const uint64_t t0 = gpt2__globaltimer_ns();
+            while (gpt2__ld_acquire(bar + 1) == gen)
+                if (gpt2__globaltimer_ns() - t0 > 10000000000ull) __trap();
         }
         __threadfence();
     }
