@@ -1022,10 +1022,11 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         int per_sm = 0;
         cudaError_t e = dm->bf16 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gpt2__decode_persistent_kernel<__nv_bfloat16>, GPT2__PK_THREADS, pk_smem)
                                  : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gpt2__decode_persistent_kernel<__half>, GPT2__PK_THREADS, pk_smem);
-        if (e != cudaSuccess || per_sm < 1 || !prop.cooperativeLaunch) {
+        /* its static shared memory is ~17 KB: the input vector must fit in the 48 KB a launch gets without opting in */
+        if (e != cudaSuccess || per_sm < 1 || !prop.cooperativeLaunch || pk_smem > 30 * 1024) {
             cudaGetLastError();
             gpt2__log(m->params, GPT2_LOG_WARNING, "CUDA: the persistent decode kernel cannot run here (%s); using the graph of one-token kernels",
-                      e != cudaSuccess ? cudaGetErrorString(e) : "no cooperative launch or no room on an SM");
+                      e != cudaSuccess ? cudaGetErrorString(e) : "no cooperative launch, or no room on an SM for this shape");
         } else {
             GPT2__TRY(gpt2__cuda_alloc(dm, sizeof(gpt2__cuda_layer) * (size_t)m->n_layer, (void**)&dm->layers_d, "the layer table", err));
             GPT2__CUDA_TRY(cudaMemcpy(dm->layers_d, dm->layers.data(), sizeof(gpt2__cuda_layer) * (size_t)m->n_layer, cudaMemcpyHostToDevice));
