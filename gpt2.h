@@ -280,7 +280,11 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 
 #ifdef GPT2_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define GPT2_DEF static __attribute__((unused)) /* a program need not call every function */
+#else
 #define GPT2_DEF static
+#endif
 #else
 #define GPT2_DEF
 #endif

@@ -40,7 +40,11 @@
 #endif
 
 #ifdef GPT2_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define GPT2_DEF static __attribute__((unused)) /* a program need not call every function */
+#else
 #define GPT2_DEF static
+#endif
 #else
 #define GPT2_DEF
 #endif
