@@ -131,8 +131,8 @@ GPT2_API gpt2_model_params gpt2_model_default_params(void);
 /* Loads a GGUF model file. params may be NULL (defaults). */
 GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params,
                                           gpt2_model** out_model, gpt2_error* err);
-/* Loads from a buffer holding a whole GGUF file. The buffer is used in place (not copied) and
-   must outlive the model. */
+/* Loads from a buffer holding a whole GGUF file. A buffer aligned to 64 bytes is used in place
+   (not copied) and must outlive the model; any other buffer is copied once. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
 GPT2_API void gpt2_model_free(gpt2_model* model);

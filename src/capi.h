@@ -59,9 +59,67 @@ GPT2_DEF gpt2_generate_params gpt2_generate_default_params(void) {
     return p;
 }
 
+/* ---- Devices ---------------------------------------------------------------------------
+   The one place where the C API hands work to a device other than the CPU. gpt2_cuda.cuh
+   defines GPT2__CUDA_BACKEND before it includes this file and defines these functions after
+   it; without it every hook below compiles away and CUDA is refused as unsupported. */
+#ifdef GPT2__CUDA_BACKEND
+static gpt2_result gpt2__cuda_model_upload(gpt2_model* m, gpt2_error* err);
+static void gpt2__cuda_model_release(gpt2_model* m);
+static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params* p, gpt2_session** out, gpt2_error* err);
+static void gpt2__cuda_session_free(gpt2_session* s);
+static gpt2_result gpt2__cuda_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err);
+static const float* gpt2__cuda_logits(gpt2_session* s);
+static gpt2_result gpt2__cuda_sample(gpt2_session* s, float temperature, int top_k, int32_t* token, gpt2_error* err);
+static gpt2_result gpt2__cuda_window_logprob(gpt2_session* s, const int32_t* tokens, size_t n, double* sum, gpt2_error* err);
+static bool gpt2__on_cuda(const gpt2_model* m) { return m->params.device == GPT2_DEVICE_CUDA; }
+#else
+static bool gpt2__on_cuda(const gpt2_model*) { return false; }
+#endif
+
 static gpt2_result gpt2__check_device(const gpt2_model_params* params, gpt2_error* err) {
-    if (params && params->device != GPT2_DEVICE_CPU)
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "device %d is not available in this build (include gpt2_cuda.cuh for CUDA)", (int)params->device);
+    if (!params || params->device == GPT2_DEVICE_CPU) return GPT2_OK;
+#ifdef GPT2__CUDA_BACKEND
+    if (params->device == GPT2_DEVICE_CUDA) return GPT2_OK;
+#endif
+    return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "device %d is not available in this build (include gpt2_cuda.cuh for CUDA)", (int)params->device);
+}
+
+/* Loading done: give a device its copy of the weights (frees the model on failure). */
+static gpt2_result gpt2__model_attach_device(gpt2_model* m, gpt2_error* err) {
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(m)) {
+        gpt2_result res = gpt2__cuda_model_upload(m, err);
+        if (res != GPT2_OK) gpt2__model_destroy(m);
+        return res;
+    }
+#endif
+    (void)m;
+    return gpt2__ok(err);
+}
+
+/* Appends tokens and runs the model; on a device the logits stay there until asked for. */
+static gpt2_result gpt2__append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(s->model)) return gpt2__cuda_append(s, ids, n, err);
+#endif
+    return gpt2__session_append(s, ids, n, err);
+}
+
+static const float* gpt2__host_logits(gpt2_session* s) {
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(s->model)) return gpt2__cuda_logits(s);
+#endif
+    return s->logits;
+}
+
+/* The next token from the current logits; on a device only the token id comes back. */
+static gpt2_result gpt2__next_token(gpt2_session* s, const gpt2_generate_params& p, int32_t* token, gpt2_error* err) {
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(s->model)) return gpt2__cuda_sample(s, p.temperature, p.top_k, token, err);
+#endif
+    *token = gpt2__sample(s->logits, s->model->n_vocab, p.temperature, p.top_k, &s->rng_state, s->probs);
+    (void)err;
     return GPT2_OK;
 }
 
@@ -83,6 +141,7 @@ GPT2_DEF gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
         gpt2__model_destroy(m);
         return res;
     }
+    GPT2__TRY(gpt2__model_attach_device(m, err));
     *out_model = m;
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
@@ -113,6 +172,7 @@ GPT2_DEF gpt2_result gpt2_model_load_memory(const void* data, size_t size, const
         gpt2__model_destroy(m);
         return res;
     }
+    GPT2__TRY(gpt2__model_attach_device(m, err));
     *out_model = m;
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
@@ -122,6 +182,9 @@ GPT2_DEF void gpt2_model_free(gpt2_model* model) {
     if (!model) return;
     /* Freeing a model while sessions use it leaves them dangling: caught in debug builds. */
     GPT2_ASSERT(model->n_sessions.load() == 0 && "gpt2_model_free: free every session of this model first");
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(model)) gpt2__cuda_model_release(model);
+#endif
     gpt2__model_destroy(model);
 }
 
@@ -187,6 +250,9 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_ctx is %d; expected 0 (the model's) to the model's context length %d", p.n_ctx, model->n_ctx);
     GPT2__GUARD_BEGIN
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(model)) return gpt2__cuda_session_create(model, &p, out_session, err);
+#endif
     void* memory = GPT2_MALLOC(sizeof(gpt2_session));
     if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     gpt2_session* s = new (memory) gpt2_session();
@@ -209,7 +275,11 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
 }
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
-    if (session) gpt2__session_destroy(session);
+    if (!session) return;
+#ifdef GPT2__CUDA_BACKEND
+    if (gpt2__on_cuda(session->model)) return gpt2__cuda_session_free(session);
+#endif
+    gpt2__session_destroy(session);
 }
 
 GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
@@ -227,12 +297,15 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
     GPT2__GUARD_BEGIN
-    GPT2__TRY(gpt2__session_append(s, tokens, n, err));
+    GPT2__TRY(gpt2__append(s, tokens, n, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 
-GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) { return s && s->has_logits ? s->logits : nullptr; }
+GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
+    /* const for the caller; a device session may copy its logits into its host buffer here */
+    return s && s->has_logits ? gpt2__host_logits(const_cast<gpt2_session*>(s)) : nullptr;
+}
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
     if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
@@ -242,15 +315,21 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
     gpt2_session_reset(s);
     const int V = s->model->n_vocab, C = s->model->n_embd;
     const size_t first = std::min(n, (size_t)s->n_ctx);
-    GPT2__TRY(gpt2__session_append(s, tokens, first, err));
+    GPT2__TRY(gpt2__append(s, tokens, first, err));
     double sum = 0.0;
-    for (size_t t = 1; t < first; t++) { /* every position of the first window, from one pass */
-        gpt2__head(s, s->xn + (t - 1) * C, s->probs);
-        sum += gpt2__log_prob(s->probs, V, tokens[t]);
+    if (gpt2__on_cuda(s->model)) {
+#ifdef GPT2__CUDA_BACKEND
+        GPT2__TRY(gpt2__cuda_window_logprob(s, tokens, first, &sum, err));
+#endif
+    } else {
+        for (size_t t = 1; t < first; t++) { /* every position of the first window, from one pass */
+            gpt2__head(s, s->xn + (t - 1) * C, s->probs);
+            sum += gpt2__log_prob(s->probs, V, tokens[t]);
+        }
     }
     for (size_t t = first; t < n; t++) { /* past n_ctx: nanoGPT's sliding window, one step each */
-        sum += gpt2__log_prob(s->logits, V, tokens[t]);
-        if (t + 1 < n) GPT2__TRY(gpt2__session_append(s, tokens + t, 1, err));
+        sum += gpt2__log_prob(gpt2__host_logits(s), V, tokens[t]);
+        if (t + 1 < n) GPT2__TRY(gpt2__append(s, tokens + t, 1, err));
     }
     gpt2_session_reset(s);
     *out_logprob_sum = sum;
@@ -291,15 +370,16 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
-    if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
+    if (n_prompt) GPT2__TRY(gpt2__append(s, prompt, n_prompt, err));
     s->rng_state = p.seed;
     const gpt2_model* m = s->model;
     for (int i = 0; i < p.max_new_tokens; i++) {
-        const int32_t token = gpt2__sample(s->logits, m->n_vocab, p.temperature, p.top_k, &s->rng_state, s->probs);
+        int32_t token;
+        GPT2__TRY(gpt2__next_token(s, p, &token, err));
         if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
         if (n_generated) *n_generated = (size_t)i + 1;
         const bool stop = gpt2__deliver(s, p, token);
-        GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
+        GPT2__TRY(gpt2__append(s, &token, 1, err)); /* the token joins the context either way */
         if (stop) break;
     }
     if (p.on_token && m->tokenizer.kind != GPT2_TOKENIZER_NONE) { /* bytes that never completed a character */

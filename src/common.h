@@ -39,9 +39,9 @@
 #define GPT2_ASSERT(x) assert(x)
 #endif
 
-#ifdef GPT2_STATIC
-#if defined(__GNUC__) || defined(__clang__)
-#define GPT2_DEF static __attribute__((unused)) /* a program need not call every function */
+#ifdef GPT2_STATIC /* a private copy may leave API functions unused: not worth a warning */
+#if defined(__GNUC__)
+#define GPT2_DEF static __attribute__((unused))
 #else
 #define GPT2_DEF static
 #endif

@@ -57,6 +57,7 @@ struct gpt2_model {
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
     mutable std::atomic<int> n_sessions{0}; /* sessions alive; freeing the model before them is a bug */
+    void* device_weights = nullptr;          /* a device's copy of the weights (gpt2_cuda.cuh) */
 };
 
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...)
@@ -296,7 +297,6 @@ static gpt2_result gpt2__model_init(gpt2_model* m, gpt2_error* err) {
 }
 
 static void gpt2__model_destroy(gpt2_model* m) {
-    gpt2__tokenizer_free(&m->tokenizer);
     gpt2__file_close(&m->file);
     m->~gpt2_model();
     GPT2_FREE(m);

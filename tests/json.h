@@ -1,13 +1,13 @@
 // A small JSON reader for the tests' reference files (nanoGPT's reference.json, golden sets).
 #pragma once
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "test_files.h"
 
 struct Json {
     enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
@@ -60,12 +60,6 @@ class JsonParser {
         i += n;
         return true;
     }
-    static void put_utf8(std::string& out, uint32_t cp) {
-        if (cp < 0x80) out += (char)cp;
-        else if (cp < 0x800) { out += (char)(0xC0 | (cp >> 6)); out += (char)(0x80 | (cp & 63)); }
-        else if (cp < 0x10000) { out += (char)(0xE0 | (cp >> 12)); out += (char)(0x80 | ((cp >> 6) & 63)); out += (char)(0x80 | (cp & 63)); }
-        else { out += (char)(0xF0 | (cp >> 18)); out += (char)(0x80 | ((cp >> 12) & 63)); out += (char)(0x80 | ((cp >> 6) & 63)); out += (char)(0x80 | (cp & 63)); }
-    }
     uint32_t hex4() {
         if (i + 4 > s.size()) fail("short \\u escape");
         uint32_t v = (uint32_t)std::stoul(s.substr(i, 4), nullptr, 16);
@@ -92,7 +86,7 @@ class JsonParser {
                     uint32_t low = hex4();
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
                 }
-                put_utf8(out, cp);
+                append_utf8(&out, cp);
                 break;
             }
             default: out += e;
@@ -151,11 +145,9 @@ class JsonParser {
 };
 
 inline std::string read_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error("cannot open " + path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
+    std::string data;
+    if (!read_whole_file(path, &data)) throw std::runtime_error("cannot open " + path);
+    return data;
 }
 
 inline Json read_json(const std::string& path) { return JsonParser(read_file(path)).parse(); }

@@ -6,11 +6,13 @@
 writes OUTDIR/shakespeare_char.gguf (f32) and shakespeare_char_f16.gguf from
 tests/data/shakespeare_char/, and OUTDIR/NAME.gguf (f32) for each tests/data/checkpoints/NAME.pt
 (padded_gpt2 with the GPT-2 BPE vocabulary of tests/data/gpt2-bpe/; the broken-on-purpose
-malicious.pt and bad_*.pt, and strided.pt, are skipped).
+malicious.pt and bad_*.pt, and strided.pt, are skipped), and padded_rows_gpt2.gguf: padded_gpt2
+with nanoGPT's 47 padding rows kept in the embedding.
 """
 import argparse
 import glob
 import os
+import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,6 +36,26 @@ def jobs(out):
             yield path, os.path.join(out, name + ".gguf"), dict(name=name, vocab=VOCAB.get(name))
 
 
+def write_with_padding_rows(src, out, extra_rows, value):
+    """Copies src with `extra_rows` rows appended to token_embd.weight, all set to `value`: a
+    GGUF whose embedding has more rows than its vocabulary (nanoGPT's padded vocab_size, as other
+    converters keep it). Large padding values would win every argmax if a loader sampled them."""
+    reader = convert.gguf.Reader(src)
+    writer = convert.gguf.Writer(reader.alignment)
+    for key, value_ in reader.kv.items():
+        if key != "general.alignment":
+            writer.add(key, reader.kv_types[key][0], value_, reader.kv_types[key][1])
+    for name, info in reader.tensors.items():
+        data = reader.tensor_bytes(name)
+        dims = list(info.dims)
+        if name == "token_embd.weight":
+            data += struct.pack(f"<{dims[0] * extra_rows}f", *([value] * (dims[0] * extra_rows)))
+            dims[1] += extra_rows
+        writer.add_tensor(name, dims, info.type, lambda data=data: [data])
+    with open(out, "wb") as f:
+        writer.write(f)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("outdir", help="folder to write the .gguf files to (created if missing)")
@@ -45,6 +67,9 @@ def main():
         except (convert.ConvertError, convert.torch_checkpoint.CheckpointError, OSError) as e:
             sys.exit(f"make_test_models.py: error: {ckpt}: {e}")
         print(f"wrote {out}")
+    padded = os.path.join(args.outdir, "padded_rows_gpt2.gguf")
+    write_with_padding_rows(os.path.join(args.outdir, "padded_gpt2.gguf"), padded, 50304 - 50257, 100.0)
+    print(f"wrote {padded}")
 
 
 if __name__ == "__main__":

@@ -509,11 +509,12 @@ class CommandLine(unittest.TestCase):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "make_test_models.py"), out],
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        expected = {"shakespeare_char.gguf", "shakespeare_char_f16.gguf", "padded_gpt2.gguf"}
+        expected = {"shakespeare_char.gguf", "shakespeare_char_f16.gguf", "padded_gpt2.gguf", "padded_rows_gpt2.gguf"}
         expected |= {name + ".gguf" for name in VARIANTS}
         self.assertEqual(set(os.listdir(out)), expected)
         self.assertEqual(gguf.Reader(os.path.join(out, "shakespeare_char_f16.gguf")).kv["general.file_type"], 1)
         self.assertEqual(gguf.Reader(os.path.join(out, "padded_gpt2.gguf")).kv["tokenizer.ggml.model"], "gpt2")
+        self.assertEqual(gguf.Reader(os.path.join(out, "padded_rows_gpt2.gguf")).tensors["token_embd.weight"].dims, [8, 50304])
 
     def test_gguf_dump_lists_keys_and_tensors(self):
         target = os.path.join(scratch(), "m.gguf")

@@ -1,0 +1,1182 @@
+/* ---- src/cuda/cuda_api.h ---- */
+/* gpt2_cuda.cuh - the CUDA path of gpt2.h: GPT-2-class models on an NVIDIA GPU.
+   MIT license at the end of gpt2.h.
+
+   THIS FILE IS GENERATED from src/cuda/ by tools/amalgamate.py. Edit the parts under src/.
+
+   USAGE
+     In exactly one CUDA translation unit (a .cu file, compiled by nvcc with -std=c++17 and
+     linked with -lcublas):
+         #define GPT2_IMPLEMENTATION
+         #include "gpt2_cuda.cuh"      // includes gpt2.h: this file holds the CPU path too
+     Everywhere else (C or C++, any compiler) just #include "gpt2.h", and ask for the GPU:
+         gpt2_model_params mp = gpt2_model_default_params();
+         mp.device = GPT2_DEVICE_CUDA;
+         mp.cuda_device_index = 0;
+         gpt2_model_load_file("model.gguf", &mp, &model, &err);   // weights go to the GPU once
+     Sessions, generation, scoring and sampling are then the same calls as on the CPU.
+     Without this file in the program, GPT2_DEVICE_CUDA is refused with GPT2_ERROR_UNSUPPORTED.
+
+   WHAT RUNS WHERE
+     model    the weights as 16-bit floats on the GPU (bf16 when the file is bf16, else f16;
+              f32 and q8_0 files are converted while loading), biases and norms as f32.
+     session  its own CUDA stream, cuBLAS handle, KV cache (16-bit) and scratch on the GPU, so
+              sessions on one model run concurrently. A prompt runs as cuBLAS matrix products
+              with our own kernels between them; each new token runs as one replay of a CUDA
+              graph of our own kernels (matrix-vector products fused with their LayerNorm,
+              bias, GELU and residual add; attention split over the cache). Sampling
+              (temperature, top-k, the library's SplitMix64 RNG) runs on the GPU too: only the
+              token id crosses to the host per step. gpt2_session_logits copies the logits
+              to the host when asked. Inside a gpt2_generate callback the next step is
+              already running, so there it returns the logits after the token just delivered.
+     errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
+              come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
+*/
+#ifndef GPT2_CUDA_CUH
+#define GPT2_CUDA_CUH
+
+#if defined(GPT2_IMPLEMENTATION)
+#if defined(GPT2_IMPLEMENTATION_DONE) && !defined(GPT2__CUDA_BACKEND)
+#error "gpt2.h's implementation was included before gpt2_cuda.cuh: in the implementation file include only gpt2_cuda.cuh"
+#endif
+#define GPT2__CUDA_BACKEND
+#endif
+#include "gpt2.h"
+
+/* ---- src/cuda/cuda_impl.cuh ---- */
+/* ======================================================================================== */
+/*                                 CUDA IMPLEMENTATION                                      */
+/* ======================================================================================== */
+#if defined(GPT2_IMPLEMENTATION) && !defined(GPT2__CUDA_IMPLEMENTATION_DONE)
+#define GPT2__CUDA_IMPLEMENTATION_DONE
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* ---- Errors: every CUDA and cuBLAS call is checked and becomes a gpt2_result ---------- */
+
+static gpt2_result gpt2__cuda_fail(gpt2_error* err, cudaError_t e, const char* what) {
+    cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
+    const gpt2_result code = e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE;
+    return gpt2__fail(err, code, "CUDA: %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static const char* gpt2__cublas_name(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    default: return "error";
+    }
+}
+
+#define GPT2__CUDA_TRY(call)                                                  \
+    do {                                                                      \
+        cudaError_t gpt2__e = (call);                                         \
+        if (gpt2__e != cudaSuccess) return gpt2__cuda_fail(err, gpt2__e, #call); \
+    } while (0)
+
+#define GPT2__CUBLAS_TRY(call)                                                                          \
+    do {                                                                                                \
+        cublasStatus_t gpt2__s = (call);                                                                \
+        if (gpt2__s != CUBLAS_STATUS_SUCCESS)                                                           \
+            return gpt2__fail(err, gpt2__s == CUBLAS_STATUS_ALLOC_FAILED ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE, \
+                              "cuBLAS: %s failed: %s (%d)", #call, gpt2__cublas_name(gpt2__s), (int)gpt2__s); \
+    } while (0)
+
+/* A kernel launch is checked like a call. */
+#define GPT2__LAUNCHED(what)                                                                 \
+    do {                                                                                     \
+        cudaError_t gpt2__e = cudaGetLastError();                                            \
+        if (gpt2__e != cudaSuccess) return gpt2__cuda_fail(err, gpt2__e, "launching the " what " kernel"); \
+    } while (0)
+
+/* ---- Device model: the weights, uploaded once ------------------------------------------ */
+
+struct gpt2__cuda_layer {
+    void *c_attn, *c_proj, *c_fc, *mlp_proj;  /* 16-bit (rows, cols) row-major */
+    float *ln_1_w, *ln_1_b, *c_attn_b, *c_proj_b, *ln_2_w, *ln_2_b, *c_fc_b, *mlp_proj_b; /* f32, b may be NULL */
+};
+
+struct gpt2__cuda_model {
+    int device = 0;
+    bool bf16 = false; /* element type of weights, activations fed to matrix products, KV cache */
+    int n_sm = 0;
+    void *wte = nullptr, *wpe = nullptr, *lm_head = nullptr;
+    float *ln_f_w = nullptr, *ln_f_b = nullptr;
+    gpt2__vector<gpt2__cuda_layer> layers;
+    gpt2__vector<void*> allocations;
+    size_t bytes = 0;
+    bool fast_decode = false; /* shapes the one-token kernels handle (else the prompt path runs) */
+    bool pdl = false;         /* programmatic dependent launch between them (sm_90; GPT2_CUDA_PDL=0: off) */
+};
+
+static gpt2__cuda_model* gpt2__cuda_model_of(const gpt2_model* m) { return (gpt2__cuda_model*)m->device_weights; }
+
+/* ---- Kernels ---------------------------------------------------------------------------- */
+
+/* Programmatic dependent launch (sm_90): the one-token kernels start while the previous one
+   finishes, fetch their weights (which nothing writes), and only then wait for the previous
+   kernel's results. Both are no-ops when a kernel was launched without the attribute. */
+__device__ __forceinline__ void gpt2__grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gpt2__launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+template <class T> __device__ __forceinline__ float gpt2__to_f32(T v);
+template <> __device__ __forceinline__ float gpt2__to_f32<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float gpt2__to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T gpt2__from_f32(float v);
+template <> __device__ __forceinline__ __half gpt2__from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 gpt2__from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+/* dot of 8 packed 16-bit values with 8 floats */
+template <class T>
+__device__ __forceinline__ float gpt2__dot8(uint4 w, const float* x) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        T pair[2];
+        memcpy(pair, &words[i], 4);
+        s += gpt2__to_f32<T>(pair[0]) * x[2 * i] + gpt2__to_f32<T>(pair[1]) * x[2 * i + 1];
+    }
+    return s;
+}
+
+__device__ __forceinline__ float gpt2__warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float gpt2__warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block; every thread gets it. `red` holds 32 floats. */
+__device__ __forceinline__ float gpt2__block_sum(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    v = gpt2__warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? red[lane] : 0.0f;
+    return gpt2__warp_sum(v);
+}
+__device__ __forceinline__ float gpt2__block_max(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    v = gpt2__warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? red[lane] : -INFINITY;
+    return gpt2__warp_max(v);
+}
+
+/* LayerNorm of the n floats in shared memory `xs`, in place (two passes, like the CPU's). */
+__device__ void gpt2__layer_norm_shared(float* xs, int n, const float* w, const float* b, float eps, float* red) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xs[i];
+    const float mean = gpt2__block_sum(s, red) / n;
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) v += (xs[i] - mean) * (xs[i] - mean);
+    const float inv_std = rsqrtf(gpt2__block_sum(v, red) / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = (xs[i] - mean) * inv_std * w[i] + (b ? b[i] : 0.0f);
+    __syncthreads();
+}
+
+__device__ __forceinline__ float gpt2__gelu_f(float x, int tanh_form) {
+    if (tanh_form) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+template <class T>
+__global__ void gpt2__convert_kernel(T* out, const float* in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) out[i] = gpt2__from_f32<T>(in[i]);
+}
+
+/* x (T, C) = wte[ids] + wpe[pos0 + t]; pos0 is *pos when pos is given (graph replays). */
+template <class T>
+__global__ void gpt2__embed_kernel(float* x, const T* wte, const T* wpe, const int32_t* ids, const int* pos, int pos0, int C) {
+    gpt2__grid_wait();
+    gpt2__launch_next();
+    const int t = blockIdx.x;
+    const int p = (pos ? *pos : pos0) + t;
+    const T* e = wte + (size_t)ids[t] * C;
+    const T* q = wpe + (size_t)p * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) x[(size_t)t * C + i] = gpt2__to_f32<T>(e[i]) + gpt2__to_f32<T>(q[i]);
+}
+
+/* One row per block: x += add (when given), then out = LayerNorm(x) in 16 bits. */
+template <class T>
+__global__ void gpt2__add_layer_norm_kernel(float* x, const float* add, const float* w, const float* b, T* out, int C, float eps) {
+    extern __shared__ float xs[];
+    __shared__ float red[32];
+    float* row = x + (size_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = row[i];
+        if (add) row[i] = v = v + add[i];
+        xs[i] = v;
+    }
+    __syncthreads();
+    gpt2__layer_norm_shared(xs, C, w, b, eps, red);
+    for (int i = threadIdx.x; i < C; i += blockDim.x) out[(size_t)blockIdx.x * C + i] = gpt2__from_f32<T>(xs[i]);
+}
+
+/* qkv (T, 3C) + bias: q to q16 (T, C), k and v to the cache rows pos0.. */
+template <class T>
+__global__ void gpt2__qkv_split_kernel(const float* qkv, const float* bias, T* q16, T* k_cache, T* v_cache, int T_, int C, int pos0) {
+    const size_t n = (size_t)T_ * 3 * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int t = (int)(i / (3 * C)), j = (int)(i % (3 * C));
+        const float v = qkv[i] + (bias ? bias[j] : 0.0f);
+        if (j < C) q16[(size_t)t * C + j] = gpt2__from_f32<T>(v);
+        else if (j < 2 * C) k_cache[(size_t)(pos0 + t) * C + j - C] = gpt2__from_f32<T>(v);
+        else v_cache[(size_t)(pos0 + t) * C + j - 2 * C] = gpt2__from_f32<T>(v);
+    }
+}
+
+/* Causal softmax of scores (H, T, Lk) rows: query t sees keys j <= pos0 + t. */
+template <class T>
+__global__ void gpt2__causal_softmax_kernel(const float* scores, T* probs, int T_, int Lk, int pos0, float scale) {
+    __shared__ float red[32];
+    const size_t row = blockIdx.x; /* h * T + t */
+    const int t = (int)(row % T_);
+    const int n = pos0 + t + 1;
+    const float* s = scores + row * Lk;
+    T* p = probs + row * Lk;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j] * scale);
+    m = gpt2__block_max(m, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) sum += expf(s[j] * scale - m);
+    const float inv = 1.0f / gpt2__block_sum(sum, red);
+    for (int j = threadIdx.x; j < Lk; j += blockDim.x) p[j] = gpt2__from_f32<T>(j < n ? expf(s[j] * scale - m) * inv : 0.0f);
+}
+
+template <class T>
+__global__ void gpt2__bias_gelu_kernel(const float* in, const float* bias, T* out, size_t n, int F, int tanh_form) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = gpt2__from_f32<T>(gpt2__gelu_f(in[i] + (bias ? bias[i % F] : 0.0f), tanh_form));
+}
+
+/* The one-token matrix-vector products: y (N) = W (N, K) x, a warp per output row, with the
+   input optionally LayerNorm'ed in a prologue and one of these epilogues. */
+enum { GPT2__EPI_STORE, GPT2__EPI_RESIDUAL, GPT2__EPI_GELU, GPT2__EPI_QKV };
+
+struct gpt2__gemv_args {
+    const void* W;
+    int N, K;
+    const float* in;                 /* K floats */
+    const float *ln_w, *ln_b;        /* LayerNorm prologue when ln_w is given */
+    float eps;
+    const float* bias;               /* may be NULL */
+    float* out;                      /* STORE/GELU: y; RESIDUAL: out += y; QKV: q */
+    void *k_cache, *v_cache;         /* QKV: rows of this layer */
+    const int* pos;                  /* QKV: the position written */
+    int C;                           /* QKV */
+    int gelu_tanh;
+};
+
+enum { GPT2__GEMV_PREFETCH = 8 }; /* 16-byte chunks per lane fetched before the wait: rows of up to 2048 */
+
+template <class T, int EPI>
+__global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
+    extern __shared__ float xs[]; /* K inputs; with a LayerNorm also its K weights and K biases */
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int K8 = a.K >> 3;
+    int o = blockIdx.x * warps + (threadIdx.x >> 5);
+    /* the first row's weights do not depend on the previous kernel: fetch them now */
+    uint4 pre[GPT2__GEMV_PREFETCH];
+#pragma unroll
+    for (int c = 0; c < GPT2__GEMV_PREFETCH; c++) {
+        const int idx = lane + 32 * c;
+        pre[c] = o < a.N && idx < K8 ? __ldg((const uint4*)((const T*)a.W + (size_t)o * a.K) + idx) : make_uint4(0, 0, 0, 0);
+    }
+    /* so are the LayerNorm parameters (to shared memory, after the input) and the first bias */
+    float* ln_w = xs + a.K;
+    float* ln_b = xs + 2 * a.K;
+    if (a.ln_w)
+        for (int i = threadIdx.x; i < a.K; i += blockDim.x) {
+            ln_w[i] = a.ln_w[i];
+            ln_b[i] = a.ln_b ? a.ln_b[i] : 0.0f;
+        }
+    const float first_bias = a.bias && o < a.N ? a.bias[o] : 0.0f;
+    gpt2__grid_wait();
+    gpt2__launch_next();
+    for (int i = threadIdx.x; i < a.K; i += blockDim.x) xs[i] = a.in[i];
+    __syncthreads();
+    if (a.ln_w) gpt2__layer_norm_shared(xs, a.K, ln_w, ln_b, a.eps, red);
+    bool first = true;
+    for (; o < a.N; o += gridDim.x * warps) {
+        const uint4* w = (const uint4*)((const T*)a.W + (size_t)o * a.K);
+        float acc = 0.0f, bias = 0.0f;
+        int c0 = lane;
+        if (first) {
+            bias = first_bias;
+#pragma unroll
+            for (int c = 0; c < GPT2__GEMV_PREFETCH; c++)
+                if (lane + 32 * c < K8) acc += gpt2__dot8<T>(pre[c], xs + 8 * (lane + 32 * c));
+            c0 = lane + 32 * GPT2__GEMV_PREFETCH;
+            first = false;
+        } else if (a.bias) {
+            bias = a.bias[o];
+        }
+#pragma unroll 4
+        for (int c = c0; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
+        acc = gpt2__warp_sum(acc);
+        if (lane != 0) continue;
+        const float y = acc + bias;
+        if (EPI == GPT2__EPI_STORE) a.out[o] = y;
+        if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
+        if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
+        if (EPI == GPT2__EPI_QKV) {
+            const size_t row = (size_t)*a.pos * a.C;
+            if (o < a.C) a.out[o] = y;
+            else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
+            else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
+        }
+    }
+}
+
+/* Attention of one query (the token at *pos) over the cache, split over the sequence: block
+   (h, split) takes keys [32 split, 32 split + 32), writes its partial max, sum and output,
+   and the last block of each head to finish combines them (flash-decoding in one launch).
+   D / 8 threads share a key row, 16 bytes each, so a block reads 16 (D = 64) rows at once. */
+enum { GPT2__ATTN_KEYS = 32, GPT2__ATTN_THREADS = 128 };
+
+template <class T>
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+    __shared__ float qs[128], sc[GPT2__ATTN_KEYS], red[32], acc_rows[GPT2__ATTN_THREADS * 8];
+    __shared__ bool last;
+    gpt2__grid_wait();
+    gpt2__launch_next();
+    const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x;
+    const int n_keys = *pos + 1, j0 = split * GPT2__ATTN_KEYS;
+    const int cpr = D >> 3, rows = GPT2__ATTN_THREADS / cpr, r = tid / cpr, c = tid % cpr;
+    float* P = part + ((size_t)h * n_splits + split) * (D + 2);
+    if (j0 >= n_keys) { /* past the last key: an empty partial */
+        if (tid == 0) { P[0] = -INFINITY; P[1] = 0.0f; }
+    } else {
+        for (int d = tid; d < D; d += blockDim.x) qs[d] = q[h * D + d] * scale;
+        __syncthreads();
+        /* scores: row r of each pass takes key j0 + jj, its cpr lanes one 16-byte chunk each */
+        for (int jj = r; jj < GPT2__ATTN_KEYS; jj += rows) {
+            const int j = j0 + jj;
+            float partial = 0.0f;
+            if (j < n_keys) partial = gpt2__dot8<T>(*(const uint4*)(k_cache + (size_t)j * C + (size_t)h * D + 8 * c), qs + 8 * c);
+            for (int o = cpr >> 1; o > 0; o >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, o);
+            if (c == 0) sc[jj] = j < n_keys ? partial : -INFINITY;
+        }
+        __syncthreads();
+        const float s = tid < GPT2__ATTN_KEYS ? sc[tid] : -INFINITY;
+        const float m = gpt2__block_max(s, red);
+        const float e = s == -INFINITY ? 0.0f : expf(s - m);
+        if (tid < GPT2__ATTN_KEYS) sc[tid] = e;
+        const float l = gpt2__block_sum(e, red); /* its barriers also publish sc[] */
+        /* weighted values: the same row layout, 8 dimensions per thread, then a sum over rows */
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int jj = r; jj < GPT2__ATTN_KEYS; jj += rows) {
+            const int j = j0 + jj;
+            if (j >= n_keys) break;
+            const uint4 v = *(const uint4*)(v_cache + (size_t)j * C + (size_t)h * D + 8 * c);
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            const float p = sc[jj];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                T pair[2];
+                memcpy(pair, &words[i], 4);
+                acc[2 * i] += p * gpt2__to_f32<T>(pair[0]);
+                acc[2 * i + 1] += p * gpt2__to_f32<T>(pair[1]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc_rows[r * D + 8 * c + i] = acc[i];
+        __syncthreads();
+        if (tid < D) {
+            float o = 0.0f;
+            for (int rr = 0; rr < rows; rr++) o += acc_rows[rr * D + tid];
+            P[2 + tid] = o;
+        }
+        if (tid == 0) {
+            P[0] = m;
+            P[1] = l;
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&tickets[h], 1u) == (unsigned)n_splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    /* only the splits that hold keys: their partial maxima read in parallel, then the sums */
+    const int used = min(n_splits, (n_keys + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
+    const float* H_part = part + (size_t)h * n_splits * (D + 2);
+    float M = -INFINITY;
+    for (int sp = tid; sp < used; sp += blockDim.x) M = fmaxf(M, __ldcg(H_part + (size_t)sp * (D + 2)));
+    M = gpt2__block_max(M, red);
+    if (tid < D) {
+        float L = 0.0f, o = 0.0f;
+#pragma unroll 4
+        for (int sp = 0; sp < used; sp++) {
+            const float* Q = H_part + (size_t)sp * (D + 2);
+            const float w = expf(__ldcg(Q) - M);
+            L += __ldcg(Q + 1) * w;
+            o += __ldcg(Q + 2 + tid) * w;
+        }
+        out[h * D + tid] = o / L;
+    }
+    if (tid == 0) tickets[h] = 0; /* ready for the next replay */
+}
+
+/* step[0] = position of the next token, step[1] = the token; read by the graph's kernels. */
+__global__ void gpt2__set_step_kernel(int* step, int pos, int32_t token) {
+    step[0] = pos;
+    step[1] = token;
+}
+
+/* SplitMix64 and the 53-bit uniform: the same numbers as gpt2__rng_next / gpt2__rng_uniform. */
+__device__ double gpt2__rng_uniform_device(uint64_t state) {
+    uint64_t z = state + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Floats as unsigned keys whose order is the floats' order (for the radix select). */
+__device__ __forceinline__ uint32_t gpt2__float_key(float f) {
+    uint32_t b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float gpt2__key_float(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+
+/* gpt2__sample on the GPU, one block of 1024 threads: argmax (the first maximum), nanoGPT's
+   top-k threshold (the k-th largest logit, found by radix select), weights exp((l - max) / t)
+   computed in double and rounded to float as on the CPU, and the draw: the first token whose
+   running sum, in index order, passes u * total. Writes the token and the next step. */
+enum { GPT2__SAMPLE_THREADS = 1024 };
+
+__global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(const float* logits, int n, float temperature, int top_k, uint64_t rng,
+                                                                           int32_t* token_out, int* step, int next_pos) {
+    __shared__ float best_v[GPT2__SAMPLE_THREADS / 32];
+    __shared__ int best_i[GPT2__SAMPLE_THREADS / 32];
+    __shared__ unsigned hist[256];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_k;
+    __shared__ double sums[GPT2__SAMPLE_THREADS];
+    __shared__ int s_pick, s_last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* argmax */
+    float bv = -INFINITY;
+    int bi = n;
+    for (int base = 0; base < n; base += 4 * (int)blockDim.x) { /* 4 loads in flight per thread */
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = base + u * (int)blockDim.x + tid;
+            v[u] = i < n ? logits[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = base + u * (int)blockDim.x + tid;
+            if (i < n && (v[u] > bv || bi == n)) { bv = v[u]; bi = i; }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) { best_v[warp] = bv; best_i[warp] = bi; }
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (best_v[w] > best_v[0] || (best_v[w] == best_v[0] && best_i[w] < best_i[0])) { best_v[0] = best_v[w]; best_i[0] = best_i[w]; }
+    }
+    __syncthreads();
+    const float max_logit = best_v[0];
+    int32_t token = best_i[0];
+    if (!(temperature == 0.0f || top_k == 1)) {
+        float threshold = -INFINITY;
+        if (top_k > 0 && top_k < n) {
+            if (tid == 0) { s_prefix = 0; s_k = top_k; }
+            for (int shift = 24; shift >= 0; shift -= 8) {
+                for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+                __syncthreads();
+                const uint32_t prefix = s_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+                /* logits crowd into a few bins: lanes of a warp that share a bin add once */
+                for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
+                    float v[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int i = base + u * (int)blockDim.x + tid;
+                        v[u] = i < n ? logits[i] : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int i = base + u * (int)blockDim.x + tid;
+                        const uint32_t key = gpt2__float_key(v[u]);
+                        const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
+                        const unsigned same = __match_any_sync(0xffffffffu, bin);
+                        if (bin < 256u && lane == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
+                    }
+                }
+                __syncthreads();
+                if (warp == 0) { /* the digit holding the k-th largest: lane L owns bins 8L..8L+7 */
+                    unsigned cnt[8], mine = 0;
+#pragma unroll
+                    for (int b = 0; b < 8; b++) mine += cnt[b] = hist[8 * lane + b];
+                    unsigned at_or_above = mine; /* keys in this lane's bins and all higher ones */
+                    for (int off = 1; off < 32; off <<= 1) {
+                        const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
+                        if (lane + off < 32) at_or_above += t;
+                    }
+                    const int k = s_k;
+                    const unsigned above = at_or_above - mine;
+                    if ((int)above < k && k <= (int)at_or_above) {
+                        int kk = k - (int)above, d = 8 * lane;
+                        for (int b = 7; b >= 0; b--) {
+                            if ((int)cnt[b] >= kk) { d = 8 * lane + b; break; }
+                            kk -= (int)cnt[b];
+                        }
+                        s_k = kk;
+                        s_prefix = prefix | ((uint32_t)d << shift);
+                    }
+                }
+                __syncthreads();
+            }
+            threshold = gpt2__key_float(s_prefix);
+        }
+        /* contiguous chunks per thread keep the index order of the CPU's running sum */
+        const double inv_t = 1.0 / temperature;
+        const int chunk = (n + blockDim.x - 1) / blockDim.x, begin = min(n, tid * chunk), end = min(n, begin + chunk);
+        double local = 0.0;
+        int last_kept = -1;
+        for (int i0 = begin; i0 < end; i0 += 8) { /* 8 loads in flight, then in index order */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float w = i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
+                local += w;
+                if (w != 0.0f) last_kept = i0 + u;
+            }
+        }
+        sums[tid] = local;
+        if (tid == 0) { s_pick = n; s_last = -1; }
+        __syncthreads();
+        if (last_kept >= 0) atomicMax(&s_last, last_kept);
+        /* inclusive scan of the chunk sums (Hillis-Steele) */
+        for (int off = 1; off < (int)blockDim.x; off <<= 1) {
+            const double add = tid >= off ? sums[tid - off] : 0.0;
+            __syncthreads();
+            sums[tid] += add;
+            __syncthreads();
+        }
+        const double total = sums[blockDim.x - 1];
+        const double target = gpt2__rng_uniform_device(rng) * total;
+        double running = sums[tid] - local;
+        if (target < sums[tid] + 1e-12 * total) { /* this chunk may hold the crossing: rescan it */
+            bool found = false;
+            for (int i0 = begin; i0 < end && !found; i0 += 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const float w = !found && i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
+                    if (w == 0.0f) continue;
+                    running += w;
+                    if (target < running) {
+                        atomicMin(&s_pick, i0 + u);
+                        found = true;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        token = s_pick < n ? s_pick : max(s_last, 0); /* rounding left target at the very top */
+    }
+    if (tid == 0) {
+        *token_out = token;
+        step[0] = next_pos;
+        step[1] = token;
+    }
+}
+
+/* log softmax(logits row)[target] for each row, in double; one block per row. */
+__global__ void gpt2__log_prob_kernel(const float* logits, int V, const int32_t* targets, double* out) {
+    __shared__ float red[32];
+    __shared__ double dred[32];
+    const float* l = logits + (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, l[i]);
+    m = gpt2__block_max(m, red);
+    double s = 0.0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp((double)l[i] - m);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) dred[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += dred[w];
+        out[blockIdx.x] = (double)l[targets[blockIdx.x]] - m - log(total);
+    }
+}
+
+/* ---- Model upload ------------------------------------------------------------------------- */
+
+static gpt2_result gpt2__cuda_alloc(gpt2__cuda_model* dm, size_t bytes, void** out, const char* what, gpt2_error* err) {
+    *out = nullptr;
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
+                          "CUDA: cannot allocate %zu bytes for %s on device %d (%zu of %zu bytes free): %s", bytes, what, dm->device, free_bytes, total,
+                          cudaGetErrorString(e));
+    }
+    dm->allocations.push_back(*out);
+    dm->bytes += bytes;
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_upload_vector(gpt2__cuda_model* dm, const float* v, int64_t n, float** out, gpt2_error* err) {
+    *out = nullptr;
+    if (!v) return GPT2_OK;
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)n * 4, (void**)out, "a vector", err));
+    GPT2__CUDA_TRY(cudaMemcpy(*out, v, (size_t)n * 4, cudaMemcpyHostToDevice));
+    return GPT2_OK;
+}
+
+/* Rows [0, rows) of W as 16-bit floats: copied as they are when the file has that type, else
+   dequantized to f32 on the host a slice at a time and converted on the GPU. */
+static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__weight& W, int64_t rows, void** out, gpt2__vector<float>& host, float* staging,
+                                            size_t staging_floats, gpt2_error* err) {
+    const size_t cols = (size_t)W.cols, bytes = (size_t)rows * cols * 2;
+    GPT2__TRY(gpt2__cuda_alloc(dm, bytes, out, "a weight matrix", err));
+    const uint32_t target = dm->bf16 ? GPT2_TYPE_BF16 : GPT2_TYPE_F16;
+    if (W.type == target) {
+        GPT2__CUDA_TRY(cudaMemcpy(*out, W.data, bytes, cudaMemcpyHostToDevice));
+        return GPT2_OK;
+    }
+    const int64_t slice = std::max<int64_t>(1, (int64_t)(staging_floats / cols));
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        const int64_t n_rows = std::min(slice, rows - r0);
+        const size_t n = (size_t)n_rows * cols;
+        const float* src = (const float*)(W.data + (size_t)r0 * W.row_bytes);
+        if (W.type != GPT2_TYPE_F32) {
+            for (int64_t r = 0; r < n_rows; r++) gpt2__dequantize_row(W.type, W.data + (size_t)(r0 + r) * W.row_bytes, host.data() + (size_t)r * cols, (int64_t)cols);
+            src = host.data();
+        }
+        GPT2__CUDA_TRY(cudaMemcpy(staging, src, n * 4, cudaMemcpyHostToDevice));
+        const size_t offset = (size_t)r0 * cols;
+        if (dm->bf16) gpt2__convert_kernel<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16*)*out + offset, staging, n);
+        else gpt2__convert_kernel<__half><<<1024, 256>>>((__half*)*out + offset, staging, n);
+        GPT2__LAUNCHED("convert");
+        GPT2__CUDA_TRY(cudaDeviceSynchronize());
+    }
+    return GPT2_OK;
+}
+
+static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
+    if (!dm->allocations.empty()) cudaSetDevice(dm->device);
+    for (void* p : dm->allocations) cudaFree(p);
+    cudaGetLastError(); /* leave no error behind for the next call */
+    dm->~gpt2__cuda_model();
+    GPT2_FREE(dm);
+}
+
+static gpt2_result gpt2__cuda_select_device(int index, gpt2_error* err) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: no usable GPU: cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    if (count == 0) return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: no GPU found");
+    if (index < 0 || index >= count)
+        return gpt2__fail(err, GPT2_ERROR_DEVICE, "cuda_device_index is %d, but there %s %d GPU%s (0 to %d)", index, count == 1 ? "is" : "are", count, count == 1 ? "" : "s", count - 1);
+    GPT2__CUDA_TRY(cudaSetDevice(index));
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_error* err) {
+    cudaGetLastError(); /* an error left by earlier calls of this thread is not ours */
+    GPT2__TRY(gpt2__cuda_select_device(dm->device, err));
+    cudaDeviceProp prop;
+    GPT2__CUDA_TRY(cudaGetDeviceProperties(&prop, dm->device));
+    dm->n_sm = prop.multiProcessorCount;
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, gpt2__convert_kernel<__half>) != cudaSuccess) {
+        cudaGetLastError();
+        return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: %s (compute capability %d.%d) cannot run this build's kernels (built for sm_80, sm_89, sm_90 and PTX 9.0); rebuild for it",
+                          prop.name, prop.major, prop.minor);
+    }
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
+    dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
+    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
+    const char* pdl = std::getenv("GPT2_CUDA_PDL");
+    dm->pdl = prop.major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
+    const size_t staging_floats = std::min<size_t>((size_t)16 << 20, std::max((size_t)m->n_vocab_rows, (size_t)F) * (size_t)C);
+    gpt2__vector<float> host(staging_floats);
+    float* staging = nullptr;
+    GPT2__CUDA_TRY(cudaMalloc((void**)&staging, staging_floats * 4));
+    struct Free {
+        float* p;
+        ~Free() { cudaFree(p); }
+    } free_staging{staging};
+    auto matrix = [&](const gpt2__weight& W, int64_t rows, void** out) { return gpt2__cuda_upload_matrix(dm, W, rows, out, host, staging, staging_floats, err); };
+    GPT2__TRY(matrix(m->wte, m->n_vocab_rows, &dm->wte));
+    GPT2__TRY(matrix(m->wpe, m->n_ctx, &dm->wpe));
+    dm->lm_head = dm->wte;
+    if (m->lm_head.data != m->wte.data) GPT2__TRY(matrix(m->lm_head, m->n_vocab_rows, &dm->lm_head));
+    GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_weight, C, &dm->ln_f_w, err));
+    GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_bias, C, &dm->ln_f_b, err));
+    dm->layers.resize((size_t)m->n_layer);
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__layer& L = m->layers[(size_t)l];
+        gpt2__cuda_layer& G = dm->layers[(size_t)l];
+        GPT2__TRY(matrix(L.c_attn, 3 * C, &G.c_attn));
+        GPT2__TRY(matrix(L.c_proj, C, &G.c_proj));
+        GPT2__TRY(matrix(L.c_fc, F, &G.c_fc));
+        GPT2__TRY(matrix(L.mlp_proj, C, &G.mlp_proj));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_weight, C, &G.ln_1_w, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_bias, C, &G.ln_1_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_attn_bias, 3 * C, &G.c_attn_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_proj_bias, C, &G.c_proj_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_2_weight, C, &G.ln_2_w, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_2_bias, C, &G.ln_2_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_fc_bias, F, &G.c_fc_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.mlp_proj_bias, C, &G.mlp_proj_b, err));
+    }
+    GPT2__CUDA_TRY(cudaDeviceSynchronize());
+    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
+              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)");
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_model_upload(gpt2_model* m, gpt2_error* err) {
+    void* memory = GPT2_MALLOC(sizeof(gpt2__cuda_model));
+    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    gpt2__cuda_model* dm = new (memory) gpt2__cuda_model();
+    dm->device = m->params.cuda_device_index;
+    gpt2_result res = gpt2__cuda_upload(m, dm, err);
+    if (res != GPT2_OK) {
+        gpt2__cuda_model_free_memory(dm);
+        return res;
+    }
+    m->device_weights = dm;
+    return GPT2_OK;
+}
+
+static void gpt2__cuda_model_release(gpt2_model* m) {
+    if (m->device_weights) gpt2__cuda_model_free_memory(gpt2__cuda_model_of(m));
+    m->device_weights = nullptr;
+}
+
+/* ---- Sessions ----------------------------------------------------------------------------- */
+
+enum { GPT2__SCORE_ROWS = 64 }; /* rows of logits computed at once when scoring */
+
+struct gpt2__cuda_session : gpt2_session {
+    gpt2__cuda_model* dm = nullptr;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    cudaEvent_t token_ready = nullptr;
+    gpt2__vector<void*> allocations;
+    float *x = nullptr, *qkv = nullptr, *fc = nullptr, *scores = nullptr, *logits_d = nullptr;
+    void *xn16 = nullptr, *q16 = nullptr, *att16 = nullptr, *fc16 = nullptr, *probs16 = nullptr, *k_cache = nullptr, *v_cache = nullptr;
+    float *q1 = nullptr, *att1 = nullptr, *fc1 = nullptr, *part = nullptr; /* one-token path */
+    unsigned* tickets = nullptr;
+    int32_t* ids_d = nullptr;
+    int* step_d = nullptr;
+    int32_t* token_d = nullptr;
+    double* logp_d = nullptr;
+    int32_t* token_h = nullptr;     /* pinned, mapped: the sampled token */
+    int32_t* token_h_dev = nullptr; /* its device address */
+    int n_splits = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t graph_exec = nullptr;
+    bool graph_failed = false;
+    bool logits_on_host = false;
+    bool pending = false; /* the sampled token's forward pass is already queued */
+    int32_t pending_token = 0;
+};
+
+static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
+
+static void gpt2__cuda_session_destroy(gpt2__cuda_session* s) {
+    if (s->dm) cudaSetDevice(s->dm->device);
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    if (s->graph_exec) cudaGraphExecDestroy(s->graph_exec);
+    if (s->graph) cudaGraphDestroy(s->graph);
+    if (s->blas) cublasDestroy(s->blas);
+    if (s->token_ready) cudaEventDestroy(s->token_ready);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    for (void* p : s->allocations) cudaFree(p);
+    if (s->token_h) cudaFreeHost(s->token_h);
+    cudaGetLastError();
+    GPT2_FREE(s->logits);
+    if (s->model) s->model->n_sessions--;
+    s->~gpt2__cuda_session();
+    GPT2_FREE(s);
+}
+
+static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    gpt2__cuda_model* dm = s->dm;
+    GPT2__CUDA_TRY(cudaSetDevice(dm->device));
+    GPT2__CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    GPT2__CUDA_TRY(cudaEventCreateWithFlags(&s->token_ready, cudaEventDisableTiming));
+    GPT2__CUBLAS_TRY(cublasCreate(&s->blas));
+    GPT2__CUBLAS_TRY(cublasSetStream(s->blas, s->stream));
+    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd, F = (size_t)m->n_ff, H = (size_t)m->n_head, L = (size_t)m->n_layer, V = (size_t)m->n_vocab;
+    const size_t D = C / H;
+    s->n_splits = (int)((ctx + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
+    const size_t kv = L * ctx * C * 2;
+    struct { void** p; size_t bytes; } plan[] = {
+        {(void**)&s->x, ctx * C * 4}, {&s->xn16, ctx * C * 2}, {(void**)&s->qkv, ctx * 3 * C * 4}, {&s->q16, ctx * C * 2},
+        {&s->att16, ctx * C * 2}, {(void**)&s->fc, ctx * F * 4}, {&s->fc16, ctx * F * 2},
+        {(void**)&s->scores, H * ctx * ctx * 4}, {&s->probs16, H * ctx * ctx * 2}, {&s->k_cache, kv}, {&s->v_cache, kv},
+        {(void**)&s->logits_d, GPT2__SCORE_ROWS * V * 4}, {(void**)&s->ids_d, ctx * 4}, {(void**)&s->step_d, 16}, {(void**)&s->token_d, 16},
+        {(void**)&s->logp_d, ctx * 8}, {(void**)&s->q1, C * 4}, {(void**)&s->att1, C * 4}, {(void**)&s->fc1, F * 4},
+        {(void**)&s->part, H * (size_t)s->n_splits * (D + 2) * 4}, {(void**)&s->tickets, H * 4},
+    };
+    for (auto& b : plan) {
+        cudaError_t e = cudaMalloc(b.p, b.bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            size_t free_bytes = 0, total = 0;
+            cudaMemGetInfo(&free_bytes, &total);
+            return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
+                              "CUDA: cannot allocate %zu bytes for the session (n_ctx %d) on device %d (%zu of %zu bytes free): %s", b.bytes, s->n_ctx, dm->device,
+                              free_bytes, total, cudaGetErrorString(e));
+        }
+        s->allocations.push_back(*b.p);
+    }
+    GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
+    GPT2__CUDA_TRY(cudaMemsetAsync(s->step_d, 0, 16, s->stream));
+    /* the sampler writes the token straight into host memory: no copy between it and the next pass */
+    GPT2__CUDA_TRY(cudaHostAlloc((void**)&s->token_h, 16, cudaHostAllocMapped));
+    GPT2__CUDA_TRY(cudaHostGetDevicePointer((void**)&s->token_h_dev, s->token_h, 0));
+    s->logits = (float*)GPT2_MALLOC(V * 4);
+    if (!s->logits) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the logits", V * 4);
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params* p, gpt2_session** out, gpt2_error* err) {
+    void* memory = GPT2_MALLOC(sizeof(gpt2__cuda_session));
+    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    gpt2__cuda_session* s = new (memory) gpt2__cuda_session();
+    s->model = m;
+    m->n_sessions++;
+    s->dm = gpt2__cuda_model_of(m);
+    s->n_ctx = p->n_ctx ? p->n_ctx : m->n_ctx;
+    s->kv_f16 = true; /* the GPU's KV cache is always 16-bit */
+    gpt2_result res = gpt2__cuda_session_alloc(s, err);
+    if (res != GPT2_OK) {
+        gpt2__cuda_session_destroy(s);
+        return res;
+    }
+    s->tokens.reserve((size_t)s->n_ctx);
+    *out = s;
+    return gpt2__ok(err);
+}
+
+static void gpt2__cuda_session_free(gpt2_session* s) { gpt2__cuda_session_destroy(gpt2__cuda(s)); }
+
+/* ---- Forward pass ------------------------------------------------------------------------- */
+
+static cudaDataType_t gpt2__cuda_type(const gpt2__cuda_model* dm) { return dm->bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+/* Y (T, N) row-major (f32, or 16-bit when out16) = X (T, K) W^T, W (N, K) row-major; beta 1
+   accumulates into Y (the residual stream). */
+static gpt2_result gpt2__cuda_linear(gpt2__cuda_session* s, const void* W, const void* X, void* Y, bool out16, int N, int T, int K, float beta, gpt2_error* err) {
+    const float alpha = 1.0f;
+    const cudaDataType_t t = gpt2__cuda_type(s->dm);
+    GPT2__CUBLAS_TRY(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, t, K, X, t, K, &beta, Y, out16 ? t : CUDA_R_32F, N,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return GPT2_OK;
+}
+
+/* Launches a kernel, with programmatic dependent launch when `pdl` (see gpt2__grid_wait). */
+template <class... Params, class... Args>
+static cudaError_t gpt2__launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+static int gpt2__cuda_grid(size_t n, int threads) { return (int)std::min<size_t>((n + threads - 1) / threads, 65535); }
+
+/* T tokens ids_d[0..T) at positions pos0.. through the whole model with cuBLAS: the prompt
+   path (any T). Leaves the final LayerNorm of every position in xn16 (T, C). */
+template <class TT>
+static gpt2_result gpt2__cuda_forward_prompt(gpt2__cuda_session* s, int T, int pos0, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const gpt2__cuda_model* dm = s->dm;
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H, Lk = pos0 + T;
+    const float eps = m->layer_norm_eps;
+    cudaStream_t st = s->stream;
+    const size_t ln_smem = (size_t)C * 4;
+    gpt2__embed_kernel<TT><<<T, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->ids_d, nullptr, pos0, C);
+    GPT2__LAUNCHED("embed");
+    const float* pending_bias = nullptr; /* the bias of the last residual product, added with the next LayerNorm */
+    const cudaDataType_t t16 = gpt2__cuda_type(dm);
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__cuda_layer& G = dm->layers[(size_t)l];
+        TT* kc = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
+        TT* vc = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
+        gpt2__add_layer_norm_kernel<TT><<<T, 256, ln_smem, st>>>(s->x, pending_bias, G.ln_1_w, G.ln_1_b, (TT*)s->xn16, C, eps);
+        GPT2__LAUNCHED("layer norm");
+        GPT2__TRY(gpt2__cuda_linear(s, G.c_attn, s->xn16, s->qkv, false, 3 * C, T, C, 0.0f, err));
+        gpt2__qkv_split_kernel<TT><<<gpt2__cuda_grid((size_t)T * 3 * C, 256), 256, 0, st>>>(s->qkv, G.c_attn_b, (TT*)s->q16, kc, vc, T, C, pos0);
+        GPT2__LAUNCHED("qkv split");
+        /* scores_h (T, Lk) = q_h k_h^T; column-major: S^T (Lk, T) = K_h (Lk, D) x Q_h^T */
+        const float one = 1.0f, zero = 0.0f;
+        GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, Lk, T, D, &one, kc, t16, C, D, s->q16, t16, C, D, &zero, s->scores, CUDA_R_32F,
+                                                    Lk, (long long)T * Lk, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        gpt2__causal_softmax_kernel<TT><<<H * T, 256, 0, st>>>(s->scores, (TT*)s->probs16, T, Lk, pos0, 1.0f / std::sqrt((float)D));
+        GPT2__LAUNCHED("softmax");
+        /* att_h (T, D) = P_h (T, Lk) v_h (Lk, D); column-major: O^T (D, T) = V^T (D, Lk) P^T (Lk, T) */
+        GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, D, T, Lk, &one, vc, t16, C, D, s->probs16, t16, Lk, (long long)T * Lk, &zero,
+                                                    s->att16, t16, C, D, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        GPT2__TRY(gpt2__cuda_linear(s, G.c_proj, s->att16, s->x, false, C, T, C, 1.0f, err)); /* x += att W^T */
+        gpt2__add_layer_norm_kernel<TT><<<T, 256, ln_smem, st>>>(s->x, G.c_proj_b, G.ln_2_w, G.ln_2_b, (TT*)s->xn16, C, eps);
+        GPT2__LAUNCHED("layer norm");
+        GPT2__TRY(gpt2__cuda_linear(s, G.c_fc, s->xn16, s->fc, false, F, T, C, 0.0f, err));
+        gpt2__bias_gelu_kernel<TT><<<gpt2__cuda_grid((size_t)T * F, 256), 256, 0, st>>>(s->fc, G.c_fc_b, (TT*)s->fc16, (size_t)T * F, F, m->gelu_tanh ? 1 : 0);
+        GPT2__LAUNCHED("gelu");
+        GPT2__TRY(gpt2__cuda_linear(s, G.mlp_proj, s->fc16, s->x, false, C, T, F, 1.0f, err));
+        pending_bias = G.mlp_proj_b;
+    }
+    gpt2__add_layer_norm_kernel<TT><<<T, 256, ln_smem, st>>>(s->x, pending_bias, dm->ln_f_w, dm->ln_f_b, (TT*)s->xn16, C, eps);
+    GPT2__LAUNCHED("layer norm");
+    return GPT2_OK;
+}
+
+/* The kernels of one token at position step_d[0], token step_d[1]; logits to logits_d. Reads
+   its position and token from device memory, so one captured graph serves every step. */
+template <class TT>
+static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const gpt2__cuda_model* dm = s->dm;
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
+    cudaStream_t st = s->stream;
+    const int warps = 8, cap = dm->n_sm * 8;
+    const bool pdl = dm->pdl;
+    auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
+        const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
+        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4 * (a.ln_w ? 3 : 1), st, a);
+    };
+    gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
+    GPT2__LAUNCHED("embed");
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__cuda_layer& G = dm->layers[(size_t)l];
+        gpt2__gemv_args a{};
+        a.eps = m->layer_norm_eps;
+        a.C = C;
+        a.pos = s->step_d;
+        a.gelu_tanh = m->gelu_tanh ? 1 : 0;
+        /* q, k, v = c_attn(ln_1(x)) + bias; k and v straight into the cache */
+        a.W = G.c_attn; a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
+        a.k_cache = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
+        a.v_cache = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, a));
+        GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
+                                    (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D)));
+        /* x += c_proj(att) + bias */
+        a.W = G.c_proj; a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        /* fc = gelu(c_fc(ln_2(x)) + bias) */
+        a.W = G.c_fc; a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, a));
+        /* x += mlp c_proj(fc) + bias */
+        a.W = G.mlp_proj; a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+    }
+    gpt2__gemv_args a{};
+    a.W = dm->lm_head; a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
+    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, a));
+    return GPT2_OK;
+}
+
+/* Queues one token's pass: a replay of the captured graph (captured on first use). */
+static gpt2_result gpt2__cuda_launch_token(gpt2__cuda_session* s, gpt2_error* err) {
+    if (!s->graph_exec && !s->graph_failed) {
+        gpt2_result res = GPT2_OK;
+        GPT2__CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        res = s->dm->bf16 ? gpt2__cuda_forward_token<__nv_bfloat16>(s, err) : gpt2__cuda_forward_token<__half>(s, err);
+        cudaGraph_t graph = nullptr;
+        cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+        if (res != GPT2_OK) {
+            if (graph) cudaGraphDestroy(graph);
+            return res;
+        }
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&s->graph_exec, graph, 0);
+        if (e != cudaSuccess) { /* run the kernels directly from now on */
+            cudaGetLastError();
+            s->graph_failed = true;
+            s->graph_exec = nullptr;
+            gpt2__log(s->model->params, GPT2_LOG_WARNING, "CUDA: graph capture failed (%s); launching kernels directly", cudaGetErrorString(e));
+        }
+        s->graph = graph;
+    }
+    if (s->graph_exec) {
+        GPT2__CUDA_TRY(cudaGraphLaunch(s->graph_exec, s->stream));
+        return GPT2_OK;
+    }
+    return s->dm->bf16 ? gpt2__cuda_forward_token<__nv_bfloat16>(s, err) : gpt2__cuda_forward_token<__half>(s, err);
+}
+
+/* Runs tokens[n_cached..) at positions n_cached.. and leaves the last position's logits in
+   logits_d. One token at a time goes through the graph; more through the prompt path. */
+static gpt2_result gpt2__cuda_run(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const int T = (int)s->tokens.size() - s->n_cached, pos0 = s->n_cached;
+    if (T == 1 && s->dm->fast_decode) {
+        gpt2__set_step_kernel<<<1, 1, 0, s->stream>>>(s->step_d, pos0, s->tokens.back());
+        GPT2__LAUNCHED("set step");
+        GPT2__TRY(gpt2__cuda_launch_token(s, err));
+    } else {
+        GPT2__CUDA_TRY(cudaMemcpyAsync(s->ids_d, s->tokens.data() + pos0, (size_t)T * 4, cudaMemcpyHostToDevice, s->stream));
+        GPT2__TRY(s->dm->bf16 ? gpt2__cuda_forward_prompt<__nv_bfloat16>(s, T, pos0, err) : gpt2__cuda_forward_prompt<__half>(s, T, pos0, err));
+        const size_t C = (size_t)m->n_embd;
+        const void* last = (const uint8_t*)s->xn16 + (size_t)(T - 1) * C * 2;
+        GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, last, s->logits_d, false, m->n_vocab, 1, (int)C, 0.0f, err));
+    }
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_append(gpt2_session* session, const int32_t* ids, size_t n, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
+    if (n > (size_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
+    if (n == 0) return GPT2_OK;
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    if (s->pending) { /* gpt2__cuda_sample already queued this token's pass */
+        s->pending = false;
+        if (n == 1 && ids[0] == s->pending_token && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx) {
+            s->tokens.push_back(ids[0]);
+            s->n_cached++;
+            s->has_logits = true;
+            s->logits_on_host = false;
+            return GPT2_OK;
+        }
+    }
+    const size_t total = s->tokens.size() + n;
+    if (total > (size_t)s->n_ctx) { /* keep the last n_ctx tokens and recompute them, as nanoGPT crops */
+        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)(total - (size_t)s->n_ctx));
+        s->n_cached = 0;
+    }
+    s->tokens.insert(s->tokens.end(), ids, ids + n);
+    gpt2_result res = gpt2__cuda_run(s, err);
+    if (res == GPT2_OK) {
+        cudaError_t e = cudaStreamSynchronize(s->stream);
+        if (e != cudaSuccess) res = gpt2__cuda_fail(err, e, "the forward pass");
+    }
+    if (res != GPT2_OK) { /* the cache may hold a partial pass: start over next time */
+        s->tokens.clear();
+        s->n_cached = 0;
+        s->has_logits = false;
+        return res;
+    }
+    s->n_cached = (int)s->tokens.size();
+    s->has_logits = true;
+    s->logits_on_host = false;
+    return GPT2_OK;
+}
+
+static const float* gpt2__cuda_logits(gpt2_session* session) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    if (!s->logits_on_host) {
+        cudaSetDevice(s->dm->device);
+        if (cudaMemcpyAsync(s->logits, s->logits_d, (size_t)s->model->n_vocab * 4, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
+            cudaStreamSynchronize(s->stream) != cudaSuccess) {
+            cudaGetLastError();
+            return nullptr;
+        }
+        s->logits_on_host = true;
+    }
+    return s->logits;
+}
+
+/* Samples on the GPU from logits_d. When the token will simply extend the context, its pass
+   is queued right behind the sampler, so the GPU works while the host handles the token. */
+static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    const bool extend = s->dm->fast_decode && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx;
+    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
+    GPT2__LAUNCHED("sample");
+    GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
+    s->pending = false;
+    if (extend) GPT2__TRY(gpt2__cuda_launch_token(s, err));
+    GPT2__CUDA_TRY(cudaEventSynchronize(s->token_ready));
+    *token = *s->token_h;
+    if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
+    s->pending = extend;
+    s->pending_token = *token;
+    return GPT2_OK;
+}
+
+/* Log-probabilities of tokens[1..n) after the prompt pass over tokens[0..n) (xn16 holds every
+   position's final hidden state): the head over GPT2__SCORE_ROWS rows at a time. */
+static gpt2_result gpt2__cuda_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    *sum = 0.0;
+    if (n < 2) return GPT2_OK;
+    const gpt2_model* m = s->model;
+    const size_t C = (size_t)m->n_embd;
+    GPT2__CUDA_TRY(cudaMemcpyAsync(s->ids_d, tokens, n * 4, cudaMemcpyHostToDevice, s->stream));
+    for (size_t r0 = 0; r0 + 1 < n; r0 += GPT2__SCORE_ROWS) {
+        const int rows = (int)std::min<size_t>(GPT2__SCORE_ROWS, n - 1 - r0);
+        GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, (const uint8_t*)s->xn16 + r0 * C * 2, s->logits_d, false, m->n_vocab, rows, (int)C, 0.0f, err));
+        gpt2__log_prob_kernel<<<rows, 256, 0, s->stream>>>(s->logits_d, m->n_vocab, s->ids_d + r0 + 1, s->logp_d + r0);
+        GPT2__LAUNCHED("log prob");
+    }
+    gpt2__vector<double> logp(n - 1);
+    GPT2__CUDA_TRY(cudaMemcpyAsync(logp.data(), s->logp_d, (n - 1) * 8, cudaMemcpyDeviceToHost, s->stream));
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    for (double v : logp) *sum += v;
+    /* logits_d held the head of other rows: put back the last position's */
+    GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, (const uint8_t*)s->xn16 + (n - 1) * C * 2, s->logits_d, false, m->n_vocab, 1, (int)C, 0.0f, err));
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    s->logits_on_host = false;
+    return GPT2_OK;
+}
+
+#endif /* GPT2_IMPLEMENTATION (CUDA) */
+#endif /* GPT2_CUDA_CUH */

@@ -1,0 +1,43 @@
+/* gpt2_cuda.cuh - the CUDA path of gpt2.h: GPT-2-class models on an NVIDIA GPU.
+   MIT license at the end of gpt2.h.
+
+   THIS FILE IS GENERATED from src/cuda/ by tools/amalgamate.py. Edit the parts under src/.
+
+   USAGE
+     In exactly one CUDA translation unit (a .cu file, compiled by nvcc with -std=c++17 and
+     linked with -lcublas):
+         #define GPT2_IMPLEMENTATION
+         #include "gpt2_cuda.cuh"      // includes gpt2.h: this file holds the CPU path too
+     Everywhere else (C or C++, any compiler) just #include "gpt2.h", and ask for the GPU:
+         gpt2_model_params mp = gpt2_model_default_params();
+         mp.device = GPT2_DEVICE_CUDA;
+         mp.cuda_device_index = 0;
+         gpt2_model_load_file("model.gguf", &mp, &model, &err);   // weights go to the GPU once
+     Sessions, generation, scoring and sampling are then the same calls as on the CPU.
+     Without this file in the program, GPT2_DEVICE_CUDA is refused with GPT2_ERROR_UNSUPPORTED.
+
+   WHAT RUNS WHERE
+     model    the weights as 16-bit floats on the GPU (bf16 when the file is bf16, else f16;
+              f32 and q8_0 files are converted while loading), biases and norms as f32.
+     session  its own CUDA stream, cuBLAS handle, KV cache (16-bit) and scratch on the GPU, so
+              sessions on one model run concurrently. A prompt runs as cuBLAS matrix products
+              with our own kernels between them; each new token runs as one replay of a CUDA
+              graph of our own kernels (matrix-vector products fused with their LayerNorm,
+              bias, GELU and residual add; attention split over the cache). Sampling
+              (temperature, top-k, the library's SplitMix64 RNG) runs on the GPU too: only the
+              token id crosses to the host per step. gpt2_session_logits copies the logits
+              to the host when asked. Inside a gpt2_generate callback the next step is
+              already running, so there it returns the logits after the token just delivered.
+     errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
+              come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
+*/
+#ifndef GPT2_CUDA_CUH
+#define GPT2_CUDA_CUH
+
+#if defined(GPT2_IMPLEMENTATION)
+#if defined(GPT2_IMPLEMENTATION_DONE) && !defined(GPT2__CUDA_BACKEND)
+#error "gpt2.h's implementation was included before gpt2_cuda.cuh: in the implementation file include only gpt2_cuda.cuh"
+#endif
+#define GPT2__CUDA_BACKEND
+#endif
+#include "gpt2.h"

@@ -1,0 +1,291 @@
+// The CUDA path against the CPU's fp32 path. This file is also the example of the one CUDA
+// translation unit a program needs: it defines GPT2_IMPLEMENTATION and includes gpt2_cuda.cuh.
+// Every test that needs a GPU skips with a message when there is none.
+#define GPT2_IMPLEMENTATION
+#include "gpt2_cuda.cuh"
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "../../bench/cuda_random_model.h"
+#include "../helpers.h"
+#include <cstdlib>
+#include <thread>
+
+static bool have_gpu() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+#define REQUIRE_GPU()                                          \
+    do {                                                       \
+        if (!have_gpu()) {                                     \
+            MESSAGE("no CUDA GPU on this machine: test skipped"); \
+            return;                                            \
+        }                                                      \
+    } while (0)
+
+static gpt2_model_params cuda_params() {
+    gpt2_model_params p = gpt2_model_default_params();
+    p.device = GPT2_DEVICE_CUDA;
+    return p;
+}
+
+// The converted shakespeare_char model: the CTest fixture's, or GPT2_SC_GGUF.
+static std::string sc_path() {
+    const char* env = std::getenv("GPT2_SC_GGUF");
+    return env && *env ? env : test_model("shakespeare_char.gguf");
+}
+
+// nanoGPT's reference prompts: from the source tree, or GPT2_TEST_DATA_DIR (binaries run elsewhere).
+static const Json& reference() {
+    const char* dir = std::getenv("GPT2_TEST_DATA_DIR");
+    static const Json ref = read_json((dir && *dir ? std::string(dir) : std::string(GPT2_TEST_DATA)) + "/shakespeare_char/reference.json");
+    return ref;
+}
+
+// A model file held in memory, loaded on the CPU and on the GPU.
+struct Loaded {
+    gpt2_model* model = nullptr;
+    gpt2_error err{};
+    Loaded(const random_gguf& file, gpt2_model_params params) { gpt2_model_load_memory(file.data, file.size, &params, &model, &err); }
+    ~Loaded() { gpt2_model_free(model); }
+};
+
+static const random_gguf& random_124m() {
+    static random_gguf file;
+    static bool built = random_gpt2_gguf(*random_gpt2_find_shape("124M"), 1, 7, &file);
+    (void)built;
+    return file;
+}
+
+// Greedy steps on the CPU through gpt2_session_eval, recording each step's top-2 logit gap.
+static std::vector<int32_t> cpu_greedy(gpt2_model* model, const std::vector<int32_t>& prompt, int n, std::vector<float>* gaps) {
+    gpt2_session* s = nullptr;
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = 0;
+    REQUIRE(gpt2_session_create(model, &sp, &s, nullptr) == GPT2_OK);
+    const int V = gpt2_model_get_info(model).n_vocab;
+    std::vector<int32_t> out;
+    REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    for (int i = 0; i < n; i++) {
+        const float* l = gpt2_session_logits(s);
+        int best = 0, second = -1;
+        for (int j = 1; j < V; j++) {
+            if (l[j] > l[best]) { second = best; best = j; }
+            else if (second < 0 || l[j] > l[second]) second = j;
+        }
+        gaps->push_back(l[best] - l[second]);
+        out.push_back(best);
+        REQUIRE(gpt2_session_eval(s, &out.back(), 1, nullptr) == GPT2_OK);
+    }
+    gpt2_session_free(s);
+    return out;
+}
+
+// Identical, or the first difference comes where the CPU's two best logits were within
+// `tie` of each other (16-bit weights and activations may order a near-tie either way).
+static void check_greedy_agrees(const std::vector<int32_t>& gpu, const std::vector<int32_t>& cpu, const std::vector<float>& gaps, float tie) {
+    REQUIRE(gpu.size() == cpu.size());
+    size_t first = 0;
+    while (first < gpu.size() && gpu[first] == cpu[first]) first++;
+    if (first == gpu.size()) return;
+    MESSAGE("first difference at step " << first << " of " << gpu.size() << "; CPU top-2 gap there " << gaps[first]);
+    CHECK(gaps[first] < tie);
+}
+
+TEST_CASE("without a GPU, asking for CUDA fails with GPT2_ERROR_DEVICE and a message") {
+    if (have_gpu()) {
+        MESSAGE("a GPU is present: nothing to check");
+        return;
+    }
+    gpt2_model_params p = cuda_params();
+    gpt2_model* m = nullptr;
+    gpt2_error err{};
+    const random_gpt2_shape tiny{"tiny", 1, 2, 64, 32, 100};
+    random_gguf file;
+    REQUIRE(random_gpt2_gguf(tiny, 1, 1, &file));
+    CHECK(gpt2_model_load_memory(file.data, file.size, &p, &m, &err) == GPT2_ERROR_DEVICE);
+    CHECK(m == nullptr);
+    MESSAGE(err.message);
+    CHECK(std::string(err.message).find("CUDA") != std::string::npos);
+}
+
+TEST_CASE("a device index past the last GPU is GPT2_ERROR_DEVICE") {
+    REQUIRE_GPU();
+    gpt2_model_params p = cuda_params();
+    p.cuda_device_index = 1000;
+    Model m(sc_path(), p);
+    CHECK(m.model == nullptr);
+    CHECK(m.err.code == GPT2_ERROR_DEVICE);
+    MESSAGE(m.err.message);
+}
+
+TEST_CASE("shakespeare_char: logits within 2e-2 of the CPU's fp32, prompt pass and token by token") {
+    REQUIRE_GPU();
+    Model cpu(sc_path());
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    const int V = cpu.info().n_vocab;
+    float worst_prompt = 0, worst_step = 0;
+    for (const Json& prompt : reference()["prompts"].array) {
+        std::vector<int32_t> ids = prompt["ids"].ints();
+        Session c(cpu), g(gpu);
+        REQUIRE(gpt2_session_eval(c.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+        REQUIRE(gpt2_session_eval(g.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+        worst_prompt = std::max(worst_prompt, max_abs_diff(gpt2_session_logits(c.session), gpt2_session_logits(g.session), (size_t)V));
+        Session c1(cpu), g1(gpu);
+        for (int32_t id : ids) {
+            REQUIRE(gpt2_session_eval(c1.session, &id, 1, nullptr) == GPT2_OK);
+            REQUIRE(gpt2_session_eval(g1.session, &id, 1, nullptr) == GPT2_OK);
+            worst_step = std::max(worst_step, max_abs_diff(gpt2_session_logits(c1.session), gpt2_session_logits(g1.session), (size_t)V));
+        }
+    }
+    MESSAGE("max |logit difference|: prompt pass " << worst_prompt << ", token by token " << worst_step);
+    CHECK(worst_prompt <= 2e-2f);
+    CHECK(worst_step <= 2e-2f);
+}
+
+TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens, also past n_ctx") {
+    REQUIRE_GPU();
+    Model cpu(sc_path());
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(cpu.model);
+    REQUIRE(gpu.model);
+    for (const Json& prompt : reference()["prompts"].array) {
+        CAPTURE(prompt["name"].string);
+        std::vector<int32_t> ids = prompt["ids"].ints();
+        std::vector<float> gaps;
+        std::vector<int32_t> want = cpu_greedy(cpu.model, ids, 200, &gaps);
+        Session g(gpu);
+        std::vector<int32_t> got = generate(g.session, ids, 200, 0.0f, 0, 0);
+        check_greedy_agrees(got, want, gaps, 1e-3f);
+    }
+}
+
+TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logits within 2e-2") {
+    REQUIRE_GPU();
+    const random_gguf& file = random_124m();
+    Loaded cpu(file, gpt2_model_default_params());
+    Loaded gpu(file, cuda_params());
+    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 32; i++) prompt.push_back((i * 7919 + 13) % 50257);
+    std::vector<float> gaps;
+    std::vector<int32_t> want = cpu_greedy(cpu.model, prompt, 200, &gaps);
+    gpt2_session* g = nullptr;
+    REQUIRE(gpt2_session_create(gpu.model, nullptr, &g, nullptr) == GPT2_OK);
+    std::vector<int32_t> got = generate(g, prompt, 200, 0.0f, 0, 0);
+    check_greedy_agrees(got, want, gaps, 1e-3f);
+    // logits after the prompt, both ways
+    gpt2_session* c = nullptr;
+    REQUIRE(gpt2_session_create(cpu.model, nullptr, &c, nullptr) == GPT2_OK);
+    gpt2_session_reset(g);
+    REQUIRE(gpt2_session_eval(c, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_eval(g, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    const float diff = max_abs_diff(gpt2_session_logits(c), gpt2_session_logits(g), 50257);
+    MESSAGE("max |logit difference| after the prompt: " << diff);
+    CHECK(diff <= 2e-2f);
+    gpt2_session_free(c);
+    gpt2_session_free(g);
+}
+
+TEST_CASE("the GPU sampler picks the CPU sampler's token from the same logits") {
+    REQUIRE_GPU();
+    const int n = 50257;
+    std::vector<float> logits(n);
+    uint64_t r = 99;
+    float* d_logits = nullptr;
+    int32_t* d_token = nullptr;
+    int* d_step = nullptr;
+    REQUIRE(cudaMalloc((void**)&d_logits, n * 4) == cudaSuccess);
+    REQUIRE(cudaMalloc((void**)&d_token, 16) == cudaSuccess);
+    REQUIRE(cudaMalloc((void**)&d_step, 16) == cudaSuccess);
+    std::vector<float> scratch(n);
+    const float temperatures[] = {0.0f, 0.5f, 0.8f, 1.0f, 1.7f};
+    const int top_ks[] = {0, 1, 5, 200, 50257, 60000};
+    int checked = 0, same = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        for (int i = 0; i < n; i++) logits[i] = (float)((gpt2__rng_next(&r) >> 40) % 20000) / 2000.0f - 5.0f; /* ties happen */
+        REQUIRE(cudaMemcpy(d_logits, logits.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        for (float t : temperatures)
+            for (int k : top_ks) {
+                uint64_t state = 1000 + trial, state_gpu = state;
+                const int32_t want = gpt2__sample(logits.data(), n, t, k, &state, scratch.data());
+                gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS>>>(d_logits, n, t, k, state_gpu, d_token, d_step, 0);
+                int32_t got = -1;
+                REQUIRE(cudaMemcpy(&got, d_token, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+                checked++;
+                same += got == want;
+                if (got != want) MESSAGE("t " << t << " top_k " << k << " trial " << trial << ": CPU " << want << " GPU " << got);
+            }
+    }
+    cudaFree(d_logits);
+    cudaFree(d_token);
+    cudaFree(d_step);
+    MESSAGE(same << " of " << checked << " draws identical");
+    CHECK(same == checked);
+}
+
+TEST_CASE("sampling with a fixed seed repeats run to run; another seed differs; top_k 1 is greedy") {
+    REQUIRE_GPU();
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(gpu.model);
+    std::vector<int32_t> prompt = reference()["prompts"][0]["ids"].ints();
+    Session a(gpu), b(gpu), c(gpu), d(gpu), e(gpu);
+    std::vector<int32_t> first = generate(a.session, prompt, 300, 0.8f, 200, 42);
+    std::vector<int32_t> again = generate(b.session, prompt, 300, 0.8f, 200, 42);
+    std::vector<int32_t> other = generate(c.session, prompt, 300, 0.8f, 200, 43);
+    CHECK(first.size() == 300);
+    CHECK(first == again);
+    CHECK(first != other);
+    CHECK(generate(d.session, prompt, 100, 1.0f, 1, 5) == generate(e.session, prompt, 100, 0.0f, 0, 0));
+}
+
+TEST_CASE("several sessions on one model in threads give the tokens of one at a time") {
+    REQUIRE_GPU();
+    const random_gguf& file = random_124m();
+    Loaded gpu(file, cuda_params());
+    REQUIRE(gpu.model);
+    const int n_threads = 4;
+    std::vector<std::vector<int32_t>> prompts(n_threads), serial(n_threads), parallel(n_threads);
+    for (int t = 0; t < n_threads; t++)
+        for (int i = 0; i < 20 + 10 * t; i++) prompts[t].push_back((i * 31 + t * 1000 + 1) % 50257);
+    for (int t = 0; t < n_threads; t++) {
+        gpt2_session* s = nullptr;
+        REQUIRE(gpt2_session_create(gpu.model, nullptr, &s, nullptr) == GPT2_OK);
+        serial[t] = generate(s, prompts[t], 100, 0.9f, 40, 100 + t);
+        gpt2_session_free(s);
+    }
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n_threads; t++)
+        threads.emplace_back([&, t] {
+            gpt2_session* s = nullptr;
+            if (gpt2_session_create(gpu.model, nullptr, &s, nullptr) != GPT2_OK) return;
+            parallel[t] = generate(s, prompts[t], 100, 0.9f, 40, 100 + t);
+            gpt2_session_free(s);
+        });
+    for (std::thread& th : threads) th.join();
+    for (int t = 0; t < n_threads; t++) CHECK(parallel[t] == serial[t]);
+}
+
+TEST_CASE("prompt log-probability on the GPU within 1e-2 of the CPU's") {
+    REQUIRE_GPU();
+    Model cpu(sc_path());
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(cpu.model);
+    REQUIRE(gpu.model);
+    Session c(cpu), g(gpu);
+    for (const Json& prompt : reference()["prompts"].array) {
+        std::vector<int32_t> ids = prompt["ids"].ints();
+        double want = 0, got = 0;
+        REQUIRE(gpt2_score(c.session, ids.data(), ids.size(), &want, nullptr) == GPT2_OK);
+        REQUIRE(gpt2_score(g.session, ids.data(), ids.size(), &got, nullptr) == GPT2_OK);
+        CHECK(std::fabs(want - got) <= 1e-2 * std::max(1.0, std::fabs(want) / 100));
+    }
+}

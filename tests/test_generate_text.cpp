@@ -1,0 +1,113 @@
+// Text in and out of generation: tokenizing through the model, and the streamed callback text.
+#include "helpers.h"
+#include <doctest/doctest.h>
+#include <cstring>
+
+struct Collected {
+    std::vector<int32_t> ids;
+    std::string text;
+    std::vector<size_t> piece_ends; // byte offset in `text` where each callback's piece ends
+};
+
+// Length of the valid UTF-8 character at s[i], or 0 when the bytes there are not one.
+static size_t utf8_char_length(const std::string& s, size_t i) {
+    const unsigned char c = (unsigned char)s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; k++)
+        if (((unsigned char)s[i + k] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+// Offsets between characters of s; a byte that starts no valid character stands alone.
+static std::vector<bool> character_boundaries(const std::string& s) {
+    std::vector<bool> boundary(s.size() + 1, false);
+    boundary[0] = true;
+    for (size_t i = 0; i < s.size();) {
+        size_t n = utf8_char_length(s, i);
+        i += n ? n : 1;
+        boundary[i] = true;
+    }
+    return boundary;
+}
+
+static int collect(void* user, int32_t token, const char* text, size_t len) {
+    Collected* c = (Collected*)user;
+    if (token >= 0) c->ids.push_back(token);
+    c->text.append(text, len);
+    c->piece_ends.push_back(c->text.size());
+    return 0;
+}
+
+static std::string detokenize(const gpt2_model* m, const std::vector<int32_t>& ids) {
+    size_t n = 0;
+    REQUIRE(gpt2_detokenize(m, ids.data(), ids.size(), nullptr, 0, &n, nullptr) == GPT2_OK);
+    std::string text(n, '\0');
+    REQUIRE(gpt2_detokenize(m, ids.data(), ids.size(), &text[0], text.size(), &n, nullptr) == GPT2_OK);
+    return text;
+}
+
+TEST_CASE("streamed BPE text equals the decoded ids and every piece is whole UTF-8 characters") {
+    // A random-weight model emits byte tokens that split multi-byte characters across tokens.
+    Model m(test_model("padded_gpt2.gguf"));
+    REQUIRE(m.model);
+    Session s(m);
+    Collected c;
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = 400;
+    p.temperature = 1.5f;
+    p.top_k = 0;
+    p.on_token = collect;
+    p.user = &c;
+    REQUIRE(gpt2_generate_text(s.session, "Hello", &p, nullptr) == GPT2_OK);
+    REQUIRE(c.ids.size() == 400);
+    CHECK(c.text == detokenize(m.model, c.ids));
+    std::vector<bool> boundary = character_boundaries(c.text);
+    size_t split = 0, inside_characters = 0;
+    for (size_t end : c.piece_ends) split += !boundary[end];
+    for (bool b : boundary) inside_characters += !b;
+    CHECK(split == 0);
+    CHECK(inside_characters > 0); // the text has multi-byte characters a careless stream could cut
+}
+
+TEST_CASE("generate_text on a char model continues the text like generate on its ids") {
+    Model m(test_model("shakespeare_char.gguf"));
+    REQUIRE(m.model);
+    size_t n = 0;
+    int32_t ids[16];
+    REQUIRE(gpt2_tokenize(m.model, "ROMEO:", 6, 0, ids, 16, &n, nullptr) == GPT2_OK);
+    REQUIRE(n == 6);
+    Session a(m), b(m);
+    std::vector<int32_t> expected = generate(a.session, std::vector<int32_t>(ids, ids + n), 30, 0.0f, 0, 0);
+    Collected c;
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = 30;
+    p.temperature = 0.0f;
+    p.on_token = collect;
+    p.user = &c;
+    REQUIRE(gpt2_generate_text(b.session, "ROMEO:", &p, nullptr) == GPT2_OK);
+    CHECK(c.ids == expected);
+    CHECK(c.text == detokenize(m.model, expected));
+}
+
+TEST_CASE("tokenize reports the needed size when the buffer is too small") {
+    Model m(test_model("padded_gpt2.gguf"));
+    REQUIRE(m.model);
+    const char* text = "The quick brown fox jumps over the lazy dog.";
+    size_t n = 0;
+    int32_t small[3];
+    REQUIRE(gpt2_tokenize(m.model, text, std::strlen(text), 0, small, 3, &n, nullptr) == GPT2_OK);
+    CHECK(n == 10); // OpenAI's encoder: 464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13
+    CHECK(small[0] == 464);
+    CHECK(small[2] == 7586);
+}
+
+TEST_CASE("a model without vocabulary refuses text with a message naming the fix") {
+    Model m(test_model("nobias.gguf"));
+    REQUIRE(m.model);
+    CHECK(m.info().tokenizer == GPT2_TOKENIZER_NONE);
+    gpt2_error err;
+    size_t n;
+    CHECK(gpt2_tokenize(m.model, "hi", 2, 0, nullptr, 0, &n, &err) == GPT2_ERROR_NO_VOCABULARY);
+    CHECK(std::string(err.message).find("--vocab") != std::string::npos);
+}
