@@ -43,6 +43,29 @@ private:
 #endif
 };
 
+// While it lives, keys typed on a POSIX terminal are not echoed (they wait, unread, for the next
+// prompt) so that they do not land in the middle of streamed text. Ctrl-C still sends SIGINT.
+class QuietInput {
+public:
+#if defined(_WIN32)
+    QuietInput() {}
+#else
+    QuietInput() : active_(isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved_) == 0) {
+        if (!active_) return;
+        termios quiet = saved_;
+        quiet.c_lflag &= ~(tcflag_t)ECHO;
+        tcsetattr(STDIN_FILENO, TCSANOW, &quiet);
+    }
+    ~QuietInput() {
+        if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    }
+
+private:
+    bool active_;
+    termios saved_;
+#endif
+};
+
 #if !defined(_WIN32)
 static bool le_continuation(unsigned char c) { return (c & 0xc0) == 0x80; }
 

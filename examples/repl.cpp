@@ -116,7 +116,11 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         params.user = &stream;
         std::fputs(line.c_str(), stdout); // the prompt, then its continuation
         stream.start = std::chrono::steady_clock::now();
-        gpt2_result r = gpt2_generate(session, ids.data(), ids.size(), &params, nullptr, 0, nullptr, &err);
+        gpt2_result r;
+        {
+            QuietInput quiet;
+            r = gpt2_generate(session, ids.data(), ids.size(), &params, nullptr, 0, nullptr, &err);
+        }
         const auto end = std::chrono::steady_clock::now();
         if (r != GPT2_OK) {
             std::printf("\n%s\n", err.message);
