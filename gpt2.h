@@ -1,6 +1,7 @@
 /* ---- src/api.h ---- */
 /* gpt2.h - run GPT-2-class models (nanoGPT, OpenAI GPT-2) inside your program.
-   Single-file library: https://github.com/ (see README.md). MIT license at the end of this file.
+   Single-file library, C API, C++17 implementation, no dependencies. See README.md.
+   MIT license at the end of this file.
 
    THIS FILE IS GENERATED from src/ by tools/amalgamate.py. Edit the parts under src/.
 
@@ -8,7 +9,9 @@
      In exactly one C++ translation unit:
          #define GPT2_IMPLEMENTATION
          #include "gpt2.h"
-     Everywhere else (C or C++) just #include "gpt2.h". The implementation needs C++17.
+     Everywhere else (C or C++) just #include "gpt2.h". The implementation needs C++17 and
+     threads (link with -pthread). Models are GGUF files made by tools/convert.py from a nanoGPT
+     checkpoint. The program below is examples/minimal.cpp, shortened:
 
      #include "gpt2.h"
      #include <stdio.h>
@@ -25,7 +28,7 @@
              return 1;
          }
          gpt2_session* session;
-         gpt2_session_create(model, NULL, &session, &err);
+         if (gpt2_session_create(model, NULL, &session, &err) != GPT2_OK) return 1;
          gpt2_generate_params gen = gpt2_generate_default_params();
          gen.max_new_tokens = 200;
          gen.on_token = print_token;
@@ -37,17 +40,34 @@
    CONCEPTS
      gpt2_model    immutable after loading: weights (memory-mapped from the file) and vocabulary.
                    Share one model between any number of sessions and threads.
-     gpt2_session  one conversation: KV cache, scratch memory, worker threads, RNG. A session is
-                   used by one thread at a time; sessions on one model run in parallel.
-                   Free every session before its model.
+     gpt2_session  one conversation: KV cache, scratch memory, worker threads, RNG.
      n_ctx         the longest context the model was trained for (nanoGPT's block_size). When a
                    sequence grows past n_ctx, the session keeps its last n_ctx tokens and
                    recomputes them (exactly nanoGPT's generate()); each such step costs a prompt
                    pass over n_ctx tokens instead of one token.
 
+   THREADS
+     A model is read-only once loaded: any thread may use it. A session is used by one thread at
+     a time (no locks inside); different sessions, even on one model, run in parallel. Each
+     session has its own worker threads (gpt2_session_params.n_threads; 1 = only the caller's).
+     Free every session before its model. Callbacks (on_token, log) run on the calling thread.
+
+   GENERATION
+     gpt2_generate samples as nanoGPT's sample.py does: logits / temperature, keep the top_k
+     (a top_k above the vocabulary keeps all, like nanoGPT's min(top_k, vocab_size)), softmax,
+     draw. Defaults: temperature 0.8, top_k 200, seed 1337. The RNG restarts from `seed` at each
+     call, so the same context and parameters give the same tokens on every platform.
+     Generation runs for max_new_tokens (it does not stop at <|endoftext|>, like nanoGPT) unless
+     on_token returns nonzero; the tokens made so far stay in the context.
+
    ERRORS
      Every function that can fail returns a gpt2_result and, when `err` is not NULL, fills it
      with the code and a sentence naming the problem. No function throws, exits or aborts.
+     Nothing is printed unless gpt2_model_params.log is set.
+
+   GPU
+     GPT2_DEVICE_CUDA needs gpt2_cuda.cuh compiled into the program (see the top of that file);
+     otherwise loading with it fails with GPT2_ERROR_UNSUPPORTED.
 
    OPTIONS (define before including the implementation)
      GPT2_STATIC             make every function static (private to one translation unit)
@@ -209,7 +229,7 @@ typedef struct gpt2_generate_params {
     int max_new_tokens;  /* default 256 */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
-    uint64_t seed;       /* same seed, same tokens, on every platform */
+    uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
     gpt2_token_fn on_token;
     void* user;
 } gpt2_generate_params;

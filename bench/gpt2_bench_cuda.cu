@@ -236,6 +236,7 @@ int main(int argc, char** argv) {
         sample_ms = ms / n;
     }
     const bool pdl = gpt2__cuda_model_of(model)->pdl;
+    const bool persistent = gpt2__cuda_model_of(model)->persistent;
     gpt2_session_free(s);
 
     const double bw = copy_bandwidth(), flops = gemm_flops();
@@ -252,16 +253,18 @@ int main(int argc, char** argv) {
         std::printf("{\"model\": \"%s\", \"device\": \"cuda\", \"gpu\": \"%s\", \"type\": \"%s\", \"threads\": 1, \"prompt_tokens\": %d, \"prefill_ms\": %.4f, "
                     "\"prefill_tok_s\": %.1f, \"decode_tokens\": %d, \"decode_ms_per_token\": %.5f, \"decode_tok_s\": %.1f, \"bandwidth_gb_s\": %.1f, "
                     "\"decode_pct_of_limit\": %.1f, \"prefill_pct_of_limit\": %.1f, \"copy_bandwidth_gb_s\": %.1f, \"gemm_f16_tflop_s\": %.1f, "
-                    "\"graph_replay_ms\": %.5f, \"sample_kernel_ms\": %.5f, \"pdl\": %s}\n",
+                    "\"graph_replay_ms\": %.5f, \"sample_kernel_ms\": %.5f, \"pdl\": %s, \"decode\": \"%s\"}\n",
                     info.name, prop.name, type, prompt_tokens, prefill_s * 1e3, prompt_tokens / prefill_s, decode_tokens, decode_s * 1e3, 1.0 / decode_s, achieved / 1e9,
-                    100.0 * achieved / bw, 100.0 * (prefill_flops / prefill_s) / flops, bw / 1e9, flops / 1e12, graph_ms, sample_ms, pdl ? "true" : "false");
+                    100.0 * achieved / bw, 100.0 * (prefill_flops / prefill_s) / flops, bw / 1e9, flops / 1e12, graph_ms, sample_ms, pdl ? "true" : "false",
+                    persistent ? "persistent" : "graph");
     } else {
         std::printf("model            %s (%d layers, n_embd %d, %s weights) on %s\n", info.name, info.n_layer, info.n_embd, type, prop.name);
         std::printf("prefill          %d tokens in %.3f ms: %.0f tokens/s, %.1f%% of the measured f16 GEMM rate (%.0f TFLOP/s)\n", prompt_tokens, prefill_s * 1e3,
                     prompt_tokens / prefill_s, 100.0 * (prefill_flops / prefill_s) / flops, flops / 1e12);
         std::printf("decode           %.4f ms/token (%.0f tokens/s) over %d tokens: %.0f GB/s of weights, %.1f%% of the copy bandwidth (%.0f GB/s)\n", decode_s * 1e3,
                     1.0 / decode_s, decode_tokens, achieved / 1e9, 100.0 * achieved / bw, bw / 1e9);
-        std::printf("per step         forward graph %.4f ms, sampler %.4f ms (programmatic dependent launch %s)\n", graph_ms, sample_ms, pdl ? "on" : "off");
+        std::printf("per step         forward graph %.4f ms, sampler %.4f ms (programmatic dependent launch %s, %s decode)\n", graph_ms, sample_ms, pdl ? "on" : "off",
+                    persistent ? "persistent" : "graph");
     }
     gpt2_model_free(model);
     return 0;

@@ -1,6 +1,7 @@
 // Pieces of the gpt2 program: argument parsing, JSON output, finding the shipped model, the REPL.
 #pragma once
 #include "gpt2.h"
+#include "default_model.h"
 
 #include <cerrno>
 #include <cmath>
@@ -18,10 +19,6 @@
 #include <unistd.h>
 #define cli_isatty isatty
 #define cli_fileno fileno
-#endif
-
-#ifndef GPT2_DEFAULT_MODEL_NAME
-#define GPT2_DEFAULT_MODEL_NAME "shakespeare_char_medium.gguf"
 #endif
 
 struct CliModel {
@@ -135,29 +132,10 @@ inline std::string cli_json_string(const std::string& s) {
     return out + "\"";
 }
 
-inline bool cli_file_exists(const std::string& path) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f) std::fclose(f);
-    return f != nullptr;
-}
-
-// The shipped model: beside the installed program (../share/gpt2/models), or in the source tree
-// the program was built from.
+// The shipped model's path, or "" when it is not found.
 inline std::string cli_default_model(const char* argv0) {
-    std::vector<std::string> candidates;
-    std::string exe = argv0 ? argv0 : "";
-    size_t slash = exe.find_last_of("/\\");
-    std::string dir = slash == std::string::npos ? "." : exe.substr(0, slash);
-    candidates.push_back(dir + "/../share/gpt2/models/" GPT2_DEFAULT_MODEL_NAME);
-#ifdef GPT2_INSTALLED_MODELS_DIR
-    candidates.push_back(GPT2_INSTALLED_MODELS_DIR "/" GPT2_DEFAULT_MODEL_NAME);
-#endif
-#ifdef GPT2_SOURCE_MODELS_DIR
-    candidates.push_back(GPT2_SOURCE_MODELS_DIR "/" GPT2_DEFAULT_MODEL_NAME);
-#endif
-    for (const std::string& c : candidates)
-        if (cli_file_exists(c)) return c;
-    return "";
+    const char* path = example_default_model(argv0);
+    return path ? path : "";
 }
 
 inline bool cli_stdin_is_terminal() { return cli_isatty(cli_fileno(stdin)) != 0; }

@@ -1,15 +1,34 @@
 // The interactive REPL of the gpt2 program: type a prompt, watch the tokens stream.
 #include "cli.h"
+#include "line_editor.h"
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <iostream>
 #include <string>
 
+// Ctrl-C while the model writes: SIGINT sets this flag and the token callback stops generation.
+// At the prompt the line editor reads Ctrl-C as a key instead (the terminal is in raw mode).
 static std::atomic<bool> interrupted{false};
 
-static void on_interrupt(int) { interrupted = true; }
+static void on_interrupt(int) {
+    interrupted = true;
+#if defined(_WIN32)
+    std::signal(SIGINT, on_interrupt); // Windows resets the handler on each signal
+#endif
+}
+
+static void catch_interrupts() {
+#if defined(_WIN32)
+    std::signal(SIGINT, on_interrupt);
+#else
+    struct sigaction sa = {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; // no SA_RESTART: a blocking read returns, so Ctrl-C is seen without raw mode too
+    sigaction(SIGINT, &sa, nullptr);
+#endif
+}
 
 struct Stream {
     std::chrono::steady_clock::time_point start, first_token;
@@ -26,11 +45,13 @@ static int stream_token(void* user, int32_t token, const char* text, size_t len)
 }
 
 static const char* repl_help =
-    "Type a prompt and press Enter; the model continues it. The conversation accumulates until /reset.\n"
+    "Type a prompt and press Enter; the model continues it (an empty line continues from a newline).\n"
+    "The conversation accumulates until /reset; older text slides out of the model's context.\n"
     "  /temp T    temperature (0 = greedy)      /topk K   top-k (0 = all)\n"
     "  /seed S    random seed                   /n N      tokens per answer\n"
     "  /reset     forget the conversation       /help     this text\n"
-    "  /quit      leave (also Ctrl-D)           Ctrl-C    stop the current answer\n";
+    "  /quit      leave (also Ctrl-D)           Ctrl-C    stop the current answer\n"
+    "Line editing: left/right, Home/End, Backspace/Delete, up/down for history, Ctrl-U clears.\n";
 
 // Applies a /command; returns false for /quit.
 static bool command(const std::string& line, gpt2_session* session, gpt2_generate_params* p) {
@@ -61,38 +82,45 @@ static bool command(const std::string& line, gpt2_session* session, gpt2_generat
 
 int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params) {
     const gpt2_model_info info = gpt2_model_get_info(model);
-    std::signal(SIGINT, on_interrupt);
-    std::printf("gpt2.h REPL - model '%s' (%d layers, n_embd %d, context %d). /help for commands.\n", info.name, info.n_layer, info.n_embd, info.n_ctx);
+    catch_interrupts();
+    std::printf("gpt2.h REPL - model '%s' (%d layers, n_embd %d, context %d; temperature %g, top-k %d).\n"
+                "Type a prompt, or /help for commands.\n",
+                info.name, info.n_layer, info.n_embd, info.n_ctx, (double)params.temperature, params.top_k);
+    LineEditor editor;
     std::string line;
     for (;;) {
-        std::printf("> ");
-        std::fflush(stdout);
         interrupted = false;
-        if (!std::getline(std::cin, line)) {
-            if (interrupted) { std::cin.clear(); std::printf("\n"); continue; }
-            std::printf("\n");
-            return 0;
+        LineResult got = editor.read("> ", &line);
+        if (got == LineResult::EndOfInput) return 0;
+        if (got == LineResult::Interrupted || interrupted) {
+            std::printf("(Ctrl-C stops an answer; /quit or Ctrl-D leaves)\n");
+            continue;
         }
+        editor.add_history(line);
         if (!line.empty() && line[0] == '/') {
             if (!command(line, session, &params)) return 0;
             continue;
         }
         if (line.empty()) line = "\n";
-        Stream stream;
-        params.on_token = stream_token;
-        params.user = &stream;
-        stream.start = std::chrono::steady_clock::now();
-        gpt2_error err;
-        std::fputs(line.c_str(), stdout);
-        gpt2_result r = GPT2_OK;
         size_t n = 0;
+        gpt2_error err;
         if (gpt2_tokenize(model, line.data(), line.size(), 0, nullptr, 0, &n, &err) != GPT2_OK) {
-            std::printf("\n%s\n", err.message);
+            std::printf("cannot use this prompt with this model: %s\n", err.message);
             continue;
         }
         std::vector<int32_t> ids(n);
         gpt2_tokenize(model, line.data(), line.size(), 0, ids.data(), n, &n, &err);
-        r = gpt2_generate(session, ids.data(), ids.size(), &params, nullptr, 0, nullptr, &err);
+
+        Stream stream;
+        params.on_token = stream_token;
+        params.user = &stream;
+        std::fputs(line.c_str(), stdout); // the prompt, then its continuation
+        stream.start = std::chrono::steady_clock::now();
+        gpt2_result r;
+        {
+            QuietInput quiet;
+            r = gpt2_generate(session, ids.data(), ids.size(), &params, nullptr, 0, nullptr, &err);
+        }
         const auto end = std::chrono::steady_clock::now();
         if (r != GPT2_OK) {
             std::printf("\n%s\n", err.message);
@@ -101,6 +129,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         const double ttft_ms = std::chrono::duration<double, std::milli>(stream.first_token - stream.start).count();
         const double decode_s = std::chrono::duration<double>(end - stream.first_token).count();
         std::printf("\n[%d tokens, %.1f tokens/s, first token after %.0f ms%s]\n", stream.n_tokens,
-                    stream.n_tokens > 1 && decode_s > 0 ? (stream.n_tokens - 1) / decode_s : 0.0, ttft_ms, interrupted ? ", stopped" : "");
+                    stream.n_tokens > 1 && decode_s > 0 ? (stream.n_tokens - 1) / decode_s : 0.0,
+                    stream.n_tokens ? ttft_ms : 0.0, interrupted ? ", stopped by Ctrl-C" : "");
     }
 }

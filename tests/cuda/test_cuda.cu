@@ -191,6 +191,15 @@ TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logi
     const float diff = max_abs_diff(gpt2_session_logits(c), gpt2_session_logits(g), 50257);
     MESSAGE("max |logit difference| after the prompt: " << diff);
     CHECK(diff <= 2e-2f);
+    // and after 8 more tokens, each through the one-token path (graph or persistent kernel)
+    for (int i = 0; i < 8; i++) {
+        const int32_t t = (i * 104729 + 7) % 50257;
+        REQUIRE(gpt2_session_eval(c, &t, 1, nullptr) == GPT2_OK);
+        REQUIRE(gpt2_session_eval(g, &t, 1, nullptr) == GPT2_OK);
+    }
+    const float step_diff = max_abs_diff(gpt2_session_logits(c), gpt2_session_logits(g), 50257);
+    MESSAGE("max |logit difference| after 8 one-token steps (" << (gpt2__cuda_model_of(gpu.model)->persistent ? "persistent kernel" : "graph") << "): " << step_diff);
+    CHECK(step_diff <= 2e-2f);
     gpt2_session_free(c);
     gpt2_session_free(g);
 }
