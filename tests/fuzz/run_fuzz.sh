@@ -8,6 +8,7 @@
 # stays as committed. Any crash, sanitizer report, leak or timeout fails the script; the input
 # that caused it is left in build-fuzz/ (crash-*, leak-*, timeout-*) to replay with
 #   build-fuzz/fuzz_gguf build-fuzz/crash-...
+# The seed is fixed (GPT2_FUZZ_SEED, default 1) so that CI runs the same inputs every time.
 # Prints the number of executions of each target. docs/RELIABILITY.md describes longer runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,7 +31,7 @@ for target in fuzz_gguf fuzz_tokenizer; do
     [ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
     echo "== $target: fuzzing for $seconds s"
     log="$out/$target.log"
-    if (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
+    if (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./$target" -max_total_time="$seconds" -seed="${GPT2_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=2048 \
             -print_final_stats=1 "corpus_${target#fuzz_}") >"$log" 2>&1; then
         result=ok
     else
