@@ -40,7 +40,7 @@
 #endif
 
 #ifdef GPT2_STATIC
-#define GPT2_DEF static
+#define GPT2_DEF [[maybe_unused]] static /* a program need not call every function */
 #else
 #define GPT2_DEF
 #endif
