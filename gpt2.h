@@ -1242,6 +1242,15 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 #endif
 #endif
 
+/* Fully unrolled loops over the accumulators keep them in registers. */
+#if defined(__clang__)
+#define GPT2__UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define GPT2__UNROLL _Pragma("GCC unroll 16")
+#else
+#define GPT2__UNROLL
+#endif
+
 static const int GPT2__MR = 4, GPT2__NT = 4, GPT2__TOKEN_CHUNK = 64;
 
 /* ---- AVX-512 -------------------------------------------------------------------------- */
@@ -1266,12 +1275,15 @@ GPT2__AVX512 static inline __mmask16 gpt2__mask16(int64_t k, int64_t n) {
 template <uint32_t TYPE, int R>
 GPT2__AVX512 static void gpt2__rows_avx512(float* out, const uint8_t* w, size_t row_bytes, const float* x, int64_t K) {
     __m512 acc[R];
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 16) {
         const __mmask16 m = gpt2__mask16(k, K);
         const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
+        GPT2__UNROLL
         for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(gpt2__w16_avx512<TYPE>(w + r * row_bytes, k, m), xv, acc[r]);
     }
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
@@ -1281,12 +1293,14 @@ template <int R>
 GPT2__AVX512 static void gpt2__rows_q8_avx512(float* out, const uint8_t* w, size_t row_bytes, const int8_t* xq, const float* xs, int64_t K) {
     const int64_t nb = K / 32;
     __m512 acc[R];
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     const __m512i zero = _mm512_setzero_si512();
     for (int64_t b = 0; b < nb; b += 2) {
         const bool pair = b + 1 < nb;
         const __m512i xv = pair ? _mm512_loadu_si512(xq + 32 * b) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(xq + 32 * b)));
         const __m512 xsc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(xs[b]), _mm512_set1_ps(pair ? xs[b + 1] : 0.0f));
+        GPT2__UNROLL
         for (int r = 0; r < R; r++) {
             const uint8_t* p = w + r * row_bytes + 34 * b;
             const __m256i w0 = _mm256_loadu_si256((const __m256i*)(p + 2));
@@ -1300,6 +1314,7 @@ GPT2__AVX512 static void gpt2__rows_q8_avx512(float* out, const uint8_t* w, size
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wsc, xsc), acc[r]);
         }
     }
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
@@ -1332,18 +1347,25 @@ GPT2__AVX512 static void gpt2__panel_avx512(float* panel, const gpt2__weight* W,
 template <int R, int N>
 GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     __m512 acc[R][N];
+    GPT2__UNROLL
     for (int r = 0; r < R; r++)
+        GPT2__UNROLL
         for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 16) {
         const __mmask16 m = gpt2__mask16(k, K);
         __m512 xv[N];
+        GPT2__UNROLL
         for (int t = 0; t < N; t++) xv[t] = _mm512_maskz_loadu_ps(m, x + t * ldx + k);
+        GPT2__UNROLL
         for (int r = 0; r < R; r++) {
             const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * ldw + k);
+            GPT2__UNROLL
             for (int t = 0; t < N; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
+    GPT2__UNROLL
     for (int r = 0; r < R; r++)
+        GPT2__UNROLL
         for (int t = 0; t < N; t++) out[r * GPT2__NT + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
@@ -1574,12 +1596,15 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
 template <uint32_t TYPE, int R>
 GPT2__AVX2 static void gpt2__rows_avx2(float* out, const uint8_t* w, size_t row_bytes, const float* x, int64_t K) {
     __m256 acc[R];
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
         const __m256 xv = _mm256_loadu_ps(x + k);
+        GPT2__UNROLL
         for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w + r * row_bytes, k), xv, acc[r]);
     }
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) {
         float tail = 0.0f;
         for (int64_t i = k; i < K; i++) tail += gpt2__w_scalar(TYPE, w + r * row_bytes, i) * x[i];
@@ -1590,10 +1615,12 @@ GPT2__AVX2 static void gpt2__rows_avx2(float* out, const uint8_t* w, size_t row_
 template <int R>
 GPT2__AVX2 static void gpt2__rows_q8_avx2(float* out, const uint8_t* w, size_t row_bytes, const int8_t* xq, const float* xs, int64_t K) {
     __m256 acc[R];
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < K / 32; b++) {
         const __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + 32 * b));
+        GPT2__UNROLL
         for (int r = 0; r < R; r++) {
             const uint8_t* p = w + r * row_bytes + 34 * b;
             const __m256i wv = _mm256_loadu_si256((const __m256i*)(p + 2));
@@ -1604,6 +1631,7 @@ GPT2__AVX2 static void gpt2__rows_q8_avx2(float* out, const uint8_t* w, size_t r
             acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(h) * xs[b]), acc[r]);
         }
     }
+    GPT2__UNROLL
     for (int r = 0; r < R; r++) out[r] = gpt2__hsum_avx2(acc[r]);
 }
 
@@ -1634,18 +1662,25 @@ GPT2__AVX2 static void gpt2__panel_avx2(float* panel, const gpt2__weight* W, int
 template <int R, int N>
 GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     __m256 acc[R][N];
+    GPT2__UNROLL
     for (int r = 0; r < R; r++)
+        GPT2__UNROLL
         for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
         __m256 xv[N];
+        GPT2__UNROLL
         for (int t = 0; t < N; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
+        GPT2__UNROLL
         for (int r = 0; r < R; r++) {
             const __m256 wv = _mm256_loadu_ps(w + r * ldw + k);
+            GPT2__UNROLL
             for (int t = 0; t < N; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
+    GPT2__UNROLL
     for (int r = 0; r < R; r++)
+        GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             float tail = 0.0f;
             for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x[t * ldx + i];
@@ -1758,6 +1793,7 @@ GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const flo
 
 #if !defined(_MSC_VER) || defined(__clang__)
 #pragma GCC diagnostic pop
+#undef GPT2__UNROLL
 #endif
 #endif /* GPT2__X86 */
 
