@@ -4,7 +4,10 @@
 // f32 -> f16 / bf16 / q8_0. Include after gpt2.h with GPT2_IMPLEMENTATION.
 #pragma once
 #include <cstdint>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -115,4 +118,64 @@ inline void gguf_quantize_row(uint32_t type, const float* x, uint8_t* out, int64
         }
         break;
     }
+}
+
+// Rewrites the 2-D tensors of the GGUF file `in` in `type` (q8_0: those with rows of a multiple
+// of 32) and writes `out`; keys, 1-D tensors and alignment are kept. False with a message on error.
+inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, size_t* out_bytes, std::string* error) {
+    gpt2__file file;
+    gpt2__gguf g;
+    gpt2_error err;
+    if (gpt2__file_open(in, true, &file, &err) != GPT2_OK || gpt2__gguf_parse(file.data, file.size, &g, &err) != GPT2_OK) {
+        *error = std::string(in) + ": " + err.message;
+        gpt2__file_close(&file);
+        return false;
+    }
+    GgufWriter w;
+    w.alignment = g.alignment;
+    for (const gpt2__gguf_kv& kv : g.kvs) {
+        std::string value;
+        if (kv.type == GPT2__GGUF_ARRAY) { // element type and count precede the elements
+            value.append((const char*)&kv.array_type, 4);
+            value.append((const char*)&kv.array_count, 8);
+        }
+        value.append((const char*)kv.value, kv.value_size);
+        w.kv_raw(std::string(kv.key), kv.type, value.data(), value.size());
+    }
+    std::vector<uint32_t> new_types;
+    for (const gpt2__gguf_tensor& t : g.tensors) {
+        const bool convertible = t.n_dims == 2 && t.n_bytes != 0 && (type != GPT2_TYPE_Q8_0 || t.ne[0] % 32 == 0);
+        new_types.push_back(convertible ? type : t.type);
+        w.tensor(std::string(t.name), t.n_dims, t.ne, new_types.back());
+    }
+    std::vector<uint8_t> buf((size_t)w.layout(), 0);
+    w.write_header(buf.data());
+    std::vector<float> row;
+    for (size_t i = 0; i < g.tensors.size(); i++) {
+        const gpt2__gguf_tensor& t = g.tensors[i];
+        uint8_t* dst = w.tensor_data(buf.data(), i);
+        if (new_types[i] == t.type) {
+            std::memcpy(dst, t.data, (size_t)t.n_bytes);
+            continue;
+        }
+        const uint64_t rows = t.ne[1], in_row = t.n_bytes / rows, out_row = w.tensors[i].n_bytes / rows;
+        row.resize((size_t)t.ne[0]);
+        for (uint64_t r = 0; r < rows; r++) {
+            gpt2__dequantize_row(t.type, t.data + r * in_row, row.data(), (int64_t)t.ne[0]);
+            gguf_quantize_row(new_types[i], row.data(), dst + r * out_row, (int64_t)t.ne[0]);
+        }
+    }
+    gpt2__file_close(&file);
+    FILE* f = std::fopen(out, "wb");
+    if (!f) {
+        *error = std::string(out) + ": cannot open for writing";
+        return false;
+    }
+    const bool ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
+    if (std::fclose(f) != 0 || !ok) {
+        *error = std::string(out) + ": write failed";
+        return false;
+    }
+    *out_bytes = buf.size();
+    return true;
 }
