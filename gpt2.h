@@ -1287,31 +1287,51 @@ GPT2__AVX512 static void gpt2__rows_avx512(float* out, const uint8_t* w, size_t 
     for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-/* out[r] = row r . x for R rows of q8_0 against x quantized by gpt2__quantize_q8: two blocks
-   per 512-bit register, |w| (unsigned) times x with w's sign, summed in int32 per block. */
+/* out[r] = row r . x for R <= 8 rows of q8_0 against x quantized by gpt2__quantize_q8: two
+   blocks per 512-bit register, |w| (unsigned) times x with w's sign, summed in int32 per block
+   (vpdpbusd), then scaled. The 2R block scales of a step come in one gather. */
 template <int R>
 GPT2__AVX512 static void gpt2__rows_q8_avx512(float* out, const uint8_t* w, size_t row_bytes, const int8_t* xq, const float* xs, int64_t K) {
+    static_assert(R >= 1 && R <= 8, "one gather holds the scales of 8 rows");
     const int64_t nb = K / 32;
     __m512 acc[R];
     GPT2__UNROLL
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     const __m512i zero = _mm512_setzero_si512();
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool pair = b + 1 < nb;
-        const __m512i xv = pair ? _mm512_loadu_si512(xq + 32 * b) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(xq + 32 * b)));
-        const __m512 xsc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(xs[b]), _mm512_set1_ps(pair ? xs[b + 1] : 0.0f));
+    /* lane 2r + j: offset of row r's block b + j from block b of row 0 */
+    const __m512i lane = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i offsets = _mm512_add_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes)), _mm512_setr_epi32(0, 34, 0, 34, 0, 34, 0, 34, 0, 34, 0, 34, 0, 34, 0, 34));
+    const __mmask16 rows_mask = (__mmask16)((1u << (2 * R)) - 1);
+    const __m512i pick_x = _mm512_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+    const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m512i xv = _mm512_loadu_si512(xq + 32 * b);
+        /* 4 bytes at each scale: the f16 scale and 2 bytes of weights, dropped by the narrowing */
+        const __m512i raw = _mm512_mask_i32gather_epi32(zero, rows_mask, offsets, w + 34 * b, 1);
+        const __m512 xs2 = _mm512_permutexvar_ps(pick_x, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double*)(xs + b)))));
+        const __m512 scales = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw)), xs2);
         GPT2__UNROLL
         for (int r = 0; r < R; r++) {
             const uint8_t* p = w + r * row_bytes + 34 * b;
-            const __m256i w0 = _mm256_loadu_si256((const __m256i*)(p + 2));
-            const __m512i wv = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(w0), _mm256_loadu_si256((const __m256i*)(p + 36)), 1) : _mm512_zextsi256_si512(w0);
-            uint16_t h0, h1 = 0;
-            std::memcpy(&h0, p, 2);
-            if (pair) std::memcpy(&h1, p + 34, 2);
-            const __m512 wsc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(_cvtsh_ss(h0)), _mm512_set1_ps(_cvtsh_ss(h1)));
+            const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(p + 2))), _mm256_loadu_si256((const __m256i*)(p + 36)), 1);
             const __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), zero, xv);
             const __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(wv), sx);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wsc, xsc), acc[r]);
+            const __m512 sc = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(2 * r), half), scales);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+        }
+    }
+    if (b < nb) { /* an odd last block */
+        const __m512i xv = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(xq + 32 * b)));
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const uint8_t* p = w + r * row_bytes + 34 * b;
+            const __m512i wv = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(p + 2)));
+            uint16_t h;
+            std::memcpy(&h, p, 2);
+            const __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), zero, xv);
+            const __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(wv), sx);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(_cvtsh_ss(h) * xs[b]), acc[r]);
         }
     }
     GPT2__UNROLL
