@@ -152,15 +152,40 @@ GPT2__AVX512 static void gpt2__panel_avx512(float* panel, const gpt2__weight* W,
     }
 }
 
+/* The sums of 16 vectors at once, lane i = sum of v[i]: a tree of shuffles and adds that
+   treats every input alike, so each sum is the same whatever the other 15 hold. */
+GPT2__AVX512 static inline __m512 gpt2__hsum16_avx512(const __m512* v) {
+    __m512 s1[8], s2[4], s3[2];
+    for (int i = 0; i < 8; i++) /* halves: lo 8 lanes = v[2i], hi = v[2i+1] */
+        s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+    for (int i = 0; i < 4; i++) /* 128-bit lane k = v[4i + k] */
+        s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0x88), _mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; i++) /* lane k: v[8i + k] twice, then v[8i + 4 + k] twice */
+        s3[i] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * i], s2[2 * i + 1], 0x44), _mm512_shuffle_ps(s2[2 * i], s2[2 * i + 1], 0xee));
+    const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xdd)); /* element 4k + m = v[4m + k] */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
+}
+
 /* out[r * NT + t] = w_r . x_t for an R x N tile: R weight rows (ldw apart) and N tokens (ldx apart). */
 template <int R, int N>
 GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    __m512 acc[R][N];
+    static_assert(R * N <= 16 && GPT2__MR * GPT2__NT == 16, "one tile is reduced by one 16-way sum");
+    __m512 acc[16];
     GPT2__UNROLL
-    for (int r = 0; r < R; r++)
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 xv[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 16) {
+        for (int t = 0; t < N; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + k);
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = _mm512_loadu_ps(w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[r * GPT2__NT + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * GPT2__NT + t]);
+        }
+    }
+    if (k < K) {
         const __mmask16 m = gpt2__mask16(k, K);
         __m512 xv[N];
         GPT2__UNROLL
@@ -169,13 +194,10 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         for (int r = 0; r < R; r++) {
             const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * ldw + k);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+            for (int t = 0; t < N; t++) acc[r * GPT2__NT + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * GPT2__NT + t]);
         }
     }
-    GPT2__UNROLL
-    for (int r = 0; r < R; r++)
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) out[r * GPT2__NT + t] = _mm512_reduce_add_ps(acc[r][t]);
+    _mm512_storeu_ps(out, gpt2__hsum16_avx512(acc));
 }
 
 template <int R>
