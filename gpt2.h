@@ -54,6 +54,10 @@
      GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
      GPT2_ASSERT             replace assert() for internal invariants
      GPT2_NO_SIMD            use the portable kernels only
+     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon") when the
+                             CPU has it; by default the best one is picked at run time (cpuid)
+     GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
+     GPT2_PREFETCH_BYTES     software prefetch distance of the decode kernels (default 1024)
 */
 #ifndef GPT2_H
 #define GPT2_H
@@ -1845,6 +1849,113 @@ GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const flo
     }
 }
 
+/* e^x as gpt2__exp_avx512, 8 lanes; 2^n built in the exponent bits. */
+GPT2__AVX2 static inline __m256 gpt2__exp_avx2(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+GPT2__AVX2 static inline __m256 gpt2__gelu8_avx2(__m256 v, bool tanh_form) {
+    __m256 g;
+    if (tanh_form) {
+        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), _mm256_mul_ps(v, v), v));
+        const __m256 e = gpt2__exp_avx2(_mm256_add_ps(u, u));
+        g = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    } else {
+        const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+        const __m256 z = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_mul_ps(v, _mm256_set1_ps(0.7071067811865476f)));
+        const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
+        __m256 p = _mm256_set1_ps(1.061405429f);
+        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+        p = _mm256_mul_ps(p, t);
+        const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(z, z)));
+        g = _mm256_or_ps(_mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f)), sign); /* erf is odd */
+    }
+    const __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
+    return _mm256_fmadd_ps(half_v, g, half_v);
+}
+
+/* gpt2__gelu_avx512 in 8 lanes; the tail goes through a padded copy, so every value takes the
+   same arithmetic. */
+GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, gpt2__gelu8_avx2(_mm256_loadu_ps(x + i), tanh_form));
+    if (i < n) {
+        float tail[8] = {0};
+        std::memcpy(tail, x + i, (n - i) * 4);
+        _mm256_storeu_ps(tail, gpt2__gelu8_avx2(_mm256_loadu_ps(tail), tanh_form));
+        std::memcpy(x + i, tail, (n - i) * 4);
+    }
+}
+
+GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
+GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+
+/* gpt2__attend_scalar with 8-lane dot products, exponentials and sums; scalar tails. */
+template <class KV>
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
+    const float scale = 1.0f / std::sqrt((float)head_dim);
+    float max_score = -INFINITY;
+    for (int j = 0; j < n_keys; j++) {
+        const KV* kj = k + (size_t)j * stride;
+        __m256 acc = _mm256_setzero_ps();
+        int d = 0;
+        for (; d + 8 <= head_dim; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), gpt2__kv8_avx2(kj + d), acc);
+        float s = gpt2__hsum_avx2(acc);
+        for (; d < head_dim; d++) s += q[d] * gpt2__load_kv(kj, (size_t)d);
+        scores[j] = s * scale;
+        max_score = std::max(max_score, scores[j]);
+    }
+    const __m256 vmax = _mm256_set1_ps(max_score);
+    __m256 vsum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n_keys; j += 8) {
+        const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
+        _mm256_storeu_ps(scores + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = gpt2__hsum_avx2(vsum);
+    if (j < n_keys) {
+        float tail[8];
+        for (int i = 0; i < 8; i++) tail[i] = j + i < n_keys ? scores[j + i] - max_score : -INFINITY;
+        _mm256_storeu_ps(tail, gpt2__exp_avx2(_mm256_loadu_ps(tail)));
+        for (int i = 0; j + i < n_keys; i++) {
+            scores[j + i] = tail[i];
+            sum += tail[i];
+        }
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
+    for (j = 0; j < n_keys; j++) {
+        const KV* vj = v + (size_t)j * stride;
+        const float p = scores[j] * inv_sum;
+        int d = 0;
+        for (; d + 8 <= head_dim; d += 8) _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_set1_ps(p), gpt2__kv8_avx2(vj + d), _mm256_loadu_ps(out + d)));
+        for (; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
+    }
+}
+
+GPT2__AVX2 static void gpt2__attend_f32_avx2(float* out, const float* q, const float* k, const float* v, size_t stride, int n_keys, int head_dim, float* scores) {
+    gpt2__attend_avx2(out, q, k, v, stride, n_keys, head_dim, scores);
+}
+GPT2__AVX2 static void gpt2__attend_f16_avx2(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores) {
+    gpt2__attend_avx2(out, q, k, v, stride, n_keys, head_dim, scores);
+}
+
 #if !defined(_MSC_VER) || defined(__clang__)
 #pragma GCC diagnostic pop
 #undef GPT2__UNROLL
@@ -1954,7 +2065,7 @@ static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * 4; }
 
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__gelu_scalar};
 #if defined(GPT2__X86)
-static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__gelu_scalar};
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_avx2, gpt2__attend_f16_avx2, gpt2__gelu_avx2};
 static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {

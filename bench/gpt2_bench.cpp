@@ -221,6 +221,57 @@ static bool parse_type(const char* s, uint32_t* type) {
     return false;
 }
 
+// f16 / bf16 / q8_0 against float32 on random weights of one shape (the same random values,
+// converted): the f32 model's greedy tokens are fed to all four models for `steps` steps; per
+// type: the largest logit difference, how often its argmax is the f32 token, and the mean
+// cross-entropy of the fed tokens against f32's.
+static int run_accuracy(const Shape& shape, int threads, int steps) {
+    const uint32_t types[4] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0};
+    uint8_t* buffers[4];
+    gpt2_model* models[4];
+    gpt2_session* sessions[4];
+    gpt2_error err;
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = threads;
+    for (int i = 0; i < 4; i++) {
+        size_t size = 0;
+        buffers[i] = build_random_model(shape, types[i], &size);
+        if (gpt2_model_load_memory(buffers[i], size, nullptr, &models[i], &err) != GPT2_OK ||
+            gpt2_session_create(models[i], &sp, &sessions[i], &err) != GPT2_OK) {
+            std::fprintf(stderr, "gpt2-bench: %s\n", err.message);
+            return 1;
+        }
+    }
+    const int n_vocab = gpt2_model_get_info(models[0]).n_vocab;
+    steps = std::min(steps, gpt2_model_get_info(models[0]).n_ctx - 1);
+    double max_diff[4] = {0}, ce[4] = {0};
+    int agree[4] = {0};
+    int32_t token = 0;
+    for (int step = 0; step < steps; step++) {
+        for (int i = 0; i < 4; i++) gpt2_session_eval(sessions[i], &token, 1, &err);
+        const float* ref = gpt2_session_logits(sessions[0]);
+        const int32_t next = (int32_t)(std::max_element(ref, ref + n_vocab) - ref);
+        for (int i = 0; i < 4; i++) {
+            const float* l = gpt2_session_logits(sessions[i]);
+            for (int v = 0; v < n_vocab; v++) max_diff[i] = std::max(max_diff[i], (double)std::fabs(l[v] - ref[v]));
+            agree[i] += (int32_t)(std::max_element(l, l + n_vocab) - l) == next;
+            ce[i] -= gpt2__log_prob(l, n_vocab, next);
+        }
+        token = next;
+    }
+    for (int i = 1; i < 4; i++)
+        std::printf("{\"accuracy\": \"%s\", \"model\": \"random-%s\", \"steps\": %d, \"max_abs_logit_diff\": %.5f, \"greedy_agreement_pct\": %.1f, "
+                    "\"cross_entropy\": %.5f, \"cross_entropy_f32\": %.5f, \"cross_entropy_rel_diff_pct\": %.3f}\n",
+                    gpt2__type_name(types[i]), shape.name, steps, max_diff[i], 100.0 * agree[i] / steps, ce[i] / steps, ce[0] / steps,
+                    100.0 * (ce[i] - ce[0]) / ce[0]);
+    for (int i = 0; i < 4; i++) {
+        gpt2_session_free(sessions[i]);
+        gpt2_model_free(models[i]);
+        std::free(buffers[i]);
+    }
+    return 0;
+}
+
 static void usage() {
     std::puts(
         "usage: gpt2-bench (--random 124M|355M|774M|1558M|tiny | -m MODEL.gguf) [options]\n"
@@ -233,7 +284,9 @@ static void usage() {
         "  --kv-f16                  16-bit KV cache\n"
         "  --kernels NAME            scalar|avx2|avx512|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
-        "  --json                    one JSON object per run instead of text");
+        "  --json                    one JSON object per run instead of text\n"
+        "  --accuracy N              instead: f16/bf16/q8_0 against f32 on the random shape over N\n"
+        "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)");
 }
 
 int main(int argc, char** argv) {
@@ -244,6 +297,7 @@ int main(int argc, char** argv) {
     int threads = 2, prompt = 128, gen = 32, context = -1, repeat = 5, kv_f16 = 0;
     size_t bandwidth_mb = 1024;
     bool json = false;
+    int accuracy_steps = 0;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -260,6 +314,7 @@ int main(int argc, char** argv) {
         else if (a == "--bandwidth-mb" && has_value) bandwidth_mb = (size_t)std::atol(argv[++i]);
         else if (a == "--kv-f16") kv_f16 = 1;
         else if (a == "--json") json = true;
+        else if (a == "--accuracy" && has_value) accuracy_steps = std::atoi(argv[++i]);
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
     }
@@ -275,6 +330,7 @@ int main(int argc, char** argv) {
         for (const Shape& s : shapes)
             if (std::strcmp(s.name, random) == 0) shape = &s;
         if (!shape) { std::fprintf(stderr, "gpt2-bench: --random %s: expected tiny, 124M, 355M, 774M or 1558M\n", random); return 2; }
+        if (accuracy_steps > 0) return run_accuracy(*shape, threads, accuracy_steps);
         size_t size = 0;
         buffer = build_random_model(*shape, type, &size);
         if (gpt2_model_load_memory(buffer, size, nullptr, &model, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
