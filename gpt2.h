@@ -1262,6 +1262,10 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 #endif
 static const int GPT2__PREFETCH = GPT2_PREFETCH_BYTES;
 
+#ifndef GPT2__DR
+#define GPT2__DR 8 /* rows per step of the decode kernels */
+#endif
+
 static const int GPT2__MR = 4, GPT2__NT = 4, GPT2__TOKEN_CHUNK = 64;
 
 /* ---- AVX-512 -------------------------------------------------------------------------- */
@@ -1453,15 +1457,15 @@ GPT2__AVX512 static void gpt2__decode_avx512(const gpt2__matmul_args& a, int64_t
         const int8_t* xq = a.xq ? a.xq + (size_t)t * K : nullptr;
         const float* xs = a.xq ? a.xq_scale + (size_t)t * (K / 32) : nullptr;
         int64_t o = o_begin;
-        float out[8];
-        for (; o < o_end; o += 8) {
+        float out[GPT2__DR];
+        for (; o < o_end; o += GPT2__DR) {
             const uint8_t* w = W->data + (size_t)o * W->row_bytes;
-            const int n = (int)std::min<int64_t>(8, o_end - o);
+            const int n = (int)std::min<int64_t>(GPT2__DR, o_end - o);
             if constexpr (TYPE == GPT2_TYPE_Q8_0) {
-                if (n == 8) gpt2__rows_q8_avx512<8>(out, w, W->row_bytes, xq, xs, K);
+                if (n == GPT2__DR) gpt2__rows_q8_avx512<GPT2__DR>(out, w, W->row_bytes, xq, xs, K);
                 else for (int r = 0; r < n; r++) gpt2__rows_q8_avx512<1>(out + r, w + r * W->row_bytes, W->row_bytes, xq, xs, K);
             } else {
-                if (n == 8) gpt2__rows_avx512<TYPE, 8>(out, w, W->row_bytes, x, K);
+                if (n == GPT2__DR) gpt2__rows_avx512<TYPE, GPT2__DR>(out, w, W->row_bytes, x, K);
                 else for (int r = 0; r < n; r++) gpt2__rows_avx512<TYPE, 1>(out + r, w + r * W->row_bytes, W->row_bytes, x, K);
             }
             for (int r = 0; r < n; r++) gpt2__store_out(a, t, o + r, out[r]);
