@@ -285,6 +285,7 @@ static void usage() {
         "  --kernels NAME            scalar|avx2|avx512|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --json                    one JSON object per run instead of text\n"
+        "  --save PATH               instead: write the random model as a GGUF file and exit\n"
         "  --accuracy N              instead: f16/bf16/q8_0 against f32 on the random shape over N\n"
         "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)");
 }
@@ -298,6 +299,7 @@ int main(int argc, char** argv) {
     size_t bandwidth_mb = 1024;
     bool json = false;
     int accuracy_steps = 0;
+    const char* save = nullptr;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -315,6 +317,7 @@ int main(int argc, char** argv) {
         else if (a == "--kv-f16") kv_f16 = 1;
         else if (a == "--json") json = true;
         else if (a == "--accuracy" && has_value) accuracy_steps = std::atoi(argv[++i]);
+        else if (a == "--save" && has_value) save = argv[++i];
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
     }
@@ -333,6 +336,13 @@ int main(int argc, char** argv) {
         if (accuracy_steps > 0) return run_accuracy(*shape, threads, accuracy_steps);
         size_t size = 0;
         buffer = build_random_model(*shape, type, &size);
+        if (save) {
+            FILE* f = std::fopen(save, "wb");
+            const bool ok = f && std::fwrite(buffer, 1, size, f) == size;
+            if (!f || std::fclose(f) != 0 || !ok) { std::fprintf(stderr, "gpt2-bench: cannot write %s\n", save); return 1; }
+            std::printf("wrote %s (%zu bytes)\n", save, size);
+            return 0;
+        }
         if (gpt2_model_load_memory(buffer, size, nullptr, &model, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
     } else if (gpt2_model_load_file(path, nullptr, &model, &err) != GPT2_OK) {
         std::fprintf(stderr, "gpt2-bench: %s\n", err.message);
