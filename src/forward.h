@@ -114,7 +114,8 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
             const Job& j = *(const Job*)context;
             float* scores = j.s->scores + (size_t)index * j.s->n_ctx;
             const int64_t n = (int64_t)j.T * j.H;
-            for (int64_t task = n * index / n_threads; task < n * (index + 1) / n_threads; task++) {
+            /* round robin: later queries attend to more keys, contiguous ranges would not balance */
+            for (int64_t task = index; task < n; task += n_threads) {
                 const int t = (int)(task / j.H), h = (int)(task % j.H);
                 const float* q = j.s->qkv + (size_t)t * 3 * j.C + (size_t)h * j.D;
                 j.attend(j.s->att + (size_t)t * j.C + (size_t)h * j.D, q, j.k + (size_t)h * j.D, j.v + (size_t)h * j.D, (size_t)j.C, j.pos0 + t + 1, j.D, scores);
