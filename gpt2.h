@@ -57,7 +57,7 @@
      GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon") when the
                              CPU has it; by default the best one is picked at run time (cpuid)
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
-     GPT2_PREFETCH_BYTES     software prefetch distance of the decode kernels (default 1024)
+     GPT2_PREFETCH_BYTES     software prefetch distance of the q8_0 decode kernel (default 16384)
 */
 #ifndef GPT2_H
 #define GPT2_H
@@ -1255,10 +1255,12 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 #define GPT2__UNROLL
 #endif
 
-/* Decode streams R rows at once from memory; prefetching this many bytes ahead in each keeps
-   enough loads in flight (the hardware prefetcher alone leaves q8_0 at half the bandwidth). */
+/* The q8_0 decode kernel does enough work per byte that the hardware prefetcher alone leaves
+   DRAM idle part of the time: it prefetches this far ahead in every row (measured on Zen 4 from
+   DRAM, one thread: 8.3 GB/s without, 10.7 GB/s at 16 KiB). The float kernels stream faster
+   without it. */
 #ifndef GPT2_PREFETCH_BYTES
-#define GPT2_PREFETCH_BYTES 1024
+#define GPT2_PREFETCH_BYTES 16384
 #endif
 static const int GPT2__PREFETCH = GPT2_PREFETCH_BYTES;
 
@@ -1292,15 +1294,11 @@ GPT2__AVX512 static void gpt2__rows_avx512(float* out, const uint8_t* w, size_t 
     __m512 acc[R];
     GPT2__UNROLL
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    const int64_t elem = TYPE == GPT2_TYPE_F32 ? 4 : 2;
     for (int64_t k = 0; k < K; k += 16) {
         const __mmask16 m = gpt2__mask16(k, K);
         const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
         GPT2__UNROLL
-        for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char*)(w + r * row_bytes + elem * k + GPT2__PREFETCH), _MM_HINT_T0);
-            acc[r] = _mm512_fmadd_ps(gpt2__w16_avx512<TYPE>(w + r * row_bytes, k, m), xv, acc[r]);
-        }
+        for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(gpt2__w16_avx512<TYPE>(w + r * row_bytes, k, m), xv, acc[r]);
     }
     GPT2__UNROLL
     for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
@@ -1685,6 +1683,7 @@ GPT2__AVX2 static void gpt2__rows_q8_avx2(float* out, const uint8_t* w, size_t r
         GPT2__UNROLL
         for (int r = 0; r < R; r++) {
             const uint8_t* p = w + r * row_bytes + 34 * b;
+            _mm_prefetch((const char*)(p + GPT2__PREFETCH), _MM_HINT_T0);
             const __m256i wv = _mm256_loadu_si256((const __m256i*)(p + 2));
             uint16_t h;
             std::memcpy(&h, p, 2);
