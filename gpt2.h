@@ -2276,22 +2276,31 @@ static void gpt2__pool_run(gpt2__pool* pool, gpt2__pool::job_fn job, void* conte
     }
 }
 
-/* Splits [0, n) into one contiguous range per thread, each starting at a multiple of `align`,
-   and calls body(begin, end, thread_index) on each. */
+/* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
+   thread_index) on each; threads take chunks from a shared counter, so a thread the OS
+   preempts (a busy machine, a game's own threads) delays only its current chunk instead of a
+   whole 1/n share. About 8 chunks per thread keep the counter cheap. */
 template <class Body>
 static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
-        int64_t n, align;
-        static void run(void* context, int index, int n_threads) {
-            const Job* job = (const Job*)context;
-            const int64_t units = (job->n + job->align - 1) / job->align;
-            const int64_t begin = std::min(job->n, units * index / n_threads * job->align);
-            const int64_t end = std::min(job->n, units * (index + 1) / n_threads * job->align);
-            if (begin < end) (*job->body)(begin, end, index);
+        int64_t n, chunk, n_chunks;
+        std::atomic<int64_t> next{0};
+        static void run(void* context, int index, int) {
+            Job* job = (Job*)context;
+            for (int64_t c = job->next.fetch_add(1, std::memory_order_relaxed); c < job->n_chunks; c = job->next.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t begin = c * job->chunk, end = std::min(job->n, begin + job->chunk);
+                (*job->body)(begin, end, index);
+            }
         }
     };
-    Job job{&body, n, align};
+    const int64_t units = (n + align - 1) / align;
+    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)pool->n_threads * 8));
+    Job job;
+    job.body = &body;
+    job.n = n;
+    job.chunk = chunk;
+    job.n_chunks = (n + chunk - 1) / chunk;
     gpt2__pool_run(pool, Job::run, &job);
 }
 
@@ -2403,28 +2412,18 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
         }
     }
     typedef void (*attend_fn)(float*, const float*, const KV*, const KV*, size_t, int, int, float*);
-    struct Job {
-        gpt2_session* s;
-        attend_fn attend;
-        const KV *k, *v;
-        int T, pos0, C, H, D;
-        static void run(void* context, int index, int n_threads) {
-            const Job& j = *(const Job*)context;
-            float* scores = j.s->scores + (size_t)index * j.s->n_ctx;
-            const int64_t n = (int64_t)j.T * j.H;
-            /* round robin: later queries attend to more keys, contiguous ranges would not balance */
-            for (int64_t task = index; task < n; task += n_threads) {
-                const int t = (int)(task / j.H), h = (int)(task % j.H);
-                const float* q = j.s->qkv + (size_t)t * 3 * j.C + (size_t)h * j.D;
-                j.attend(j.s->att + (size_t)t * j.C + (size_t)h * j.D, q, j.k + (size_t)h * j.D, j.v + (size_t)h * j.D, (size_t)j.C, j.pos0 + t + 1, j.D, scores);
-            }
-        }
-    };
     attend_fn attend;
     if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
     else attend = s->kernels->attend_f16;
-    Job job{s, attend, k_cache, v_cache, T, pos0, C, H, D};
-    gpt2__pool_run(&s->pool, Job::run, &job);
+    /* one task per (token, head), taken from a counter: later queries attend to more keys */
+    gpt2__parallel_for(&s->pool, (int64_t)T * H, 1, [&](int64_t begin, int64_t end, int thread) {
+        float* scores = s->scores + (size_t)thread * s->n_ctx;
+        for (int64_t task = begin; task < end; task++) {
+            const int t = (int)(task / H), h = (int)(task % H);
+            const float* q = s->qkv + (size_t)t * 3 * C + (size_t)h * D;
+            attend(s->att + (size_t)t * C + (size_t)h * D, q, k_cache + (size_t)h * D, v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, D, scores);
+        }
+    });
 }
 
 /* Runs tokens ids[0..T) at positions pos0..pos0+T-1 (the cache holds positions 0..pos0-1 of

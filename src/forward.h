@@ -105,28 +105,18 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
         }
     }
     typedef void (*attend_fn)(float*, const float*, const KV*, const KV*, size_t, int, int, float*);
-    struct Job {
-        gpt2_session* s;
-        attend_fn attend;
-        const KV *k, *v;
-        int T, pos0, C, H, D;
-        static void run(void* context, int index, int n_threads) {
-            const Job& j = *(const Job*)context;
-            float* scores = j.s->scores + (size_t)index * j.s->n_ctx;
-            const int64_t n = (int64_t)j.T * j.H;
-            /* round robin: later queries attend to more keys, contiguous ranges would not balance */
-            for (int64_t task = index; task < n; task += n_threads) {
-                const int t = (int)(task / j.H), h = (int)(task % j.H);
-                const float* q = j.s->qkv + (size_t)t * 3 * j.C + (size_t)h * j.D;
-                j.attend(j.s->att + (size_t)t * j.C + (size_t)h * j.D, q, j.k + (size_t)h * j.D, j.v + (size_t)h * j.D, (size_t)j.C, j.pos0 + t + 1, j.D, scores);
-            }
-        }
-    };
     attend_fn attend;
     if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
     else attend = s->kernels->attend_f16;
-    Job job{s, attend, k_cache, v_cache, T, pos0, C, H, D};
-    gpt2__pool_run(&s->pool, Job::run, &job);
+    /* one task per (token, head), taken from a counter: later queries attend to more keys */
+    gpt2__parallel_for(&s->pool, (int64_t)T * H, 1, [&](int64_t begin, int64_t end, int thread) {
+        float* scores = s->scores + (size_t)thread * s->n_ctx;
+        for (int64_t task = begin; task < end; task++) {
+            const int t = (int)(task / H), h = (int)(task % H);
+            const float* q = s->qkv + (size_t)t * 3 * C + (size_t)h * D;
+            attend(s->att + (size_t)t * C + (size_t)h * D, q, k_cache + (size_t)h * D, v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, D, scores);
+        }
+    });
 }
 
 /* Runs tokens ids[0..T) at positions pos0..pos0+T-1 (the cache holds positions 0..pos0-1 of

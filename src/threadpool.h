@@ -120,21 +120,30 @@ static void gpt2__pool_run(gpt2__pool* pool, gpt2__pool::job_fn job, void* conte
     }
 }
 
-/* Splits [0, n) into one contiguous range per thread, each starting at a multiple of `align`,
-   and calls body(begin, end, thread_index) on each. */
+/* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
+   thread_index) on each; threads take chunks from a shared counter, so a thread the OS
+   preempts (a busy machine, a game's own threads) delays only its current chunk instead of a
+   whole 1/n share. About 8 chunks per thread keep the counter cheap. */
 template <class Body>
 static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
-        int64_t n, align;
-        static void run(void* context, int index, int n_threads) {
-            const Job* job = (const Job*)context;
-            const int64_t units = (job->n + job->align - 1) / job->align;
-            const int64_t begin = std::min(job->n, units * index / n_threads * job->align);
-            const int64_t end = std::min(job->n, units * (index + 1) / n_threads * job->align);
-            if (begin < end) (*job->body)(begin, end, index);
+        int64_t n, chunk, n_chunks;
+        std::atomic<int64_t> next{0};
+        static void run(void* context, int index, int) {
+            Job* job = (Job*)context;
+            for (int64_t c = job->next.fetch_add(1, std::memory_order_relaxed); c < job->n_chunks; c = job->next.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t begin = c * job->chunk, end = std::min(job->n, begin + job->chunk);
+                (*job->body)(begin, end, index);
+            }
         }
     };
-    Job job{&body, n, align};
+    const int64_t units = (n + align - 1) / align;
+    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)pool->n_threads * 8));
+    Job job;
+    job.body = &body;
+    job.n = n;
+    job.chunk = chunk;
+    job.n_chunks = (n + chunk - 1) / chunk;
     gpt2__pool_run(pool, Job::run, &job);
 }
