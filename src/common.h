@@ -39,12 +39,8 @@
 #define GPT2_ASSERT(x) assert(x)
 #endif
 
-#ifdef GPT2_STATIC /* a private copy may leave API functions unused: not worth a warning */
-#if defined(__GNUC__)
-#define GPT2_DEF static __attribute__((unused))
-#else
-#define GPT2_DEF static
-#endif
+#ifdef GPT2_STATIC
+#define GPT2_DEF [[maybe_unused]] static /* a program need not call every function */
 #else
 #define GPT2_DEF
 #endif

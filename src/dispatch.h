@@ -1,18 +1,107 @@
-/* Kernel dispatch: the one place that decides which implementation runs on this CPU. */
+/* Kernel dispatch: the one place that decides which implementation runs on this CPU.
 
-typedef void (*gpt2__matmul_fn)(float* y, const float* x, const gpt2__weight* W, const float* bias, int T, int64_t o_begin, int64_t o_end);
+   One binary carries every kernel set its target allows (scalar everywhere; AVX2 and AVX-512
+   on x86-64; NEON on AArch64) and picks the best one the CPU and OS support, once per process:
+   cpuid for the instructions, xgetbv for the OS saving the wide registers.
+     GPT2_NO_SIMD                     compile the scalar kernels only
+     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon") when the
+                                      CPU supports it, else the best one it does */
 
 struct gpt2__kernels {
     const char* name;
-    gpt2__matmul_fn matmul;
+    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+    void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
+    void (*attend_f32)(float* out, const float* q, const float* k, const float* v, size_t stride, int n_keys, int head_dim, float* scores);
+    void (*attend_f16)(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores);
+    void (*gelu)(float* x, size_t n, bool tanh_form);
 };
 
-static gpt2__kernels gpt2__select_kernels() {
-    return gpt2__kernels{"scalar", gpt2__matmul_scalar};
+/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
+static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * 4; }
+
+static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__gelu_scalar};
+#if defined(GPT2__X86)
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_avx2, gpt2__attend_f16_avx2, gpt2__gelu_avx2};
+static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__gelu_avx512};
+
+struct gpt2__x86_features {
+    bool avx2 = false, avx512 = false;
+};
+
+static gpt2__x86_features gpt2__detect_x86() {
+    gpt2__x86_features f;
+    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0};
+#if defined(_MSC_VER) && !defined(__clang__)
+    int regs[4];
+    __cpuidex(regs, 0, 0);
+    const unsigned max_leaf = (unsigned)regs[0];
+    __cpuidex(regs, 1, 0);
+    for (int i = 0; i < 4; i++) r1[i] = (unsigned)regs[i];
+    if (max_leaf >= 7) {
+        __cpuidex(regs, 7, 0);
+        for (int i = 0; i < 4; i++) r7[i] = (unsigned)regs[i];
+    }
+#else
+    const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+    __cpuid_count(1, 0, r1[0], r1[1], r1[2], r1[3]);
+    if (max_leaf >= 7) __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
+#endif
+    const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2];
+    const bool osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1, fma = (ecx1 >> 12) & 1, f16c = (ecx1 >> 29) & 1;
+    if (!osxsave) return f;
+#if defined(_MSC_VER) && !defined(__clang__)
+    const uint64_t xcr0 = _xgetbv(0);
+#else
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    const uint64_t xcr0 = ((uint64_t)hi << 32) | lo;
+#endif
+    const bool ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xe6) == 0xe6;
+    f.avx2 = ymm && avx && fma && f16c && ((ebx7 >> 5) & 1);
+    const bool avx512f = (ebx7 >> 16) & 1, dq = (ebx7 >> 17) & 1, bw = (ebx7 >> 30) & 1, vl = (ebx7 >> 31) & 1, vnni = (ecx7 >> 11) & 1;
+    f.avx512 = f.avx2 && zmm && avx512f && dq && bw && vl && vnni;
+    return f;
+}
+#endif
+#if defined(GPT2__NEON)
+static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__gelu_scalar};
+#endif
+
+/* The kernel sets this CPU can run, best first. */
+static int gpt2__supported_kernels(const gpt2__kernels** out) {
+    int n = 0;
+#if defined(GPT2__X86)
+    const gpt2__x86_features f = gpt2__detect_x86();
+    if (f.avx512) out[n++] = &gpt2__kernels_avx512;
+    if (f.avx2) out[n++] = &gpt2__kernels_avx2;
+#endif
+#if defined(GPT2__NEON)
+    out[n++] = &gpt2__kernels_neon;
+#endif
+    out[n++] = &gpt2__kernels_scalar;
+    return n;
+}
+
+/* The set named `name` if this CPU supports it, else NULL. */
+[[maybe_unused]] static const gpt2__kernels* gpt2__kernels_by_name(const char* name) {
+    const gpt2__kernels* sets[4];
+    const int n = gpt2__supported_kernels(sets);
+    for (int i = 0; i < n; i++)
+        if (std::strcmp(sets[i]->name, name) == 0) return sets[i];
+    return nullptr;
+}
+
+static const gpt2__kernels* gpt2__select_kernels() {
+#if defined(GPT2_FORCE_KERNELS)
+    if (const gpt2__kernels* forced = gpt2__kernels_by_name(GPT2_FORCE_KERNELS)) return forced;
+#endif
+    const gpt2__kernels* sets[4];
+    gpt2__supported_kernels(sets);
+    return sets[0];
 }
 
 /* Chosen once per process; constant afterwards (thread-safe static initialisation). */
 static const gpt2__kernels& gpt2__cpu_kernels() {
-    static const gpt2__kernels kernels = gpt2__select_kernels();
-    return kernels;
+    static const gpt2__kernels* kernels = gpt2__select_kernels();
+    return *kernels;
 }

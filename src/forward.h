@@ -17,6 +17,9 @@ struct gpt2_session {
     float* att = nullptr;     /* (n_ctx, C) attention output, then any (T, C) temporary */
     float* fc = nullptr;      /* (n_ctx, F) */
     float* scores = nullptr;  /* (n_threads, n_ctx) attention weights */
+    float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
+    int8_t* xq = nullptr;     /* (F) one activation row quantized for q8_0 weights */
+    float* xq_scale = nullptr; /* (F / 32) */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
     bool has_logits = false;
@@ -27,7 +30,7 @@ struct gpt2_session {
 
 static void gpt2__session_destroy(gpt2_session* s) {
     gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->logits, s->probs};
+    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
     for (void* b : buffers) GPT2_FREE(b);
     if (s->model) s->model->n_sessions--;
     s->~gpt2_session();
@@ -42,7 +45,10 @@ static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
         {&s->k_cache, cache}, {&s->v_cache, cache},
         {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
         {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
-        {(void**)&s->scores, (size_t)s->pool.n_threads * ctx * 4}, {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
+        {(void**)&s->scores, (size_t)s->pool.n_threads * ctx * 4},
+        {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
+        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, (size_t)std::max(m->n_embd, m->n_ff) / 32 * 4 + 4},
+        {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {
         *b.p = GPT2_MALLOC(b.bytes);
@@ -51,16 +57,35 @@ static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
     return GPT2_OK;
 }
 
-/* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W. */
-static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T) {
-    const gpt2__matmul_fn matmul = s->kernels->matmul;
-    gpt2__parallel_for(&s->pool, W.rows, [&](int64_t begin, int64_t end) { matmul(y, x, &W, bias, T, begin, end); });
+/* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
+   y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
+   One parallel region for all of it. A single token (decode) against q8_0 weights first
+   quantizes x to int8, so the kernel can use integer dot products. */
+static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
+    const gpt2__kernels* kernels = s->kernels;
+    gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
+    if (W.type == GPT2_TYPE_Q8_0 && T == 1) {
+        kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
+        a.xq = s->xq;
+        a.xq_scale = s->xq_scale;
+    }
+    const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
+    const bool gelu_tanh = s->model->gelu_tanh;
+    gpt2__parallel_for(&s->pool, W.rows, 16, [&](int64_t begin, int64_t end, int thread) {
+        kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+        if (gelu)
+            for (int t = 0; t < T; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
+    });
 }
 
 static void gpt2__layer_norm_rows(gpt2_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
     const int C = s->model->n_embd;
     const float eps = s->model->layer_norm_eps;
-    gpt2__parallel_for(&s->pool, T, [&](int64_t begin, int64_t end) {
+    if (T < 4) { /* not worth waking the workers */
+        for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        return;
+    }
+    gpt2__parallel_for(&s->pool, T, 1, [&](int64_t begin, int64_t end, int) {
         for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
@@ -79,23 +104,19 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
             gpt2__store_kv(v_cache, (size_t)(pos0 + t) * C + i, row[2 * C + i]);
         }
     }
-    struct Job {
-        gpt2_session* s;
-        const KV *k, *v;
-        int T, pos0, C, H, D;
-        static void run(void* context, int index, int n_threads) {
-            const Job& j = *(const Job*)context;
-            float* scores = j.s->scores + (size_t)index * j.s->n_ctx;
-            const int64_t n = (int64_t)j.T * j.H;
-            for (int64_t task = n * index / n_threads; task < n * (index + 1) / n_threads; task++) {
-                const int t = (int)(task / j.H), h = (int)(task % j.H);
-                const float* q = j.s->qkv + (size_t)t * 3 * j.C + (size_t)h * j.D;
-                gpt2__attend(j.s->att + (size_t)t * j.C + (size_t)h * j.D, q, j.k + (size_t)h * j.D, j.v + (size_t)h * j.D, (size_t)j.C, j.pos0 + t + 1, j.D, scores);
-            }
+    typedef void (*attend_fn)(float*, const float*, const KV*, const KV*, size_t, int, int, float*);
+    attend_fn attend;
+    if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
+    else attend = s->kernels->attend_f16;
+    /* one task per (token, head), taken from a counter: later queries attend to more keys */
+    gpt2__parallel_for(&s->pool, (int64_t)T * H, 1, [&](int64_t begin, int64_t end, int thread) {
+        float* scores = s->scores + (size_t)thread * s->n_ctx;
+        for (int64_t task = begin; task < end; task++) {
+            const int t = (int)(task / H), h = (int)(task % H);
+            const float* q = s->qkv + (size_t)t * 3 * C + (size_t)h * D;
+            attend(s->att + (size_t)t * C + (size_t)h * D, q, k_cache + (size_t)h * D, v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, D, scores);
         }
-    };
-    Job job{s, k_cache, v_cache, T, pos0, C, H, D};
-    gpt2__pool_run(&s->pool, Job::run, &job);
+    });
 }
 
 /* Runs tokens ids[0..T) at positions pos0..pos0+T-1 (the cache holds positions 0..pos0-1 of
@@ -117,16 +138,11 @@ static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) 
         gpt2__matmul(s, s->qkv, s->xn, L.c_attn, L.c_attn_bias, T);
         if (s->kv_f16) gpt2__attention<uint16_t>(s, l, T, pos0);
         else gpt2__attention<float>(s, l, T, pos0);
-        gpt2__matmul(s, s->xn, s->att, L.c_proj, L.c_proj_bias, T);
-        gpt2__add(s->x, s->xn, (size_t)T * C);
+        gpt2__matmul(s, s->x, s->att, L.c_proj, L.c_proj_bias, T, true);
         /* x = x + mlp(ln_2(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_2_weight, L.ln_2_bias, T);
-        gpt2__matmul(s, s->fc, s->xn, L.c_fc, L.c_fc_bias, T);
-        gpt2__parallel_for(&s->pool, (int64_t)T * m->n_ff, [&](int64_t begin, int64_t end) {
-            gpt2__gelu(s->fc + begin, (size_t)(end - begin), m->gelu_tanh);
-        });
-        gpt2__matmul(s, s->att, s->fc, L.mlp_proj, L.mlp_proj_bias, T);
-        gpt2__add(s->x, s->att, (size_t)T * C);
+        gpt2__matmul(s, s->fc, s->xn, L.c_fc, L.c_fc_bias, T, false, true);
+        gpt2__matmul(s, s->x, s->fc, L.mlp_proj, L.mlp_proj_bias, T, true);
     }
     gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
 }
@@ -135,8 +151,7 @@ static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) 
 static void gpt2__head(gpt2_session* s, const float* h, float* logits) {
     gpt2__weight head = s->model->lm_head;
     head.rows = s->model->n_vocab;
-    const gpt2__matmul_fn matmul = s->kernels->matmul;
-    gpt2__parallel_for(&s->pool, head.rows, [&](int64_t begin, int64_t end) { matmul(logits, h, &head, nullptr, 1, begin, end); });
+    gpt2__matmul(s, logits, h, head, nullptr, 1);
 }
 
 static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {

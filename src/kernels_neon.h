@@ -1,0 +1,77 @@
+/* Arm NEON kernels (AArch64, where NEON is always present). Kept plain: one vector accumulator
+   per output, weights converted to float on the fly; attention and GELU use the portable code. */
+
+#if !defined(GPT2_NO_SIMD) && (defined(__aarch64__) || defined(_M_ARM64))
+#define GPT2__NEON 1
+#include <arm_neon.h>
+
+/* Dot product of one row of any type with x (n values); the tail runs in scalar. */
+static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    int64_t k = 0;
+    if (type == GPT2_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / 32; b++) {
+            uint16_t h;
+            std::memcpy(&h, row + 34 * b, 2);
+            const float32x4_t scale = vdupq_n_f32(gpt2__f16_to_f32(h));
+            const int8_t* q = (const int8_t*)(row + 34 * b + 2);
+            for (int i = 0; i < 32; i += 8) {
+                const int16x8_t q16 = vmovl_s8(vld1_s8(q + i));
+                const float32x4_t lo = vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(q16))));
+                const float32x4_t hi = vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_high_s16(q16))));
+                acc = vfmaq_f32(acc, lo, vld1q_f32(x + 32 * b + i));
+                acc = vfmaq_f32(acc, hi, vld1q_f32(x + 32 * b + i + 4));
+            }
+        }
+        return vaddvq_f32(acc);
+    }
+    for (; k + 4 <= n; k += 4) {
+        float32x4_t w;
+        if (type == GPT2_TYPE_F32) w = vld1q_f32((const float*)row + k);
+        else if (type == GPT2_TYPE_F16) w = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)(row + 2 * k))));
+        else w = vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t*)(row + 2 * k)), 16));
+        acc = vfmaq_f32(acc, w, vld1q_f32(x + k));
+    }
+    float sum = vaddvq_f32(acc);
+    for (; k < n; k++) {
+        float w[1];
+        gpt2__dequantize_row(type, row + (type == GPT2_TYPE_F32 ? 4 : 2) * k, w, 1);
+        sum += w[0] * x[k];
+    }
+    return sum;
+}
+
+static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        uint16_t h;
+        std::memcpy(&h, row + 34 * b, 2);
+        const int8_t* q = (const int8_t*)(row + 34 * b + 2);
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int i = 0; i < 32; i += 16) {
+            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + 32 * b + i);
+            isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
+            isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
+        }
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(h) * xscale[b]);
+    }
+    return vaddvq_f32(acc);
+}
+
+static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
+    const gpt2__weight* W = a.W;
+    const bool int8 = W->type == GPT2_TYPE_Q8_0 && a.xq;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t* row = W->data + (size_t)o * W->row_bytes;
+        for (int t = 0; t < a.T; t++) {
+            float v = (a.bias ? a.bias[o] : 0.0f);
+            v += int8 ? gpt2__dot_q8_neon(row, a.xq + (size_t)t * W->cols, a.xq_scale + (size_t)t * (W->cols / 32), W->cols)
+                      : gpt2__dot_row_neon(W->type, row, a.x + (size_t)t * W->cols, W->cols);
+            float* y = a.y + (size_t)t * W->rows + o;
+            *y = a.accumulate ? *y + v : v;
+        }
+    }
+}
+
+#endif /* GPT2__NEON */

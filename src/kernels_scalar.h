@@ -41,6 +41,34 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
     }
 }
 
+/* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
+   A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
+   session split the rows of W between them. Every output is computed in the same order
+   whichever range it falls in, so results never depend on the number of threads. */
+struct gpt2__matmul_args {
+    float* y;                  /* (T, W->rows) */
+    const float* x;            /* (T, W->cols) */
+    const int8_t* xq;          /* x quantized in blocks of 32 (gpt2__quantize_q8): when set and W is q8_0, */
+    const float* xq_scale;     /*   the kernel uses integer dot products (decode); else it reads x */
+    const gpt2__weight* W;
+    const float* bias;         /* (W->rows) or NULL */
+    int T;
+    bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
+};
+
+/* Quantizes n values (n a multiple of 32) to blocks of 32 int8 with one float scale each,
+   q = round(x * 127 / max|x|), the activation side of q8_0 x q8_0 dot products. Every kernel
+   set quantizes with these same float operations, so the result is identical everywhere. */
+static void gpt2__quantize_q8_scalar(int8_t* q, float* scale, const float* x, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(x[32 * b + i]));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        scale[b] = amax / 127.0f;
+        for (int i = 0; i < 32; i++) q[32 * b + i] = (int8_t)std::nearbyint(x[32 * b + i] * inv);
+    }
+}
+
 /* Dot product of one weight row (any type) with a float vector of length n. */
 static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
     float sum = 0.0f;
@@ -68,13 +96,33 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
     return sum;
 }
 
-/* y[t][o] = bias[o] + W[o] . x[t] for tokens t < T and output rows o in [o_begin, o_end).
-   x is T x W.cols, y is T x W.rows. */
-static void gpt2__matmul_scalar(float* y, const float* x, const gpt2__weight* W, const float* bias, int T, int64_t o_begin, int64_t o_end) {
+/* A q8_0 weight row against activations quantized by gpt2__quantize_q8: exact integer sums
+   per block of 32, scaled by both blocks' scales. */
+static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++) {
+        gpt2__block_q8_0 block;
+        std::memcpy(&block, row + 34 * b, 34);
+        int32_t isum = 0;
+        for (int i = 0; i < 32; i++) isum += (int32_t)block.q[i] * (int32_t)xq[32 * b + i];
+        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
+    }
+    return sum;
+}
+
+static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
+    const gpt2__weight* W = a.W;
+    const bool int8 = W->type == GPT2_TYPE_Q8_0 && a.xq;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W->data + (size_t)o * W->row_bytes;
-        for (int t = 0; t < T; t++)
-            y[(size_t)t * W->rows + o] = (bias ? bias[o] : 0.0f) + gpt2__dot_row_scalar(W->type, row, x + (size_t)t * W->cols, W->cols);
+        for (int t = 0; t < a.T; t++) {
+            float v = (a.bias ? a.bias[o] : 0.0f);
+            v += int8 ? gpt2__dot_q8_scalar(row, a.xq + (size_t)t * W->cols, a.xq_scale + (size_t)t * (W->cols / 32), W->cols)
+                      : gpt2__dot_row_scalar(W->type, row, a.x + (size_t)t * W->cols, W->cols);
+            float* y = a.y + (size_t)t * W->rows + o;
+            *y = a.accumulate ? *y + v : v;
+        }
     }
 }
 
@@ -89,7 +137,7 @@ static void gpt2__layer_norm(float* out, const float* x, const float* weight, co
     for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
 }
 
-static void gpt2__gelu(float* x, size_t n, bool tanh_form) {
+static void gpt2__gelu_scalar(float* x, size_t n, bool tanh_form) {
     if (tanh_form) {
         const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
         for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::tanh(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
@@ -111,7 +159,7 @@ static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2_
 /* One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
+static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
@@ -133,4 +181,11 @@ static void gpt2__attend(float* out, const float* q, const KV* k, const KV* v, s
         const float p = scores[j] * inv_sum;
         for (int d = 0; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
     }
+}
+
+static void gpt2__attend_f32_scalar(float* out, const float* q, const float* k, const float* v, size_t stride, int n_keys, int head_dim, float* scores) {
+    gpt2__attend_scalar(out, q, k, v, stride, n_keys, head_dim, scores);
+}
+static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores) {
+    gpt2__attend_scalar(out, q, k, v, stride, n_keys, head_dim, scores);
 }

@@ -1,5 +1,23 @@
-/* Worker threads of one session. Threads sleep on a condition variable between jobs, so an idle
-   session costs the host application nothing; the calling thread does a share of every job. */
+/* Worker threads of one session. They are started once, with the session, never per token.
+   Between jobs a worker first spins for at most GPT2_SPIN_MICROSECONDS (default 50), because
+   the parallel regions of one forward pass follow each other within microseconds and waking a
+   sleeping thread costs more than that; then it sleeps on a condition variable, so an idle
+   session costs the host application nothing and a game's own threads are never starved for
+   longer than that bound. The calling thread does a share of every job. */
+
+#ifndef GPT2_SPIN_MICROSECONDS
+#define GPT2_SPIN_MICROSECONDS 50
+#endif
+
+#include <chrono>
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#include <emmintrin.h>
+#define GPT2__CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__) && defined(__GNUC__)
+#define GPT2__CPU_RELAX() __asm__ volatile("yield")
+#else
+#define GPT2__CPU_RELAX() ((void)0)
+#endif
 
 struct gpt2__pool {
     typedef void (*job_fn)(void* context, int thread_index, int n_threads);
@@ -7,29 +25,45 @@ struct gpt2__pool {
     std::vector<std::thread> workers;
     std::mutex mutex;
     std::condition_variable wake, done;
-    uint64_t generation = 0; /* bumped for each job */
-    int busy = 0;            /* workers still running the current job */
-    bool stopping = false;
-    job_fn job = nullptr;
+    std::atomic<uint64_t> generation{0}; /* bumped for each job */
+    std::atomic<int> pending{0};         /* workers still running the current job */
+    std::atomic<int> sleepers{0};        /* workers asleep (or falling asleep) on `wake` */
+    std::atomic<bool> caller_sleeping{false};
+    std::atomic<bool> stopping{false};
+    job_fn job = nullptr;                /* published by the release of `generation` */
     void* context = nullptr;
 };
 
+/* Spins until ready() or the spin budget is spent; true when ready. */
+template <class Ready>
+static bool gpt2__spin_until(const Ready& ready) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 1;; i++) {
+        if (ready()) return true;
+        GPT2__CPU_RELAX();
+        if ((i & 63) == 0 && std::chrono::steady_clock::now() - start > std::chrono::microseconds(GPT2_SPIN_MICROSECONDS)) return false;
+    }
+}
+
+/* Sleeping and waking pair up through sequentially consistent operations on both sides (the
+   sleeper announces itself, then re-checks; the waker publishes, then checks for sleepers), so
+   a wake-up is never lost and the common, spinning case takes no lock. */
 static void gpt2__pool_worker(gpt2__pool* pool, int index) {
     uint64_t seen = 0;
     for (;;) {
-        gpt2__pool::job_fn job;
-        void* context;
-        {
+        if (!gpt2__spin_until([&] { return pool->generation.load(std::memory_order_acquire) != seen; })) {
             std::unique_lock<std::mutex> lock(pool->mutex);
-            pool->wake.wait(lock, [&] { return pool->stopping || pool->generation != seen; });
-            if (pool->stopping) return;
-            seen = pool->generation;
-            job = pool->job;
-            context = pool->context;
+            pool->sleepers.fetch_add(1);
+            pool->wake.wait(lock, [&] { return pool->generation.load() != seen; });
+            pool->sleepers.fetch_sub(1);
         }
-        job(context, index, pool->n_threads);
-        std::lock_guard<std::mutex> lock(pool->mutex);
-        if (--pool->busy == 0) pool->done.notify_one();
+        seen = pool->generation.load(std::memory_order_acquire);
+        if (pool->stopping.load()) return;
+        pool->job(pool->context, index, pool->n_threads);
+        if (pool->pending.fetch_sub(1) == 1 && pool->caller_sleeping.load()) {
+            std::lock_guard<std::mutex> lock(pool->mutex);
+            pool->done.notify_one();
+        }
     }
 }
 
@@ -51,47 +85,65 @@ static bool gpt2__pool_start(gpt2__pool* pool, int n_threads) {
     return true;
 }
 
+static void gpt2__pool_wake(gpt2__pool* pool) {
+    if (pool->sleepers.load() > 0) {
+        std::lock_guard<std::mutex> lock(pool->mutex);
+        pool->wake.notify_all();
+    }
+}
+
 static void gpt2__pool_stop(gpt2__pool* pool) {
+    pool->stopping.store(true);
+    pool->generation.fetch_add(1);
     {
         std::lock_guard<std::mutex> lock(pool->mutex);
-        pool->stopping = true;
+        pool->wake.notify_all();
     }
-    pool->wake.notify_all();
     for (std::thread& t : pool->workers) t.join();
     pool->workers.clear();
 }
 
 /* Runs job(context, i, n) on every thread i of the pool and returns when all are done. */
 static void gpt2__pool_run(gpt2__pool* pool, gpt2__pool::job_fn job, void* context) {
-    if (pool->n_threads > 1) {
-        {
-            std::lock_guard<std::mutex> lock(pool->mutex);
-            pool->job = job;
-            pool->context = context;
-            pool->busy = pool->n_threads - 1;
-            pool->generation++;
-        }
-        pool->wake.notify_all();
-    }
+    if (pool->n_threads == 1) return job(context, 0, 1);
+    pool->job = job;
+    pool->context = context;
+    pool->pending.store(pool->n_threads - 1, std::memory_order_relaxed);
+    pool->generation.fetch_add(1);
+    gpt2__pool_wake(pool);
     job(context, 0, pool->n_threads);
-    if (pool->n_threads > 1) {
+    if (!gpt2__spin_until([&] { return pool->pending.load(std::memory_order_acquire) == 0; })) {
         std::unique_lock<std::mutex> lock(pool->mutex);
-        pool->done.wait(lock, [&] { return pool->busy == 0; });
+        pool->caller_sleeping.store(true);
+        pool->done.wait(lock, [&] { return pool->pending.load() == 0; });
+        pool->caller_sleeping.store(false);
     }
 }
 
-/* Splits [0, n) into one contiguous range per thread and calls body(begin, end) on each. */
+/* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
+   thread_index) on each; threads take chunks from a shared counter, so a thread the OS
+   preempts (a busy machine, a game's own threads) delays only its current chunk instead of a
+   whole 1/n share. About 8 chunks per thread keep the counter cheap. */
 template <class Body>
-static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, const Body& body) {
+static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
-        int64_t n;
-        static void run(void* context, int index, int n_threads) {
-            const Job* job = (const Job*)context;
-            const int64_t begin = job->n * index / n_threads, end = job->n * (index + 1) / n_threads;
-            if (begin < end) (*job->body)(begin, end);
+        int64_t n, chunk, n_chunks;
+        std::atomic<int64_t> next{0};
+        static void run(void* context, int index, int) {
+            Job* job = (Job*)context;
+            for (int64_t c = job->next.fetch_add(1, std::memory_order_relaxed); c < job->n_chunks; c = job->next.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t begin = c * job->chunk, end = std::min(job->n, begin + job->chunk);
+                (*job->body)(begin, end, index);
+            }
         }
     };
-    Job job{&body, n};
+    const int64_t units = (n + align - 1) / align;
+    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)pool->n_threads * 8));
+    Job job;
+    job.body = &body;
+    job.n = n;
+    job.chunk = chunk;
+    job.n_chunks = (n + chunk - 1) / chunk;
     gpt2__pool_run(pool, Job::run, &job);
 }

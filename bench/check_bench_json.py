@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Runs gpt2-bench on a tiny random model for about a second and checks its --json keys.
+
+    python3 bench/check_bench_json.py path/to/gpt2-bench
+"""
+import json
+import subprocess
+import sys
+
+KEYS = ["type", "threads", "prompt_tokens", "prefill_tok_s", "decode_ms_per_token", "bandwidth_gb_s",
+        "decode_pct_of_limit", "prefill_pct_of_limit", "peak_rss_mb", "kernels"]
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: check_bench_json.py GPT2_BENCH")
+    for weight_type in ["f32", "q8_0"]:
+        cmd = [sys.argv[1], "--random", "tiny", "--type", weight_type, "-t", "2", "--prompt", "16", "--gen", "8",
+               "--repeat", "2", "--bandwidth-mb", "32", "--json"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()}")
+        run = json.loads(out.stdout.strip().splitlines()[-1])
+        missing = [k for k in KEYS if k not in run]
+        if missing:
+            sys.exit(f"missing keys {missing} in {run}")
+        if run["type"] != weight_type or run["threads"] != 2:
+            sys.exit(f"unexpected type/threads in {run}")
+        print(json.dumps(run))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+// gpt2-bench: prefill and decode speed next to this machine's limits, measured in the same run.
+//
+//   gpt2-bench --random 124M --type q8_0 -t 2 --prompt 128 --gen 32 --repeat 5 [--json]
+//   gpt2-bench -m model.gguf -t 2 --context 1024
+//
+// Limits: decode reads every weight once per token, so its floor is (bytes of weights read per
+// token) / (read bandwidth); prefill is arithmetic, so its ceiling is the fp32 FMA peak (every
+// kernel set does prefill with fp32 FMAs: f16/bf16/q8_0 rows are converted to float panels
+// first). Both are measured here with the same thread count: a streaming read over a buffer
+// far larger than the caches, and a register-only FMA loop.
+#define GPT2_IMPLEMENTATION
+#include "gpt2.h"
+#include "tools/gguf_write.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/resource.h>
+#endif
+
+static double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// CPU time of the whole process: on a shared machine, wall time / CPU time shows how much of
+// the run the threads actually got a core.
+static double cpu_s() {
+#if defined(CLOCK_PROCESS_CPUTIME_ID)
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+#else
+    return 0.0;
+#endif
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+static double peak_rss_mb() {
+#if defined(__unix__) || defined(__APPLE__)
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+#if defined(__APPLE__)
+    return ru.ru_maxrss / 1048576.0;
+#else
+    return ru.ru_maxrss / 1024.0;
+#endif
+#else
+    return 0.0;
+#endif
+}
+
+// ---- Machine limits -----------------------------------------------------------------------
+
+#if defined(GPT2__X86)
+GPT2__AVX2 static float read_sum_avx2(const float* p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+    }
+    return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+GPT2__AVX512 static float fma_loop_avx512(long iterations) {
+    __m512 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+    for (long it = 0; it < iterations; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    float out[16], sum = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm512_storeu_ps(out, acc[i]);
+        for (float v : out) sum += v;
+    }
+    return sum;
+}
+GPT2__AVX2 static float fma_loop_avx2(long iterations) {
+    __m256 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+    for (long it = 0; it < iterations; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    __m256 s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, acc[i]);
+    return gpt2__hsum_avx2(s);
+}
+#endif
+
+static float read_sum(const float* p, size_t n) {
+#if defined(GPT2__X86)
+    if (gpt2__detect_x86().avx2) return read_sum_avx2(p, n);
+#endif
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) { s0 += p[i]; s1 += p[i + 1]; s2 += p[i + 2]; s3 += p[i + 3]; }
+    return s0 + s1 + s2 + s3;
+}
+
+// Best read bandwidth in GB/s over several passes of `mb` MiB, split over the pool's threads.
+static double measure_bandwidth(gpt2__pool* pool, size_t mb) {
+    const size_t n = mb * 1024 * 1024 / 4;
+    float* buf = (float*)std::aligned_alloc(64, n * 4);
+    std::memset(buf, 0, n * 4);
+    double best = 0;
+    volatile float sink = 0;
+    for (int pass = 0; pass < 8; pass++) {
+        const double t0 = now_s();
+        float sums[64] = {0};
+        gpt2__parallel_for(pool, (int64_t)n, 1024, [&](int64_t begin, int64_t end, int thread) { sums[thread] = read_sum(buf + begin, (size_t)(end - begin)); });
+        const double dt = now_s() - t0;
+        sink = sink + sums[0];
+        best = std::max(best, n * 4.0 / dt / 1e9);
+    }
+    std::free(buf);
+    return best;
+}
+
+// fp32 FMA peak in GFLOP/s for the widest vectors the given kernel set uses.
+static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
+    long iterations = 20000000;
+    int lanes = 1;
+#if defined(GPT2__X86)
+    lanes = std::strcmp(kernels, "avx512") == 0 ? 16 : std::strcmp(kernels, "avx2") == 0 ? 8 : 1;
+#else
+    (void)kernels;
+#endif
+    if (lanes == 1) return 0.0; // no FMA loop for this set
+    double best = 0;
+    volatile float sink = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        const double t0 = now_s();
+        float sums[64] = {0};
+        gpt2__parallel_for(pool, pool->n_threads, 1, [&](int64_t, int64_t, int thread) {
+#if defined(GPT2__X86)
+            sums[thread] = lanes == 16 ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
+#endif
+        });
+        const double dt = now_s() - t0;
+        sink = sink + sums[0];
+        best = std::max(best, pool->n_threads * (double)iterations * 12 * lanes * 2 / dt / 1e9);
+    }
+    return best;
+}
+
+// ---- Random models of GPT-2's shapes ------------------------------------------------------
+
+struct Shape { const char* name; int n_layer, n_head, n_embd, n_ctx, n_vocab; };
+static const Shape shapes[] = {
+    {"tiny", 2, 2, 64, 128, 256},         {"124M", 12, 12, 768, 1024, 50257}, {"355M", 24, 16, 1024, 1024, 50257},
+    {"774M", 36, 20, 1280, 1024, 50257}, {"1558M", 48, 25, 1600, 1024, 50257},
+};
+
+struct Rng {
+    uint64_t s;
+    float uniform() { // in [-1, 1)
+        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+        return (float)((s * 0x2545F4914F6CDD1Dull) >> 40) / 8388608.0f - 1.0f;
+    }
+};
+
+// A whole GGUF file in memory (64-byte aligned, as gpt2_model_load_memory uses it in place).
+static uint8_t* build_random_model(const Shape& sh, uint32_t type, size_t* size) {
+    GgufWriter w;
+    w.kv_string("general.architecture", "gpt2");
+    w.kv_string("general.name", std::string("random-") + sh.name);
+    w.kv_u32("gpt2.context_length", (uint32_t)sh.n_ctx);
+    w.kv_u32("gpt2.embedding_length", (uint32_t)sh.n_embd);
+    w.kv_u32("gpt2.block_count", (uint32_t)sh.n_layer);
+    w.kv_u32("gpt2.attention.head_count", (uint32_t)sh.n_head);
+    w.kv_u32("gpt2.feed_forward_length", (uint32_t)(4 * sh.n_embd));
+    w.kv_f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
+    w.kv_string("gpt2h.gelu", "tanh");
+    const uint64_t C = (uint64_t)sh.n_embd, F = 4 * C;
+    auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) { uint64_t ne[2] = {cols, rows}; w.tensor(name, 2, ne, type); };
+    auto vector = [&](const std::string& name, uint64_t n) { w.tensor(name, 1, &n, GPT2_TYPE_F32); };
+    matrix("token_embd.weight", (uint64_t)sh.n_vocab, C);
+    matrix("position_embd.weight", (uint64_t)sh.n_ctx, C);
+    for (int l = 0; l < sh.n_layer; l++) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        vector(p + "attn_norm.weight", C); vector(p + "attn_norm.bias", C);
+        matrix(p + "attn_qkv.weight", 3 * C, C); vector(p + "attn_qkv.bias", 3 * C);
+        matrix(p + "attn_output.weight", C, C); vector(p + "attn_output.bias", C);
+        vector(p + "ffn_norm.weight", C); vector(p + "ffn_norm.bias", C);
+        matrix(p + "ffn_up.weight", F, C); vector(p + "ffn_up.bias", F);
+        matrix(p + "ffn_down.weight", C, F); vector(p + "ffn_down.bias", C);
+    }
+    vector("output_norm.weight", C); vector("output_norm.bias", C);
+    const uint64_t total = (w.layout() + 63) / 64 * 64;
+    uint8_t* buf = (uint8_t*)std::aligned_alloc(64, total);
+    std::memset(buf, 0, total);
+    w.write_header(buf);
+    Rng rng{0x9E3779B97F4A7C15ull};
+    std::vector<float> row;
+    for (size_t i = 0; i < w.tensors.size(); i++) {
+        const GgufWriter::Tensor& t = w.tensors[i];
+        uint8_t* dst = w.tensor_data(buf, i);
+        const bool is_norm_weight = t.name.find("norm.weight") != std::string::npos;
+        row.resize(t.ne[0]);
+        const size_t row_bytes = (size_t)(t.n_bytes / (t.n_dims == 2 ? t.ne[1] : 1));
+        for (uint64_t r = 0; r < (t.n_dims == 2 ? t.ne[1] : 1); r++) {
+            for (float& v : row) v = is_norm_weight ? 1.0f : 0.04f * rng.uniform();
+            gguf_quantize_row(t.type, row.data(), dst + r * row_bytes, (int64_t)t.ne[0]);
+        }
+    }
+    *size = total;
+    return buf;
+}
+
+static bool parse_type(const char* s, uint32_t* type) {
+    const struct { const char* name; uint32_t type; } types[] = {{"f32", GPT2_TYPE_F32}, {"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}};
+    for (const auto& t : types)
+        if (std::strcmp(s, t.name) == 0) { *type = t.type; return true; }
+    return false;
+}
+
+// f16 / bf16 / q8_0 against float32 on random weights of one shape (the same random values,
+// converted): the f32 model's greedy tokens are fed to all four models for `steps` steps; per
+// type: the largest logit difference, how often its argmax is the f32 token, and the mean
+// cross-entropy of the fed tokens against f32's.
+static int run_accuracy(const Shape& shape, int threads, int steps) {
+    const uint32_t types[4] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0};
+    uint8_t* buffers[4];
+    gpt2_model* models[4];
+    gpt2_session* sessions[4];
+    gpt2_error err;
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = threads;
+    for (int i = 0; i < 4; i++) {
+        size_t size = 0;
+        buffers[i] = build_random_model(shape, types[i], &size);
+        if (gpt2_model_load_memory(buffers[i], size, nullptr, &models[i], &err) != GPT2_OK ||
+            gpt2_session_create(models[i], &sp, &sessions[i], &err) != GPT2_OK) {
+            std::fprintf(stderr, "gpt2-bench: %s\n", err.message);
+            return 1;
+        }
+    }
+    const int n_vocab = gpt2_model_get_info(models[0]).n_vocab;
+    steps = std::min(steps, gpt2_model_get_info(models[0]).n_ctx - 1);
+    double max_diff[4] = {0}, ce[4] = {0};
+    int agree[4] = {0};
+    int32_t token = 0;
+    for (int step = 0; step < steps; step++) {
+        for (int i = 0; i < 4; i++) gpt2_session_eval(sessions[i], &token, 1, &err);
+        const float* ref = gpt2_session_logits(sessions[0]);
+        const int32_t next = (int32_t)(std::max_element(ref, ref + n_vocab) - ref);
+        for (int i = 0; i < 4; i++) {
+            const float* l = gpt2_session_logits(sessions[i]);
+            for (int v = 0; v < n_vocab; v++) max_diff[i] = std::max(max_diff[i], (double)std::fabs(l[v] - ref[v]));
+            agree[i] += (int32_t)(std::max_element(l, l + n_vocab) - l) == next;
+            ce[i] -= gpt2__log_prob(l, n_vocab, next);
+        }
+        token = next;
+    }
+    for (int i = 1; i < 4; i++)
+        std::printf("{\"accuracy\": \"%s\", \"model\": \"random-%s\", \"steps\": %d, \"max_abs_logit_diff\": %.5f, \"greedy_agreement_pct\": %.1f, "
+                    "\"cross_entropy\": %.5f, \"cross_entropy_f32\": %.5f, \"cross_entropy_rel_diff_pct\": %.3f}\n",
+                    gpt2__type_name(types[i]), shape.name, steps, max_diff[i], 100.0 * agree[i] / steps, ce[i] / steps, ce[0] / steps,
+                    100.0 * (ce[i] - ce[0]) / ce[0]);
+    for (int i = 0; i < 4; i++) {
+        gpt2_session_free(sessions[i]);
+        gpt2_model_free(models[i]);
+        std::free(buffers[i]);
+    }
+    return 0;
+}
+
+static void usage() {
+    std::puts(
+        "usage: gpt2-bench (--random 124M|355M|774M|1558M|tiny | -m MODEL.gguf) [options]\n"
+        "  --type f32|f16|bf16|q8_0  weight type of the random model (default f32)\n"
+        "  -t, --threads N           threads of the session and of the limit measurements (default 2)\n"
+        "  --prompt N                prompt tokens, timed as prefill (default 128)\n"
+        "  --gen N                   decoded tokens per repeat (default 32)\n"
+        "  --context N               context length before the decode is timed (default: --prompt)\n"
+        "  --repeat N                repeats; medians are reported (default 5)\n"
+        "  --kv-f16                  16-bit KV cache\n"
+        "  --kernels NAME            scalar|avx2|avx512|neon (also env GPT2_KERNELS); default: best for this CPU\n"
+        "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
+        "  --json                    one JSON object per run instead of text\n"
+        "  --save PATH               instead: write the random model as a GGUF file and exit\n"
+        "  --accuracy N              instead: f16/bf16/q8_0 against f32 on the random shape over N\n"
+        "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)");
+}
+
+int main(int argc, char** argv) {
+    const char* random = nullptr;
+    const char* path = nullptr;
+    const char* kernels_name = std::getenv("GPT2_KERNELS");
+    uint32_t type = GPT2_TYPE_F32;
+    int threads = 2, prompt = 128, gen = 32, context = -1, repeat = 5, kv_f16 = 0;
+    size_t bandwidth_mb = 1024;
+    bool json = false;
+    int accuracy_steps = 0;
+    const char* save = nullptr;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (a == "--random" && has_value) random = argv[++i];
+        else if (a == "-m" && has_value) path = argv[++i];
+        else if (a == "--type" && has_value) {
+            if (!parse_type(argv[++i], &type)) { std::fprintf(stderr, "gpt2-bench: --type %s: expected f32, f16, bf16 or q8_0\n", argv[i]); return 2; }
+        } else if ((a == "-t" || a == "--threads") && has_value) threads = std::atoi(argv[++i]);
+        else if (a == "--prompt" && has_value) prompt = std::atoi(argv[++i]);
+        else if (a == "--gen" && has_value) gen = std::atoi(argv[++i]);
+        else if (a == "--context" && has_value) context = std::atoi(argv[++i]);
+        else if (a == "--repeat" && has_value) repeat = std::atoi(argv[++i]);
+        else if (a == "--kernels" && has_value) kernels_name = argv[++i];
+        else if (a == "--bandwidth-mb" && has_value) bandwidth_mb = (size_t)std::atol(argv[++i]);
+        else if (a == "--kv-f16") kv_f16 = 1;
+        else if (a == "--json") json = true;
+        else if (a == "--accuracy" && has_value) accuracy_steps = std::atoi(argv[++i]);
+        else if (a == "--save" && has_value) save = argv[++i];
+        else if (a == "-h" || a == "--help") { usage(); return 0; }
+        else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
+    }
+    if (!random == !path) { usage(); return 2; }
+    if (threads < 1 || threads > 64 || prompt < 1 || gen < 1 || repeat < 1) { std::fprintf(stderr, "gpt2-bench: threads 1..64, prompt, gen and repeat >= 1\n"); return 2; }
+    if (context < prompt) context = prompt;
+
+    gpt2_error err;
+    gpt2_model* model = nullptr;
+    uint8_t* buffer = nullptr;
+    if (random) {
+        const Shape* shape = nullptr;
+        for (const Shape& s : shapes)
+            if (std::strcmp(s.name, random) == 0) shape = &s;
+        if (!shape) { std::fprintf(stderr, "gpt2-bench: --random %s: expected tiny, 124M, 355M, 774M or 1558M\n", random); return 2; }
+        if (accuracy_steps > 0) return run_accuracy(*shape, threads, accuracy_steps);
+        size_t size = 0;
+        buffer = build_random_model(*shape, type, &size);
+        if (save) {
+            FILE* f = std::fopen(save, "wb");
+            const bool ok = f && std::fwrite(buffer, 1, size, f) == size;
+            if (!f || std::fclose(f) != 0 || !ok) { std::fprintf(stderr, "gpt2-bench: cannot write %s\n", save); return 1; }
+            std::printf("wrote %s (%zu bytes)\n", save, size);
+            return 0;
+        }
+        if (gpt2_model_load_memory(buffer, size, nullptr, &model, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+    } else if (gpt2_model_load_file(path, nullptr, &model, &err) != GPT2_OK) {
+        std::fprintf(stderr, "gpt2-bench: %s\n", err.message);
+        return 1;
+    }
+    const gpt2_model_info info = gpt2_model_get_info(model);
+    if (context + gen > info.n_ctx) { std::fprintf(stderr, "gpt2-bench: context %d + gen %d exceeds n_ctx %d\n", context, gen, info.n_ctx); return 2; }
+
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = threads;
+    sp.kv_f16 = kv_f16;
+    gpt2_session* session = nullptr;
+    if (gpt2_session_create(model, &sp, &session, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+    if (kernels_name && *kernels_name) {
+        const gpt2__kernels* k = gpt2__kernels_by_name(kernels_name);
+        if (!k) { std::fprintf(stderr, "gpt2-bench: kernels '%s' are not available on this CPU/build\n", kernels_name); return 2; }
+        session->kernels = k;
+    }
+    const char* kernels = session->kernels->name;
+
+    // What one decoded token reads: every matrix once (the head only its n_vocab rows).
+    const gpt2_model* m = model;
+    double weight_bytes = (double)m->n_vocab * m->lm_head.row_bytes;
+    double matrix_params = 0;
+    for (const gpt2__layer& L : m->layers)
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) {
+            weight_bytes += (double)W->rows * W->row_bytes;
+            matrix_params += (double)W->rows * W->cols;
+        }
+    const double C = m->n_embd;
+    const double prefill_flops = 2.0 * matrix_params * prompt + 2.0 * C * m->n_vocab + m->n_layer * 4.0 * C * prompt * (prompt + 1) / 2.0;
+
+    std::vector<int32_t> tokens((size_t)(context + gen));
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
+    std::vector<double> prefill_s, decode_s, decode_cpu_s;
+    for (int r = 0; r < repeat; r++) {
+        gpt2_session_reset(session);
+        double t0 = now_s();
+        if (gpt2_session_eval(session, tokens.data(), (size_t)prompt, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+        prefill_s.push_back(now_s() - t0);
+        if (context > prompt) gpt2_session_eval(session, tokens.data() + prompt, (size_t)(context - prompt), &err);
+        t0 = now_s();
+        const double c0 = cpu_s();
+        for (int g = 0; g < gen; g++) gpt2_session_eval(session, &tokens[(size_t)(context + g)], 1, &err);
+        decode_s.push_back((now_s() - t0) / gen);
+        decode_cpu_s.push_back((cpu_s() - c0) / gen);
+    }
+    const double peak_rss = peak_rss_mb(); // before the bandwidth test allocates its buffer
+    // The limits, with the session's own threads.
+    const double bandwidth = measure_bandwidth(&session->pool, bandwidth_mb);
+    const double fma_gflops = measure_fma_peak(&session->pool, kernels);
+
+    const double prefill_tok_s = prompt / median(prefill_s);
+    const double decode_ms = 1e3 * median(decode_s);
+    const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
+    const double prefill_limit_tok_s = fma_gflops > 0 ? fma_gflops * 1e9 / (prefill_flops / prompt) : 0.0;
+    const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
+    const char* type_name = gpt2__type_name(info.weight_type);
+    if (json) {
+        std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
+                    "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
+                    "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
+                    "\"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu}\n",
+                    info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
+                    weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, prefill_limit_tok_s,
+                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
+    } else {
+        std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
+        std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s\n", bandwidth, fma_gflops);
+        std::printf("  prefill: %d tokens  %.1f tok/s  (limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_limit_tok_s,
+                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);
+        std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; KV cache reads %.1f MB)\n", context, decode_ms,
+                    decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6);
+        std::printf("  decode CPU time %.3f ms/token over all threads\n", 1e3 * median(decode_cpu_s));
+        std::printf("  peak RSS %.1f MB (model %.1f MB)\n", peak_rss, info.weight_bytes / 1e6);
+    }
+    gpt2_session_free(session);
+    gpt2_model_free(model);
+    std::free(buffer);
+    return 0;
+}

@@ -1,0 +1,57 @@
+// gpt2-kernel-bench: one matrix product of the dispatched kernels, timed alone (min of many runs).
+//
+//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS]]]
+//     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
+//   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
+//        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
+#define GPT2_IMPLEMENTATION
+#define GPT2_STATIC
+#include "gpt2.h"
+#include "tools/gguf_write.h"
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+int main(int argc, char** argv) {
+    const uint32_t type = argc > 1 ? (uint32_t)std::atoi(argv[1]) : (uint32_t)GPT2_TYPE_Q8_0;
+    const int T = argc > 2 ? std::atoi(argv[2]) : 1;
+    const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();
+    const int64_t rows = argc > 4 ? std::atol(argv[4]) : 3072, cols = argc > 5 ? std::atol(argv[5]) : 768;
+    uint64_t rb = 0;
+    if (!k || T < 1 || rows < 1 || !gpt2__type_row_bytes(type, (uint64_t)cols, &rb)) {
+        std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 needs COLS %% 32 == 0)\n");
+        return 2;
+    }
+    std::vector<uint8_t> W((size_t)(rb * rows));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> row((size_t)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        for (float& v : row) v = u(rng);
+        gguf_quantize_row(type, row.data(), W.data() + r * rb, cols);
+    }
+    gpt2__weight w;
+    w.data = W.data(); w.type = type; w.rows = rows; w.cols = cols; w.row_bytes = (size_t)rb;
+    std::vector<float> x((size_t)(T * cols)), y((size_t)(T * rows)), panel(gpt2__panel_floats(cols));
+    for (float& v : x) v = u(rng);
+    std::vector<int8_t> xq((size_t)cols);
+    std::vector<float> xs((size_t)cols / 32 + 1);
+    double best = 1e9;
+    const int iterations = rb * rows > (64u << 20) ? 10 : 200;
+    for (int it = 0; it < iterations; it++) {
+        const auto t0 = std::chrono::steady_clock::now();
+        gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &w, nullptr, T, false};
+        if (type == GPT2_TYPE_Q8_0 && T == 1) {
+            k->quantize_q8(xq.data(), xs.data(), x.data(), cols);
+            a.xq = xq.data();
+            a.xq_scale = xs.data();
+        }
+        k->matmul(a, 0, rows, panel.data());
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double macs = (double)rows * cols * T;
+    std::printf("%s %s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights\n", k->name, gpt2__type_name(type), (long long)rows,
+                (long long)cols, T, best * 1e6, macs / best / 1e9, (double)rb * rows / best / 1e9);
+    return 0;
+}

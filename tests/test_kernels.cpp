@@ -1,0 +1,160 @@
+// Every SIMD kernel set this CPU runs against the portable scalar kernels (or float64), on
+// random inputs with odd sizes, for every weight type. This file holds a private copy of the
+// implementation to reach the kernels directly.
+#define GPT2_IMPLEMENTATION
+#define GPT2_STATIC
+#include "gpt2.h"
+#include "tools/gguf_write.h"
+#include <doctest/doctest.h>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+static std::vector<const gpt2__kernels*> simd_kernels() {
+    const gpt2__kernels* sets[4];
+    const int n = gpt2__supported_kernels(sets);
+    std::vector<const gpt2__kernels*> out;
+    for (int i = 0; i < n; i++)
+        if (sets[i] != &gpt2__kernels_scalar) out.push_back(sets[i]);
+    return out;
+}
+
+static std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    return v;
+}
+
+// A rows x cols matrix of random values stored in `type`.
+struct Matrix {
+    std::vector<uint8_t> bytes;
+    gpt2__weight w;
+    Matrix(std::mt19937& rng, uint32_t type, int64_t rows, int64_t cols) {
+        uint64_t row_bytes = 0;
+        gpt2__type_row_bytes(type, (uint64_t)cols, &row_bytes);
+        bytes.resize((size_t)(row_bytes * rows) + 64);
+        for (int64_t r = 0; r < rows; r++) {
+            std::vector<float> row = random_floats(rng, (size_t)cols, 1.0f);
+            gguf_quantize_row(type, row.data(), bytes.data() + r * row_bytes, cols);
+        }
+        w.data = bytes.data();
+        w.type = type;
+        w.rows = rows;
+        w.cols = cols;
+        w.row_bytes = (size_t)row_bytes;
+    }
+};
+
+TEST_CASE("dispatch picks a kernel set this CPU supports, and the scalar set always exists") {
+    MESSAGE("kernels chosen for this CPU: " << std::string(gpt2__cpu_kernels().name));
+    CHECK(gpt2__kernels_by_name("scalar") == &gpt2__kernels_scalar);
+    CHECK(gpt2__kernels_by_name(gpt2__cpu_kernels().name) == &gpt2__cpu_kernels());
+    CHECK(gpt2__kernels_by_name("no-such-kernels") == nullptr);
+}
+
+TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {
+    std::mt19937 rng(1234);
+    const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0};
+    const int token_counts[] = {1, 2, 3, 4, 5, 9, 70};
+    for (const gpt2__kernels* k : simd_kernels()) {
+        for (uint32_t type : types) {
+            for (int64_t cols : {32, 96, 77, 163, 800}) {
+                if (type == GPT2_TYPE_Q8_0 && cols % 32 != 0) continue;
+                const int64_t rows = 37;
+                Matrix m(rng, type, rows, cols);
+                std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
+                for (int T : token_counts) {
+                    CAPTURE(k->name); CAPTURE(gpt2__type_name(type)); CAPTURE(cols); CAPTURE(T);
+                    std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                    std::vector<int8_t> xq((size_t)cols);
+                    std::vector<float> xs((size_t)cols / 32 + 1);
+                    const bool quantized = type == GPT2_TYPE_Q8_0 && T == 1; // as the forward pass does
+                    if (quantized) gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), cols);
+                    for (bool accumulate : {false, true}) {
+                        std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
+                        std::vector<float> want = start, got = start, split = start;
+                        std::vector<float> panel(gpt2__panel_floats(cols));
+                        gpt2__matmul_args a{want.data(), x.data(), quantized ? xq.data() : nullptr, quantized ? xs.data() : nullptr, &m.w, bias.data(), T, accumulate};
+                        gpt2__matmul_scalar(a, 0, rows, panel.data());
+                        a.y = got.data();
+                        k->matmul(a, 0, rows, panel.data());
+                        a.y = split.data(); // two threads' ranges at an odd boundary give the same bits
+                        k->matmul(a, 0, 13, panel.data());
+                        k->matmul(a, 13, rows, panel.data());
+                        CHECK(split == got);
+                        float worst = 0;
+                        for (size_t i = 0; i < want.size(); i++) {
+                            const float scale = 1.0f + (float)cols * 0.05f; // |w x| sums stay below ~cols/4
+                            worst = std::max(worst, std::fabs(want[i] - got[i]) / scale);
+                        }
+                        CHECK(worst < 1e-5f);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactly") {
+    std::mt19937 rng(7);
+    for (const gpt2__kernels* k : simd_kernels()) {
+        CAPTURE(k->name);
+        std::vector<float> x = random_floats(rng, 32 * 13, 3.0f);
+        for (int i = 0; i < 32; i++) x[32 * 5 + (size_t)i] = 0.0f; // an all-zero block
+        std::vector<int8_t> q1(x.size()), q2(x.size());
+        std::vector<float> s1(13), s2(13);
+        gpt2__quantize_q8_scalar(q1.data(), s1.data(), x.data(), (int64_t)x.size());
+        k->quantize_q8(q2.data(), s2.data(), x.data(), (int64_t)x.size());
+        CHECK(q1 == q2);
+        CHECK(s1 == s2);
+    }
+}
+
+TEST_CASE("SIMD attention equals scalar attention for f32 and f16 caches") {
+    std::mt19937 rng(99);
+    for (const gpt2__kernels* k : simd_kernels()) {
+        for (int head_dim : {64, 24, 40}) {
+            for (int n_keys : {1, 17, 100}) {
+                CAPTURE(k->name); CAPTURE(head_dim); CAPTURE(n_keys);
+                const size_t stride = (size_t)head_dim * 3;
+                std::vector<float> q = random_floats(rng, (size_t)head_dim, 2.0f);
+                std::vector<float> kc = random_floats(rng, stride * n_keys, 2.0f), vc = random_floats(rng, stride * n_keys, 2.0f);
+                std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+                for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
+                std::vector<float> want((size_t)head_dim), got((size_t)head_dim), scores((size_t)n_keys);
+                gpt2__attend_f32_scalar(want.data(), q.data(), kc.data(), vc.data(), stride, n_keys, head_dim, scores.data());
+                k->attend_f32(got.data(), q.data(), kc.data(), vc.data(), stride, n_keys, head_dim, scores.data());
+                for (int d = 0; d < head_dim; d++) CHECK(got[(size_t)d] == doctest::Approx(want[(size_t)d]).epsilon(1e-5).scale(1.0));
+                gpt2__attend_f16_scalar(want.data(), q.data(), kh.data(), vh.data(), stride, n_keys, head_dim, scores.data());
+                k->attend_f16(got.data(), q.data(), kh.data(), vh.data(), stride, n_keys, head_dim, scores.data());
+                for (int d = 0; d < head_dim; d++) CHECK(got[(size_t)d] == doctest::Approx(want[(size_t)d]).epsilon(1e-5).scale(1.0));
+            }
+        }
+    }
+}
+
+TEST_CASE("GELU kernels match float64 GELU within 2e-7 relative to max(1, |x|), both forms") {
+    std::vector<float> x;
+    for (int i = -4000; i <= 4000; i++) x.push_back((float)i * 0.003f); // -12 .. 12
+    std::mt19937 rng(5);
+    for (float v : random_floats(rng, 1001, 30.0f)) x.push_back(v);
+    std::vector<const gpt2__kernels*> sets = simd_kernels();
+    sets.push_back(&gpt2__kernels_scalar);
+    for (const gpt2__kernels* k : sets) {
+        for (bool tanh_form : {false, true}) {
+            CAPTURE(k->name); CAPTURE(tanh_form);
+            std::vector<float> y = x;
+            k->gelu(y.data(), y.size(), tanh_form);
+            double worst = 0;
+            for (size_t i = 0; i < x.size(); i++) {
+                const double v = x[i];
+                const double want = tanh_form ? 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+                                              : 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+                worst = std::max(worst, std::fabs(y[i] - want) / std::max(1.0, std::fabs(v)));
+            }
+            CHECK(worst < 2e-7);
+        }
+    }
+}

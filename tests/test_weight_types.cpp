@@ -1,0 +1,131 @@
+// f16, bf16 and q8_0 weights against the float32 model they are made from: the shakespeare_char
+// fixture is converted at test time with the same code as gpt2-quantize. This file holds a
+// private copy of the implementation to reach that converter.
+#define GPT2_IMPLEMENTATION
+#define GPT2_STATIC
+#include "helpers.h"
+#include "tools/gguf_write.h"
+#include <doctest/doctest.h>
+#include <fstream>
+#include <sstream>
+
+static std::string quantized_model(const char* type_name, uint32_t type) {
+    const std::string in = test_model("shakespeare_char.gguf");
+    const std::string out = test_model(std::string("shakespeare_char_") + type_name + ".gguf");
+    std::string error;
+    size_t bytes = 0;
+    REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), type, &bytes, &error), error);
+    return out;
+}
+
+static const Json& reference() {
+    static const Json ref = read_json(test_data("shakespeare_char/reference.json"));
+    return ref;
+}
+
+static int argmax(const float* v, int n) { return (int)(std::max_element(v, v + n) - v); }
+
+// Mean cross-entropy (nats per character) of `ids`, each predicted from the ones before it in
+// windows of n_ctx characters (the first of a window is not scored), one token per eval.
+static double cross_entropy(const Model& m, const std::vector<int32_t>& ids) {
+    const int n_ctx = m.info().n_ctx, n_vocab = m.info().n_vocab;
+    Session s(m, 1);
+    double sum = 0;
+    int scored = 0;
+    for (size_t i = 0; i < ids.size(); i++) {
+        if (i % (size_t)n_ctx == 0) gpt2_session_reset(s.session);
+        else {
+            sum -= gpt2__log_prob(gpt2_session_logits(s.session), n_vocab, ids[i]);
+            scored++;
+        }
+        REQUIRE(gpt2_session_eval(s.session, &ids[i], 1, nullptr) == GPT2_OK);
+    }
+    return sum / scored;
+}
+
+static std::vector<int32_t> validation_ids(const Model& m) {
+    std::ifstream f(test_data("shakespeare_char/val_4k.txt"), std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    size_t n = 0;
+    REQUIRE(gpt2_tokenize(m.model, text.data(), text.size(), 0, nullptr, 0, &n, nullptr) == GPT2_OK);
+    std::vector<int32_t> ids(n);
+    REQUIRE(gpt2_tokenize(m.model, text.data(), text.size(), 0, ids.data(), n, &n, nullptr) == GPT2_OK);
+    return ids;
+}
+
+// bf16 keeps 8 significant bits, so its weights alone move this model's logits (up to ~15) by
+// about 3e-2, whatever the kernels do (they convert bf16 to float exactly): its bound is 5e-2.
+TEST_CASE("f16 weights give the float32 logits within 1e-2, bf16 within 5e-2") {
+    Model f32(test_model("shakespeare_char.gguf"));
+    REQUIRE_MESSAGE(f32.model, f32.err.message);
+    const struct { const char* name; uint32_t type; float bound; } types[] = {{"f16", GPT2_TYPE_F16, 1e-2f}, {"bf16", GPT2_TYPE_BF16, 5e-2f}};
+    for (const auto& t : types) {
+        CAPTURE(std::string(t.name));
+        Model q(quantized_model(t.name, t.type));
+        REQUIRE_MESSAGE(q.model, q.err.message);
+        CHECK(q.info().weight_type == (gpt2_type)t.type);
+        const int n_vocab = f32.info().n_vocab;
+        float worst = 0;
+        for (const Json& prompt : reference()["prompts"].array) {
+            std::vector<int32_t> ids = prompt["ids"].ints();
+            Session a(f32), b(q);
+            for (size_t i = 0; i < ids.size(); i++) { // every position, through the decode kernels
+                REQUIRE(gpt2_session_eval(a.session, &ids[i], 1, nullptr) == GPT2_OK);
+                REQUIRE(gpt2_session_eval(b.session, &ids[i], 1, nullptr) == GPT2_OK);
+                worst = std::max(worst, max_abs_diff(gpt2_session_logits(a.session), gpt2_session_logits(b.session), (size_t)n_vocab));
+            }
+            gpt2_session_reset(a.session); // and the whole prompt at once, through the prefill kernels
+            gpt2_session_reset(b.session);
+            REQUIRE(gpt2_session_eval(a.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+            REQUIRE(gpt2_session_eval(b.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+            worst = std::max(worst, max_abs_diff(gpt2_session_logits(a.session), gpt2_session_logits(b.session), (size_t)n_vocab));
+        }
+        MESSAGE(std::string(t.name) << ": largest logit difference from f32 " << worst);
+        CHECK(worst <= t.bound);
+    }
+}
+
+TEST_CASE("q8_0 picks the float32 model's greedy token at >= 95% of 1000 teacher-forced steps") {
+    Model f32(test_model("shakespeare_char.gguf"));
+    REQUIRE(f32.model);
+    Model q(quantized_model("q8_0", GPT2_TYPE_Q8_0));
+    REQUIRE_MESSAGE(q.model, q.err.message);
+    const int n_ctx = f32.info().n_ctx, n_vocab = f32.info().n_vocab;
+    const std::vector<int32_t> text = validation_ids(f32);
+    int agree = 0, steps = 0;
+    // Windows of n_ctx: a few characters of real text, then the f32 model's greedy tokens fed to both.
+    for (size_t start = 0; steps < 1000; start += 97) {
+        Session a(f32, 1), b(q, 1);
+        std::vector<int32_t> prompt(text.begin() + (long)start, text.begin() + (long)start + 8);
+        REQUIRE(gpt2_session_eval(a.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+        REQUIRE(gpt2_session_eval(b.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+        for (int i = (int)prompt.size(); i < n_ctx && steps < 1000; i++, steps++) {
+            const int32_t want = argmax(gpt2_session_logits(a.session), n_vocab);
+            agree += argmax(gpt2_session_logits(b.session), n_vocab) == want;
+            REQUIRE(gpt2_session_eval(a.session, &want, 1, nullptr) == GPT2_OK);
+            REQUIRE(gpt2_session_eval(b.session, &want, 1, nullptr) == GPT2_OK);
+        }
+    }
+    MESSAGE("q8_0 agrees with f32 on " << agree << " of " << steps << " greedy steps");
+    CHECK(agree >= 950);
+}
+
+TEST_CASE("cross-entropy on held-out Shakespeare stays within 1% of float32 for f16, bf16 and q8_0") {
+    Model f32(test_model("shakespeare_char.gguf"));
+    REQUIRE(f32.model);
+    const std::vector<int32_t> ids = validation_ids(f32);
+    REQUIRE(ids.size() >= 4000);
+    const double base = cross_entropy(f32, ids);
+    MESSAGE("f32 cross-entropy " << base << " nats/char");
+    const struct { const char* name; uint32_t type; } types[] = {{"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}};
+    for (const auto& t : types) {
+        CAPTURE(std::string(t.name));
+        Model q(quantized_model(t.name, t.type));
+        REQUIRE(q.model);
+        const double ce = cross_entropy(q, ids);
+        MESSAGE(std::string(t.name) << " cross-entropy " << ce << " (" << 100.0 * (ce - base) / base << "% from f32)");
+        CHECK(std::fabs(ce - base) <= 0.01 * base);
+    }
+}
