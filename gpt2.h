@@ -2064,7 +2064,9 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 #endif
 
 /* Fully unrolled loops over the accumulators keep them in registers. */
-#if defined(__clang__)
+#if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
+#define GPT2__UNROLL
+#elif defined(__clang__)
 #define GPT2__UNROLL _Pragma("unroll")
 #elif defined(__GNUC__)
 #define GPT2__UNROLL _Pragma("GCC unroll 16")

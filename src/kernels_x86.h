@@ -32,7 +32,9 @@
 #endif
 
 /* Fully unrolled loops over the accumulators keep them in registers. */
-#if defined(__clang__)
+#if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
+#define GPT2__UNROLL
+#elif defined(__clang__)
 #define GPT2__UNROLL _Pragma("unroll")
 #elif defined(__GNUC__)
 #define GPT2__UNROLL _Pragma("GCC unroll 16")
