@@ -12,6 +12,15 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 
+# ---- the CUDA path: built for every target GPU wherever nvcc is; its tests skip without a GPU ----
+nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+if [ -x "$nvcc" ]; then
+    cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DGPT2_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
+        -DGPT2_BUILD_TESTS=OFF -DGPT2_CUDA_TESTS=ON -DGPT2_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build build-cuda -j"$(nproc)"
+    ./build-cuda/tests/cuda/gpt2-cuda-tests
+fi
+
 # ---- reliability: sanitizers and fuzzing ----
 if [ "$fast" != 1 ]; then
     bash tools/sanitize.sh asan tsan valgrind
