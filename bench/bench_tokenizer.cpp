@@ -1,7 +1,8 @@
 // GPT-2 BPE encoding throughput, single thread, median of 5 runs per mode.
 //
-//   g++ -std=c++17 -O2 -I. bench/bench_tokenizer.cpp -o build-tok/bench_tokenizer -lpthread
-//   ./build-tok/bench_tokenizer tests/data/gpt2-bpe /work/shared/data/tinyshakespeare.txt bench/mixed_script.txt
+//   cmake --build build --target gpt2-bench-tokenizer
+//   build/bench/gpt2-bench-tokenizer tests/data/gpt2-bpe TEXT_FILE [TEXT_FILE...]
+//   (e.g. nanoGPT's tinyshakespeare input.txt, and bench/mixed_script.txt)
 //
 // Modes: "cold" encodes with an empty word cache (a fresh tokenizer per run; loading is not
 // timed), "warm" encodes again with the cache filled by a previous pass, "no cache" turns the
