@@ -9,7 +9,7 @@ struct gpt2_session {
     const gpt2__kernels* kernels = nullptr;
     gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
     int n_cached = 0;             /* tokens[0..n_cached) have their keys and values in the cache */
-    void* k_cache = nullptr;      /* (n_layer, n_ctx, C) float or f16 */
+    void* k_cache = nullptr;      /* (n_layer, n_head, n_ctx, head_dim) float or f16 */
     void* v_cache = nullptr;
     float* x = nullptr;       /* (n_ctx, C) residual stream */
     float* xn = nullptr;      /* (n_ctx, C) normalised input of a sub-block; after the pass, ln_f output */
@@ -97,11 +97,16 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
     const int C = m->n_embd, H = m->n_head, D = C / H;
     KV* k_cache = (KV*)s->k_cache + (size_t)layer * s->n_ctx * C;
     KV* v_cache = (KV*)s->v_cache + (size_t)layer * s->n_ctx * C;
+    /* head-major (H, n_ctx, D): the keys of one head are one contiguous stream */
+    const size_t head_stride = (size_t)s->n_ctx * D;
     for (int t = 0; t < T; t++) {
         const float* row = s->qkv + (size_t)t * 3 * C;
-        for (int i = 0; i < C; i++) {
-            gpt2__store_kv(k_cache, (size_t)(pos0 + t) * C + i, row[C + i]);
-            gpt2__store_kv(v_cache, (size_t)(pos0 + t) * C + i, row[2 * C + i]);
+        for (int h = 0; h < H; h++) {
+            const size_t at = (size_t)h * head_stride + (size_t)(pos0 + t) * D;
+            for (int d = 0; d < D; d++) {
+                gpt2__store_kv(k_cache, at + d, row[C + h * D + d]);
+                gpt2__store_kv(v_cache, at + d, row[2 * C + h * D + d]);
+            }
         }
     }
     typedef void (*attend_fn)(float*, const float*, const KV*, const KV*, size_t, int, int, float*);
@@ -114,7 +119,7 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
         for (int64_t task = begin; task < end; task++) {
             const int t = (int)(task / H), h = (int)(task % H);
             const float* q = s->qkv + (size_t)t * 3 * C + (size_t)h * D;
-            attend(s->att + (size_t)t * C + (size_t)h * D, q, k_cache + (size_t)h * D, v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, D, scores);
+            attend(s->att + (size_t)t * C + (size_t)h * D, q, k_cache + (size_t)h * head_stride, v_cache + (size_t)h * head_stride, (size_t)D, pos0 + t + 1, D, scores);
         }
     });
 }
