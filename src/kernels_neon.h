@@ -60,18 +60,7 @@ static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float
 
 static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    const gpt2__weight* W = a.W;
-    const bool int8 = W->type == GPT2_TYPE_Q8_0 && a.xq;
-    for (int64_t o = o_begin; o < o_end; o++) {
-        const uint8_t* row = W->data + (size_t)o * W->row_bytes;
-        for (int t = 0; t < a.T; t++) {
-            float v = (a.bias ? a.bias[o] : 0.0f);
-            v += int8 ? gpt2__dot_q8_neon(row, a.xq + (size_t)t * W->cols, a.xq_scale + (size_t)t * (W->cols / 32), W->cols)
-                      : gpt2__dot_row_neon(W->type, row, a.x + (size_t)t * W->cols, W->cols);
-            float* y = a.y + (size_t)t * W->rows + o;
-            *y = a.accumulate ? *y + v : v;
-        }
-    }
+    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
 #endif /* GPT2__NEON */
