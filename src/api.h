@@ -76,7 +76,6 @@
      GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon") when the
                              CPU has it; by default the best one is picked at run time (cpuid)
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
-     GPT2_PREFETCH_BYTES     software prefetch distance of the q8_0 decode kernel (default 16384)
 */
 #ifndef GPT2_H
 #define GPT2_H
