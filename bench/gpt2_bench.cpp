@@ -7,7 +7,8 @@
 // token) / (read bandwidth); prefill is arithmetic, so its ceiling is the fp32 FMA peak (every
 // kernel set does prefill with fp32 FMAs: f16/bf16/q8_0 rows are converted to float panels
 // first). Both are measured here with the same thread count: a streaming read over a buffer
-// far larger than the caches, and a register-only FMA loop.
+// far larger than the caches (passes interleaved with the timed runs; their median), and a
+// register-only FMA loop.
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
 #include "tools/gguf_write.h"
@@ -104,23 +105,15 @@ static float read_sum(const float* p, size_t n) {
     return s0 + s1 + s2 + s3;
 }
 
-// Best read bandwidth in GB/s over several passes of `mb` MiB, split over the pool's threads.
-static double measure_bandwidth(gpt2__pool* pool, size_t mb) {
-    const size_t n = mb * 1024 * 1024 / 4;
-    float* buf = (float*)std::aligned_alloc(64, n * 4);
-    std::memset(buf, 0, n * 4);
-    double best = 0;
-    volatile float sink = 0;
-    for (int pass = 0; pass < 8; pass++) {
-        const double t0 = now_s();
-        float sums[64] = {0};
-        gpt2__parallel_for(pool, (int64_t)n, 1024, [&](int64_t begin, int64_t end, int thread) { sums[thread] = read_sum(buf + begin, (size_t)(end - begin)); });
-        const double dt = now_s() - t0;
-        sink = sink + sums[0];
-        best = std::max(best, n * 4.0 / dt / 1e9);
-    }
-    std::free(buf);
-    return best;
+// Read bandwidth in GB/s of one pass over `n` floats, split over the pool's threads.
+static double bandwidth_pass(gpt2__pool* pool, const float* buf, size_t n) {
+    static volatile float sink = 0;
+    float sums[64] = {0};
+    const double t0 = now_s();
+    gpt2__parallel_for(pool, (int64_t)n, 1024, [&](int64_t begin, int64_t end, int thread) { sums[thread] = read_sum(buf + begin, (size_t)(end - begin)); });
+    const double dt = now_s() - t0;
+    sink = sink + sums[0];
+    return n * 4.0 / dt / 1e9;
 }
 
 // fp32 FMA peak in GFLOP/s for the widest vectors the given kernel set uses.
@@ -280,7 +273,7 @@ static void usage() {
         "  --prompt N                prompt tokens, timed as prefill (default 128)\n"
         "  --gen N                   decoded tokens per repeat (default 32)\n"
         "  --context N               context length before the decode is timed (default: --prompt)\n"
-        "  --repeat N                repeats; medians are reported (default 5)\n"
+        "  --repeat N                timed repeats after one warm-up; medians are reported (default 5)\n"
         "  --kv-f16                  16-bit KV cache\n"
         "  --kernels NAME            scalar|avx2|avx512|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
@@ -322,7 +315,7 @@ int main(int argc, char** argv) {
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
     }
     if (!random == !path) { usage(); return 2; }
-    if (threads < 1 || threads > 64 || prompt < 1 || gen < 1 || repeat < 1) { std::fprintf(stderr, "gpt2-bench: threads 1..64, prompt, gen and repeat >= 1\n"); return 2; }
+    if (threads < 1 || threads > 64 || prompt < 1 || gen < 1 || repeat < 1 || bandwidth_mb < 64) { std::fprintf(stderr, "gpt2-bench: threads 1..64, prompt, gen and repeat >= 1, bandwidth-mb >= 64\n"); return 2; }
     if (context < prompt) context = prompt;
 
     gpt2_error err;
@@ -377,22 +370,37 @@ int main(int argc, char** argv) {
 
     std::vector<int32_t> tokens((size_t)(context + gen));
     for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
-    std::vector<double> prefill_s, decode_s, decode_cpu_s;
-    for (int r = 0; r < repeat; r++) {
+    // One untimed warm-up run, then `repeat` timed runs. The machine's bandwidth drifts on a
+    // shared host, so bandwidth passes are interleaved with the timed runs and the limit is
+    // their median, the same statistic as the decode time it is compared with.
+    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s;
+    double peak_rss = 0;
+    float* bandwidth_buffer = nullptr;
+    const size_t bandwidth_floats = bandwidth_mb * 1024 * 1024 / 4;
+    for (int r = -1; r < repeat; r++) {
         gpt2_session_reset(session);
         double t0 = now_s();
         if (gpt2_session_eval(session, tokens.data(), (size_t)prompt, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
-        prefill_s.push_back(now_s() - t0);
+        const double prefill = now_s() - t0;
         if (context > prompt) gpt2_session_eval(session, tokens.data() + prompt, (size_t)(context - prompt), &err);
         t0 = now_s();
         const double c0 = cpu_s();
         for (int g = 0; g < gen; g++) gpt2_session_eval(session, &tokens[(size_t)(context + g)], 1, &err);
-        decode_s.push_back((now_s() - t0) / gen);
-        decode_cpu_s.push_back((cpu_s() - c0) / gen);
+        const double decode = (now_s() - t0) / gen, decode_cpu = (cpu_s() - c0) / gen;
+        if (r < 0) { // after the warm-up: everything the run needs is resident; then the test buffer
+            peak_rss = peak_rss_mb();
+            bandwidth_buffer = (float*)std::aligned_alloc(64, bandwidth_floats * 4);
+            if (!bandwidth_buffer) { std::fprintf(stderr, "gpt2-bench: cannot allocate the %zu MiB bandwidth buffer\n", bandwidth_mb); return 1; }
+            std::memset(bandwidth_buffer, 0, bandwidth_floats * 4);
+            continue;
+        }
+        prefill_s.push_back(prefill);
+        decode_s.push_back(decode);
+        decode_cpu_s.push_back(decode_cpu);
+        for (int pass = 0; pass < 3; pass++) bandwidth_gb_s.push_back(bandwidth_pass(&session->pool, bandwidth_buffer, bandwidth_floats));
     }
-    const double peak_rss = peak_rss_mb(); // before the bandwidth test allocates its buffer
-    // The limits, with the session's own threads.
-    const double bandwidth = measure_bandwidth(&session->pool, bandwidth_mb);
+    std::free(bandwidth_buffer);
+    const double bandwidth = median(bandwidth_gb_s);
     const double fma_gflops = measure_fma_peak(&session->pool, kernels);
 
     const double prefill_tok_s = prompt / median(prefill_s);

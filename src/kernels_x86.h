@@ -4,13 +4,14 @@
 
    Matrix products come in two shapes:
    - decode (few tokens): every weight is read once, straight from the (mapped) file, in its own
-     type: memory bandwidth is the limit. q8_0 rows meet activations quantized to int8 in
-     blocks of 32 and use integer dot products (vpdpbusd / pmaddubsw), as ggml's q8_0 x q8_0.
+     type, one row after the other (gpt2__matmul_by_rows): memory bandwidth is the limit. q8_0
+     rows meet activations quantized to int8 in blocks of 32 and use integer dot products
+     (vpdpbusd / pmaddubsw), as ggml's q8_0 x q8_0.
    - prefill (many tokens): a panel of MR rows is converted to float once (in L1) and multiplied
      with tiles of NT tokens held in registers, so each weight load feeds NT FMAs: arithmetic is
      the limit.
-   Every output is one accumulator reduced the same way in both shapes and in every tile, so a
-   result does not depend on where its row falls in a thread's range. */
+   A result never depends on where its row falls in a thread's range: decode computes each row
+   alone, and prefill reduces every tile the same way. */
 
 #if !defined(GPT2_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
 #define GPT2__X86 1
@@ -82,6 +83,9 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
     }
 }
 
+/* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
+   which the hardware prefetcher follows across row ends (measured on Zen 4 from DRAM, one
+   thread: f16 10.9 GB/s with 16 rows interleaved, 21-25 GB/s one row at a time). */
 template <uint32_t TYPE>
 GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t K) {
     __m256 acc[4];
@@ -97,21 +101,29 @@ GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t
     return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
 }
 
+GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, const float* x, int64_t K) {
+    switch (type) {
+    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32>(row, x, K);
+    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16>(row, x, K);
+    default: return gpt2__row_avx2<GPT2_TYPE_BF16>(row, x, K);
+    }
+}
+
 /* One q8_0 block (at p) times 32 quantized activations, as 8 float partial sums. */
-GPT2__AVX2 static inline __m256 gpt2__dot_q8_avx2(const uint8_t* p, const int8_t* xq) {
+GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const int8_t* xq) {
     const __m256i w = _mm256_loadu_si256((const __m256i*)(p + 2)), x = _mm256_loadu_si256((const __m256i*)xq);
     const __m256i dot16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
-GPT2__AVX2 static float gpt2__row_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
     const int64_t nb = K / 32;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t* p = w + 34 * b;
         uint16_t h;
         std::memcpy(&h, p, 2);
-        acc[b & 1] = _mm256_fmadd_ps(gpt2__dot_q8_avx2(p, xq + 32 * b), _mm256_set1_ps(_cvtsh_ss(h) * xs[b]), acc[b & 1]);
+        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p, xq + 32 * b), _mm256_set1_ps(_cvtsh_ss(h) * xs[b]), acc[b & 1]);
     }
     return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
@@ -179,23 +191,6 @@ GPT2__AVX2 static void gpt2__tile_n_avx2(float* out, const float* w, size_t ldw,
     }
 }
 
-/* Decode: one row at a time (see gpt2__decode_avx512). */
-template <uint32_t TYPE>
-GPT2__AVX2 static void gpt2__decode_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const gpt2__weight* W = a.W;
-    const int64_t K = W->cols;
-    for (int t = 0; t < a.T; t++) {
-        const float* x = a.x + (size_t)t * K;
-        const int8_t* xq = a.xq ? a.xq + (size_t)t * K : nullptr;
-        const float* xs = a.xq ? a.xq_scale + (size_t)t * (K / 32) : nullptr;
-        for (int64_t o = o_begin; o < o_end; o++) {
-            const uint8_t* w = W->data + (size_t)o * W->row_bytes;
-            if constexpr (TYPE == GPT2_TYPE_Q8_0) gpt2__store_out(a, t, o, gpt2__row_q8_avx2(w, xq, xs, K));
-            else gpt2__store_out(a, t, o, gpt2__row_avx2<TYPE>(w, x, K));
-        }
-    }
-}
-
 GPT2__AVX2 static void gpt2__prefill_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
@@ -228,17 +223,10 @@ GPT2__AVX2 static void gpt2__prefill_avx2(const gpt2__matmul_args& a, int64_t o_
     }
 }
 
+/* Few tokens: stream the weights row by row in their own type. Many: float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT) return gpt2__prefill_avx2(a, o_begin, o_end, panel);
-    switch (a.W->type) {
-    case GPT2_TYPE_F32: gpt2__decode_avx2<GPT2_TYPE_F32>(a, o_begin, o_end); break;
-    case GPT2_TYPE_F16: gpt2__decode_avx2<GPT2_TYPE_F16>(a, o_begin, o_end); break;
-    case GPT2_TYPE_BF16: gpt2__decode_avx2<GPT2_TYPE_BF16>(a, o_begin, o_end); break;
-    case GPT2_TYPE_Q8_0:
-        if (a.xq) gpt2__decode_avx2<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
-        else gpt2__prefill_avx2(a, o_begin, o_end, panel);
-        break;
-    }
+    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_avx2(a, o_begin, o_end, panel);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -402,7 +390,7 @@ GPT2__AVX512 static inline __m512i gpt2__dot2_q8_avx512(const uint8_t* p, const 
 
 /* row . x for one q8_0 row against x quantized by gpt2__quantize_q8 (xs: its block scales):
    four blocks per step, their four weight scales times the activation scales in one vector. */
-GPT2__AVX512 static float gpt2__row_q8_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
     const int64_t nb = K / 32;
     const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
@@ -512,27 +500,6 @@ GPT2__AVX512 static void gpt2__tile_n_avx512(float* out, const float* w, size_t 
     }
 }
 
-/* Decode: one row at a time, so each thread reads its rows as one sequential stream, which
-   the hardware prefetcher follows across row ends (measured on Zen 4 from DRAM, one thread:
-   f16 10.9 GB/s with 16 rows interleaved, 21-23 GB/s one row at a time). Float rows use the
-   256-bit kernel: on Zen 4 it streams from DRAM 5-15% faster than 512-bit loads (which the
-   core splits in two anyway); q8_0 keeps 512-bit integer dot products, which are faster. */
-template <uint32_t TYPE>
-GPT2__AVX512 static void gpt2__decode_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const gpt2__weight* W = a.W;
-    const int64_t K = W->cols;
-    for (int t = 0; t < a.T; t++) {
-        const float* x = a.x + (size_t)t * K;
-        const int8_t* xq = a.xq ? a.xq + (size_t)t * K : nullptr;
-        const float* xs = a.xq ? a.xq_scale + (size_t)t * (K / 32) : nullptr;
-        for (int64_t o = o_begin; o < o_end; o++) {
-            const uint8_t* w = W->data + (size_t)o * W->row_bytes;
-            if constexpr (TYPE == GPT2_TYPE_Q8_0) gpt2__store_out(a, t, o, gpt2__row_q8_avx512(w, xq, xs, K));
-            else gpt2__store_out(a, t, o, gpt2__row_avx2<TYPE>(w, x, K));
-        }
-    }
-}
-
 GPT2__AVX512 static void gpt2__prefill_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
@@ -565,18 +532,13 @@ GPT2__AVX512 static void gpt2__prefill_avx512(const gpt2__matmul_args& a, int64_
     }
 }
 
-/* Few tokens: stream the weights once per token in their own type. Many: float panels. */
+/* Few tokens: stream the weights row by row in their own type. Many: float panels. Float rows
+   use the 256-bit row kernel: on Zen 4 it streams from DRAM 5-15% faster than 512-bit loads
+   (which the core splits in two anyway); q8_0 rows keep 512-bit integer dot products, which
+   are faster. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT) return gpt2__prefill_avx512(a, o_begin, o_end, panel);
-    switch (a.W->type) {
-    case GPT2_TYPE_F32: gpt2__decode_avx512<GPT2_TYPE_F32>(a, o_begin, o_end); break;
-    case GPT2_TYPE_F16: gpt2__decode_avx512<GPT2_TYPE_F16>(a, o_begin, o_end); break;
-    case GPT2_TYPE_BF16: gpt2__decode_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end); break;
-    case GPT2_TYPE_Q8_0:
-        if (a.xq) gpt2__decode_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
-        else gpt2__prefill_avx512(a, o_begin, o_end, panel);
-        break;
-    }
+    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_avx512(a, o_begin, o_end, panel);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
