@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
     }
     if (!random == !path) { usage(); return 2; }
-    if (threads < 1 || threads > 64 || prompt < 1 || gen < 1 || repeat < 1 || bandwidth_mb < 64) { std::fprintf(stderr, "gpt2-bench: threads 1..64, prompt, gen and repeat >= 1, bandwidth-mb >= 64\n"); return 2; }
+    if (threads < 1 || threads > 64 || prompt < 1 || gen < 1 || repeat < 1 || bandwidth_mb < 1) { std::fprintf(stderr, "gpt2-bench: threads 1..64; prompt, gen, repeat and bandwidth-mb >= 1\n"); return 2; }
     if (context < prompt) context = prompt;
 
     gpt2_error err;
