@@ -2081,7 +2081,7 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 #define GPT2__UNROLL
 #endif
 
-static const int GPT2__MR = 4, GPT2__NT = 4, GPT2__TOKEN_CHUNK = 64;
+static const int GPT2__MR = 4, GPT2__NT = 4, GPT2__TOKEN_CHUNK = 64, GPT2__K_BLOCK = 1024;
 
 /* Stores an output with the bias and the residual, as gpt2__matmul_scalar does. */
 static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o, float dot) {
@@ -2494,7 +2494,8 @@ GPT2__AVX512 static inline __m512 gpt2__hsum16_avx512(const __m512* v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
 }
 
-/* out[r * NT + t] = w_r . x_t for an R x N tile: R weight rows (ldw apart) and N tokens (ldx apart). */
+/* out[t * MR + r] += w_r . x_t for an R x N tile: R weight rows (ldw apart) and N tokens (ldx
+   apart). Token-major, so a full tile's outputs for one token are 4 adjacent floats of y. */
 template <int R, int N>
 GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     static_assert(R * N <= 16 && GPT2__MR * GPT2__NT == 16, "one tile is reduced by one 16-way sum");
@@ -2510,7 +2511,7 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         for (int r = 0; r < R; r++) {
             const __m512 wv = _mm512_loadu_ps(w + r * ldw + k);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[r * GPT2__NT + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * GPT2__NT + t]);
+            for (int t = 0; t < N; t++) acc[t * GPT2__MR + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * GPT2__MR + r]);
         }
     }
     if (k < K) {
@@ -2522,10 +2523,10 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         for (int r = 0; r < R; r++) {
             const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * ldw + k);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[r * GPT2__NT + t] = _mm512_fmadd_ps(wv, xv[t], acc[r * GPT2__NT + t]);
+            for (int t = 0; t < N; t++) acc[t * GPT2__MR + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * GPT2__MR + r]);
         }
     }
-    _mm512_storeu_ps(out, gpt2__hsum16_avx512(acc));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
 }
 
 template <int R>
@@ -2538,12 +2539,19 @@ GPT2__AVX512 static void gpt2__tile_n_avx512(float* out, const float* w, size_t 
     }
 }
 
+/* Prefill: for each group of MR rows (a float panel), tiles of NT tokens. K goes in blocks of
+   at most GPT2__K_BLOCK, so one tile's rows and tokens stay in L1 (measured on Zen 4 with
+   K = 3072, f32: 43 -> 47 GMAC/s per core), the partial sums of the chunk's tiles adding up in
+   `sums`. */
 GPT2__AVX512 static void gpt2__prefill_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
-    float out[GPT2__MR * GPT2__NT];
+    const int64_t k_blocks = (K + GPT2__K_BLOCK - 1) / GPT2__K_BLOCK;
+    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
+    float sums[GPT2__TOKEN_CHUNK / GPT2__NT][GPT2__MR * GPT2__NT];
     for (int t0 = 0; t0 < a.T; t0 += GPT2__TOKEN_CHUNK) {
         const int t_end = std::min(a.T, t0 + GPT2__TOKEN_CHUNK);
+        const int n_tiles = (t_end - t0 + GPT2__NT - 1) / GPT2__NT;
         for (int64_t o = o_begin; o < o_end; o += GPT2__MR) {
             const int rows = (int)std::min<int64_t>(GPT2__MR, o_end - o);
             const float* w = panel;
@@ -2554,17 +2562,40 @@ GPT2__AVX512 static void gpt2__prefill_avx512(const gpt2__matmul_args& a, int64_
             } else {
                 gpt2__panel_avx512(panel, W, o, rows);
             }
-            for (int t = t0; t < t_end; t += GPT2__NT) {
-                const int n = std::min(GPT2__NT, t_end - t);
-                const float* x = a.x + (size_t)t * K;
-                switch (rows) {
-                case 1: gpt2__tile_n_avx512<1>(out, w, ldw, x, (size_t)K, K, n); break;
-                case 2: gpt2__tile_n_avx512<2>(out, w, ldw, x, (size_t)K, K, n); break;
-                case 3: gpt2__tile_n_avx512<3>(out, w, ldw, x, (size_t)K, K, n); break;
-                default: gpt2__tile_n_avx512<GPT2__MR>(out, w, ldw, x, (size_t)K, K, n); break;
+            /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
+               spread prefetches of the next group's bytes over them. */
+            const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+            const size_t next_lines = (size_t)std::min<int64_t>(GPT2__MR, o_end - o - rows) * W->row_bytes / 64;
+            const size_t steps = (size_t)(n_tiles * k_blocks), lines_per_step = (next_lines + steps - 1) / steps;
+            size_t line = 0;
+            std::memset(sums, 0, sizeof(float) * GPT2__MR * GPT2__NT * (size_t)n_tiles);
+            for (int64_t k0 = 0; k0 < K; k0 += k_step) {
+                const int64_t kn = std::min(k_step, K - k0);
+                for (int i = 0; i < n_tiles; i++) {
+                    for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+                    const int t = t0 + i * GPT2__NT, n = std::min(GPT2__NT, t_end - t);
+                    const float* x = a.x + (size_t)t * K + k0;
+                    switch (rows) {
+                    case 1: gpt2__tile_n_avx512<1>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
+                    case 2: gpt2__tile_n_avx512<2>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
+                    case 3: gpt2__tile_n_avx512<3>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
+                    default: gpt2__tile_n_avx512<GPT2__MR>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
+                    }
                 }
-                for (int r = 0; r < rows; r++)
-                    for (int i = 0; i < n; i++) gpt2__store_out(a, t + i, o + r, out[r * GPT2__NT + i]);
+            }
+            for (int i = 0; i < n_tiles; i++) {
+                const int t = t0 + i * GPT2__NT, n = std::min(GPT2__NT, t_end - t);
+                if (rows == GPT2__MR && n == GPT2__NT) { /* gpt2__store_out, 4 rows at once */
+                    const __m128 bias = a.bias ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
+                    for (int j = 0; j < GPT2__NT; j++) {
+                        float* y = a.y + (size_t)(t + j) * W->rows + o;
+                        const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * GPT2__MR));
+                        _mm_storeu_ps(y, a.accumulate ? _mm_add_ps(_mm_loadu_ps(y), v) : v);
+                    }
+                } else {
+                    for (int r = 0; r < rows; r++)
+                        for (int j = 0; j < n; j++) gpt2__store_out(a, t + j, o + r, sums[i][j * GPT2__MR + r]);
+                }
             }
         }
     }
