@@ -635,12 +635,26 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* gpt2__attend_scalar with vector dot products, exponentials and sums. */
+/* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 16 keys
+   at a time (16 accumulators, one shuffle-tree reduction), and the weighted sum of the values
+   in registers, 64 dimensions at a time. */
 template <class KV>
 GPT2__AVX512 static void gpt2__attend_avx512(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < n_keys; j++) {
+    int j = 0;
+    for (; j + 16 <= n_keys; j += 16) {
+        __m512 acc[16];
+        GPT2__UNROLL
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+        for (int d = 0; d < head_dim; d += 16) {
+            const __mmask16 m = gpt2__mask16(d, head_dim);
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
+            GPT2__UNROLL
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(qv, gpt2__kv16_avx512(k + (size_t)(j + i) * stride + d, m), acc[i]);
+        }
+        _mm512_storeu_ps(scores + j, _mm512_mul_ps(gpt2__hsum16_avx512(acc), _mm512_set1_ps(scale)));
+    }
+    for (; j < n_keys; j++) {
         const KV* kj = k + (size_t)j * stride;
         __m512 acc = _mm512_setzero_ps();
         for (int d = 0; d < head_dim; d += 16) {
@@ -649,24 +663,33 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, const float* q, const K
         }
         scores[j] = _mm512_reduce_add_ps(acc) * scale;
     }
-    for (int j = 0; j < n_keys; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n_keys), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n_keys), scores + j));
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (j = 0; j < n_keys; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n_keys), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n_keys), scores + j));
     const __m512 max_score = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
     __m512 vsum = _mm512_setzero_ps();
-    for (int j = 0; j < n_keys; j += 16) {
+    for (j = 0; j < n_keys; j += 16) {
         const __mmask16 m = gpt2__mask16(j, n_keys);
         const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), max_score)));
         _mm512_mask_storeu_ps(scores + j, m, e);
         vsum = _mm512_add_ps(vsum, e);
     }
     const float inv_sum = 1.0f / _mm512_reduce_add_ps(vsum);
-    for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
-    for (int j = 0; j < n_keys; j++) {
-        const KV* vj = v + (size_t)j * stride;
-        const __m512 p = _mm512_set1_ps(scores[j] * inv_sum);
-        for (int d = 0; d < head_dim; d += 16) {
-            const __mmask16 m = gpt2__mask16(d, head_dim);
-            _mm512_mask_storeu_ps(out + d, m, _mm512_fmadd_ps(p, gpt2__kv16_avx512(vj + d, m), _mm512_maskz_loadu_ps(m, out + d)));
+    for (int d0 = 0; d0 < head_dim; d0 += 64) {
+        __mmask16 m[4];
+        __m512 acc[4];
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++) {
+            m[i] = d0 + 16 * i < head_dim ? gpt2__mask16(d0 + 16 * i, head_dim) : (__mmask16)0;
+            acc[i] = _mm512_setzero_ps();
         }
+        for (j = 0; j < n_keys; j++) {
+            const KV* vj = v + (size_t)j * stride + d0;
+            const __m512 p = _mm512_set1_ps(scores[j] * inv_sum);
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) acc[i] = _mm512_fmadd_ps(p, gpt2__kv16_avx512(vj + 16 * i, m[i]), acc[i]);
+        }
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++) _mm512_mask_storeu_ps(out + d0 + 16 * i, m[i], acc[i]);
     }
 }
 
