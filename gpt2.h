@@ -296,6 +296,10 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #ifndef GPT2_MALLOC
 #define GPT2_MALLOC(size) std::malloc(size)
 #define GPT2_FREE(ptr) std::free(ptr)
+#define GPT2__DEFAULT_ALLOCATOR 1
+#endif
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 #ifndef GPT2_ASSERT
 #include <cassert>
@@ -307,6 +311,21 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #else
 #define GPT2_DEF
 #endif
+
+/* Asks for transparent huge pages on the 2 MiB-aligned part of a large buffer the kernels
+   stream through (the KV cache): from 4 KiB pages a core streams about 25% slower (measured
+   on Zen 4, one thread, plain read: 24 vs 34 GB/s). Only for the default allocator's memory,
+   on Linux; the OS may ignore the advice. */
+static void gpt2__advise_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(GPT2__DEFAULT_ALLOCATOR)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    const uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
 
 /* Containers allocate through GPT2_MALLOC too, so a host's allocator sees every byte. */
 template <class T>
@@ -2684,11 +2703,20 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, const float* q, const K
         __m512 acc[16];
         GPT2__UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (int d = 0; d < head_dim; d += 16) {
-            const __mmask16 m = gpt2__mask16(d, head_dim);
-            const __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
+        for (int d0 = 0; d0 < head_dim; d0 += 64) { /* key by key, so the keys are read in order */
+            __mmask16 m[4];
+            __m512 qv[4];
             GPT2__UNROLL
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(qv, gpt2__kv16_avx512(k + (size_t)(j + i) * stride + d, m), acc[i]);
+            for (int c = 0; c < 4; c++) {
+                m[c] = d0 + 16 * c < head_dim ? gpt2__mask16(d0 + 16 * c, head_dim) : (__mmask16)0;
+                qv[c] = _mm512_maskz_loadu_ps(m[c], q + d0 + 16 * c);
+            }
+            GPT2__UNROLL
+            for (int i = 0; i < 16; i++) {
+                const KV* key = k + (size_t)(j + i) * stride + d0;
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++) acc[i] = _mm512_fmadd_ps(qv[c], gpt2__kv16_avx512(key + 16 * c, m[c]), acc[i]);
+            }
         }
         _mm512_storeu_ps(scores + j, _mm512_mul_ps(gpt2__hsum16_avx512(acc), _mm512_set1_ps(scale)));
     }
@@ -3129,6 +3157,8 @@ static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
         *b.p = GPT2_MALLOC(b.bytes);
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }
+    gpt2__advise_huge_pages(s->k_cache, cache);
+    gpt2__advise_huge_pages(s->v_cache, cache);
     return GPT2_OK;
 }
 

@@ -54,6 +54,8 @@ static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
         *b.p = GPT2_MALLOC(b.bytes);
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }
+    gpt2__advise_huge_pages(s->k_cache, cache);
+    gpt2__advise_huge_pages(s->v_cache, cache);
     return GPT2_OK;
 }
 

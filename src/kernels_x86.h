@@ -646,11 +646,20 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, const float* q, const K
         __m512 acc[16];
         GPT2__UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (int d = 0; d < head_dim; d += 16) {
-            const __mmask16 m = gpt2__mask16(d, head_dim);
-            const __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
+        for (int d0 = 0; d0 < head_dim; d0 += 64) { /* key by key, so the keys are read in order */
+            __mmask16 m[4];
+            __m512 qv[4];
             GPT2__UNROLL
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(qv, gpt2__kv16_avx512(k + (size_t)(j + i) * stride + d, m), acc[i]);
+            for (int c = 0; c < 4; c++) {
+                m[c] = d0 + 16 * c < head_dim ? gpt2__mask16(d0 + 16 * c, head_dim) : (__mmask16)0;
+                qv[c] = _mm512_maskz_loadu_ps(m[c], q + d0 + 16 * c);
+            }
+            GPT2__UNROLL
+            for (int i = 0; i < 16; i++) {
+                const KV* key = k + (size_t)(j + i) * stride + d0;
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++) acc[i] = _mm512_fmadd_ps(qv[c], gpt2__kv16_avx512(key + 16 * c, m[c]), acc[i]);
+            }
         }
         _mm512_storeu_ps(scores + j, _mm512_mul_ps(gpt2__hsum16_avx512(acc), _mm512_set1_ps(scale)));
     }
