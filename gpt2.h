@@ -2109,6 +2109,65 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
     *y = a.accumulate ? *y + v : v;
 }
 
+/* Prefill, shared by the kernel sets: for each group of MR rows (a float panel: the f32 rows
+   themselves, else converted by Panel), tiles of NT tokens. K goes in blocks of at most
+   GPT2__K_BLOCK, so a tile's rows and tokens stay in L1 (measured on Zen 4 with K = 3072, f32:
+   43 -> 47 GMAC/s per core), the partial sums of the chunk's tiles adding up in `sums`.
+   Tile(sums, rows, n, w, ldw, x, ldx, K) adds the products of `rows` rows and `n` tokens to
+   sums[t * MR + r]. */
+template <void (*Panel)(float*, const gpt2__weight*, int64_t, int), void (*Tile)(float*, int, int, const float*, size_t, const float*, size_t, int64_t)>
+static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    const gpt2__weight* W = a.W;
+    const int64_t K = W->cols;
+    const int64_t k_blocks = (K + GPT2__K_BLOCK - 1) / GPT2__K_BLOCK;
+    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
+    float sums[GPT2__TOKEN_CHUNK / GPT2__NT][GPT2__MR * GPT2__NT];
+    for (int t0 = 0; t0 < a.T; t0 += GPT2__TOKEN_CHUNK) {
+        const int t_end = std::min(a.T, t0 + GPT2__TOKEN_CHUNK);
+        const int n_tiles = (t_end - t0 + GPT2__NT - 1) / GPT2__NT;
+        for (int64_t o = o_begin; o < o_end; o += GPT2__MR) {
+            const int rows = (int)std::min<int64_t>(GPT2__MR, o_end - o);
+            const float* w = panel;
+            size_t ldw = (size_t)K;
+            if (W->type == GPT2_TYPE_F32) {
+                w = (const float*)(W->data + (size_t)o * W->row_bytes);
+                ldw = W->row_bytes / 4;
+            } else {
+                Panel(panel, W, o, rows);
+            }
+            /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
+               spread prefetches of the next group's bytes over them. */
+            const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+            const size_t next_lines = (size_t)std::min<int64_t>(GPT2__MR, o_end - o - rows) * W->row_bytes / 64;
+            const size_t steps = (size_t)(n_tiles * k_blocks), lines_per_step = (next_lines + steps - 1) / steps;
+            size_t line = 0;
+            std::memset(sums, 0, sizeof(float) * GPT2__MR * GPT2__NT * (size_t)n_tiles);
+            for (int64_t k0 = 0; k0 < K; k0 += k_step) {
+                const int64_t kn = std::min(k_step, K - k0);
+                for (int i = 0; i < n_tiles; i++) {
+                    for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+                    const int t = t0 + i * GPT2__NT;
+                    Tile(sums[i], rows, std::min(GPT2__NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                }
+            }
+            for (int i = 0; i < n_tiles; i++) {
+                const int t = t0 + i * GPT2__NT, n = std::min(GPT2__NT, t_end - t);
+                if (rows == GPT2__MR && n == GPT2__NT) { /* gpt2__store_out, 4 rows at once */
+                    const __m128 bias = a.bias ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
+                    for (int j = 0; j < GPT2__NT; j++) {
+                        float* y = a.y + (size_t)(t + j) * W->rows + o;
+                        const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * GPT2__MR));
+                        _mm_storeu_ps(y, a.accumulate ? _mm_add_ps(_mm_loadu_ps(y), v) : v);
+                    }
+                } else {
+                    for (int r = 0; r < rows; r++)
+                        for (int j = 0; j < n; j++) gpt2__store_out(a, t + j, o + r, sums[i][j * GPT2__MR + r]);
+                }
+            }
+        }
+    }
+}
+
 /* ---- AVX2 ----------------------------------------------------------------------------- */
 
 GPT2__AVX2 static inline float gpt2__hsum_avx2(__m256 v) {
@@ -2209,37 +2268,47 @@ GPT2__AVX2 static void gpt2__panel_avx2(float* panel, const gpt2__weight* W, int
     }
 }
 
+/* The 8 sums of 8 vectors, in order, by a tree of horizontal adds. */
+GPT2__AVX2 static inline __m256 gpt2__hsum8_avx2(const __m256* v) {
+    const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+/* out[t * MR + r] += w_r . x_t for R rows and N tokens, two tokens per pass over K: 8
+   accumulators, 2 token vectors and a weight vector fit the 16 ymm registers. */
 template <int R, int N>
 GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    __m256 acc[R][N];
-    GPT2__UNROLL
-    for (int r = 0; r < R; r++)
+    for (int t0 = 0; t0 < N; t0 += 2) {
+        const int pair = std::min(2, N - t0);
+        __m256 acc[8];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv[N];
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
-        GPT2__UNROLL
-        for (int r = 0; r < R; r++) {
-            const __m256 wv = _mm256_loadu_ps(w + r * ldw + k);
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        const float* x0 = x + (size_t)t0 * ldx;
+        const float* x1 = pair == 2 ? x0 + ldx : x0;
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+            const __m256 a0 = _mm256_loadu_ps(x0 + k), a1 = _mm256_loadu_ps(x1 + k);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            for (int r = 0; r < R; r++) {
+                const __m256 wv = _mm256_loadu_ps(w + r * ldw + k);
+                acc[r] = _mm256_fmadd_ps(wv, a0, acc[r]);
+                acc[GPT2__MR + r] = _mm256_fmadd_ps(wv, a1, acc[GPT2__MR + r]);
+            }
         }
+        alignas(32) float sum[8];
+        _mm256_store_ps(sum, gpt2__hsum8_avx2(acc));
+        for (int tt = 0; tt < pair; tt++)
+            for (int r = 0; r < R; r++) {
+                float tail = 0.0f;
+                for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x0[(size_t)tt * ldx + i];
+                out[(t0 + tt) * GPT2__MR + r] += sum[tt * GPT2__MR + r] + tail;
+            }
     }
-    GPT2__UNROLL
-    for (int r = 0; r < R; r++)
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) {
-            float tail = 0.0f;
-            for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x[t * ldx + i];
-            out[r * GPT2__NT + t] = gpt2__hsum_avx2(acc[r][t]) + tail;
-        }
 }
 
 template <int R>
-GPT2__AVX2 static void gpt2__tile_n_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K, int n) {
+GPT2__AVX2 static void gpt2__tile_n_avx2(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     switch (n) {
     case 1: gpt2__tile_avx2<R, 1>(out, w, ldw, x, ldx, K); break;
     case 2: gpt2__tile_avx2<R, 2>(out, w, ldw, x, ldx, K); break;
@@ -2248,41 +2317,18 @@ GPT2__AVX2 static void gpt2__tile_n_avx2(float* out, const float* w, size_t ldw,
     }
 }
 
-GPT2__AVX2 static void gpt2__prefill_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    const gpt2__weight* W = a.W;
-    const int64_t K = W->cols;
-    float out[GPT2__MR * GPT2__NT];
-    for (int t0 = 0; t0 < a.T; t0 += GPT2__TOKEN_CHUNK) {
-        const int t_end = std::min(a.T, t0 + GPT2__TOKEN_CHUNK);
-        for (int64_t o = o_begin; o < o_end; o += GPT2__MR) {
-            const int rows = (int)std::min<int64_t>(GPT2__MR, o_end - o);
-            const float* w = panel;
-            size_t ldw = (size_t)K;
-            if (W->type == GPT2_TYPE_F32) {
-                w = (const float*)(W->data + (size_t)o * W->row_bytes);
-                ldw = W->row_bytes / 4;
-            } else {
-                gpt2__panel_avx2(panel, W, o, rows);
-            }
-            for (int t = t0; t < t_end; t += GPT2__NT) {
-                const int n = std::min(GPT2__NT, t_end - t);
-                const float* x = a.x + (size_t)t * K;
-                switch (rows) {
-                case 1: gpt2__tile_n_avx2<1>(out, w, ldw, x, (size_t)K, K, n); break;
-                case 2: gpt2__tile_n_avx2<2>(out, w, ldw, x, (size_t)K, K, n); break;
-                case 3: gpt2__tile_n_avx2<3>(out, w, ldw, x, (size_t)K, K, n); break;
-                default: gpt2__tile_n_avx2<GPT2__MR>(out, w, ldw, x, (size_t)K, K, n); break;
-                }
-                for (int r = 0; r < rows; r++)
-                    for (int i = 0; i < n; i++) gpt2__store_out(a, t + i, o + r, out[r * GPT2__NT + i]);
-            }
-        }
+GPT2__AVX2 static void gpt2__tile_any_avx2(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    switch (rows) {
+    case 1: gpt2__tile_n_avx2<1>(out, n, w, ldw, x, ldx, K); break;
+    case 2: gpt2__tile_n_avx2<2>(out, n, w, ldw, x, ldx, K); break;
+    case 3: gpt2__tile_n_avx2<3>(out, n, w, ldw, x, ldx, K); break;
+    default: gpt2__tile_n_avx2<GPT2__MR>(out, n, w, ldw, x, ldx, K); break;
     }
 }
 
 /* Few tokens: stream the weights row by row in their own type. Many: float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_avx2(a, o_begin, o_end, panel);
+    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__panel_avx2, gpt2__tile_any_avx2>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
@@ -2549,7 +2595,7 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 }
 
 template <int R>
-GPT2__AVX512 static void gpt2__tile_n_avx512(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K, int n) {
+GPT2__AVX512 static void gpt2__tile_n_avx512(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     switch (n) {
     case 1: gpt2__tile_avx512<R, 1>(out, w, ldw, x, ldx, K); break;
     case 2: gpt2__tile_avx512<R, 2>(out, w, ldw, x, ldx, K); break;
@@ -2558,65 +2604,12 @@ GPT2__AVX512 static void gpt2__tile_n_avx512(float* out, const float* w, size_t 
     }
 }
 
-/* Prefill: for each group of MR rows (a float panel), tiles of NT tokens. K goes in blocks of
-   at most GPT2__K_BLOCK, so one tile's rows and tokens stay in L1 (measured on Zen 4 with
-   K = 3072, f32: 43 -> 47 GMAC/s per core), the partial sums of the chunk's tiles adding up in
-   `sums`. */
-GPT2__AVX512 static void gpt2__prefill_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    const gpt2__weight* W = a.W;
-    const int64_t K = W->cols;
-    const int64_t k_blocks = (K + GPT2__K_BLOCK - 1) / GPT2__K_BLOCK;
-    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
-    float sums[GPT2__TOKEN_CHUNK / GPT2__NT][GPT2__MR * GPT2__NT];
-    for (int t0 = 0; t0 < a.T; t0 += GPT2__TOKEN_CHUNK) {
-        const int t_end = std::min(a.T, t0 + GPT2__TOKEN_CHUNK);
-        const int n_tiles = (t_end - t0 + GPT2__NT - 1) / GPT2__NT;
-        for (int64_t o = o_begin; o < o_end; o += GPT2__MR) {
-            const int rows = (int)std::min<int64_t>(GPT2__MR, o_end - o);
-            const float* w = panel;
-            size_t ldw = (size_t)K;
-            if (W->type == GPT2_TYPE_F32) {
-                w = (const float*)(W->data + (size_t)o * W->row_bytes);
-                ldw = W->row_bytes / 4;
-            } else {
-                gpt2__panel_avx512(panel, W, o, rows);
-            }
-            /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
-               spread prefetches of the next group's bytes over them. */
-            const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
-            const size_t next_lines = (size_t)std::min<int64_t>(GPT2__MR, o_end - o - rows) * W->row_bytes / 64;
-            const size_t steps = (size_t)(n_tiles * k_blocks), lines_per_step = (next_lines + steps - 1) / steps;
-            size_t line = 0;
-            std::memset(sums, 0, sizeof(float) * GPT2__MR * GPT2__NT * (size_t)n_tiles);
-            for (int64_t k0 = 0; k0 < K; k0 += k_step) {
-                const int64_t kn = std::min(k_step, K - k0);
-                for (int i = 0; i < n_tiles; i++) {
-                    for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
-                    const int t = t0 + i * GPT2__NT, n = std::min(GPT2__NT, t_end - t);
-                    const float* x = a.x + (size_t)t * K + k0;
-                    switch (rows) {
-                    case 1: gpt2__tile_n_avx512<1>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
-                    case 2: gpt2__tile_n_avx512<2>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
-                    case 3: gpt2__tile_n_avx512<3>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
-                    default: gpt2__tile_n_avx512<GPT2__MR>(sums[i], w + k0, ldw, x, (size_t)K, kn, n); break;
-                    }
-                }
-            }
-            for (int i = 0; i < n_tiles; i++) {
-                const int t = t0 + i * GPT2__NT, n = std::min(GPT2__NT, t_end - t);
-                if (rows == GPT2__MR && n == GPT2__NT) { /* gpt2__store_out, 4 rows at once */
-                    const __m128 bias = a.bias ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
-                    for (int j = 0; j < GPT2__NT; j++) {
-                        float* y = a.y + (size_t)(t + j) * W->rows + o;
-                        const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * GPT2__MR));
-                        _mm_storeu_ps(y, a.accumulate ? _mm_add_ps(_mm_loadu_ps(y), v) : v);
-                    }
-                } else {
-                    for (int r = 0; r < rows; r++)
-                        for (int j = 0; j < n; j++) gpt2__store_out(a, t + j, o + r, sums[i][j * GPT2__MR + r]);
-                }
-            }
-        }
+GPT2__AVX512 static void gpt2__tile_any_avx512(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    switch (rows) {
+    case 1: gpt2__tile_n_avx512<1>(out, n, w, ldw, x, ldx, K); break;
+    case 2: gpt2__tile_n_avx512<2>(out, n, w, ldw, x, ldx, K); break;
+    case 3: gpt2__tile_n_avx512<3>(out, n, w, ldw, x, ldx, K); break;
+    default: gpt2__tile_n_avx512<GPT2__MR>(out, n, w, ldw, x, ldx, K); break;
     }
 }
 
@@ -2625,7 +2618,7 @@ GPT2__AVX512 static void gpt2__prefill_avx512(const gpt2__matmul_args& a, int64_
    (which the core splits in two anyway); q8_0 rows keep 512-bit integer dot products, which
    are faster. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_avx512(a, o_begin, o_end, panel);
+    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__panel_avx512, gpt2__tile_any_avx512>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
