@@ -450,22 +450,23 @@ int main(int argc, char** argv) {
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
     const double prefill_limit_tok_s = fma_gflops > 0 ? fma_gflops * 1e9 / (prefill_flops / prompt) : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
+    const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);
     if (json) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
                     "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
-                    "\"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu}\n",
+                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu}\n",
                     info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
-                    weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, prefill_limit_tok_s,
+                    weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, 100.0 * decode_limit_with_kv_ms / decode_ms, prefill_limit_tok_s,
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
         std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s\n", bandwidth, fma_gflops);
         std::printf("  prefill: %d tokens  %.1f tok/s  (limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_limit_tok_s,
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);
-        std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; KV cache reads %.1f MB)\n", context, decode_ms,
-                    decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6);
+        std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; with the %.1f MB of KV cache read, %.1f%%)\n", context,
+                    decode_ms, decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6, 100.0 * decode_limit_with_kv_ms / decode_ms);
         std::printf("  decode CPU time %.3f ms/token over all threads\n", 1e3 * median(decode_cpu_s));
         std::printf("  peak RSS %.1f MB (model %.1f MB)\n", peak_rss, info.weight_bytes / 1e6);
     }
