@@ -4,7 +4,8 @@
 #
 #   bench/run_table.sh [path/to/gpt2-bench] [results.jsonl]
 #
-# Prints one JSON line per run (also appended to the results file) and then the Markdown table.
+# Prints one JSON line per run (also appended to the results file), then the Markdown table of
+# docs/PERFORMANCE.md and the short one of the README.
 set -e
 BENCH=${1:-build/bench/gpt2-bench}
 OUT=${2:-bench-results.jsonl}
@@ -20,3 +21,5 @@ for type in f32 q8_0; do
     "$BENCH" --random 124M --type $type -t 2 --prompt 128 --context 1000 --gen 16 --repeat 3 --kv-f16 --json | tee -a "$OUT"
 done
 python3 "$HERE/table.py" "$OUT"
+echo
+python3 "$HERE/table.py" --compact "$OUT"

@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
-"""Turns gpt2-bench --json lines into the Markdown table of docs/PERFORMANCE.md.
+"""Turns gpt2-bench --json lines into the Markdown table of docs/PERFORMANCE.md, or with
+--compact into the shorter one of the README (runs at context 128 only).
 
-    python3 bench/table.py bench-results.jsonl
+    python3 bench/table.py [--compact] bench-results.jsonl
 """
 import json
 import sys
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: table.py RESULTS.jsonl")
-    runs = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8") if line.strip().startswith("{")]
+    args = sys.argv[1:]
+    compact = "--compact" in args
+    args = [a for a in args if a != "--compact"]
+    if len(args) != 1:
+        sys.exit("usage: table.py [--compact] RESULTS.jsonl")
+    runs = [json.loads(line) for line in open(args[0], encoding="utf-8") if line.strip().startswith("{")]
+    if compact:
+        print("| weights | threads | decode ms/token | % of bandwidth limit | prefill tok/s | % of FMA limit |")
+        print("|---|---|---|---|---|---|")
+        for r in runs:
+            if r["context"] == r["prompt_tokens"]:
+                print(f"| {r['type']} | {r['threads']} | {r['decode_ms_per_token']:.2f} | {r['decode_pct_of_limit']:.0f}% | "
+                      f"{r['prefill_tok_s']:.0f} | {r['prefill_pct_of_limit']:.0f}% |")
+        return
     print("| weights | threads | context | KV | prefill tok/s | % of FMA limit | decode ms/token | limit ms | % of bandwidth limit | same, counting KV reads | read GB/s | FMA GFLOP/s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
