@@ -2109,13 +2109,35 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
     *y = a.accumulate ? *y + v : v;
 }
 
+/* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <= MR and
+   1 <= n <= NT, which are known only at run time. */
+template <class Set, int R>
+static void gpt2__tile_tokens(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    switch (n) {
+    case 1: Set::template tile<R, 1>(out, w, ldw, x, ldx, K); break;
+    case 2: Set::template tile<R, 2>(out, w, ldw, x, ldx, K); break;
+    case 3: Set::template tile<R, 3>(out, w, ldw, x, ldx, K); break;
+    default: Set::template tile<R, GPT2__NT>(out, w, ldw, x, ldx, K); break;
+    }
+}
+
+template <class Set>
+static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    switch (rows) {
+    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, ldw, x, ldx, K); break;
+    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, ldw, x, ldx, K); break;
+    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, ldw, x, ldx, K); break;
+    default: gpt2__tile_tokens<Set, GPT2__MR>(out, n, w, ldw, x, ldx, K); break;
+    }
+}
+
 /* Prefill, shared by the kernel sets: for each group of MR rows (a float panel: the f32 rows
    themselves, else converted by Panel), tiles of NT tokens. K goes in blocks of at most
    GPT2__K_BLOCK, so a tile's rows and tokens stay in L1 (measured on Zen 4 with K = 3072, f32:
    43 -> 47 GMAC/s per core), the partial sums of the chunk's tiles adding up in `sums`.
-   Tile(sums, rows, n, w, ldw, x, ldx, K) adds the products of `rows` rows and `n` tokens to
-   sums[t * MR + r]. */
-template <void (*Panel)(float*, const gpt2__weight*, int64_t, int), void (*Tile)(float*, int, int, const float*, size_t, const float*, size_t, int64_t)>
+   Set::panel(panel, W, o, rows) converts rows to float; Set::tile<R, N>(out, w, ldw, x, ldx, K)
+   adds the products of R rows and N tokens to out[t * MR + r]. */
+template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
@@ -2133,7 +2155,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 w = (const float*)(W->data + (size_t)o * W->row_bytes);
                 ldw = W->row_bytes / 4;
             } else {
-                Panel(panel, W, o, rows);
+                Set::panel(panel, W, o, rows);
             }
             /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
                spread prefetches of the next group's bytes over them. */
@@ -2147,7 +2169,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 for (int i = 0; i < n_tiles; i++) {
                     for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
                     const int t = t0 + i * GPT2__NT;
-                    Tile(sums[i], rows, std::min(GPT2__NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                    gpt2__tile_any<Set>(sums[i], rows, std::min(GPT2__NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
                 }
             }
             for (int i = 0; i < n_tiles; i++) {
@@ -2307,28 +2329,15 @@ GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, c
     }
 }
 
-template <int R>
-GPT2__AVX2 static void gpt2__tile_n_avx2(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    switch (n) {
-    case 1: gpt2__tile_avx2<R, 1>(out, w, ldw, x, ldx, K); break;
-    case 2: gpt2__tile_avx2<R, 2>(out, w, ldw, x, ldx, K); break;
-    case 3: gpt2__tile_avx2<R, 3>(out, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_avx2<R, GPT2__NT>(out, w, ldw, x, ldx, K); break;
-    }
-}
-
-GPT2__AVX2 static void gpt2__tile_any_avx2(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    switch (rows) {
-    case 1: gpt2__tile_n_avx2<1>(out, n, w, ldw, x, ldx, K); break;
-    case 2: gpt2__tile_n_avx2<2>(out, n, w, ldw, x, ldx, K); break;
-    case 3: gpt2__tile_n_avx2<3>(out, n, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_n_avx2<GPT2__MR>(out, n, w, ldw, x, ldx, K); break;
-    }
-}
+struct gpt2__prefill_avx2 {
+    static void panel(float* p, const gpt2__weight* W, int64_t o, int rows) { gpt2__panel_avx2(p, W, o, rows); }
+    template <int R, int N>
+    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx2<R, N>(out, w, ldw, x, ldx, K); }
+};
 
 /* Few tokens: stream the weights row by row in their own type. Many: float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__panel_avx2, gpt2__tile_any_avx2>(a, o_begin, o_end, panel);
+    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
@@ -2594,31 +2603,18 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
 }
 
-template <int R>
-GPT2__AVX512 static void gpt2__tile_n_avx512(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    switch (n) {
-    case 1: gpt2__tile_avx512<R, 1>(out, w, ldw, x, ldx, K); break;
-    case 2: gpt2__tile_avx512<R, 2>(out, w, ldw, x, ldx, K); break;
-    case 3: gpt2__tile_avx512<R, 3>(out, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_avx512<R, GPT2__NT>(out, w, ldw, x, ldx, K); break;
-    }
-}
-
-GPT2__AVX512 static void gpt2__tile_any_avx512(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    switch (rows) {
-    case 1: gpt2__tile_n_avx512<1>(out, n, w, ldw, x, ldx, K); break;
-    case 2: gpt2__tile_n_avx512<2>(out, n, w, ldw, x, ldx, K); break;
-    case 3: gpt2__tile_n_avx512<3>(out, n, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_n_avx512<GPT2__MR>(out, n, w, ldw, x, ldx, K); break;
-    }
-}
+struct gpt2__prefill_avx512 {
+    static void panel(float* p, const gpt2__weight* W, int64_t o, int rows) { gpt2__panel_avx512(p, W, o, rows); }
+    template <int R, int N>
+    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx512<R, N>(out, w, ldw, x, ldx, K); }
+};
 
 /* Few tokens: stream the weights row by row in their own type. Many: float panels. Float rows
    use the 256-bit row kernel: on Zen 4 it streams from DRAM 5-15% faster than 512-bit loads
    (which the core splits in two anyway); q8_0 rows keep 512-bit integer dot products, which
    are faster. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__panel_avx512, gpt2__tile_any_avx512>(a, o_begin, o_end, panel);
+    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
