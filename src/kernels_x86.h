@@ -75,13 +75,14 @@ static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t l
 }
 
 /* Prefill, shared by the kernel sets: for each group of MR rows (a float panel: the f32 rows
-   themselves, else converted by Panel), tiles of NT tokens. K goes in blocks of at most
+   themselves, else rows converted by Set::panel), tiles of NT tokens. K goes in blocks of at most
    GPT2__K_BLOCK, so a tile's rows and tokens stay in L1 (measured on Zen 4 with K = 3072, f32:
    43 -> 47 GMAC/s per core), the partial sums of the chunk's tiles adding up in `sums`.
    Set::panel(panel, W, o, rows) converts rows to float; Set::tile<R, N>(out, w, ldw, x, ldx, K)
    adds the products of R rows and N tokens to out[t * MR + r]. */
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    static_assert(GPT2__MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
     const int64_t k_blocks = (K + GPT2__K_BLOCK - 1) / GPT2__K_BLOCK;
