@@ -194,8 +194,9 @@ typedef struct gpt2_session gpt2_session;
 typedef struct gpt2_session_params {
     int n_threads;  /* worker threads for this session, including the caller; 0 = all cores */
     int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's.
-                       On Linux the cache sits on huge pages (faster to stream) and is resident
-                       from the first token: ask for less when contexts stay short. */
+                       On Linux, with the default allocator, the cache sits on huge pages
+                       (faster to stream) and is resident from the first token: ask for less
+                       when contexts stay short. */
     int kv_f16;     /* store the KV cache in 16-bit floats (half the memory) */
 } gpt2_session_params;
 
