@@ -2426,24 +2426,43 @@ GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_l
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 
 /* gpt2__attend_scalar with 8-lane dot products, exponentials and sums; scalar tails. */
+/* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 8 keys at
+   a time (one horizontal-add tree for the 8 sums; the keys read in order, which from DRAM
+   matters more than the arithmetic), and the weighted sum of the values in registers, 64
+   dimensions at a time. */
 template <class KV>
 GPT2__AVX2 static void gpt2__attend_avx2(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
-    float max_score = -INFINITY;
-    for (int j = 0; j < n_keys; j++) {
-        const KV* kj = k + (size_t)j * stride;
-        __m256 acc = _mm256_setzero_ps();
-        int d = 0;
-        for (; d + 8 <= head_dim; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), gpt2__kv8_avx2(kj + d), acc);
-        float s = gpt2__hsum_avx2(acc);
-        for (; d < head_dim; d++) s += q[d] * gpt2__load_kv(kj, (size_t)d);
-        scores[j] = s * scale;
-        max_score = std::max(max_score, scores[j]);
-    }
-    const __m256 vmax = _mm256_set1_ps(max_score);
-    __m256 vsum = _mm256_setzero_ps();
+    const int d8 = head_dim / 8 * 8; /* dimensions the vectors cover; the rest in scalar */
     int j = 0;
     for (; j + 8 <= n_keys; j += 8) {
+        __m256 acc[8];
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++) { /* key by key, so the keys are read in order */
+            const KV* key = k + (size_t)(j + i) * stride;
+            for (int d = 0; d < d8; d += 8) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), gpt2__kv8_avx2(key + d), acc[i]);
+        }
+        _mm256_storeu_ps(scores + j, gpt2__hsum8_avx2(acc));
+        for (int i = 0; i < 8; i++) {
+            for (int d = d8; d < head_dim; d++) scores[j + i] += q[d] * gpt2__load_kv(k + (size_t)(j + i) * stride, (size_t)d);
+            scores[j + i] *= scale;
+        }
+    }
+    for (; j < n_keys; j++) {
+        const KV* kj = k + (size_t)j * stride;
+        __m256 acc = _mm256_setzero_ps();
+        for (int d = 0; d < d8; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), gpt2__kv8_avx2(kj + d), acc);
+        float sc = gpt2__hsum_avx2(acc);
+        for (int d = d8; d < head_dim; d++) sc += q[d] * gpt2__load_kv(kj, (size_t)d);
+        scores[j] = sc * scale;
+    }
+    float max_score = -INFINITY;
+    for (j = 0; j < n_keys; j++) max_score = std::max(max_score, scores[j]);
+    const __m256 vmax = _mm256_set1_ps(max_score);
+    __m256 vsum = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n_keys; j += 8) {
         const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
         _mm256_storeu_ps(scores + j, e);
         vsum = _mm256_add_ps(vsum, e);
@@ -2459,12 +2478,26 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, const float* q, const KV* k
         }
     }
     const float inv_sum = 1.0f / sum;
-    for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
-    for (j = 0; j < n_keys; j++) {
+    int d0 = 0;
+    for (; d0 + 64 <= d8; d0 += 64) {
+        __m256 acc[8];
+        GPT2__UNROLL
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+        for (j = 0; j < n_keys; j++) {
+            const KV* vj = v + (size_t)j * stride + d0;
+            const __m256 p = _mm256_set1_ps(scores[j] * inv_sum);
+            GPT2__UNROLL
+            for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(p, gpt2__kv8_avx2(vj + 8 * c), acc[c]);
+        }
+        GPT2__UNROLL
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+    }
+    for (int d = d0; d < head_dim; d++) out[d] = 0.0f; /* the last dimensions, through memory */
+    for (j = 0; j < n_keys && d0 < head_dim; j++) {
         const KV* vj = v + (size_t)j * stride;
         const float p = scores[j] * inv_sum;
-        int d = 0;
-        for (; d + 8 <= head_dim; d += 8) _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_set1_ps(p), gpt2__kv8_avx2(vj + d), _mm256_loadu_ps(out + d)));
+        int d = d0;
+        for (; d + 8 <= d8; d += 8) _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_set1_ps(p), gpt2__kv8_avx2(vj + d), _mm256_loadu_ps(out + d)));
         for (; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
     }
 }

@@ -115,7 +115,7 @@ TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactl
 TEST_CASE("SIMD attention equals scalar attention for f32 and f16 caches") {
     std::mt19937 rng(99);
     for (const gpt2__kernels* k : simd_kernels()) {
-        for (int head_dim : {64, 24, 40}) {
+        for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
             for (int n_keys : {1, 17, 100}) {
                 CAPTURE(k->name); CAPTURE(head_dim); CAPTURE(n_keys);
                 const size_t stride = (size_t)head_dim * 3;
