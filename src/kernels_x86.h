@@ -241,36 +241,56 @@ GPT2__AVX2 static inline __m256 gpt2__hsum8_avx2(const __m256* v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-/* out[t * MR + r] += w_r . x_t for R rows and N tokens, two tokens per pass over K: 8
-   accumulators, 2 token vectors and a weight vector fit the 16 ymm registers. */
-template <int R, int N>
-GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    for (int t0 = 0; t0 < N; t0 += 2) {
-        const int pair = std::min(2, N - t0);
-        __m256 acc[8];
+/* out[t * MR + r] += w_r . x_t for R rows and NP <= 3 tokens, in one pass over K. Both FMA
+   pipes stay busy only with enough independent accumulators in flight: 3 tokens x 4 rows give
+   12 (with the 3 token vectors and a weight vector, the 16 ymm registers); a single token takes
+   two steps of K at a time instead. */
+template <int R, int NP>
+GPT2__AVX2 static void gpt2__tokens_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    constexpr int U = NP == 1 ? 2 : 1; /* steps of 8 per iteration */
+    __m256 acc[U][NP][R];
+    GPT2__UNROLL
+    for (int u = 0; u < U; u++)
         GPT2__UNROLL
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-        const float* x0 = x + (size_t)t0 * ldx;
-        const float* x1 = pair == 2 ? x0 + ldx : x0;
-        int64_t k = 0;
-        for (; k + 8 <= K; k += 8) {
-            const __m256 a0 = _mm256_loadu_ps(x0 + k), a1 = _mm256_loadu_ps(x1 + k);
+        for (int t = 0; t < NP; t++)
+            GPT2__UNROLL
+            for (int r = 0; r < R; r++) acc[u][t][r] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 * U <= K; k += 8 * U)
+        GPT2__UNROLL
+        for (int u = 0; u < U; u++) {
+            __m256 xv[NP];
+            GPT2__UNROLL
+            for (int t = 0; t < NP; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k + 8 * u);
             GPT2__UNROLL
             for (int r = 0; r < R; r++) {
-                const __m256 wv = _mm256_loadu_ps(w + r * ldw + k);
-                acc[r] = _mm256_fmadd_ps(wv, a0, acc[r]);
-                acc[GPT2__MR + r] = _mm256_fmadd_ps(wv, a1, acc[GPT2__MR + r]);
+                const __m256 wv = _mm256_loadu_ps(w + r * ldw + k + 8 * u);
+                GPT2__UNROLL
+                for (int t = 0; t < NP; t++) acc[u][t][r] = _mm256_fmadd_ps(wv, xv[t], acc[u][t][r]);
             }
         }
-        alignas(32) float sum[8];
-        _mm256_store_ps(sum, gpt2__hsum8_avx2(acc));
-        for (int tt = 0; tt < pair; tt++)
-            for (int r = 0; r < R; r++) {
-                float tail = 0.0f;
-                for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x0[(size_t)tt * ldx + i];
-                out[(t0 + tt) * GPT2__MR + r] += sum[tt * GPT2__MR + r] + tail;
-            }
-    }
+    for (; k + 8 <= K; k += 8)
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = _mm256_loadu_ps(w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < NP; t++) acc[0][t][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * ldx + k), acc[0][t][r]);
+        }
+    for (int t = 0; t < NP; t++)
+        for (int r = 0; r < R; r++) {
+            float tail = 0.0f;
+            for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x[t * ldx + i];
+            out[t * GPT2__MR + r] += gpt2__hsum_avx2(U == 2 ? _mm256_add_ps(acc[0][t][r], acc[U - 1][t][r]) : acc[0][t][r]) + tail;
+        }
+}
+
+/* out[t * MR + r] += w_r . x_t for R rows and N tokens: passes of 3, 2 or 1 tokens. */
+template <int R, int N>
+GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    int t = 0;
+    for (; t + 3 <= N; t += 3) gpt2__tokens_avx2<R, 3>(out + t * GPT2__MR, w, ldw, x + (size_t)t * ldx, ldx, K);
+    if (N - t == 2) gpt2__tokens_avx2<R, 2>(out + t * GPT2__MR, w, ldw, x + (size_t)t * ldx, ldx, K);
+    if (N - t == 1) gpt2__tokens_avx2<R, 1>(out + t * GPT2__MR, w, ldw, x + (size_t)t * ldx, ldx, K);
 }
 
 struct gpt2__prefill_avx2 {
