@@ -198,10 +198,22 @@ GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const 
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
+/* Four blocks per step: their weight scales times the activation scales in one vector, each
+   broadcast by one permutation. */
 GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
     const int64_t nb = K / 32;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < nb; b++) {
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + 34 * b;
+        uint16_t h[4];
+        for (int i = 0; i < 4; i++) std::memcpy(h + i, p + 34 * i, 2);
+        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p + 34 * i, xq + 32 * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+    }
+    for (; b < nb; b++) {
         const uint8_t* p = w + 34 * b;
         uint16_t h;
         std::memcpy(&h, p, 2);
