@@ -158,7 +158,7 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
 /* Loads from a buffer holding a whole GGUF file. A buffer aligned to 64 bytes is used in place
    (not copied) and must outlive the model; any other buffer is copied once. Decoding streams
    the weights: on Linux a buffer on huge pages (madvise MADV_HUGEPAGE) reads about 25% faster
-   than 4 KiB pages; a file mapped by gpt2_model_load_file is as fast. */
+   than 4 KiB pages; a file mapped by gpt2_model_load_file is nearly as fast. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
 GPT2_API void gpt2_model_free(gpt2_model* model);
