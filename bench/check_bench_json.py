@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs gpt2-bench on a tiny random model for about a second and checks its --json keys.
+"""Runs gpt2-bench on a tiny random model for about a second and checks its --json keys, and
+that a bad option value is refused with a message naming it.
 
     python3 bench/check_bench_json.py path/to/gpt2-bench
 """
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 KEYS = ["type", "threads", "prompt_tokens", "prefill_tok_s", "decode_ms_per_token", "bandwidth_gb_s",
-        "decode_pct_of_limit", "prefill_pct_of_limit", "peak_rss_mb", "kernels"]
+        "decode_pct_of_limit", "decode_pct_of_limit_with_kv", "prefill_pct_of_limit", "peak_rss_mb", "kernels"]
 
 
 def main():
@@ -27,6 +28,10 @@ def main():
         if run["type"] != weight_type or run["threads"] != 2:
             sys.exit(f"unexpected type/threads in {run}")
         print(json.dumps(run))
+    bad = [sys.argv[1], "--random", "tiny", "--bandwidth-mb", "0"]
+    out = subprocess.run(bad, capture_output=True, text=True, timeout=60)
+    if out.returncode != 2 or "bandwidth-mb" not in out.stderr:
+        sys.exit(f"{' '.join(bad)}: expected exit 2 and a message naming bandwidth-mb, got {out.returncode}: {out.stderr.strip()}")
 
 
 if __name__ == "__main__":
