@@ -114,16 +114,23 @@ static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const flo
    and the NEON set, whose speed lies in its dot kernels alone. */
 template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const gpt2__weight* W = a.W;
-    const bool int8 = W->type == GPT2_TYPE_Q8_0 && a.xq;
+    /* a's fields copied once: the stores to y may alias them, so read through `a` they were
+       reloaded every row, and one thread's f16 decode from DRAM ran 10-30% slower depending on
+       where x lay (Zen 4) */
+    const gpt2__weight W = *a.W;
+    const float *x = a.x, *bias = a.bias, *xq_scale = a.xq_scale;
+    const int8_t* xq = a.xq;
+    float* y = a.y;
+    const int T = a.T;
+    const bool accumulate = a.accumulate, int8 = W.type == GPT2_TYPE_Q8_0 && xq;
     for (int64_t o = o_begin; o < o_end; o++) {
-        const uint8_t* row = W->data + (size_t)o * W->row_bytes;
-        for (int t = 0; t < a.T; t++) {
-            float v = (a.bias ? a.bias[o] : 0.0f);
-            v += int8 ? DotQ8(row, a.xq + (size_t)t * W->cols, a.xq_scale + (size_t)t * (W->cols / 32), W->cols)
-                      : DotRow(W->type, row, a.x + (size_t)t * W->cols, W->cols);
-            float* y = a.y + (size_t)t * W->rows + o;
-            *y = a.accumulate ? *y + v : v;
+        const uint8_t* row = W.data + (size_t)o * W.row_bytes;
+        for (int t = 0; t < T; t++) {
+            float v = (bias ? bias[o] : 0.0f);
+            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / 32), W.cols)
+                      : DotRow(W.type, row, x + (size_t)t * W.cols, W.cols);
+            float* out = y + (size_t)t * W.rows + o;
+            *out = accumulate ? *out + v : v;
         }
     }
 }
@@ -163,7 +170,12 @@ static inline float gpt2__load_kv(const uint16_t* p, size_t i) { return gpt2__f1
 static inline void gpt2__store_kv(float* p, size_t i, float v) { p[i] = v; }
 static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2__f32_to_f16(v); }
 
-/* One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
+/* Attention has two kernels, as the matrix products have two shapes: one head at a time for
+   prefill, whose keys were just written and sit in cache, so the arithmetic counts (the head's
+   accumulators stay in registers); and all heads at once for decode, whose keys come from
+   memory, so the order of the reads counts (gpt2__attend_rows_scalar).
+
+   One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
 template <class KV>
 static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
@@ -195,4 +207,65 @@ static void gpt2__attend_f32_scalar(float* out, const float* q, const float* k, 
 }
 static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores) {
     gpt2__attend_scalar(out, q, k, v, stride, n_keys, head_dim, scores);
+}
+
+/* All heads of one query, over keys 0..n_keys-1 of one layer's cache: k and v point at the
+   first key, whose row holds its n_head heads side by side (n_head * head_dim values), as q
+   and out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
+   sqrt(head_dim)); stats[2h] = the largest score and stats[2h + 1] = sum_j exp(score_j -
+   largest), with which gpt2__merge_attention joins consecutive key ranges. `scratch` holds
+   2 * n_keys * n_head floats. */
+template <class KV>
+static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    const size_t row = (size_t)n_head * head_dim;
+    const float scale = 1.0f / std::sqrt((float)head_dim);
+    for (int h = 0; h < n_head; h++) {
+        const size_t at = (size_t)h * head_dim;
+        float* sc = scratch + (size_t)h * n_keys;
+        float max_score = -INFINITY;
+        for (int j = 0; j < n_keys; j++) {
+            float s = 0.0f;
+            for (int d = 0; d < head_dim; d++) s += q[at + d] * gpt2__load_kv(k, j * row + at + d);
+            sc[j] = s * scale;
+            max_score = std::max(max_score, sc[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n_keys; j++) {
+            sc[j] = std::exp(sc[j] - max_score);
+            sum += sc[j];
+        }
+        stats[2 * h] = max_score;
+        stats[2 * h + 1] = sum;
+        const float inv_sum = 1.0f / sum;
+        for (int d = 0; d < head_dim; d++) out[at + d] = 0.0f;
+        for (int j = 0; j < n_keys; j++) {
+            const float p = sc[j] * inv_sum;
+            for (int d = 0; d < head_dim; d++) out[at + d] += p * gpt2__load_kv(v, j * row + at + d);
+        }
+    }
+}
+
+static void gpt2__attend_rows_f32_scalar(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
+}
+static void gpt2__attend_rows_f16_scalar(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
+}
+
+/* Attention over consecutive key ranges, joined: `parts` holds n_parts blocks of the n_head *
+   head_dim outputs and 2 * n_head stats of gpt2__attend_scalar; each range's output counts by
+   its share of the whole softmax denominator. */
+static void gpt2__merge_attention(float* out, const float* parts, int n_parts, int n_head, int head_dim) {
+    const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
+    for (int h = 0; h < n_head; h++) {
+        float max_score = -INFINITY, denominator = 0.0f;
+        for (int p = 0; p < n_parts; p++) max_score = std::max(max_score, parts[p * part + row + 2 * h]);
+        for (int p = 0; p < n_parts; p++) denominator += std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1];
+        float* o = out + (size_t)h * head_dim;
+        for (int d = 0; d < head_dim; d++) o[d] = 0.0f;
+        for (int p = 0; p < n_parts; p++) {
+            const float share = std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1] / denominator;
+            for (int d = 0; d < head_dim; d++) o[d] += share * parts[p * part + (size_t)h * head_dim + d];
+        }
+    }
 }

@@ -397,7 +397,6 @@ GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 
-/* gpt2__attend_scalar with 8-lane dot products, exponentials and sums; scalar tails. */
 /* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 8 keys at
    a time (one horizontal-add tree for the 8 sums; the keys read in order, which from DRAM
    matters more than the arithmetic), and the weighted sum of the values in registers, 64
@@ -479,6 +478,93 @@ GPT2__AVX2 static void gpt2__attend_f32_avx2(float* out, const float* q, const f
 }
 GPT2__AVX2 static void gpt2__attend_f16_avx2(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores) {
     gpt2__attend_avx2(out, q, k, v, stride, n_keys, head_dim, scores);
+}
+
+/* gpt2__attend_rows_avx512 with 8 pairs per reduction and scalar tails for the dimensions past a
+   multiple of 8. */
+template <class KV>
+GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    const int H = n_head, D = head_dim, d8 = D / 8 * 8;
+    const size_t row = (size_t)H * D;
+    const float scale = 1.0f / std::sqrt((float)D);
+    const int64_t pairs = (int64_t)n_keys * H; /* pair m: key m / H, head m % H, at k + m * D */
+    float* scores = scratch;
+    int h = 0; /* the head of the next pair */
+    for (int64_t m = 0; m < pairs; m += 8) {
+        const int n = (int)std::min<int64_t>(8, pairs - m);
+        const KV* key[8];
+        const float* qh[8];
+        for (int i = 0; i < 8; i++) {
+            if (i >= n) { /* padding: any valid pair, result unused */
+                key[i] = key[0], qh[i] = qh[0];
+                continue;
+            }
+            key[i] = k + (m + i) * D;
+            qh[i] = q + (size_t)h * D;
+            if (++h == H) h = 0;
+        }
+        __m256 acc[8];
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++)
+            for (int d = 0; d < d8; d += 8) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[i] + d), gpt2__kv8_avx2(key[i] + d), acc[i]);
+        float s[8];
+        _mm256_storeu_ps(s, gpt2__hsum8_avx2(acc));
+        for (int i = 0; i < n; i++) {
+            for (int d = d8; d < D; d++) s[i] += qh[i][d] * gpt2__load_kv(key[i], (size_t)d);
+            scores[m + i] = s[i] * scale;
+        }
+    }
+    float* probs = scratch + pairs; /* head by head: the scores' transpose */
+    for (int j = 0; j < n_keys; j++)
+        for (h = 0; h < H; h++) probs[(size_t)h * n_keys + j] = scores[(size_t)j * H + h];
+    for (h = 0; h < H; h++) { /* softmax of each head's scores, in place */
+        float* p = probs + (size_t)h * n_keys;
+        float max_score = -INFINITY;
+        for (int j = 0; j < n_keys; j++) max_score = std::max(max_score, p[j]);
+        const __m256 vmax = _mm256_set1_ps(max_score);
+        __m256 vsum = _mm256_setzero_ps();
+        int j = 0;
+        for (; j + 8 <= n_keys; j += 8) {
+            const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+            _mm256_storeu_ps(p + j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = gpt2__hsum_avx2(vsum);
+        if (j < n_keys) {
+            float tail[8];
+            for (int i = 0; i < 8; i++) tail[i] = j + i < n_keys ? p[j + i] - max_score : -INFINITY;
+            _mm256_storeu_ps(tail, gpt2__exp_avx2(_mm256_loadu_ps(tail)));
+            for (int i = 0; j + i < n_keys; i++) {
+                p[j + i] = tail[i];
+                sum += tail[i];
+            }
+        }
+        stats[2 * h] = max_score;
+        stats[2 * h + 1] = sum;
+        const float inv_sum = 1.0f / sum;
+        for (j = 0; j < n_keys; j++) p[j] *= inv_sum;
+    }
+    for (size_t i = 0; i < row; i++) out[i] = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const KV* vj = v + j * row;
+        for (h = 0; h < H; h++) {
+            const float p = probs[(size_t)h * n_keys + j];
+            const KV* vh = vj + (size_t)h * D;
+            float* oh = out + (size_t)h * D;
+            int d = 0;
+            for (; d < d8; d += 8) _mm256_storeu_ps(oh + d, _mm256_fmadd_ps(_mm256_set1_ps(p), gpt2__kv8_avx2(vh + d), _mm256_loadu_ps(oh + d)));
+            for (; d < D; d++) oh[d] += p * gpt2__load_kv(vh, (size_t)d);
+        }
+    }
+}
+
+GPT2__AVX2 static void gpt2__attend_rows_f32_avx2(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    gpt2__attend_rows_avx2(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
+}
+GPT2__AVX2 static void gpt2__attend_rows_f16_avx2(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    gpt2__attend_rows_avx2(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
 }
 
 /* ---- AVX-512 -------------------------------------------------------------------------- */
@@ -689,6 +775,11 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     if constexpr (sizeof(KV) == 4) return _mm512_maskz_loadu_ps(m, p);
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
+template <class KV>
+GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p) {
+    if constexpr (sizeof(KV) == 4) return _mm512_loadu_ps(p);
+    else return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+}
 
 /* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 16 keys
    at a time (16 accumulators, one shuffle-tree reduction), and the weighted sum of the values
@@ -762,6 +853,100 @@ GPT2__AVX512 static void gpt2__attend_f32_avx512(float* out, const float* q, con
 }
 GPT2__AVX512 static void gpt2__attend_f16_avx512(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores) {
     gpt2__attend_avx512(out, q, k, v, stride, n_keys, head_dim, scores);
+}
+
+/* gpt2__attend_rows_scalar with vector dot products, exponentials and sums. The scores take the
+   (key, head) pairs in the cache's order (key j's heads are adjacent in its row), 16 pairs per
+   reduction, so the keys are one stream from memory however many heads there are (Zen 4, one
+   thread, 124M decode in a 1,024-token cache: attention at 128 keys 0.73-0.84 ms a token with
+   gpt2__attend_avx512 per head, 0.54-0.59 ms so; 512 keys 2.1 -> 1.75 ms). The scores are stored in pair order and transposed
+   after: stored straight into each head's row they stalled the key loads (1.5x slower). The
+   values are added key by key, into `out`: two keys at a time (two streams) measured 1.5x
+   slower. */
+template <class KV>
+GPT2__AVX512 static void gpt2__attend_rows_avx512(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    const int H = n_head, D = head_dim;
+    const size_t row = (size_t)H * D;
+    const float scale = 1.0f / std::sqrt((float)D);
+    const int64_t pairs = (int64_t)n_keys * H; /* pair m: key m / H, head m % H, at k + m * D */
+    float* scores = scratch;
+    int h = 0; /* the head of the next pair */
+    for (int64_t m = 0; m < pairs; m += 16) {
+        const int n = (int)std::min<int64_t>(16, pairs - m);
+        const KV* key[16];
+        const float* qh[16];
+        for (int i = 0; i < 16; i++) {
+            if (i >= n) { /* padding: any valid pair, result unused */
+                key[i] = key[0], qh[i] = qh[0];
+                continue;
+            }
+            key[i] = k + (m + i) * D;
+            qh[i] = q + (size_t)h * D;
+            if (++h == H) h = 0;
+        }
+        __m512 acc[16];
+        GPT2__UNROLL
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+        int d0 = 0;
+        for (; d0 + 64 <= D; d0 += 64) /* whole vectors, without masks (slower on Zen 4) */
+            GPT2__UNROLL
+            for (int i = 0; i < 16; i++)
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[i] + d0 + 16 * c), gpt2__kv16_avx512(key[i] + d0 + 16 * c), acc[i]);
+        for (; d0 < D; d0 += 16) {
+            const __mmask16 mask = gpt2__mask16(d0, D);
+            GPT2__UNROLL
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, qh[i] + d0), gpt2__kv16_avx512(key[i] + d0, mask), acc[i]);
+        }
+        const __m512 sc = _mm512_mul_ps(gpt2__hsum16_avx512(acc), _mm512_set1_ps(scale));
+        if (n == 16) _mm512_storeu_ps(scores + m, sc);
+        else _mm512_mask_storeu_ps(scores + m, gpt2__mask16(0, n), sc);
+    }
+    float* probs = scratch + pairs; /* head by head: the scores' transpose */
+    for (int j = 0; j < n_keys; j++)
+        for (h = 0; h < H; h++) probs[(size_t)h * n_keys + j] = scores[(size_t)j * H + h];
+    for (h = 0; h < H; h++) { /* softmax of each head's scores, in place */
+        float* p = probs + (size_t)h * n_keys;
+        __m512 vmax = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < n_keys; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n_keys), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n_keys), p + j));
+        const float max_score = _mm512_reduce_max_ps(vmax);
+        __m512 vsum = _mm512_setzero_ps();
+        for (int j = 0; j < n_keys; j += 16) {
+            const __mmask16 m = gpt2__mask16(j, n_keys);
+            const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), _mm512_set1_ps(max_score))));
+            _mm512_mask_storeu_ps(p + j, m, e);
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        stats[2 * h] = max_score;
+        stats[2 * h + 1] = _mm512_reduce_add_ps(vsum);
+        const __m512 inv_sum = _mm512_set1_ps(1.0f / stats[2 * h + 1]);
+        for (int j = 0; j < n_keys; j += 16) {
+            const __mmask16 m = gpt2__mask16(j, n_keys);
+            _mm512_mask_storeu_ps(p + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), inv_sum));
+        }
+    }
+    for (size_t i = 0; i < row; i++) out[i] = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const KV* vj = v + j * row;
+        for (h = 0; h < H; h++) {
+            const __m512 p = _mm512_set1_ps(probs[(size_t)h * n_keys + j]);
+            const KV* vh = vj + (size_t)h * D;
+            float* oh = out + (size_t)h * D;
+            int d = 0;
+            for (; d + 16 <= D; d += 16) _mm512_storeu_ps(oh + d, _mm512_fmadd_ps(p, gpt2__kv16_avx512(vh + d), _mm512_loadu_ps(oh + d)));
+            if (d < D) {
+                const __mmask16 m = gpt2__mask16(d, D);
+                _mm512_mask_storeu_ps(oh + d, m, _mm512_fmadd_ps(p, gpt2__kv16_avx512(vh + d, m), _mm512_maskz_loadu_ps(m, oh + d)));
+            }
+        }
+    }
+}
+
+GPT2__AVX512 static void gpt2__attend_rows_f32_avx512(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    gpt2__attend_rows_avx512(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
+}
+GPT2__AVX512 static void gpt2__attend_rows_f16_avx512(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    gpt2__attend_rows_avx512(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
 }
 
 #if !defined(_MSC_VER) || defined(__clang__)

@@ -112,7 +112,7 @@ TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactl
     }
 }
 
-TEST_CASE("SIMD attention equals scalar attention for f32 and f16 caches") {
+TEST_CASE("attention of one head: SIMD equals scalar for f32 and f16 caches") {
     std::mt19937 rng(99);
     for (const gpt2__kernels* k : simd_kernels()) {
         for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
@@ -130,6 +130,66 @@ TEST_CASE("SIMD attention equals scalar attention for f32 and f16 caches") {
                 gpt2__attend_f16_scalar(want.data(), q.data(), kh.data(), vh.data(), stride, n_keys, head_dim, scores.data());
                 k->attend_f16(got.data(), q.data(), kh.data(), vh.data(), stride, n_keys, head_dim, scores.data());
                 for (int d = 0; d < head_dim; d++) CHECK(got[(size_t)d] == doctest::Approx(want[(size_t)d]).epsilon(1e-5).scale(1.0));
+            }
+        }
+    }
+}
+
+// Attention of one query in float64; the cache's rows hold n_head * head_dim values.
+static std::vector<double> attention_f64(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int n_keys, int n_head, int head_dim) {
+    const size_t row = (size_t)n_head * head_dim;
+    std::vector<double> out(row, 0.0);
+    for (int h = 0; h < n_head; h++) {
+        const size_t at = (size_t)h * head_dim;
+        std::vector<double> p((size_t)n_keys);
+        double max_score = -INFINITY, sum = 0.0;
+        for (int j = 0; j < n_keys; j++) {
+            for (int d = 0; d < head_dim; d++) p[(size_t)j] += (double)q[at + d] * k[j * row + at + d];
+            p[(size_t)j] /= std::sqrt((double)head_dim);
+            max_score = std::max(max_score, p[(size_t)j]);
+        }
+        for (double& x : p) sum += x = std::exp(x - max_score);
+        for (int j = 0; j < n_keys; j++)
+            for (int d = 0; d < head_dim; d++) out[at + d] += p[(size_t)j] / sum * v[j * row + at + d];
+    }
+    return out;
+}
+
+TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged from key ranges; SIMD equals scalar for f32 and f16 caches") {
+    std::mt19937 rng(99);
+    for (int n_head : {1, 3, 12}) {
+        for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
+            for (int n_keys : {1, 17, 100}) {
+                CAPTURE(n_head); CAPTURE(head_dim); CAPTURE(n_keys);
+                const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
+                std::vector<float> q = random_floats(rng, row, 2.0f);
+                std::vector<float> kc = random_floats(rng, row * n_keys, 2.0f), vc = random_floats(rng, row * n_keys, 2.0f);
+                std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+                for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
+                std::vector<float> want(part), got(part), scratch(2 * row / head_dim * n_keys);
+                const std::vector<double> exact = attention_f64(q, kc, vc, n_keys, n_head, head_dim);
+                gpt2__attend_rows_f32_scalar(want.data(), want.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
+                for (size_t i = 0; i < row; i++) CHECK(want[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));
+                // the keys in three ranges, attended apart and merged
+                const int cut[] = {0, n_keys / 3, 2 * n_keys / 3 + 1, n_keys};
+                std::vector<float> parts, merged(row);
+                for (int r = 0; r < 3; r++) {
+                    if (cut[r + 1] <= cut[r]) continue;
+                    parts.resize(parts.size() + part);
+                    float* dst = parts.data() + parts.size() - part;
+                    gpt2__attend_rows_f32_scalar(dst, dst + row, q.data(), kc.data() + cut[r] * row, vc.data() + cut[r] * row, cut[r + 1] - cut[r], n_head, head_dim, scratch.data());
+                }
+                gpt2__merge_attention(merged.data(), parts.data(), (int)(parts.size() / part), n_head, head_dim);
+                for (size_t i = 0; i < row; i++) CHECK(merged[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));
+                for (const gpt2__kernels* k : simd_kernels()) {
+                    CAPTURE(k->name);
+                    k->attend_rows_f32(got.data(), got.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
+                    for (size_t i = 0; i < part; i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0)); // outputs and stats
+                    std::vector<float> f16_want(part), f16_got(part);
+                    gpt2__attend_rows_f16_scalar(f16_want.data(), f16_want.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
+                    k->attend_rows_f16(f16_got.data(), f16_got.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
+                    for (size_t i = 0; i < part; i++) CHECK(f16_got[i] == doctest::Approx(f16_want[i]).epsilon(1e-5).scale(1.0));
+                }
             }
         }
     }
