@@ -318,8 +318,8 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 
 /* GPT2_MALLOC memory aligned to a cache line, so no vector load of the kernels straddles two
-   lines: malloc's 16-byte alignment made prefill of 124M q8_0 at one thread 3-4% slower or
-   faster by where the weight panel landed. The pointer malloc gave sits just below. */
+   lines (124M prefill, one thread, Zen 4: the session's buffers at malloc's 16-byte alignment
+   measured 4-6% slower). The pointer malloc gave sits just below. */
 static void* gpt2__malloc_aligned(size_t bytes) {
     void* raw = GPT2_MALLOC(bytes + 64 + sizeof(void*));
     if (!raw) return nullptr;
@@ -1995,8 +1995,8 @@ static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const flo
 template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     /* a's fields copied once: the stores to y may alias them, so read through `a` they were
-       reloaded every row, and f16 decode of one thread ran 10-20% slower depending on where x
-       lay (Zen 4, from DRAM) */
+       reloaded every row, and one thread's f16 decode from DRAM ran 10-30% slower depending on
+       where x lay (Zen 4) */
     const gpt2__weight W = *a.W;
     const float *x = a.x, *bias = a.bias, *xq_scale = a.xq_scale;
     const int8_t* xq = a.xq;
@@ -2633,6 +2633,24 @@ GPT2__AVX2 static void gpt2__attend_f16_avx2(float* out, const float* q, const u
     gpt2__attend_avx2(out, q, k, v, stride, n_keys, head_dim, scores);
 }
 
+/* The N (key, head) pairs from pair m on of attention over whole cache rows (pair m: key
+   m / H, head m % H, at k + m * D); `h`, pair m's head, moves on with them. Past the last pair,
+   copies of the first (padding, results unused). Returns how many are real. */
+template <class KV, int N>
+static inline int gpt2__next_pairs(const KV** key, const float** qh, const KV* k, const float* q, int64_t m, int64_t pairs, int H, int D, int& h) {
+    const int n = (int)std::min<int64_t>(N, pairs - m);
+    for (int i = 0; i < N; i++) {
+        if (i >= n) {
+            key[i] = key[0], qh[i] = qh[0];
+            continue;
+        }
+        key[i] = k + (m + i) * D;
+        qh[i] = q + (size_t)h * D;
+        if (++h == H) h = 0;
+    }
+    return n;
+}
+
 /* gpt2__attend_rows_avx512 with 8 pairs per reduction and scalar tails for the dimensions past a
    multiple of 8. */
 template <class KV>
@@ -2640,22 +2658,13 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     const int H = n_head, D = head_dim, d8 = D / 8 * 8;
     const size_t row = (size_t)H * D;
     const float scale = 1.0f / std::sqrt((float)D);
-    const int64_t pairs = (int64_t)n_keys * H; /* pair m: key m / H, head m % H, at k + m * D */
+    const int64_t pairs = (int64_t)n_keys * H;
     float* scores = scratch;
     int h = 0; /* the head of the next pair */
     for (int64_t m = 0; m < pairs; m += 8) {
-        const int n = (int)std::min<int64_t>(8, pairs - m);
         const KV* key[8];
         const float* qh[8];
-        for (int i = 0; i < 8; i++) {
-            if (i >= n) { /* padding: any valid pair, result unused */
-                key[i] = key[0], qh[i] = qh[0];
-                continue;
-            }
-            key[i] = k + (m + i) * D;
-            qh[i] = q + (size_t)h * D;
-            if (++h == H) h = 0;
-        }
+        const int n = gpt2__next_pairs<KV, 8>(key, qh, k, q, m, pairs, H, D, h);
         __m256 acc[8];
         GPT2__UNROLL
         for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
@@ -3021,22 +3030,13 @@ GPT2__AVX512 static void gpt2__attend_rows_avx512(float* out, float* stats, cons
     const int H = n_head, D = head_dim;
     const size_t row = (size_t)H * D;
     const float scale = 1.0f / std::sqrt((float)D);
-    const int64_t pairs = (int64_t)n_keys * H; /* pair m: key m / H, head m % H, at k + m * D */
+    const int64_t pairs = (int64_t)n_keys * H;
     float* scores = scratch;
     int h = 0; /* the head of the next pair */
     for (int64_t m = 0; m < pairs; m += 16) {
-        const int n = (int)std::min<int64_t>(16, pairs - m);
         const KV* key[16];
         const float* qh[16];
-        for (int i = 0; i < 16; i++) {
-            if (i >= n) { /* padding: any valid pair, result unused */
-                key[i] = key[0], qh[i] = qh[0];
-                continue;
-            }
-            key[i] = k + (m + i) * D;
-            qh[i] = q + (size_t)h * D;
-            if (++h == H) h = 0;
-        }
+        const int n = gpt2__next_pairs<KV, 16>(key, qh, k, q, m, pairs, H, D, h);
         __m512 acc[16];
         GPT2__UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();

@@ -480,6 +480,24 @@ GPT2__AVX2 static void gpt2__attend_f16_avx2(float* out, const float* q, const u
     gpt2__attend_avx2(out, q, k, v, stride, n_keys, head_dim, scores);
 }
 
+/* The N (key, head) pairs from pair m on of attention over whole cache rows (pair m: key
+   m / H, head m % H, at k + m * D); `h`, pair m's head, moves on with them. Past the last pair,
+   copies of the first (padding, results unused). Returns how many are real. */
+template <class KV, int N>
+static inline int gpt2__next_pairs(const KV** key, const float** qh, const KV* k, const float* q, int64_t m, int64_t pairs, int H, int D, int& h) {
+    const int n = (int)std::min<int64_t>(N, pairs - m);
+    for (int i = 0; i < N; i++) {
+        if (i >= n) {
+            key[i] = key[0], qh[i] = qh[0];
+            continue;
+        }
+        key[i] = k + (m + i) * D;
+        qh[i] = q + (size_t)h * D;
+        if (++h == H) h = 0;
+    }
+    return n;
+}
+
 /* gpt2__attend_rows_avx512 with 8 pairs per reduction and scalar tails for the dimensions past a
    multiple of 8. */
 template <class KV>
@@ -487,22 +505,13 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     const int H = n_head, D = head_dim, d8 = D / 8 * 8;
     const size_t row = (size_t)H * D;
     const float scale = 1.0f / std::sqrt((float)D);
-    const int64_t pairs = (int64_t)n_keys * H; /* pair m: key m / H, head m % H, at k + m * D */
+    const int64_t pairs = (int64_t)n_keys * H;
     float* scores = scratch;
     int h = 0; /* the head of the next pair */
     for (int64_t m = 0; m < pairs; m += 8) {
-        const int n = (int)std::min<int64_t>(8, pairs - m);
         const KV* key[8];
         const float* qh[8];
-        for (int i = 0; i < 8; i++) {
-            if (i >= n) { /* padding: any valid pair, result unused */
-                key[i] = key[0], qh[i] = qh[0];
-                continue;
-            }
-            key[i] = k + (m + i) * D;
-            qh[i] = q + (size_t)h * D;
-            if (++h == H) h = 0;
-        }
+        const int n = gpt2__next_pairs<KV, 8>(key, qh, k, q, m, pairs, H, D, h);
         __m256 acc[8];
         GPT2__UNROLL
         for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
@@ -868,22 +877,13 @@ GPT2__AVX512 static void gpt2__attend_rows_avx512(float* out, float* stats, cons
     const int H = n_head, D = head_dim;
     const size_t row = (size_t)H * D;
     const float scale = 1.0f / std::sqrt((float)D);
-    const int64_t pairs = (int64_t)n_keys * H; /* pair m: key m / H, head m % H, at k + m * D */
+    const int64_t pairs = (int64_t)n_keys * H;
     float* scores = scratch;
     int h = 0; /* the head of the next pair */
     for (int64_t m = 0; m < pairs; m += 16) {
-        const int n = (int)std::min<int64_t>(16, pairs - m);
         const KV* key[16];
         const float* qh[16];
-        for (int i = 0; i < 16; i++) {
-            if (i >= n) { /* padding: any valid pair, result unused */
-                key[i] = key[0], qh[i] = qh[0];
-                continue;
-            }
-            key[i] = k + (m + i) * D;
-            qh[i] = q + (size_t)h * D;
-            if (++h == H) h = 0;
-        }
+        const int n = gpt2__next_pairs<KV, 16>(key, qh, k, q, m, pairs, H, D, h);
         __m512 acc[16];
         GPT2__UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
