@@ -21,16 +21,31 @@ struct Model {
     gpt2_model_info info() const { return gpt2_model_get_info(model); }
 };
 
+// Loads a model from bytes (kept alive as long as the model, as gpt2_model_load_memory requires).
+struct Loaded {
+    std::vector<uint8_t> bytes;
+    gpt2_model* model = nullptr;
+    gpt2_error err{};
+    gpt2_result result = GPT2_OK;
+    explicit Loaded(std::vector<uint8_t> b) : bytes(std::move(b)) {
+        result = gpt2_model_load_memory(bytes.data(), bytes.size(), nullptr, &model, &err);
+    }
+    ~Loaded() { gpt2_model_free(model); }
+    Loaded(const Loaded&) = delete;
+    Loaded& operator=(const Loaded&) = delete;
+};
+
 struct Session {
     gpt2_session* session = nullptr;
     gpt2_error err{};
-    explicit Session(const Model& m, int n_threads = 2, int n_ctx = 0, int kv_f16 = 0) {
+    explicit Session(const gpt2_model* model, int n_threads = 2, int n_ctx = 0, int kv_f16 = 0) {
         gpt2_session_params p = gpt2_session_default_params();
         p.n_threads = n_threads;
         p.n_ctx = n_ctx;
         p.kv_f16 = kv_f16;
-        gpt2_session_create(m.model, &p, &session, &err);
+        gpt2_session_create(model, &p, &session, &err);
     }
+    explicit Session(const Model& m, int n_threads = 2, int n_ctx = 0, int kv_f16 = 0) : Session(m.model, n_threads, n_ctx, kv_f16) {}
     ~Session() { gpt2_session_free(session); }
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;

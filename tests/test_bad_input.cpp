@@ -24,20 +24,6 @@ static bool has(const gpt2_error& e, const char* text) { return std::strstr(e.me
         CHECK(has((e), (text)));                                                              \
     } while (0)
 
-// Loads a model from bytes (kept alive as long as the model, as gpt2_model_load_memory requires).
-struct Loaded {
-    std::vector<uint8_t> bytes;
-    gpt2_model* model = nullptr;
-    gpt2_error err{};
-    gpt2_result result = GPT2_OK;
-    explicit Loaded(std::vector<uint8_t> b) : bytes(std::move(b)) {
-        result = gpt2_model_load_memory(bytes.data(), bytes.size(), nullptr, &model, &err);
-    }
-    ~Loaded() { gpt2_model_free(model); }
-    Loaded(const Loaded&) = delete;
-    Loaded& operator=(const Loaded&) = delete;
-};
-
 // The error of loading `g`; fails the test if the file loads.
 static gpt2_error load_error(const GgufBuilder& g) {
     Loaded l(g.build());
