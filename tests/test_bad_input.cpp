@@ -17,11 +17,14 @@ namespace fs = std::filesystem;
 static bool has(const gpt2_error& e, const char* text) { return std::strstr(e.message, text) != nullptr; }
 
 // Checks the code and that the message contains `text`; the message is shown when either fails.
+// `e` is evaluated once: INFO evaluates lazily, and a load_error() inside it asserted while
+// doctest's reporter held its lock (a deadlock under -s).
 #define CHECK_ERROR(e, expected_code, text)                                                   \
     do {                                                                                      \
-        INFO("message: " << (e).message);                                                     \
-        CHECK((e).code == (expected_code));                                                   \
-        CHECK(has((e), (text)));                                                              \
+        const gpt2_error checked_error = (e);                                                 \
+        INFO("message: " << checked_error.message);                                           \
+        CHECK(checked_error.code == (expected_code));                                         \
+        CHECK(has(checked_error, (text)));                                                    \
     } while (0)
 
 // The error of loading `g`; fails the test if the file loads.
