@@ -48,11 +48,11 @@ static const Json& reference() {
 }
 
 // A model file held in memory, loaded on the CPU and on the GPU.
-struct Loaded {
+struct LoadedFile {
     gpt2_model* model = nullptr;
     gpt2_error err{};
-    Loaded(const random_gguf& file, gpt2_model_params params) { gpt2_model_load_memory(file.data, file.size, &params, &model, &err); }
-    ~Loaded() { gpt2_model_free(model); }
+    LoadedFile(const random_gguf& file, gpt2_model_params params) { gpt2_model_load_memory(file.data, file.size, &params, &model, &err); }
+    ~LoadedFile() { gpt2_model_free(model); }
 };
 
 static const random_gguf& random_124m() {
@@ -170,8 +170,8 @@ TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens
 TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logits within 2e-2") {
     REQUIRE_GPU();
     const random_gguf& file = random_124m();
-    Loaded cpu(file, gpt2_model_default_params());
-    Loaded gpu(file, cuda_params());
+    LoadedFile cpu(file, gpt2_model_default_params());
+    LoadedFile gpu(file, cuda_params());
     REQUIRE_MESSAGE(cpu.model, cpu.err.message);
     REQUIRE_MESSAGE(gpu.model, gpu.err.message);
     std::vector<int32_t> prompt;
@@ -259,7 +259,7 @@ TEST_CASE("sampling with a fixed seed repeats run to run; another seed differs; 
 TEST_CASE("several sessions on one model in threads give the tokens of one at a time") {
     REQUIRE_GPU();
     const random_gguf& file = random_124m();
-    Loaded gpu(file, cuda_params());
+    LoadedFile gpu(file, cuda_params());
     REQUIRE(gpu.model);
     const int n_threads = 4;
     std::vector<std::vector<int32_t>> prompts(n_threads), serial(n_threads), parallel(n_threads);
