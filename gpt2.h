@@ -2058,7 +2058,7 @@ static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2_
    One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
+static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
@@ -2073,6 +2073,7 @@ static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const K
         scores[j] = std::exp(scores[j] - max_score);
         sum += scores[j];
     }
+    if (stats) stats[0] = max_score, stats[1] = sum; /* for gpt2__attend_rows_scalar */
     const float inv_sum = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
     for (int j = 0; j < n_keys; j++) {
@@ -2098,30 +2099,9 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 template <class KV>
 static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
     const size_t row = (size_t)n_head * head_dim;
-    const float scale = 1.0f / std::sqrt((float)head_dim);
     for (int h = 0; h < n_head; h++) {
         const size_t at = (size_t)h * head_dim;
-        float* sc = scratch + (size_t)h * n_keys;
-        float max_score = -INFINITY;
-        for (int j = 0; j < n_keys; j++) {
-            float s = 0.0f;
-            for (int d = 0; d < head_dim; d++) s += q[at + d] * gpt2__load_kv(k, j * row + at + d);
-            sc[j] = s * scale;
-            max_score = std::max(max_score, sc[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n_keys; j++) {
-            sc[j] = std::exp(sc[j] - max_score);
-            sum += sc[j];
-        }
-        stats[2 * h] = max_score;
-        stats[2 * h + 1] = sum;
-        const float inv_sum = 1.0f / sum;
-        for (int d = 0; d < head_dim; d++) out[at + d] = 0.0f;
-        for (int j = 0; j < n_keys; j++) {
-            const float p = sc[j] * inv_sum;
-            for (int d = 0; d < head_dim; d++) out[at + d] += p * gpt2__load_kv(v, j * row + at + d);
-        }
+        gpt2__attend_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
     }
 }
 
@@ -2550,6 +2530,33 @@ GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 
+/* scores[j] = exp(scores[j] - max) in place, for j < n; *max_score and *sum receive the max and
+   the sum of the exponentials (the softmax's two statistics). */
+GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_score, float* sum) {
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++) m = std::max(m, scores[j]);
+    const __m256 vmax = _mm256_set1_ps(m);
+    __m256 vsum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
+        _mm256_storeu_ps(scores + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float total = gpt2__hsum_avx2(vsum);
+    if (j < n) {
+        float tail[8];
+        for (int i = 0; i < 8; i++) tail[i] = j + i < n ? scores[j + i] - m : -INFINITY;
+        _mm256_storeu_ps(tail, gpt2__exp_avx2(_mm256_loadu_ps(tail)));
+        for (int i = 0; j + i < n; i++) {
+            scores[j + i] = tail[i];
+            total += tail[i];
+        }
+    }
+    *max_score = m;
+    *sum = total;
+}
+
 /* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 8 keys at
    a time (one horizontal-add tree for the 8 sums; the keys read in order, which from DRAM
    matters more than the arithmetic), and the weighted sum of the values in registers, 64
@@ -2582,25 +2589,8 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, const float* q, const KV* k
         for (int d = d8; d < head_dim; d++) sc += q[d] * gpt2__load_kv(kj, (size_t)d);
         scores[j] = sc * scale;
     }
-    float max_score = -INFINITY;
-    for (j = 0; j < n_keys; j++) max_score = std::max(max_score, scores[j]);
-    const __m256 vmax = _mm256_set1_ps(max_score);
-    __m256 vsum = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n_keys; j += 8) {
-        const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
-        _mm256_storeu_ps(scores + j, e);
-        vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = gpt2__hsum_avx2(vsum);
-    if (j < n_keys) {
-        float tail[8];
-        for (int i = 0; i < 8; i++) tail[i] = j + i < n_keys ? scores[j + i] - max_score : -INFINITY;
-        _mm256_storeu_ps(tail, gpt2__exp_avx2(_mm256_loadu_ps(tail)));
-        for (int i = 0; j + i < n_keys; i++) {
-            scores[j + i] = tail[i];
-            sum += tail[i];
-        }
-    }
+    float max_score, sum;
+    gpt2__exp_scores_avx2(scores, n_keys, &max_score, &sum);
     const float inv_sum = 1.0f / sum;
     int d0 = 0;
     for (; d0 + 64 <= d8; d0 += 64) {
@@ -2683,30 +2673,9 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
         for (h = 0; h < H; h++) probs[(size_t)h * n_keys + j] = scores[(size_t)j * H + h];
     for (h = 0; h < H; h++) { /* softmax of each head's scores, in place */
         float* p = probs + (size_t)h * n_keys;
-        float max_score = -INFINITY;
-        for (int j = 0; j < n_keys; j++) max_score = std::max(max_score, p[j]);
-        const __m256 vmax = _mm256_set1_ps(max_score);
-        __m256 vsum = _mm256_setzero_ps();
-        int j = 0;
-        for (; j + 8 <= n_keys; j += 8) {
-            const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
-            _mm256_storeu_ps(p + j, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        float sum = gpt2__hsum_avx2(vsum);
-        if (j < n_keys) {
-            float tail[8];
-            for (int i = 0; i < 8; i++) tail[i] = j + i < n_keys ? p[j + i] - max_score : -INFINITY;
-            _mm256_storeu_ps(tail, gpt2__exp_avx2(_mm256_loadu_ps(tail)));
-            for (int i = 0; j + i < n_keys; i++) {
-                p[j + i] = tail[i];
-                sum += tail[i];
-            }
-        }
-        stats[2 * h] = max_score;
-        stats[2 * h + 1] = sum;
-        const float inv_sum = 1.0f / sum;
-        for (j = 0; j < n_keys; j++) p[j] *= inv_sum;
+        gpt2__exp_scores_avx2(p, n_keys, &stats[2 * h], &stats[2 * h + 1]);
+        const float inv_sum = 1.0f / stats[2 * h + 1];
+        for (int j = 0; j < n_keys; j++) p[j] *= inv_sum;
     }
     for (size_t i = 0; i < row; i++) out[i] = 0.0f;
     for (int j = 0; j < n_keys; j++) {
@@ -2943,6 +2912,22 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p) {
     else return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
 }
 
+/* gpt2__exp_scores_avx2 for AVX-512. */
+GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n), scores + j));
+    const float m = _mm512_reduce_max_ps(vmax);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 mask = gpt2__mask16(j, n);
+        const __m512 e = _mm512_maskz_mov_ps(mask, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + j), _mm512_set1_ps(m))));
+        _mm512_mask_storeu_ps(scores + j, mask, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    *max_score = m;
+    *sum = _mm512_reduce_add_ps(vsum);
+}
+
 /* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 16 keys
    at a time (16 accumulators, one shuffle-tree reduction), and the weighted sum of the values
    in registers, 64 dimensions at a time. */
@@ -2980,17 +2965,9 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, const float* q, const K
         }
         scores[j] = _mm512_reduce_add_ps(acc) * scale;
     }
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (j = 0; j < n_keys; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n_keys), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n_keys), scores + j));
-    const __m512 max_score = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-    __m512 vsum = _mm512_setzero_ps();
-    for (j = 0; j < n_keys; j += 16) {
-        const __mmask16 m = gpt2__mask16(j, n_keys);
-        const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), max_score)));
-        _mm512_mask_storeu_ps(scores + j, m, e);
-        vsum = _mm512_add_ps(vsum, e);
-    }
-    const float inv_sum = 1.0f / _mm512_reduce_add_ps(vsum);
+    float max_score, sum;
+    gpt2__exp_scores_avx512(scores, n_keys, &max_score, &sum);
+    const float inv_sum = 1.0f / sum;
     for (int d0 = 0; d0 < head_dim; d0 += 64) {
         __mmask16 m[4];
         __m512 acc[4];
@@ -3060,18 +3037,7 @@ GPT2__AVX512 static void gpt2__attend_rows_avx512(float* out, float* stats, cons
         for (h = 0; h < H; h++) probs[(size_t)h * n_keys + j] = scores[(size_t)j * H + h];
     for (h = 0; h < H; h++) { /* softmax of each head's scores, in place */
         float* p = probs + (size_t)h * n_keys;
-        __m512 vmax = _mm512_set1_ps(-INFINITY);
-        for (int j = 0; j < n_keys; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n_keys), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n_keys), p + j));
-        const float max_score = _mm512_reduce_max_ps(vmax);
-        __m512 vsum = _mm512_setzero_ps();
-        for (int j = 0; j < n_keys; j += 16) {
-            const __mmask16 m = gpt2__mask16(j, n_keys);
-            const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), _mm512_set1_ps(max_score))));
-            _mm512_mask_storeu_ps(p + j, m, e);
-            vsum = _mm512_add_ps(vsum, e);
-        }
-        stats[2 * h] = max_score;
-        stats[2 * h + 1] = _mm512_reduce_add_ps(vsum);
+        gpt2__exp_scores_avx512(p, n_keys, &stats[2 * h], &stats[2 * h + 1]);
         const __m512 inv_sum = _mm512_set1_ps(1.0f / stats[2 * h + 1]);
         for (int j = 0; j < n_keys; j += 16) {
             const __mmask16 m = gpt2__mask16(j, n_keys);

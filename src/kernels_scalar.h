@@ -178,7 +178,7 @@ static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2_
    One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
+static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
@@ -193,6 +193,7 @@ static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const K
         scores[j] = std::exp(scores[j] - max_score);
         sum += scores[j];
     }
+    if (stats) stats[0] = max_score, stats[1] = sum; /* for gpt2__attend_rows_scalar */
     const float inv_sum = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
     for (int j = 0; j < n_keys; j++) {
@@ -218,30 +219,9 @@ static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* 
 template <class KV>
 static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
     const size_t row = (size_t)n_head * head_dim;
-    const float scale = 1.0f / std::sqrt((float)head_dim);
     for (int h = 0; h < n_head; h++) {
         const size_t at = (size_t)h * head_dim;
-        float* sc = scratch + (size_t)h * n_keys;
-        float max_score = -INFINITY;
-        for (int j = 0; j < n_keys; j++) {
-            float s = 0.0f;
-            for (int d = 0; d < head_dim; d++) s += q[at + d] * gpt2__load_kv(k, j * row + at + d);
-            sc[j] = s * scale;
-            max_score = std::max(max_score, sc[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n_keys; j++) {
-            sc[j] = std::exp(sc[j] - max_score);
-            sum += sc[j];
-        }
-        stats[2 * h] = max_score;
-        stats[2 * h + 1] = sum;
-        const float inv_sum = 1.0f / sum;
-        for (int d = 0; d < head_dim; d++) out[at + d] = 0.0f;
-        for (int j = 0; j < n_keys; j++) {
-            const float p = sc[j] * inv_sum;
-            for (int d = 0; d < head_dim; d++) out[at + d] += p * gpt2__load_kv(v, j * row + at + d);
-        }
+        gpt2__attend_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
     }
 }
 
