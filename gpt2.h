@@ -2641,8 +2641,18 @@ static inline int gpt2__next_pairs(const KV** key, const float** qh, const KV* k
     return n;
 }
 
-/* gpt2__attend_rows_avx512 with 8 pairs per reduction and scalar tails for the dimensions past a
-   multiple of 8. */
+/* gpt2__attend_rows_scalar with vector dot products, exponentials and sums. The scores take the
+   (key, head) pairs in the cache's order (key j's heads are adjacent in its row), 8 pairs per
+   reduction, so the keys are one stream from memory however many heads there are; the scores
+   are stored in pair order and transposed after (stored straight into each head's row they
+   stalled the key loads: 1.5x slower); the values are added key by key (two keys at a time, two
+   streams, measured 1.5x slower); the dimensions past a multiple of 8 in scalar.
+   The AVX-512 set uses this kernel too, as its float matrix rows use 256-bit loads: the same
+   kernel in 512-bit loads, 16 pairs per reduction, took 1.2-1.7x as long (Zen 4, 124M, f32
+   cache, 1 and 2 threads, 128 and 1,000 keys: attention's share of the samples against the
+   matrix rows' under perf; with an f16 cache the two were within 5%). An online-softmax kernel
+   (one pass: each key's row, then its values) was between the two at 512 bits and slower at
+   256. */
 template <class KV>
 GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
     const int H = n_head, D = head_dim, d8 = D / 8 * 8;
@@ -2994,80 +3004,6 @@ GPT2__AVX512 static void gpt2__attend_f16_avx512(float* out, const float* q, con
     gpt2__attend_avx512(out, q, k, v, stride, n_keys, head_dim, scores);
 }
 
-/* gpt2__attend_rows_scalar with vector dot products, exponentials and sums. The scores take the
-   (key, head) pairs in the cache's order (key j's heads are adjacent in its row), 16 pairs per
-   reduction, so the keys are one stream from memory however many heads there are (Zen 4, one
-   thread, 124M decode in a 1,024-token cache: attention at 128 keys 0.73-0.84 ms a token with
-   gpt2__attend_avx512 per head, 0.54-0.59 ms so; 512 keys 2.1 -> 1.75 ms). The scores are stored in pair order and transposed
-   after: stored straight into each head's row they stalled the key loads (1.5x slower). The
-   values are added key by key, into `out`: two keys at a time (two streams) measured 1.5x
-   slower. */
-template <class KV>
-GPT2__AVX512 static void gpt2__attend_rows_avx512(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    const int H = n_head, D = head_dim;
-    const size_t row = (size_t)H * D;
-    const float scale = 1.0f / std::sqrt((float)D);
-    const int64_t pairs = (int64_t)n_keys * H;
-    float* scores = scratch;
-    int h = 0; /* the head of the next pair */
-    for (int64_t m = 0; m < pairs; m += 16) {
-        const KV* key[16];
-        const float* qh[16];
-        const int n = gpt2__next_pairs<KV, 16>(key, qh, k, q, m, pairs, H, D, h);
-        __m512 acc[16];
-        GPT2__UNROLL
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        int d0 = 0;
-        for (; d0 + 64 <= D; d0 += 64) /* whole vectors, without masks (slower on Zen 4) */
-            GPT2__UNROLL
-            for (int i = 0; i < 16; i++)
-                GPT2__UNROLL
-                for (int c = 0; c < 4; c++) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[i] + d0 + 16 * c), gpt2__kv16_avx512(key[i] + d0 + 16 * c), acc[i]);
-        for (; d0 < D; d0 += 16) {
-            const __mmask16 mask = gpt2__mask16(d0, D);
-            GPT2__UNROLL
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, qh[i] + d0), gpt2__kv16_avx512(key[i] + d0, mask), acc[i]);
-        }
-        const __m512 sc = _mm512_mul_ps(gpt2__hsum16_avx512(acc), _mm512_set1_ps(scale));
-        if (n == 16) _mm512_storeu_ps(scores + m, sc);
-        else _mm512_mask_storeu_ps(scores + m, gpt2__mask16(0, n), sc);
-    }
-    float* probs = scratch + pairs; /* head by head: the scores' transpose */
-    for (int j = 0; j < n_keys; j++)
-        for (h = 0; h < H; h++) probs[(size_t)h * n_keys + j] = scores[(size_t)j * H + h];
-    for (h = 0; h < H; h++) { /* softmax of each head's scores, in place */
-        float* p = probs + (size_t)h * n_keys;
-        gpt2__exp_scores_avx512(p, n_keys, &stats[2 * h], &stats[2 * h + 1]);
-        const __m512 inv_sum = _mm512_set1_ps(1.0f / stats[2 * h + 1]);
-        for (int j = 0; j < n_keys; j += 16) {
-            const __mmask16 m = gpt2__mask16(j, n_keys);
-            _mm512_mask_storeu_ps(p + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), inv_sum));
-        }
-    }
-    for (size_t i = 0; i < row; i++) out[i] = 0.0f;
-    for (int j = 0; j < n_keys; j++) {
-        const KV* vj = v + j * row;
-        for (h = 0; h < H; h++) {
-            const __m512 p = _mm512_set1_ps(probs[(size_t)h * n_keys + j]);
-            const KV* vh = vj + (size_t)h * D;
-            float* oh = out + (size_t)h * D;
-            int d = 0;
-            for (; d + 16 <= D; d += 16) _mm512_storeu_ps(oh + d, _mm512_fmadd_ps(p, gpt2__kv16_avx512(vh + d), _mm512_loadu_ps(oh + d)));
-            if (d < D) {
-                const __mmask16 m = gpt2__mask16(d, D);
-                _mm512_mask_storeu_ps(oh + d, m, _mm512_fmadd_ps(p, gpt2__kv16_avx512(vh + d, m), _mm512_maskz_loadu_ps(m, oh + d)));
-            }
-        }
-    }
-}
-
-GPT2__AVX512 static void gpt2__attend_rows_f32_avx512(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_avx512(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-GPT2__AVX512 static void gpt2__attend_rows_f16_avx512(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_avx512(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-
 #if !defined(_MSC_VER) || defined(__clang__)
 #pragma GCC diagnostic pop
 #undef GPT2__UNROLL
@@ -3169,7 +3105,7 @@ static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * 4; }
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__attend_rows_f32_scalar, gpt2__attend_rows_f16_scalar, gpt2__gelu_scalar};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_avx2, gpt2__attend_f16_avx2, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx2};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__attend_rows_f32_avx512, gpt2__attend_rows_f16_avx512, gpt2__gelu_avx512};
+static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false;

@@ -24,7 +24,7 @@ static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * 4; }
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__attend_rows_f32_scalar, gpt2__attend_rows_f16_scalar, gpt2__gelu_scalar};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_avx2, gpt2__attend_f16_avx2, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx2};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__attend_rows_f32_avx512, gpt2__attend_rows_f16_avx512, gpt2__gelu_avx512};
+static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false;
