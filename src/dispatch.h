@@ -11,8 +11,8 @@ struct gpt2__kernels {
     const char* name;
     void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
     void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
-    void (*attend_f32)(float* out, const float* q, const float* k, const float* v, size_t stride, int n_keys, int head_dim, float* scores);
-    void (*attend_f16)(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores);
+    void (*attend_f32)(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
+    void (*attend_f16)(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
     void (*attend_rows_f32)(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch);
     void (*attend_rows_f16)(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch);
     void (*gelu)(float* x, size_t n, bool tanh_form);

@@ -171,9 +171,9 @@ static inline void gpt2__store_kv(float* p, size_t i, float v) { p[i] = v; }
 static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2__f32_to_f16(v); }
 
 /* Attention has two kernels, as the matrix products have two shapes: one head at a time for
-   prefill, whose keys were just written and sit in cache, so the arithmetic counts (the head's
-   accumulators stay in registers); and all heads at once for decode, whose keys come from
-   memory, so the order of the reads counts (gpt2__attend_rows_scalar).
+   prefill, whose keys were just written and sit in cache, so the arithmetic counts (a block of
+   up to gpt2__query_block queries shares each key it loads); and all heads at once for decode,
+   whose keys come from memory, so the order of the reads counts (gpt2__attend_rows_scalar).
 
    One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
@@ -203,11 +203,17 @@ static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const K
     }
 }
 
-static void gpt2__attend_f32_scalar(float* out, const float* q, const float* k, const float* v, size_t stride, int n_keys, int head_dim, float* scores) {
-    gpt2__attend_scalar(out, q, k, v, stride, n_keys, head_dim, scores);
+/* Causal attention of one head for n_queries <= gpt2__query_block consecutive queries: query i
+   (at q + i * q_stride) attends keys 0 .. n_keys + i - 1 and writes out + i * out_stride.
+   `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
+static const int gpt2__query_block = 4;
+static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
+
+static void gpt2__attend_f32_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    for (int i = 0; i < n_queries; i++) gpt2__attend_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
 }
-static void gpt2__attend_f16_scalar(float* out, const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int head_dim, float* scores) {
-    gpt2__attend_scalar(out, q, k, v, stride, n_keys, head_dim, scores);
+static void gpt2__attend_f16_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    for (int i = 0; i < n_queries; i++) gpt2__attend_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
 }
 
 /* All heads of one query, over keys 0..n_keys-1 of one layer's cache: k and v point at the

@@ -112,24 +112,27 @@ TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactl
     }
 }
 
-TEST_CASE("attention of one head: SIMD equals scalar for f32 and f16 caches") {
+TEST_CASE("attention of one head for a block of queries: SIMD equals scalar for f32 and f16 caches") {
     std::mt19937 rng(99);
     for (const gpt2__kernels* k : simd_kernels()) {
         for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
             for (int n_keys : {1, 17, 100}) {
-                CAPTURE(k->name); CAPTURE(head_dim); CAPTURE(n_keys);
-                const size_t stride = (size_t)head_dim * 3;
-                std::vector<float> q = random_floats(rng, (size_t)head_dim, 2.0f);
-                std::vector<float> kc = random_floats(rng, stride * n_keys, 2.0f), vc = random_floats(rng, stride * n_keys, 2.0f);
-                std::vector<uint16_t> kh(kc.size()), vh(vc.size());
-                for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
-                std::vector<float> want((size_t)head_dim), got((size_t)head_dim), scores((size_t)n_keys);
-                gpt2__attend_f32_scalar(want.data(), q.data(), kc.data(), vc.data(), stride, n_keys, head_dim, scores.data());
-                k->attend_f32(got.data(), q.data(), kc.data(), vc.data(), stride, n_keys, head_dim, scores.data());
-                for (int d = 0; d < head_dim; d++) CHECK(got[(size_t)d] == doctest::Approx(want[(size_t)d]).epsilon(1e-5).scale(1.0));
-                gpt2__attend_f16_scalar(want.data(), q.data(), kh.data(), vh.data(), stride, n_keys, head_dim, scores.data());
-                k->attend_f16(got.data(), q.data(), kh.data(), vh.data(), stride, n_keys, head_dim, scores.data());
-                for (int d = 0; d < head_dim; d++) CHECK(got[(size_t)d] == doctest::Approx(want[(size_t)d]).epsilon(1e-5).scale(1.0));
+                for (int n_queries = 1; n_queries <= gpt2__query_block; n_queries++) {
+                    CAPTURE(k->name); CAPTURE(head_dim); CAPTURE(n_keys); CAPTURE(n_queries);
+                    const size_t stride = (size_t)head_dim * 3, keys = (size_t)(n_keys + n_queries - 1);
+                    const size_t q_stride = (size_t)head_dim * 5, out_stride = (size_t)head_dim * 2;
+                    std::vector<float> q = random_floats(rng, q_stride * n_queries, 2.0f);
+                    std::vector<float> kc = random_floats(rng, stride * keys, 2.0f), vc = random_floats(rng, stride * keys, 2.0f);
+                    std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+                    for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
+                    std::vector<float> want(out_stride * n_queries, -1.0f), got = want, scores(gpt2__query_scratch((int)keys));
+                    gpt2__attend_f32_scalar(want.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    k->attend_f32(got.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0)); // the gaps untouched
+                    gpt2__attend_f16_scalar(want.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    k->attend_f16(got.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0));
+                }
             }
         }
     }
