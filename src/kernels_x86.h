@@ -53,14 +53,14 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
 }
 
 /* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <= MR and
-   1 <= n <= NT, which are known only at run time. */
+   1 <= n <= Set::NT, which are known only at run time. */
 template <class Set, int R>
 static void gpt2__tile_tokens(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     switch (n) {
     case 1: Set::template tile<R, 1>(out, w, ldw, x, ldx, K); break;
     case 2: Set::template tile<R, 2>(out, w, ldw, x, ldx, K); break;
     case 3: Set::template tile<R, 3>(out, w, ldw, x, ldx, K); break;
-    default: Set::template tile<R, GPT2__NT>(out, w, ldw, x, ldx, K); break;
+    default: Set::template tile<R, Set::NT>(out, w, ldw, x, ldx, K); break;
     }
 }
 
@@ -83,14 +83,15 @@ static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t l
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     static_assert(GPT2__MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
+    constexpr int NT = Set::NT, chunk = GPT2__TOKEN_CHUNK / NT * NT; /* whole tiles */
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
     const int64_t k_blocks = (K + GPT2__K_BLOCK - 1) / GPT2__K_BLOCK;
     const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
-    float sums[GPT2__TOKEN_CHUNK / GPT2__NT][GPT2__MR * GPT2__NT];
-    for (int t0 = 0; t0 < a.T; t0 += GPT2__TOKEN_CHUNK) {
-        const int t_end = std::min(a.T, t0 + GPT2__TOKEN_CHUNK);
-        const int n_tiles = (t_end - t0 + GPT2__NT - 1) / GPT2__NT;
+    float sums[chunk / NT][GPT2__MR * NT];
+    for (int t0 = 0; t0 < a.T; t0 += chunk) {
+        const int t_end = std::min(a.T, t0 + chunk);
+        const int n_tiles = (t_end - t0 + NT - 1) / NT;
         for (int64_t o = o_begin; o < o_end; o += GPT2__MR) {
             const int rows = (int)std::min<int64_t>(GPT2__MR, o_end - o);
             const float* w = panel;
@@ -107,20 +108,20 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
             const size_t next_lines = (size_t)std::min<int64_t>(GPT2__MR, o_end - o - rows) * W->row_bytes / 64;
             const size_t steps = (size_t)(n_tiles * k_blocks), lines_per_step = (next_lines + steps - 1) / steps;
             size_t line = 0;
-            std::memset(sums, 0, sizeof(float) * GPT2__MR * GPT2__NT * (size_t)n_tiles);
+            std::memset(sums, 0, sizeof(float) * GPT2__MR * NT * (size_t)n_tiles);
             for (int64_t k0 = 0; k0 < K; k0 += k_step) {
                 const int64_t kn = std::min(k_step, K - k0);
                 for (int i = 0; i < n_tiles; i++) {
                     for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
-                    const int t = t0 + i * GPT2__NT;
-                    gpt2__tile_any<Set>(sums[i], rows, std::min(GPT2__NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                    const int t = t0 + i * NT;
+                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
                 }
             }
             for (int i = 0; i < n_tiles; i++) {
-                const int t = t0 + i * GPT2__NT, n = std::min(GPT2__NT, t_end - t);
-                if (rows == GPT2__MR && n == GPT2__NT) { /* gpt2__store_out, 4 rows at once */
+                const int t = t0 + i * NT, n = std::min(NT, t_end - t);
+                if (rows == GPT2__MR && n == NT) { /* gpt2__store_out, 4 rows at once */
                     const __m128 bias = a.bias ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
-                    for (int j = 0; j < GPT2__NT; j++) {
+                    for (int j = 0; j < NT; j++) {
                         float* y = a.y + (size_t)(t + j) * W->rows + o;
                         const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * GPT2__MR));
                         _mm_storeu_ps(y, a.accumulate ? _mm_add_ps(_mm_loadu_ps(y), v) : v);
@@ -306,6 +307,9 @@ GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, c
 }
 
 struct gpt2__prefill_avx2 {
+    /* tiles of 3 tokens: a tile of 4 took a pass of 3 and one of 1, which loads 5 vectors per 4
+       FMAs and took 1.4x as long per token (Zen 4, one thread: f32 prefill 3% faster so) */
+    static constexpr int NT = 3;
     static void panel(float* p, const gpt2__weight* W, int64_t o, int rows) { gpt2__panel_avx2(p, W, o, rows); }
     template <int R, int N>
     static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx2<R, N>(out, w, ldw, x, ldx, K); }
@@ -424,71 +428,85 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
     *sum = total;
 }
 
-/* gpt2__attend_scalar with vector dot products, exponentials and sums: the scores of 8 keys at
-   a time (one horizontal-add tree for the 8 sums; the keys read in order, which from DRAM
-   matters more than the arithmetic), and the weighted sum of the values in registers, 64
-   dimensions at a time. */
+/* gpt2__attend_f32_scalar's block of queries at once (fewer are padded with copies of the last):
+   the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
+   for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
+   dimensions past a multiple of 8 in scalar. */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_avx2(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores) {
-    const float scale = 1.0f / std::sqrt((float)head_dim);
-    const int d8 = head_dim / 8 * 8; /* dimensions the vectors cover; the rest in scalar */
-    int j = 0;
-    for (; j + 8 <= n_keys; j += 8) {
-        __m256 acc[8];
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
+    const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
+    const float scale = 1.0f / std::sqrt((float)D);
+    const float* qi[4];
+    for (int i = 0; i < 4; i++) qi[i] = q + (size_t)std::min(i, n_queries - 1) * q_stride;
+    for (int j = 0; j < keys; j += 2) {
+        const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
+        __m256 acc[8]; /* key r, query i at 4r + i */
         GPT2__UNROLL
         for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-        GPT2__UNROLL
-        for (int i = 0; i < 8; i++) { /* key by key, so the keys are read in order */
-            const KV* key = k + (size_t)(j + i) * stride;
-            for (int d = 0; d < d8; d += 8) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), gpt2__kv8_avx2(key + d), acc[i]);
-        }
-        _mm256_storeu_ps(scores + j, gpt2__hsum8_avx2(acc));
-        for (int i = 0; i < 8; i++) {
-            for (int d = d8; d < head_dim; d++) scores[j + i] += q[d] * gpt2__load_kv(k + (size_t)(j + i) * stride, (size_t)d);
-            scores[j + i] *= scale;
-        }
-    }
-    for (; j < n_keys; j++) {
-        const KV* kj = k + (size_t)j * stride;
-        __m256 acc = _mm256_setzero_ps();
-        for (int d = 0; d < d8; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), gpt2__kv8_avx2(kj + d), acc);
-        float sc = gpt2__hsum_avx2(acc);
-        for (int d = d8; d < head_dim; d++) sc += q[d] * gpt2__load_kv(kj, (size_t)d);
-        scores[j] = sc * scale;
-    }
-    float max_score, sum;
-    gpt2__exp_scores_avx2(scores, n_keys, &max_score, &sum);
-    const float inv_sum = 1.0f / sum;
-    int d0 = 0;
-    for (; d0 + 64 <= d8; d0 += 64) {
-        __m256 acc[8];
-        GPT2__UNROLL
-        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
-        for (j = 0; j < n_keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
-            const __m256 p = _mm256_set1_ps(scores[j] * inv_sum);
+        for (int d = 0; d < d8; d += 8) {
+            __m256 qv[4];
             GPT2__UNROLL
-            for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(p, gpt2__kv8_avx2(vj + 8 * c), acc[c]);
+            for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_ps(qi[i] + d);
+            GPT2__UNROLL
+            for (int r = 0; r < 2; r++) {
+                const __m256 kv = gpt2__kv8_avx2(kj[r] + d);
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm256_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+            }
         }
+        alignas(32) float s[8];
+        _mm256_store_ps(s, gpt2__hsum8_avx2(acc));
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 4; i++) {
+                for (int d = d8; d < D; d++) s[4 * r + i] += qi[i][d] * gpt2__load_kv(kj[r], (size_t)d);
+                scores[i * ld + j + r] = s[4 * r + i] * scale;
+            }
+    }
+    for (int i = 0; i < n_queries; i++) { /* each row to its softmax, 0 past the query's keys */
+        float* row = scores + i * ld;
+        float max_score, sum;
+        gpt2__exp_scores_avx2(row, n_keys + i, &max_score, &sum);
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
+        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
+    }
+    const float* p[4];
+    for (int i = 0; i < 4; i++) p[i] = scores + (size_t)std::min(i, n_queries - 1) * ld;
+    int d0 = 0;
+    for (; d0 < d8; d0 += 16) {
+        const int halves = d0 + 16 <= d8 ? 2 : 1;
+        __m256 acc[4][2]; /* query i, dimensions d0 + 8c .. */
         GPT2__UNROLL
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+        for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (int j = 0; j < keys; j++) {
+            const KV* vj = v + (size_t)j * stride + d0;
+            const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) {
+                const __m256 pi = _mm256_broadcast_ss(p[i] + j);
+                acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
+            }
+        }
+        for (int i = 0; i < n_queries; i++) {
+            _mm256_storeu_ps(out + i * out_stride + d0, acc[i][0]);
+            if (halves == 2) _mm256_storeu_ps(out + i * out_stride + d0 + 8, acc[i][1]);
+        }
     }
-    for (int d = d0; d < head_dim; d++) out[d] = 0.0f; /* the last dimensions, through memory */
-    for (j = 0; j < n_keys && d0 < head_dim; j++) {
-        const KV* vj = v + (size_t)j * stride;
-        const float p = scores[j] * inv_sum;
-        int d = d0;
-        for (; d + 8 <= d8; d += 8) _mm256_storeu_ps(out + d, _mm256_fmadd_ps(_mm256_set1_ps(p), gpt2__kv8_avx2(vj + d), _mm256_loadu_ps(out + d)));
-        for (; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
-    }
+    for (int i = 0; i < n_queries; i++) /* the last dimensions */
+        for (int d = d8; d < D; d++) {
+            float sum = 0.0f;
+            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
+            out[i * out_stride + d] = sum;
+        }
 }
 
-/* A block of queries, one after the other (gpt2__attend_f32_scalar's contract). */
 GPT2__AVX2 static void gpt2__attend_f32_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_avx2(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
+    gpt2__attend_avx2(out, out_stride, q, q_stride, k, v, stride, n_keys, n_queries, head_dim, scores);
 }
 GPT2__AVX2 static void gpt2__attend_f16_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_avx2(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
+    gpt2__attend_avx2(out, out_stride, q, q_stride, k, v, stride, n_keys, n_queries, head_dim, scores);
 }
 
 /* The N (key, head) pairs from pair m on of attention over whole cache rows (pair m: key
@@ -708,6 +726,7 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 }
 
 struct gpt2__prefill_avx512 {
+    static constexpr int NT = GPT2__NT;
     static void panel(float* p, const gpt2__weight* W, int64_t o, int rows) { gpt2__panel_avx512(p, W, o, rows); }
     template <int R, int N>
     static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx512<R, N>(out, w, ldw, x, ldx, K); }
