@@ -2996,8 +2996,10 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
             }
         }
         const __m512 s = _mm512_permutexvar_ps(by_query, _mm512_mul_ps(gpt2__hsum16_avx512(acc), scale)); /* query i, key j + r at 4i + r */
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++) _mm_storeu_ps(scores + i * ld + j, _mm512_extractf32x4_ps(s, i));
+        _mm_storeu_ps(scores + j, _mm512_extractf32x4_ps(s, 0)); /* immediates: not a loop's index, which */
+        _mm_storeu_ps(scores + ld + j, _mm512_extractf32x4_ps(s, 1)); /* some compilers (nvcc) do not unroll */
+        _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
+        _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
     }
     float inv_sum[4] = {0, 0, 0, 0};
     for (int i = 0; i < n_queries; i++) {
