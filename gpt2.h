@@ -3415,8 +3415,8 @@ struct gpt2_session {
    (gpt2__attend_rows_scalar) and splits each query's keys into up to gpt2__max_key_ranges
    ranges of at least gpt2__min_key_range keys, so threads share one query's attention and each
    reads whole rows of the cache (splitting the heads instead, two threads ran 2x slower than
-   one). Ranges cost one thread a little (Zen 4, 512 keys: 1.8 ms whole, 1.9-2.2 ms in 4,
-   2.2-2.8 in 8). They depend on the number of keys only, so no result depends on the thread
+   one). Ranges cost one thread a little (Zen 4, 512 keys, with the 512-bit kernel of the time:
+   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no result depends on the thread
    count. */
 static const int gpt2__few_queries = 4, gpt2__max_key_ranges = 4, gpt2__min_key_range = 64;
 
