@@ -2118,19 +2118,20 @@ static void gpt2__attend_rows_f16_scalar(float* out, float* stats, const float* 
     gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
 }
 
-/* Attention over consecutive key ranges, joined: `parts` holds n_parts blocks of the n_head *
-   head_dim outputs and 2 * n_head stats of gpt2__attend_scalar; each range's output counts by
-   its share of the whole softmax denominator. */
+/* Attention over up to gpt2__max_key_ranges consecutive key ranges, joined: `parts` holds
+   n_parts blocks of the n_head * head_dim outputs and 2 * n_head stats of gpt2__attend_scalar;
+   each range's output counts by its share of the whole softmax denominator. */
+static const int gpt2__max_key_ranges = 4;
 static void gpt2__merge_attention(float* out, const float* parts, int n_parts, int n_head, int head_dim) {
     const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
     for (int h = 0; h < n_head; h++) {
-        float max_score = -INFINITY, denominator = 0.0f;
+        float max_score = -INFINITY, denominator = 0.0f, weight[gpt2__max_key_ranges];
         for (int p = 0; p < n_parts; p++) max_score = std::max(max_score, parts[p * part + row + 2 * h]);
-        for (int p = 0; p < n_parts; p++) denominator += std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1];
+        for (int p = 0; p < n_parts; p++) denominator += weight[p] = std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1];
         float* o = out + (size_t)h * head_dim;
         for (int d = 0; d < head_dim; d++) o[d] = 0.0f;
         for (int p = 0; p < n_parts; p++) {
-            const float share = std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1] / denominator;
+            const float share = weight[p] / denominator;
             for (int d = 0; d < head_dim; d++) o[d] += share * parts[p * part + (size_t)h * head_dim + d];
         }
     }
@@ -2942,11 +2943,6 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     if constexpr (sizeof(KV) == 4) return _mm512_maskz_loadu_ps(m, p);
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
-template <class KV>
-GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p) {
-    if constexpr (sizeof(KV) == 4) return _mm512_loadu_ps(p);
-    else return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-}
 
 /* gpt2__exp_scores_avx2 for AVX-512. */
 GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
@@ -3001,14 +2997,16 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
         _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
         _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
     }
-    float inv_sum[4] = {0, 0, 0, 0};
-    for (int i = 0; i < n_queries; i++) {
+    for (int i = 0; i < n_queries; i++) { /* each row to its softmax, 0 past the query's keys */
         float* row = scores + i * ld;
         float max_score, sum;
         gpt2__exp_scores_avx512(row, n_keys + i, &max_score, &sum);
-        inv_sum[i] = 1.0f / sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f; /* past this query's keys */
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
+        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
     }
+    const float* p[4];
+    for (int i = 0; i < 4; i++) p[i] = scores + (size_t)std::min(i, n_queries - 1) * ld;
     for (int d0 = 0; d0 < D; d0 += 64) {
         __mmask16 m[4];
         __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
@@ -3020,14 +3018,14 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
         }
         for (int j = 0; j < keys; j++) {
             const KV* vj = v + (size_t)j * stride + d0;
-            __m512 p[4];
+            __m512 pj[4];
             GPT2__UNROLL
-            for (int i = 0; i < 4; i++) p[i] = _mm512_set1_ps(scores[(size_t)std::min(i, n_queries - 1) * ld + j] * inv_sum[i]);
+            for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
             GPT2__UNROLL
             for (int c = 0; c < 4; c++) {
                 const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(p[i], vv, acc[i][c]);
+                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
             }
         }
         for (int i = 0; i < n_queries; i++)
@@ -3416,9 +3414,9 @@ struct gpt2_session {
    ranges of at least gpt2__min_key_range keys, so threads share one query's attention and each
    reads whole rows of the cache (splitting the heads instead, two threads ran 2x slower than
    one). Ranges cost one thread a little (Zen 4, 512 keys, with the 512-bit kernel of the time:
-   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no result depends on the thread
-   count. */
-static const int gpt2__few_queries = 4, gpt2__max_key_ranges = 4, gpt2__min_key_range = 64;
+   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no
+   result depends on the thread count. */
+static const int gpt2__few_queries = 4, gpt2__min_key_range = 64;
 
 static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges); }
 

@@ -34,9 +34,9 @@ struct gpt2_session {
    ranges of at least gpt2__min_key_range keys, so threads share one query's attention and each
    reads whole rows of the cache (splitting the heads instead, two threads ran 2x slower than
    one). Ranges cost one thread a little (Zen 4, 512 keys, with the 512-bit kernel of the time:
-   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no result depends on the thread
-   count. */
-static const int gpt2__few_queries = 4, gpt2__max_key_ranges = 4, gpt2__min_key_range = 64;
+   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no
+   result depends on the thread count. */
+static const int gpt2__few_queries = 4, gpt2__min_key_range = 64;
 
 static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges); }
 

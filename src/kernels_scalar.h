@@ -238,19 +238,20 @@ static void gpt2__attend_rows_f16_scalar(float* out, float* stats, const float* 
     gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
 }
 
-/* Attention over consecutive key ranges, joined: `parts` holds n_parts blocks of the n_head *
-   head_dim outputs and 2 * n_head stats of gpt2__attend_scalar; each range's output counts by
-   its share of the whole softmax denominator. */
+/* Attention over up to gpt2__max_key_ranges consecutive key ranges, joined: `parts` holds
+   n_parts blocks of the n_head * head_dim outputs and 2 * n_head stats of gpt2__attend_scalar;
+   each range's output counts by its share of the whole softmax denominator. */
+static const int gpt2__max_key_ranges = 4;
 static void gpt2__merge_attention(float* out, const float* parts, int n_parts, int n_head, int head_dim) {
     const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
     for (int h = 0; h < n_head; h++) {
-        float max_score = -INFINITY, denominator = 0.0f;
+        float max_score = -INFINITY, denominator = 0.0f, weight[gpt2__max_key_ranges];
         for (int p = 0; p < n_parts; p++) max_score = std::max(max_score, parts[p * part + row + 2 * h]);
-        for (int p = 0; p < n_parts; p++) denominator += std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1];
+        for (int p = 0; p < n_parts; p++) denominator += weight[p] = std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1];
         float* o = out + (size_t)h * head_dim;
         for (int d = 0; d < head_dim; d++) o[d] = 0.0f;
         for (int p = 0; p < n_parts; p++) {
-            const float share = std::exp(parts[p * part + row + 2 * h] - max_score) * parts[p * part + row + 2 * h + 1] / denominator;
+            const float share = weight[p] / denominator;
             for (int d = 0; d < head_dim; d++) o[d] += share * parts[p * part + (size_t)h * head_dim + d];
         }
     }

@@ -803,11 +803,6 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     if constexpr (sizeof(KV) == 4) return _mm512_maskz_loadu_ps(m, p);
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
-template <class KV>
-GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p) {
-    if constexpr (sizeof(KV) == 4) return _mm512_loadu_ps(p);
-    else return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-}
 
 /* gpt2__exp_scores_avx2 for AVX-512. */
 GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
@@ -862,14 +857,16 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
         _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
         _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
     }
-    float inv_sum[4] = {0, 0, 0, 0};
-    for (int i = 0; i < n_queries; i++) {
+    for (int i = 0; i < n_queries; i++) { /* each row to its softmax, 0 past the query's keys */
         float* row = scores + i * ld;
         float max_score, sum;
         gpt2__exp_scores_avx512(row, n_keys + i, &max_score, &sum);
-        inv_sum[i] = 1.0f / sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f; /* past this query's keys */
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
+        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
     }
+    const float* p[4];
+    for (int i = 0; i < 4; i++) p[i] = scores + (size_t)std::min(i, n_queries - 1) * ld;
     for (int d0 = 0; d0 < D; d0 += 64) {
         __mmask16 m[4];
         __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
@@ -881,14 +878,14 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
         }
         for (int j = 0; j < keys; j++) {
             const KV* vj = v + (size_t)j * stride + d0;
-            __m512 p[4];
+            __m512 pj[4];
             GPT2__UNROLL
-            for (int i = 0; i < 4; i++) p[i] = _mm512_set1_ps(scores[(size_t)std::min(i, n_queries - 1) * ld + j] * inv_sum[i]);
+            for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
             GPT2__UNROLL
             for (int c = 0; c < 4; c++) {
                 const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(p[i], vv, acc[i][c]);
+                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
             }
         }
         for (int i = 0; i < n_queries; i++)
