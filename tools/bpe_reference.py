@@ -7,7 +7,7 @@ does. This is a developer tool, not run in CI: `pip install regex` first.
 
 The random strings mix scripts, whitespace runs, contractions (upper and lower case), numbers,
 punctuation, combining marks and code points from every plane. Only code points that Python's
-unicodedata (the source of src/unicode_tables.h) and the `regex` module classify alike are used,
+unicodedata (the source of src/model/unicode_tables.h) and the `regex` module classify alike are used,
 since the two may follow different Unicode versions.
 
     python3 tools/bpe_reference.py golden            write golden_random.json (2000 cases)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/unicode_tables.h: the character classes GPT-2's pre-tokenizer needs.
+"""Generates src/model/unicode_tables.h: the character classes GPT-2's pre-tokenizer needs.
 
 GPT-2 splits text with the pattern
     's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
@@ -15,8 +15,8 @@ The classes come from Python's unicodedata; the Unicode version is written into 
 (Python 3.11 gives Unicode 14.0.0). The table is a sorted list of ranges covering
 U+0000..U+10FFFF; each entry is (first code point << 2 | class), found by binary search.
 
-    python3 tools/gen_unicode_tables.py          write src/unicode_tables.h
-    python3 tools/gen_unicode_tables.py --check  exit 1 when src/unicode_tables.h differs
+    python3 tools/gen_unicode_tables.py          write src/model/unicode_tables.h
+    python3 tools/gen_unicode_tables.py --check  exit 1 when src/model/unicode_tables.h differs
 """
 import argparse
 import os
@@ -24,7 +24,7 @@ import sys
 import unicodedata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUTPUT = os.path.join(ROOT, "src", "unicode_tables.h")
+OUTPUT = os.path.join(ROOT, "src", "model", "unicode_tables.h")
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 NAMES = {OTHER: "OTHER", LETTER: "LETTER", NUMBER: "NUMBER", SPACE: "SPACE"}
@@ -86,18 +86,18 @@ def generate():
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 when src/unicode_tables.h differs from what this Python generates")
+                        help="do not write; exit 1 when src/model/unicode_tables.h differs from what this Python generates")
     args = parser.parse_args()
     text = generate()
     current = open(OUTPUT, encoding="utf-8").read() if os.path.exists(OUTPUT) else None
     if args.check:
         if current != text:
-            sys.exit("gen_unicode_tables: src/unicode_tables.h is out of date; run python3 tools/gen_unicode_tables.py")
+            sys.exit("gen_unicode_tables: src/model/unicode_tables.h is out of date; run python3 tools/gen_unicode_tables.py")
         return
     if current != text:
         with open(OUTPUT, "w", encoding="utf-8") as f:
             f.write(text)
-        print("wrote src/unicode_tables.h")
+        print("wrote src/model/unicode_tables.h")
 
 
 if __name__ == "__main__":
