@@ -70,7 +70,7 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
                     std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
                     std::vector<int8_t> xq((size_t)cols);
                     std::vector<float> xs((size_t)cols / 32 + 1);
-                    const bool quantized = type == GPT2_TYPE_Q8_0 && T == 1; // as the forward pass does
+                    const bool quantized = gpt2__int8_activations(T, type); // as the forward pass does
                     if (quantized) gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), cols);
                     for (bool accumulate : {false, true}) {
                         std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
@@ -126,10 +126,10 @@ TEST_CASE("attention of one head for a block of queries: SIMD equals scalar for 
                     std::vector<uint16_t> kh(kc.size()), vh(vc.size());
                     for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
                     std::vector<float> want(out_stride * n_queries, -1.0f), got = want, scores(gpt2__query_scratch((int)keys));
-                    gpt2__attend_f32_scalar(want.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    gpt2__attend_scalar<float>(want.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
                     k->attend_f32(got.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
                     for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0)); // the gaps untouched
-                    gpt2__attend_f16_scalar(want.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    gpt2__attend_scalar<uint16_t>(want.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
                     k->attend_f16(got.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
                     for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0));
                 }
@@ -158,7 +158,7 @@ static std::vector<double> attention_f64(const std::vector<float>& q, const std:
     return out;
 }
 
-TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged from key ranges; SIMD equals scalar for f32 and f16 caches") {
+TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged from key ranges, and SIMD equals scalar for f32 and f16 caches") {
     std::mt19937 rng(99);
     for (int n_head : {1, 3, 12}) {
         for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
@@ -171,7 +171,7 @@ TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged fr
                 for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
                 std::vector<float> want(part), got(part), scratch(2 * row / head_dim * n_keys);
                 const std::vector<double> exact = attention_f64(q, kc, vc, n_keys, n_head, head_dim);
-                gpt2__attend_rows_f32_scalar(want.data(), want.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
+                gpt2__attend_rows_scalar<float>(want.data(), want.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
                 for (size_t i = 0; i < row; i++) CHECK(want[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));
                 // the keys in three ranges, attended apart and merged
                 const int cut[] = {0, n_keys / 3, 2 * n_keys / 3 + 1, n_keys};
@@ -180,7 +180,7 @@ TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged fr
                     if (cut[r + 1] <= cut[r]) continue;
                     parts.resize(parts.size() + part);
                     float* dst = parts.data() + parts.size() - part;
-                    gpt2__attend_rows_f32_scalar(dst, dst + row, q.data(), kc.data() + cut[r] * row, vc.data() + cut[r] * row, cut[r + 1] - cut[r], n_head, head_dim, scratch.data());
+                    gpt2__attend_rows_scalar<float>(dst, dst + row, q.data(), kc.data() + cut[r] * row, vc.data() + cut[r] * row, cut[r + 1] - cut[r], n_head, head_dim, scratch.data());
                 }
                 gpt2__merge_attention(merged.data(), parts.data(), (int)(parts.size() / part), n_head, head_dim);
                 for (size_t i = 0; i < row; i++) CHECK(merged[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));
@@ -189,7 +189,7 @@ TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged fr
                     k->attend_rows_f32(got.data(), got.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
                     for (size_t i = 0; i < part; i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0)); // outputs and stats
                     std::vector<float> f16_want(part), f16_got(part);
-                    gpt2__attend_rows_f16_scalar(f16_want.data(), f16_want.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
+                    gpt2__attend_rows_scalar<uint16_t>(f16_want.data(), f16_want.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
                     k->attend_rows_f16(f16_got.data(), f16_got.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
                     for (size_t i = 0; i < part; i++) CHECK(f16_got[i] == doctest::Approx(f16_want[i]).epsilon(1e-5).scale(1.0));
                 }

@@ -7,24 +7,14 @@
      GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon") when the
                                       CPU supports it, else the best one it does */
 
-struct gpt2__kernels {
-    const char* name;
-    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
-    void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
-    void (*attend_f32)(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
-    void (*attend_f16)(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
-    void (*attend_rows_f32)(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch);
-    void (*attend_rows_f16)(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch);
-    void (*gelu)(float* x, size_t n, bool tanh_form);
-};
-
-/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
-static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * 4; }
-
-static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__attend_rows_f32_scalar, gpt2__attend_rows_f16_scalar, gpt2__gelu_scalar};
+/* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
+static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #if defined(GPT2__X86)
-static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_avx2, gpt2__attend_f16_avx2, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx2};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx512};
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2};
+static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
+                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false;
@@ -66,7 +56,8 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__attend_rows_f32_scalar, gpt2__attend_rows_f16_scalar, gpt2__gelu_scalar};
+static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #endif
 
 /* The kernel sets this CPU can run, best first. */

@@ -10,17 +10,17 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
     float32x4_t acc = vdupq_n_f32(0.0f);
     int64_t k = 0;
     if (type == GPT2_TYPE_Q8_0) {
-        for (int64_t b = 0; b < n / 32; b++) {
-            uint16_t h;
-            std::memcpy(&h, row + 34 * b, 2);
-            const float32x4_t scale = vdupq_n_f32(gpt2__f16_to_f32(h));
-            const int8_t* q = (const int8_t*)(row + 34 * b + 2);
-            for (int i = 0; i < 32; i += 8) {
+        const int B = gpt2__q8_block_values;
+        for (int64_t b = 0; b < n / B; b++) {
+            const uint8_t* block = row + gpt2__q8_block_bytes * b;
+            const float32x4_t scale = vdupq_n_f32(gpt2__f16_to_f32(gpt2__q8_scale_f16(block)));
+            const int8_t* q = gpt2__q8_values(block);
+            for (int i = 0; i < B; i += 8) {
                 const int16x8_t q16 = vmovl_s8(vld1_s8(q + i));
                 const float32x4_t lo = vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(q16))));
                 const float32x4_t hi = vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_high_s16(q16))));
-                acc = vfmaq_f32(acc, lo, vld1q_f32(x + 32 * b + i));
-                acc = vfmaq_f32(acc, hi, vld1q_f32(x + 32 * b + i + 4));
+                acc = vfmaq_f32(acc, lo, vld1q_f32(x + B * b + i));
+                acc = vfmaq_f32(acc, hi, vld1q_f32(x + B * b + i + 4));
             }
         }
         return vaddvq_f32(acc);
@@ -42,18 +42,19 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
 }
 
 static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q8_block_values;
     float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < n / 32; b++) {
-        uint16_t h;
-        std::memcpy(&h, row + 34 * b, 2);
-        const int8_t* q = (const int8_t*)(row + 34 * b + 2);
+    for (int64_t b = 0; b < n / B; b++) {
+        const uint8_t* block = row + gpt2__q8_block_bytes * b;
+        const float w_scale = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
+        const int8_t* q = gpt2__q8_values(block);
         int32x4_t isum = vdupq_n_s32(0);
-        for (int i = 0; i < 32; i += 16) {
-            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + 32 * b + i);
+        for (int i = 0; i < B; i += 16) {
+            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + B * b + i);
             isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
             isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
         }
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(h) * xscale[b]);
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), w_scale * xscale[b]);
     }
     return vaddvq_f32(acc);
 }

@@ -1,12 +1,14 @@
 /* Portable kernels: small pure functions over pointers and sizes. They define the results the
    SIMD kernels must reproduce, and run wherever no SIMD kernel applies. */
 
-/* Q8_0 block as GGUF lays it out: one f16 scale, then 32 signed bytes; value = scale * q. */
-struct gpt2__block_q8_0 {
-    uint16_t scale;
-    int8_t q[32];
-};
-static_assert(sizeof(gpt2__block_q8_0) == 34, "q8_0 blocks are 34 bytes");
+/* Converts n 16-bit values (f16 or bf16, by `to_f32`) to float. */
+static void gpt2__widen_row(const uint8_t* row, float* out, int64_t n, float (*to_f32)(uint16_t)) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = to_f32(h);
+    }
+}
 
 /* Converts one row of `n` values of any weight type to float. */
 static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, int64_t n) {
@@ -15,25 +17,17 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
         std::memcpy(out, row, (size_t)n * 4);
         break;
     case GPT2_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            std::memcpy(&h, row + 2 * i, 2);
-            out[i] = gpt2__f16_to_f32(h);
-        }
+        gpt2__widen_row(row, out, n, gpt2__f16_to_f32);
         break;
     case GPT2_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t b;
-            std::memcpy(&b, row + 2 * i, 2);
-            out[i] = gpt2__bf16_to_f32(b);
-        }
+        gpt2__widen_row(row, out, n, gpt2__bf16_to_f32);
         break;
     case GPT2_TYPE_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++) {
+        for (int64_t b = 0; b < n / gpt2__q8_block_values; b++) {
             gpt2__block_q8_0 block;
-            std::memcpy(&block, row + 34 * b, 34);
+            std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
             const float scale = gpt2__f16_to_f32(block.scale);
-            for (int i = 0; i < 32; i++) out[32 * b + i] = scale * (float)block.q[i];
+            for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)block.q[i];
         }
         break;
     default:
@@ -41,31 +35,17 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
     }
 }
 
-/* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
-   A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
-   session split the rows of W between them. Every output is computed in the same order
-   whichever range it falls in, so results never depend on the number of threads. */
-struct gpt2__matmul_args {
-    float* y;                  /* (T, W->rows) */
-    const float* x;            /* (T, W->cols) */
-    const int8_t* xq;          /* x quantized in blocks of 32 (gpt2__quantize_q8): when set and W is q8_0, */
-    const float* xq_scale;     /*   the kernel uses integer dot products (decode); else it reads x */
-    const gpt2__weight* W;
-    const float* bias;         /* (W->rows) or NULL */
-    int T;
-    bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
-};
-
-/* Quantizes n values (n a multiple of 32) to blocks of 32 int8 with one float scale each,
-   q = round(x * 127 / max|x|), the activation side of q8_0 x q8_0 dot products. Every kernel
-   set quantizes with these same float operations, so the result is identical everywhere. */
+/* Quantizes n values (n a multiple of gpt2__q8_block_values) to blocks of int8 with one float
+   scale each, q = round(x * 127 / max|x|), the activation side of q8_0 x q8_0 dot products. Every
+   kernel set quantizes with these same float operations, so the result is identical everywhere. */
 static void gpt2__quantize_q8_scalar(int8_t* q, float* scale, const float* x, int64_t n) {
-    for (int64_t b = 0; b < n / 32; b++) {
+    const int B = gpt2__q8_block_values;
+    for (int64_t b = 0; b < n / B; b++) {
         float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(x[32 * b + i]));
+        for (int i = 0; i < B; i++) amax = std::max(amax, std::fabs(x[B * b + i]));
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         scale[b] = amax / 127.0f;
-        for (int i = 0; i < 32; i++) q[32 * b + i] = (int8_t)std::nearbyint(x[32 * b + i] * inv);
+        for (int i = 0; i < B; i++) q[B * b + i] = (int8_t)std::nearbyint(x[B * b + i] * inv);
     }
 }
 
@@ -84,7 +64,7 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
         float buffer[256];
         for (int64_t start = 0; start < n; start += 256) {
             const int64_t len = std::min<int64_t>(256, n - start);
-            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / 32 * 34 : (size_t)start * 2;
+            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / gpt2__q8_block_values * gpt2__q8_block_bytes : (size_t)start * 2;
             gpt2__dequantize_row(type, row + offset, buffer, len);
             for (int64_t i = 0; i < len; i++) sum += buffer[i] * x[start + i];
         }
@@ -97,14 +77,15 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
 }
 
 /* A q8_0 weight row against activations quantized by gpt2__quantize_q8: exact integer sums
-   per block of 32, scaled by both blocks' scales. */
+   per block, scaled by both blocks' scales. */
 static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q8_block_values;
     float sum = 0.0f;
-    for (int64_t b = 0; b < n / 32; b++) {
+    for (int64_t b = 0; b < n / B; b++) {
         gpt2__block_q8_0 block;
-        std::memcpy(&block, row + 34 * b, 34);
+        std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
         int32_t isum = 0;
-        for (int i = 0; i < 32; i++) isum += (int32_t)block.q[i] * (int32_t)xq[32 * b + i];
+        for (int i = 0; i < B; i++) isum += (int32_t)block.q[i] * (int32_t)xq[B * b + i];
         sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
     }
     return sum;
@@ -114,9 +95,8 @@ static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const flo
    and the NEON set, whose speed lies in its dot kernels alone. */
 template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    /* a's fields copied once: the stores to y may alias them, so read through `a` they were
-       reloaded every row, and one thread's f16 decode from DRAM ran 10-30% slower depending on
-       where x lay (Zen 4) */
+    /* a's fields copied once: the stores to y may alias them, so read through `a` they would be
+       reloaded every row */
     const gpt2__weight W = *a.W;
     const float *x = a.x, *bias = a.bias, *xq_scale = a.xq_scale;
     const int8_t* xq = a.xq;
@@ -127,7 +107,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
         for (int t = 0; t < T; t++) {
             float v = (bias ? bias[o] : 0.0f);
-            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / 32), W.cols)
+            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / gpt2__q8_block_values), W.cols)
                       : DotRow(W.type, row, x + (size_t)t * W.cols, W.cols);
             float* out = y + (size_t)t * W.rows + o;
             *out = accumulate ? *out + v : v;
@@ -153,10 +133,9 @@ static void gpt2__layer_norm(float* out, const float* x, const float* weight, co
 
 static void gpt2__gelu_scalar(float* x, size_t n, bool tanh_form) {
     if (tanh_form) {
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::tanh(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::tanh(gpt2__sqrt_2_over_pi * (x[i] + gpt2__gelu_cubic * x[i] * x[i] * x[i])));
     } else {
-        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.7071067811865476f));
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * gpt2__sqrt_half));
     }
 }
 
@@ -178,7 +157,7 @@ static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2_
    One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
+static void gpt2__attend_query_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
@@ -206,14 +185,9 @@ static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const K
 /* Causal attention of one head for n_queries <= gpt2__query_block consecutive queries: query i
    (at q + i * q_stride) attends keys 0 .. n_keys + i - 1 and writes out + i * out_stride.
    `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
-static const int gpt2__query_block = 4;
-static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
-
-static void gpt2__attend_f32_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
-}
-static void gpt2__attend_f16_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
+template <class KV>
+static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    for (int i = 0; i < n_queries; i++) gpt2__attend_query_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
 }
 
 /* All heads of one query, over keys 0..n_keys-1 of one layer's cache: k and v point at the
@@ -227,21 +201,13 @@ static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, c
     const size_t row = (size_t)n_head * head_dim;
     for (int h = 0; h < n_head; h++) {
         const size_t at = (size_t)h * head_dim;
-        gpt2__attend_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
+        gpt2__attend_query_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
     }
 }
 
-static void gpt2__attend_rows_f32_scalar(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-static void gpt2__attend_rows_f16_scalar(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-
 /* Attention over up to gpt2__max_key_ranges consecutive key ranges, joined: `parts` holds
-   n_parts blocks of the n_head * head_dim outputs and 2 * n_head stats of gpt2__attend_scalar;
+   n_parts blocks of the n_head * head_dim outputs and 2 * n_head stats of gpt2__attend_rows_scalar;
    each range's output counts by its share of the whole softmax denominator. */
-static const int gpt2__max_key_ranges = 4;
 static void gpt2__merge_attention(float* out, const float* parts, int n_parts, int n_head, int head_dim) {
     const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
     for (int h = 0; h < n_head; h++) {

@@ -1,0 +1,429 @@
+/* AVX2 + FMA + F16C kernels; x86_prefill.h has the target macros and the prefill pieces shared
+   with AVX-512. */
+
+#if defined(GPT2__X86)
+
+GPT2__AVX2 static inline float gpt2__hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 weights from element k as floats (k + 8 <= row length). */
+template <uint32_t TYPE>
+GPT2__AVX2 static inline __m256 gpt2__w8_avx2(const uint8_t* row, int64_t k) {
+    if constexpr (TYPE == GPT2_TYPE_F32) {
+        return _mm256_loadu_ps((const float*)row + k);
+    } else if constexpr (TYPE == GPT2_TYPE_F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * k)));
+    } else {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(row + 2 * k))), 16));
+    }
+}
+
+/* A row tail of fewer than 8 elements, in scalar float, added after the vector sum. */
+static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k) {
+    uint16_t h;
+    switch (type) {
+    case GPT2_TYPE_F32: return ((const float*)row)[k];
+    case GPT2_TYPE_F16: std::memcpy(&h, row + 2 * k, 2); return gpt2__f16_to_f32(h);
+    default: std::memcpy(&h, row + 2 * k, 2); return gpt2__bf16_to_f32(h);
+    }
+}
+
+/* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
+   which the hardware prefetcher follows across row ends. */
+template <uint32_t TYPE>
+GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t K) {
+    __m256 acc[4];
+    GPT2__UNROLL
+    for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32)
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[i]);
+    for (; k + 8 <= K; k += 8) acc[0] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k), _mm256_loadu_ps(x + k), acc[0]);
+    float tail = 0.0f;
+    for (; k < K; k++) tail += gpt2__w_scalar(TYPE, w, k) * x[k];
+    return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
+}
+
+GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, const float* x, int64_t K) {
+    switch (type) {
+    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32>(row, x, K);
+    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16>(row, x, K);
+    default: return gpt2__row_avx2<GPT2_TYPE_BF16>(row, x, K);
+    }
+}
+
+/* One q8_0 block (at p) times its 32 quantized activations, as 8 float partial sums. */
+GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const int8_t* xq) {
+    const __m256i w = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p)), x = _mm256_loadu_si256((const __m256i*)xq);
+    const __m256i dot16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
+}
+
+/* Four blocks per step: their weight scales times the activation scales in one vector, each
+   broadcast by one permutation. */
+GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
+    static_assert(gpt2__q8_block_values == 32, "a block's values fill one 256-bit register");
+    const int64_t nb = K / B;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + bytes * b;
+        uint16_t h[4];
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
+        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+    }
+    for (; b < nb; b++) {
+        const uint8_t* p = w + bytes * b;
+        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
+    }
+    return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+GPT2__AVX2 static void gpt2__row_to_float_avx2(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q8_0) {
+        const int B = gpt2__q8_block_values;
+        for (int64_t b = 0; b < K / B; b++) {
+            const uint8_t* block = row + gpt2__q8_block_bytes * b;
+            const __m256 scale = _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+            for (int i = 0; i < B / 8; i++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i*)(gpt2__q8_values(block) + 8 * i));
+                _mm256_storeu_ps(dst + B * b + 8 * i, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+            }
+        }
+        return;
+    }
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)
+        _mm256_storeu_ps(dst + k, type == GPT2_TYPE_F16 ? gpt2__w8_avx2<GPT2_TYPE_F16>(row, k) : gpt2__w8_avx2<GPT2_TYPE_BF16>(row, k));
+    for (; k < K; k++) dst[k] = gpt2__w_scalar(type, row, k);
+}
+
+/* The 8 sums of 8 vectors, in order, by a tree of horizontal adds. */
+GPT2__AVX2 static inline __m256 gpt2__hsum8_avx2(const __m256* v) {
+    const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for R rows and NP <= 3 tokens, in one pass over K. Both FMA
+   pipes stay busy only with enough independent accumulators in flight: 3 tokens x 4 rows give
+   12 (with the 3 token vectors and a weight vector, the 16 ymm registers); a single token takes
+   two steps of K at a time instead. */
+template <int R, int NP>
+GPT2__AVX2 static void gpt2__tokens_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    constexpr int U = NP == 1 ? 2 : 1; /* steps of 8 per iteration */
+    __m256 acc[U][NP][R];
+    GPT2__UNROLL
+    for (int u = 0; u < U; u++)
+        GPT2__UNROLL
+        for (int t = 0; t < NP; t++)
+            GPT2__UNROLL
+            for (int r = 0; r < R; r++) acc[u][t][r] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 * U <= K; k += 8 * U)
+        GPT2__UNROLL
+        for (int u = 0; u < U; u++) {
+            __m256 xv[NP];
+            GPT2__UNROLL
+            for (int t = 0; t < NP; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k + 8 * u);
+            GPT2__UNROLL
+            for (int r = 0; r < R; r++) {
+                const __m256 wv = _mm256_loadu_ps(w + r * ldw + k + 8 * u);
+                GPT2__UNROLL
+                for (int t = 0; t < NP; t++) acc[u][t][r] = _mm256_fmadd_ps(wv, xv[t], acc[u][t][r]);
+            }
+        }
+    for (; k + 8 <= K; k += 8)
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = _mm256_loadu_ps(w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < NP; t++) acc[0][t][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * ldx + k), acc[0][t][r]);
+        }
+    for (int t = 0; t < NP; t++)
+        for (int r = 0; r < R; r++) {
+            float tail = 0.0f;
+            for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x[t * ldx + i];
+            out[t * gpt2__tile_rows + r] += gpt2__hsum_avx2(U == 2 ? _mm256_add_ps(acc[0][t][r], acc[U - 1][t][r]) : acc[0][t][r]) + tail;
+        }
+}
+
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for R rows and N tokens: passes of 3, 2 or 1 tokens. */
+template <int R, int N>
+GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    int t = 0;
+    for (; t + 3 <= N; t += 3) gpt2__tokens_avx2<R, 3>(out + t * gpt2__tile_rows, w, ldw, x + (size_t)t * ldx, ldx, K);
+    if (N - t == 2) gpt2__tokens_avx2<R, 2>(out + t * gpt2__tile_rows, w, ldw, x + (size_t)t * ldx, ldx, K);
+    if (N - t == 1) gpt2__tokens_avx2<R, 1>(out + t * gpt2__tile_rows, w, ldw, x + (size_t)t * ldx, ldx, K);
+}
+
+struct gpt2__prefill_avx2 {
+    /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
+       and one of 1, whose single token loads 5 vectors per 4 FMAs */
+    static constexpr int NT = 3;
+    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx2(dst, type, row, K); }
+    template <int R, int N>
+    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx2<R, N>(out, w, ldw, x, ldx, K); }
+};
+
+/* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
+GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
+}
+
+GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {
+    const int B = gpt2__q8_block_values;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / B; b++) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + B * b + 8 * i);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        scale[b] = amax / 127.0f;
+        const __m256 vi = _mm256_set1_ps(inv);
+        __m256i i32[4];
+        for (int i = 0; i < 4; i++) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi));
+        /* pack 32-bit -> 16 -> 8 (saturating) and undo the lane interleaving of the packs */
+        const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+        const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i*)(q + B * b), i8);
+    }
+}
+
+/* e^x as contract.h describes it (gpt2__exp_poly), 8 lanes; 2^n built in the exponent bits. */
+GPT2__AVX2 static inline __m256 gpt2__exp_avx2(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(gpt2__exp_max)), _mm256_set1_ps(gpt2__exp_min));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(gpt2__log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(gpt2__ln2_hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(gpt2__ln2_lo), r);
+    __m256 p = _mm256_set1_ps(gpt2__exp_poly[0]);
+    GPT2__UNROLL
+    for (size_t i = 1; i < std::size(gpt2__exp_poly); i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(gpt2__exp_poly[i]));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+GPT2__AVX2 static inline __m256 gpt2__gelu8_avx2(__m256 v, bool tanh_form) {
+    __m256 g;
+    if (tanh_form) {
+        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(gpt2__sqrt_2_over_pi), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(gpt2__gelu_cubic), v), _mm256_mul_ps(v, v), v));
+        const __m256 e = gpt2__exp_avx2(_mm256_add_ps(u, u));
+        g = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    } else {
+        const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+        const __m256 z = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_mul_ps(v, _mm256_set1_ps(gpt2__sqrt_half)));
+        const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(gpt2__erf_p), z, _mm256_set1_ps(1.0f)));
+        __m256 p = _mm256_set1_ps(gpt2__erf_poly[0]);
+        GPT2__UNROLL
+        for (size_t i = 1; i < std::size(gpt2__erf_poly); i++) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(gpt2__erf_poly[i]));
+        p = _mm256_mul_ps(p, t);
+        const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(z, z)));
+        g = _mm256_or_ps(_mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f)), sign); /* erf is odd */
+    }
+    const __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
+    return _mm256_fmadd_ps(half_v, g, half_v);
+}
+
+/* gpt2__gelu_avx512 in 8 lanes; the tail goes through a padded copy, so every value takes the
+   same arithmetic. */
+GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, gpt2__gelu8_avx2(_mm256_loadu_ps(x + i), tanh_form));
+    if (i < n) {
+        float tail[8] = {0};
+        std::memcpy(tail, x + i, (n - i) * 4);
+        _mm256_storeu_ps(tail, gpt2__gelu8_avx2(_mm256_loadu_ps(tail), tanh_form));
+        std::memcpy(x + i, tail, (n - i) * 4);
+    }
+}
+
+GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
+GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+
+/* scores[j] = exp(scores[j] - max) in place, for j < n; *max_score and *sum receive the max and
+   the sum of the exponentials (the softmax's two statistics). */
+GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_score, float* sum) {
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++) m = std::max(m, scores[j]);
+    const __m256 vmax = _mm256_set1_ps(m);
+    __m256 vsum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
+        _mm256_storeu_ps(scores + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float total = gpt2__hsum_avx2(vsum);
+    if (j < n) {
+        float tail[8];
+        for (int i = 0; i < 8; i++) tail[i] = j + i < n ? scores[j + i] - m : -INFINITY;
+        _mm256_storeu_ps(tail, gpt2__exp_avx2(_mm256_loadu_ps(tail)));
+        for (int i = 0; j + i < n; i++) {
+            scores[j + i] = tail[i];
+            total += tail[i];
+        }
+    }
+    *max_score = m;
+    *sum = total;
+}
+
+/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
+   the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
+   for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
+   dimensions past a multiple of 8 in scalar. */
+template <class KV>
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
+    const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
+    const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
+    const float scale = 1.0f / std::sqrt((float)D);
+    const float* qi[gpt2__query_block];
+    gpt2__block_rows(qi, q, q_stride, n_queries);
+    for (int j = 0; j < keys; j += 2) {
+        const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
+        __m256 acc[8]; /* key r, query i at 4r + i */
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        for (int d = 0; d < d8; d += 8) {
+            __m256 qv[4];
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_ps(qi[i] + d);
+            GPT2__UNROLL
+            for (int r = 0; r < 2; r++) {
+                const __m256 kv = gpt2__kv8_avx2(kj[r] + d);
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm256_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+            }
+        }
+        alignas(32) float s[8];
+        _mm256_store_ps(s, gpt2__hsum8_avx2(acc));
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 4; i++) {
+                for (int d = d8; d < D; d++) s[4 * r + i] += qi[i][d] * gpt2__load_kv(kj[r], (size_t)d);
+                scores[i * ld + j + r] = s[4 * r + i] * scale;
+            }
+    }
+    gpt2__softmax_block<gpt2__exp_scores_avx2>(scores, ld, n_keys, n_queries);
+    const float* p[gpt2__query_block];
+    gpt2__block_rows(p, scores, ld, n_queries);
+    int d0 = 0;
+    for (; d0 < d8; d0 += 16) {
+        const int halves = d0 + 16 <= d8 ? 2 : 1;
+        __m256 acc[4][2]; /* query i, dimensions d0 + 8c .. */
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (int j = 0; j < keys; j++) {
+            const KV* vj = v + (size_t)j * stride + d0;
+            const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) {
+                const __m256 pi = _mm256_broadcast_ss(p[i] + j);
+                acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
+            }
+        }
+        for (int i = 0; i < n_queries; i++) {
+            _mm256_storeu_ps(out + i * out_stride + d0, acc[i][0]);
+            if (halves == 2) _mm256_storeu_ps(out + i * out_stride + d0 + 8, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < n_queries; i++) /* the last dimensions */
+        for (int d = d8; d < D; d++) {
+            float sum = 0.0f;
+            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
+            out[i * out_stride + d] = sum;
+        }
+}
+
+/* The N (key, head) pairs from pair m on of attention over whole cache rows (pair m: key
+   m / H, head m % H, at k + m * D); `h`, pair m's head, moves on with them. Past the last pair,
+   copies of the first (padding, results unused). Returns how many are real. */
+template <class KV, int N>
+static inline int gpt2__next_pairs(const KV** key, const float** qh, const KV* k, const float* q, int64_t m, int64_t pairs, int H, int D, int& h) {
+    const int n = (int)std::min<int64_t>(N, pairs - m);
+    for (int i = 0; i < N; i++) {
+        if (i >= n) {
+            key[i] = key[0], qh[i] = qh[0];
+            continue;
+        }
+        key[i] = k + (m + i) * D;
+        qh[i] = q + (size_t)h * D;
+        if (++h == H) h = 0;
+    }
+    return n;
+}
+
+/* gpt2__attend_rows_scalar with vector dot products, exponentials and sums. The scores take the
+   (key, head) pairs in the cache's order (key j's heads are adjacent in its row), 8 pairs per
+   reduction, so the keys are one stream from memory however many heads there are; the scores
+   are stored in pair order and transposed after, so no scattered store holds up the key loads;
+   the values are added key by key, again one stream; the dimensions past a multiple of 8 in
+   scalar. The AVX-512 set uses this kernel too: it streams the cache faster than 512-bit loads
+   (docs/PERFORMANCE.md). */
+template <class KV>
+GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
+    const int H = n_head, D = head_dim, d8 = D / 8 * 8;
+    const size_t row = (size_t)H * D;
+    const float scale = 1.0f / std::sqrt((float)D);
+    const int64_t pairs = (int64_t)n_keys * H;
+    float* scores = scratch;
+    int h = 0; /* the head of the next pair */
+    for (int64_t m = 0; m < pairs; m += 8) {
+        const KV* key[8];
+        const float* qh[8];
+        const int n = gpt2__next_pairs<KV, 8>(key, qh, k, q, m, pairs, H, D, h);
+        __m256 acc[8];
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++)
+            for (int d = 0; d < d8; d += 8) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[i] + d), gpt2__kv8_avx2(key[i] + d), acc[i]);
+        float s[8];
+        _mm256_storeu_ps(s, gpt2__hsum8_avx2(acc));
+        for (int i = 0; i < n; i++) {
+            for (int d = d8; d < D; d++) s[i] += qh[i][d] * gpt2__load_kv(key[i], (size_t)d);
+            scores[m + i] = s[i] * scale;
+        }
+    }
+    float* probs = scratch + pairs; /* head by head: the scores' transpose */
+    for (int j = 0; j < n_keys; j++)
+        for (h = 0; h < H; h++) probs[(size_t)h * n_keys + j] = scores[(size_t)j * H + h];
+    for (h = 0; h < H; h++) { /* softmax of each head's scores, in place */
+        float* p = probs + (size_t)h * n_keys;
+        gpt2__exp_scores_avx2(p, n_keys, &stats[2 * h], &stats[2 * h + 1]);
+        const float inv_sum = 1.0f / stats[2 * h + 1];
+        for (int j = 0; j < n_keys; j++) p[j] *= inv_sum;
+    }
+    for (size_t i = 0; i < row; i++) out[i] = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const KV* vj = v + j * row;
+        for (h = 0; h < H; h++) {
+            const float p = probs[(size_t)h * n_keys + j];
+            const KV* vh = vj + (size_t)h * D;
+            float* oh = out + (size_t)h * D;
+            int d = 0;
+            for (; d < d8; d += 8) _mm256_storeu_ps(oh + d, _mm256_fmadd_ps(_mm256_set1_ps(p), gpt2__kv8_avx2(vh + d), _mm256_loadu_ps(oh + d)));
+            for (; d < D; d++) oh[d] += p * gpt2__load_kv(vh, (size_t)d);
+        }
+    }
+}
+
+#endif /* GPT2__X86 */

@@ -1,0 +1,291 @@
+/* AVX-512 (F, BW, VL, DQ, VNNI) kernels; x86_prefill.h has the target macros and the prefill
+   pieces shared with AVX2. Decode attention and float matrix rows use the AVX2 kernels (avx2.h). */
+
+#if defined(GPT2__X86)
+
+/* 16 weights of a row from element k, as floats; lanes outside mask m are zero. */
+template <uint32_t TYPE>
+GPT2__AVX512 static inline __m512 gpt2__w16_avx512(const uint8_t* row, int64_t k, __mmask16 m) {
+    if constexpr (TYPE == GPT2_TYPE_F32) {
+        return _mm512_maskz_loadu_ps(m, (const float*)row + k);
+    } else if constexpr (TYPE == GPT2_TYPE_F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * k));
+    } else {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * k)), 16));
+    }
+}
+
+GPT2__AVX512 static inline __mmask16 gpt2__mask16(int64_t k, int64_t n) {
+    return n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
+}
+
+/* The int32 sums of two consecutive q8_0 blocks (at p) times their 64 quantized activations:
+   lanes 0-7 the first block's, 8-15 the second's. vpdpbusd multiplies unsigned by signed
+   bytes, so it takes |w| and x with w's sign. */
+GPT2__AVX512 static inline __m512i gpt2__dot2_q8_avx512(const uint8_t* p, const int8_t* xq) {
+    static_assert(gpt2__q8_block_values == 32, "a block's values fill one 256-bit half");
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)gpt2__q8_values(p))), _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p + gpt2__q8_block_bytes)), 1);
+    const __m512i x = _mm512_loadu_si512(xq);
+    return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), zero, x));
+}
+
+/* row . x for one q8_0 row against x quantized by gpt2__quantize_q8 (xs: its block scales):
+   four blocks per step, their four weight scales times the activation scales in one vector. */
+GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
+    const int64_t nb = K / B;
+    const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + bytes * b;
+        const __m512i d0 = gpt2__dot2_q8_avx512(p, xq + B * b), d1 = gpt2__dot2_q8_avx512(p + 2 * bytes, xq + B * (b + 2));
+        uint16_t h[4];
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
+        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; b < nb; b++) { /* up to three last blocks */
+        const uint8_t* p = w + bytes * b;
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), wv = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_mask_sub_epi8(x, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), x));
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
+    }
+    return sum;
+}
+
+/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+GPT2__AVX512 static void gpt2__row_to_float_avx512(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q8_0) {
+        const int B = gpt2__q8_block_values;
+        for (int64_t b = 0; b < K / B; b++) {
+            const uint8_t* block = row + gpt2__q8_block_bytes * b;
+            const __m512 scale = _mm512_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+            const __m128i* q = (const __m128i*)gpt2__q8_values(block);
+            _mm512_storeu_ps(dst + B * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q)))));
+            _mm512_storeu_ps(dst + B * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1)))));
+        }
+        return;
+    }
+    for (int64_t k = 0; k < K; k += 16) {
+        const __mmask16 m = gpt2__mask16(k, K);
+        const __m512 v = type == GPT2_TYPE_F16 ? gpt2__w16_avx512<GPT2_TYPE_F16>(row, k, m) : gpt2__w16_avx512<GPT2_TYPE_BF16>(row, k, m);
+        _mm512_mask_storeu_ps(dst + k, m, v);
+    }
+}
+
+/* The sums of 16 vectors at once, lane i = sum of v[i]: a tree of shuffles and adds that
+   treats every input alike, so each sum is the same whatever the other 15 hold. */
+GPT2__AVX512 static inline __m512 gpt2__hsum16_avx512(const __m512* v) {
+    __m512 s1[8], s2[4], s3[2];
+    for (int i = 0; i < 8; i++) /* halves: lo 8 lanes = v[2i], hi = v[2i+1] */
+        s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+    for (int i = 0; i < 4; i++) /* 128-bit lane k = v[4i + k] */
+        s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0x88), _mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; i++) /* lane k: v[8i + k] twice, then v[8i + 4 + k] twice */
+        s3[i] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * i], s2[2 * i + 1], 0x44), _mm512_shuffle_ps(s2[2 * i], s2[2 * i + 1], 0xee));
+    const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xdd)); /* element 4k + m = v[4m + k] */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
+}
+
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile: R weight rows (ldw apart) and N tokens (ldx
+   apart). Token-major, so a full tile's outputs for one token are 4 adjacent floats of y. */
+template <int R, int N>
+GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
+    __m512 acc[16];
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 xv[N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + k);
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = _mm512_loadu_ps(w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * gpt2__tile_rows + r]);
+        }
+    }
+    if (k < K) {
+        const __mmask16 m = gpt2__mask16(k, K);
+        __m512 xv[N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) xv[t] = _mm512_maskz_loadu_ps(m, x + t * ldx + k);
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * gpt2__tile_rows + r]);
+        }
+    }
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
+}
+
+struct gpt2__prefill_avx512 {
+    static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
+    static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
+    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx512(dst, type, row, K); }
+    template <int R, int N>
+    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx512<R, N>(out, w, ldw, x, ldx, K); }
+};
+
+/* Decode streams the weights row by row in their own type; prefill multiplies float panels.
+   Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
+   loads (it splits those in two anyway); q8_0 rows use 512-bit integer dot products. */
+GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
+}
+
+GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
+    const int B = gpt2__q8_block_values;
+    for (int64_t b = 0; b < n / B; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + B * b), v1 = _mm512_loadu_ps(x + B * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        scale[b] = amax / 127.0f;
+        const __m512 vi = _mm512_set1_ps(inv);
+        _mm_storeu_si128((__m128i*)(q + B * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
+        _mm_storeu_si128((__m128i*)(q + B * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
+    }
+}
+
+/* e^x as contract.h describes it (gpt2__exp_poly), 16 lanes; 0 below gpt2__exp_min. */
+GPT2__AVX512 static inline __m512 gpt2__exp_avx512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(gpt2__exp_max)), _mm512_set1_ps(gpt2__exp_min));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(gpt2__log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(gpt2__ln2_hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(gpt2__ln2_lo), r);
+    __m512 p = _mm512_set1_ps(gpt2__exp_poly[0]);
+    GPT2__UNROLL
+    for (size_t i = 1; i < std::size(gpt2__exp_poly); i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(gpt2__exp_poly[i]));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* GELU: the erf form with erf as contract.h gives it (gpt2__erf_poly), or the tanh form with
+   tanh(u) = 1 - 2 / (e^2u + 1). */
+GPT2__AVX512 static void gpt2__gelu_avx512(float* x, size_t n, bool tanh_form) {
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = gpt2__mask16((int64_t)i, (int64_t)n);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 g; /* erf(v / sqrt 2) or tanh(...) */
+        if (tanh_form) {
+            const __m512 u = _mm512_mul_ps(_mm512_set1_ps(gpt2__sqrt_2_over_pi), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(gpt2__gelu_cubic), v), _mm512_mul_ps(v, v), v));
+            const __m512 e = gpt2__exp_avx512(_mm512_add_ps(u, u));
+            g = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+        } else {
+            const __m512 z = _mm512_abs_ps(_mm512_mul_ps(v, _mm512_set1_ps(gpt2__sqrt_half)));
+            const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(gpt2__erf_p), z, _mm512_set1_ps(1.0f)));
+            __m512 p = _mm512_set1_ps(gpt2__erf_poly[0]);
+            GPT2__UNROLL
+            for (size_t i = 1; i < std::size(gpt2__erf_poly); i++) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(gpt2__erf_poly[i]));
+            p = _mm512_mul_ps(p, t);
+            const __m512 e = gpt2__exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z)));
+            const __m512 erf_abs = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0f));
+            g = _mm512_mask_sub_ps(erf_abs, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps(), erf_abs);
+        }
+        const __m512 half_v = _mm512_mul_ps(_mm512_set1_ps(0.5f), v);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_fmadd_ps(half_v, g, half_v));
+    }
+}
+
+template <class KV>
+GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
+    if constexpr (sizeof(KV) == 4) return _mm512_maskz_loadu_ps(m, p);
+    else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+/* gpt2__exp_scores_avx2 for AVX-512. */
+GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n), scores + j));
+    const float m = _mm512_reduce_max_ps(vmax);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 mask = gpt2__mask16(j, n);
+        const __m512 e = _mm512_maskz_mov_ps(mask, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + j), _mm512_set1_ps(m))));
+        _mm512_mask_storeu_ps(scores + j, mask, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    *max_score = m;
+    *sum = _mm512_reduce_add_ps(vsum);
+}
+
+/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
+   the scores of 4 keys x 4 queries per 16-way reduction, each key loaded once for the 4; the
+   values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
+   and output do not depend on the other queries of its block. */
+template <class KV>
+GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
+    const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
+    const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
+    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
+    const __m512i by_query = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const float* qi[gpt2__query_block];
+    gpt2__block_rows(qi, q, q_stride, n_queries);
+    for (int j = 0; j < keys; j += 4) {
+        const KV* kj[4];
+        for (int r = 0; r < 4; r++) kj[r] = k + (size_t)std::min(j + r, keys - 1) * stride;
+        __m512 acc[16]; /* key r, query i at 4r + i */
+        GPT2__UNROLL
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+        for (int d = 0; d < D; d += 16) {
+            const __mmask16 m = gpt2__mask16(d, D);
+            __m512 qv[4];
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) qv[i] = _mm512_maskz_loadu_ps(m, qi[i] + d);
+            GPT2__UNROLL
+            for (int r = 0; r < 4; r++) {
+                const __m512 kv = gpt2__kv16_avx512(kj[r] + d, m);
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm512_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+            }
+        }
+        const __m512 s = _mm512_permutexvar_ps(by_query, _mm512_mul_ps(gpt2__hsum16_avx512(acc), scale)); /* query i, key j + r at 4i + r */
+        _mm_storeu_ps(scores + j, _mm512_extractf32x4_ps(s, 0)); /* immediates: not a loop's index, which */
+        _mm_storeu_ps(scores + ld + j, _mm512_extractf32x4_ps(s, 1)); /* some compilers (nvcc) do not unroll */
+        _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
+        _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
+    }
+    gpt2__softmax_block<gpt2__exp_scores_avx512>(scores, ld, n_keys, n_queries);
+    const float* p[gpt2__query_block];
+    gpt2__block_rows(p, scores, ld, n_queries);
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        __mmask16 m[4];
+        __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
+        GPT2__UNROLL
+        for (int c = 0; c < 4; c++) {
+            m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
+        }
+        for (int j = 0; j < keys; j++) {
+            const KV* vj = v + (size_t)j * stride + d0;
+            __m512 pj[4];
+            GPT2__UNROLL
+            for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
+            GPT2__UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
+            }
+        }
+        for (int i = 0; i < n_queries; i++)
+            GPT2__UNROLL
+            for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * out_stride + d0 + 16 * c, m[c], acc[i][c]);
+    }
+}
+
+#if !defined(_MSC_VER) || defined(__clang__)
+#pragma GCC diagnostic pop /* pushed in x86_prefill.h */
+#endif
+#endif /* GPT2__X86 */

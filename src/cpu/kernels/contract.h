@@ -1,0 +1,133 @@
+/* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, neon.h) shares and what
+   the forward pass may rely on. A set is a table of the functions below (gpt2__kernels) that gives
+   the scalar set's results, to rounding (bit for bit where a comment says so); dispatch.h picks
+   one per process. Adding a set: write its functions, fill one table, list it in dispatch.h. */
+
+/* Fully unrolled loops over accumulators keep them in registers. */
+#if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
+#define GPT2__UNROLL
+#elif defined(__clang__)
+#define GPT2__UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define GPT2__UNROLL _Pragma("GCC unroll 16")
+#else
+#define GPT2__UNROLL
+#endif
+
+/* ---- Decode and prefill ---------------------------------------------------------------- */
+
+/* A pass over T new tokens is decode when T <= gpt2__decode_max_tokens, else prefill; this is the
+   one place that says so. Decode reads every weight for a handful of tokens, so memory is the
+   limit: matmuls stream W row by row in its own type, attention takes all heads of one query at
+   once over ranges of its keys, layer norms run on the calling thread. Prefill has arithmetic to
+   spare: the x86 sets' matmuls multiply float panels of W with tiles of tokens, attention takes
+   blocks of gpt2__query_block queries head by head. */
+static const int gpt2__decode_max_tokens = 3;
+static inline bool gpt2__is_decode(int T) { return T <= gpt2__decode_max_tokens; }
+
+/* A q8_0 matmul over a single token first quantizes its activations to int8
+   (gpt2__matmul_args.xq) for integer dot products; the session holds one quantized row. With 2 or
+   3 tokens, q8_0 rows take the prefill path. */
+static inline bool gpt2__int8_activations(int T, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && T == 1; }
+
+/* ---- Matrix products ------------------------------------------------------------------- */
+
+/* A q8_0 block as GGUF lays it out: one f16 scale, then gpt2__q8_block_values signed bytes;
+   value = scale * q. Activations quantized for q8_0 weights (gpt2__quantize_q8) come in blocks
+   of the same length, with a float scale each. */
+struct gpt2__block_q8_0 {
+    uint16_t scale;
+    int8_t q[gpt2__q8_block_values];
+};
+static_assert(sizeof(gpt2__block_q8_0) == gpt2__q8_block_bytes, "q8_0 blocks are 34 bytes");
+
+/* The f16 bits of the scale of the q8_0 block at `block`, and its quantized values. */
+static inline uint16_t gpt2__q8_scale_f16(const uint8_t* block) {
+    uint16_t h;
+    std::memcpy(&h, block, 2);
+    return h;
+}
+static inline const int8_t* gpt2__q8_values(const uint8_t* block) { return (const int8_t*)(block + 2); }
+
+/* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
+   A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
+   session split the rows of W between them. Every output is computed in the same order
+   whichever range it falls in, so results never depend on the number of threads. */
+struct gpt2__matmul_args {
+    float* y;                  /* (T, W->rows) */
+    const float* x;            /* (T, W->cols) */
+    const int8_t* xq;          /* x quantized by gpt2__quantize_q8 (gpt2__int8_activations): when set and W */
+    const float* xq_scale;     /*   is q8_0, the kernel uses integer dot products; else it reads x */
+    const gpt2__weight* W;
+    const float* bias;         /* (W->rows) or NULL */
+    int T;
+    bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
+};
+
+/* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
+   float panels with tiles of tokens (prefill): q8_0 rows stream only against int8 activations.
+   The scalar and NEON sets always stream. */
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return gpt2__is_decode(a.T) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
+
+/* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
+   with tiles of a few tokens, whose products stay in registers. */
+static const int gpt2__tile_rows = 4;
+
+/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
+static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * gpt2__tile_rows; }
+
+/* ---- Attention --------------------------------------------------------------------------- */
+
+/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call; its
+   `scores` hold gpt2__query_scratch(n_keys + n_queries - 1) floats: a row per query, rounded up
+   to a multiple of 4 keys. */
+static const int gpt2__query_block = 4;
+static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
+
+/* Decode attention (attend_rows) covers one range of a query's keys; gpt2__merge_attention joins
+   up to gpt2__max_key_ranges of them. */
+static const int gpt2__max_key_ranges = 4;
+
+/* ---- Constants of exp and GELU, one definition for every set ------------------------------ */
+
+/* GELU, both of GPT-2's forms: 0.5 x (1 + erf(x / sqrt 2)), or the tanh form
+   0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
+static constexpr float gpt2__sqrt_half = 0.7071067811865476f, gpt2__sqrt_2_over_pi = 0.7978845608028654f, gpt2__gelu_cubic = 0.044715f;
+
+/* erf(z), z >= 0, as 1 - t P(t) e^(-z^2) with t = 1 / (1 + gpt2__erf_p z) (Abramowitz & Stegun
+   7.1.26, absolute error < 1.5e-7); P's coefficients from the highest power down, P(0) = 0. */
+static constexpr float gpt2__erf_p = 0.3275911f;
+static constexpr float gpt2__erf_poly[5] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f};
+
+/* e^x for x clamped to [gpt2__exp_min, gpt2__exp_max], to about 2 ulp (Cephes' expf): 2^n e^r
+   with n = round(x log2 e) and r = x - n ln 2 (ln 2 in two parts, the first exact in float),
+   e^r = 1 + r + r^2 P(r); P's coefficients from the highest power down. */
+static constexpr float gpt2__exp_min = -87.3f, gpt2__exp_max = 88.3f, gpt2__log2e = 1.44269504088896341f;
+static constexpr float gpt2__ln2_hi = 0.693359375f, gpt2__ln2_lo = -2.12194440e-4f;
+static constexpr float gpt2__exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+/* ---- The table a kernel set fills --------------------------------------------------------- */
+
+/* Attention kernels for a KV cache of floats or f16 (uint16_t), each set's one template
+   instantiated for both. */
+template <class KV>
+using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
+template <class KV>
+using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch);
+
+struct gpt2__kernels {
+    const char* name;
+    /* the output columns [o_begin, o_end) of a.y; `panel` holds gpt2__panel_floats(a.W->cols) */
+    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+    /* x (n, a multiple of gpt2__q8_block_values) to int8 blocks q and their scales, bit for bit
+       as gpt2__quantize_q8_scalar */
+    void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
+    /* prefill attention, as gpt2__attend_scalar */
+    gpt2__attend_fn<float> attend_f32;
+    gpt2__attend_fn<uint16_t> attend_f16;
+    /* decode attention, as gpt2__attend_rows_scalar */
+    gpt2__attend_rows_fn<float> attend_rows_f32;
+    gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
+    /* GELU in place on n values */
+    void (*gelu)(float* x, size_t n, bool tanh_form);
+};

@@ -1,0 +1,152 @@
+/* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C) and avx512.h (AVX-512 F, BW, VL, DQ,
+   VNNI), share: the target macros, the prefill matmul driver and prefill attention's query
+   blocks. Each kernel carries its instruction set in a target attribute, so the library builds
+   without -m flags and the dispatcher (dispatch.h) runs only what the CPU has.
+
+   A matrix product takes one of two shapes (gpt2__streams_rows):
+   - decode: every weight is read once, straight from the (mapped) file, in its own type, one row
+     after the other (gpt2__matmul_by_rows): memory bandwidth is the limit. q8_0 rows meet
+     activations quantized to int8 and use integer dot products (vpdpbusd / pmaddubsw), as ggml's
+     q8_0 x q8_0.
+   - prefill: a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
+     with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
+     the limit.
+   A result never depends on where its row falls in a thread's range: decode computes each row
+   alone, and prefill reduces every tile the same way. */
+
+#if !defined(GPT2_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
+#define GPT2__X86 1
+#include <immintrin.h>
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#define GPT2__AVX2
+#define GPT2__AVX512
+#else
+#include <cpuid.h>
+#define GPT2__AVX2 __attribute__((target("avx2,fma,f16c")))
+#define GPT2__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+/* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through), which
+   this driver's AVX-512 instances inline too; popped at the end of avx512.h, the last x86 part. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#endif
+
+/* Stores an output with the bias and the residual, as gpt2__matmul_scalar does. */
+static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o, float dot) {
+    const float v = (a.bias ? a.bias[o] : 0.0f) + dot;
+    float* y = a.y + (size_t)t * a.W->rows + o;
+    *y = a.accumulate ? *y + v : v;
+}
+
+/* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <=
+   gpt2__tile_rows and 1 <= n <= Set::NT, which are known only at run time. */
+template <class Set, int R>
+static void gpt2__tile_tokens(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    switch (n) {
+    case 1: Set::template tile<R, 1>(out, w, ldw, x, ldx, K); break;
+    case 2: Set::template tile<R, 2>(out, w, ldw, x, ldx, K); break;
+    case 3: Set::template tile<R, 3>(out, w, ldw, x, ldx, K); break;
+    default: Set::template tile<R, Set::NT>(out, w, ldw, x, ldx, K); break;
+    }
+}
+
+template <class Set>
+static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+    switch (rows) {
+    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, ldw, x, ldx, K); break;
+    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, ldw, x, ldx, K); break;
+    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, ldw, x, ldx, K); break;
+    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, ldw, x, ldx, K); break;
+    }
+}
+
+/* Prefill, shared by the x86 kernel sets: for each group of gpt2__tile_rows rows (a float panel:
+   the f32 rows themselves, else rows converted by Set::row_to_float), tiles of Set::NT tokens,
+   over the tokens in chunks of about gpt2__chunk_tokens. K goes in blocks of at most
+   gpt2__k_block, so a tile's rows and tokens stay in L1, the partial sums of the chunk's tiles
+   adding up in `sums`.
+   Set::row_to_float(dst, type, row, K) converts a row; Set::tile<R, N>(out, w, ldw, x, ldx, K)
+   adds the products of R rows and N tokens to out[t * gpt2__tile_rows + r]. */
+static const int gpt2__chunk_tokens = 64, gpt2__k_block = 1024;
+
+template <class Set>
+static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
+    static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
+    const gpt2__weight* W = a.W;
+    const int64_t K = W->cols;
+    const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
+    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
+    float sums[chunk / NT][MR * NT];
+    for (int t0 = 0; t0 < a.T; t0 += chunk) {
+        const int t_end = std::min(a.T, t0 + chunk);
+        const int n_tiles = (t_end - t0 + NT - 1) / NT;
+        for (int64_t o = o_begin; o < o_end; o += MR) {
+            const int rows = (int)std::min<int64_t>(MR, o_end - o);
+            const float* w = panel;
+            size_t ldw = (size_t)K;
+            if (W->type == GPT2_TYPE_F32) {
+                w = (const float*)(W->data + (size_t)o * W->row_bytes);
+                ldw = W->row_bytes / 4;
+            } else {
+                for (int r = 0; r < rows; r++) Set::row_to_float(panel + (size_t)r * K, W->type, W->data + (size_t)(o + r) * W->row_bytes, K);
+            }
+            /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
+               spread prefetches of the next group's bytes over them. */
+            const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+            const size_t next_lines = (size_t)std::min<int64_t>(MR, o_end - o - rows) * W->row_bytes / 64;
+            const size_t steps = (size_t)(n_tiles * k_blocks), lines_per_step = (next_lines + steps - 1) / steps;
+            size_t line = 0;
+            std::memset(sums, 0, sizeof(float) * MR * NT * (size_t)n_tiles);
+            for (int64_t k0 = 0; k0 < K; k0 += k_step) {
+                const int64_t kn = std::min(k_step, K - k0);
+                for (int i = 0; i < n_tiles; i++) {
+                    for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+                    const int t = t0 + i * NT;
+                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                }
+            }
+            for (int i = 0; i < n_tiles; i++) {
+                const int t = t0 + i * NT, n = std::min(NT, t_end - t);
+                if (rows == MR && n == NT) { /* gpt2__store_out, 4 rows at once */
+                    const __m128 bias = a.bias ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
+                    for (int j = 0; j < NT; j++) {
+                        float* y = a.y + (size_t)(t + j) * W->rows + o;
+                        const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * MR));
+                        _mm_storeu_ps(y, a.accumulate ? _mm_add_ps(_mm_loadu_ps(y), v) : v);
+                    }
+                } else {
+                    for (int r = 0; r < rows; r++)
+                        for (int j = 0; j < n; j++) gpt2__store_out(a, t + j, o + r, sums[i][j * MR + r]);
+                }
+            }
+        }
+    }
+}
+
+/* Prefill attention's rows (of queries or scores, `ld` apart from `base`) for a block of
+   gpt2__query_block queries; a block of fewer repeats its last. */
+static inline void gpt2__block_rows(const float** rows, const float* base, size_t ld, int n_queries) {
+    for (int i = 0; i < gpt2__query_block; i++) rows[i] = base + (size_t)std::min(i, n_queries - 1) * ld;
+}
+
+/* Prefill attention's scores (a row per query, `ld` apart) to each query's softmax over its
+   n_keys + i keys, 0 past them up to the last query's keys. ExpScores(row, n, &max, &sum) is a
+   set's exponential of a row less its max. */
+template <void (*ExpScores)(float* scores, int n, float* max_score, float* sum)>
+static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int n_queries) {
+    const int keys = n_keys + n_queries - 1;
+    for (int i = 0; i < n_queries; i++) {
+        float* row = scores + i * ld;
+        float max_score, sum;
+        ExpScores(row, n_keys + i, &max_score, &sum);
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
+        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
+    }
+}
+
+#endif /* GPT2__X86 */
