@@ -1,0 +1,179 @@
+// The forward pass against gpt2__forward_reference (src/cpu/forward_reference.h: nanoGPT's
+// model.py in plain loops, no KV cache): every kernel set this CPU runs, every weight type, f32
+// and f16 KV caches, 1 and 2 threads, through the prefill and the decode paths; and the
+// reference itself against nanoGPT's own logits. This file holds a private copy of the
+// implementation (with GPT2_REFERENCE_FORWARD, set in tests/CMakeLists.txt) to reach the
+// reference and the kernel sets.
+#define GPT2_IMPLEMENTATION
+#define GPT2_STATIC
+#include "helpers.h"
+#include "gguf_builder.h"
+#include "tools/gguf_write.h"
+#include <doctest/doctest.h>
+
+// The reference's logits (T, V) of the T ids.
+static std::vector<float> reference_logits(const gpt2_model* m, const std::vector<int32_t>& ids) {
+    std::vector<float> logits(ids.size() * (size_t)m->n_vocab);
+    gpt2__forward_reference(m, ids.data(), (int)ids.size(), logits.data());
+    return logits;
+}
+
+// The largest |got - want| of a row of logits, relative to the row's largest |logit| (at least 1).
+static float logit_error(const float* got, const float* want, int n) {
+    float scale = 1.0f;
+    for (int i = 0; i < n; i++) scale = std::max(scale, std::fabs(want[i]));
+    return max_abs_diff(got, want, (size_t)n) / scale;
+}
+
+static std::vector<int32_t> token_ids(int n, int n_vocab) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; i++) ids.push_back((int32_t)((i * 31 + 7) % n_vocab));
+    return ids;
+}
+
+// A random 2-layer model (C 64, 4 heads of 16) with room for 300 positions, where decode
+// attention splits a query's keys into up to 4 ranges; GPT-2's tanh GELU, biases, and an untied
+// head of 80 rows for a 77-character vocabulary (3 padding rows). Its matrices are in `type`.
+static std::vector<uint8_t> random_model(uint32_t type) {
+    TinyModelShape shape;
+    shape.n_embd = 64;
+    shape.n_head = 4;
+    shape.n_ctx = 300;
+    shape.n_vocab_rows = 80;
+    GgufBuilder g = tiny_model(shape);
+    std::vector<std::string> chars;
+    for (int i = 0; i < 77; i++) chars.push_back(std::string(1, (char)('0' + i)));
+    g.set_strings("gpt2h.tokenizer.chars", chars);
+    g.set_string("gpt2h.gelu", "tanh");
+    g.add_f32("output.weight", {64, 80}, test_weights(64 * 80, 99, 1.0f));
+    for (GgufBuilder::Tensor& t : g.tensors) {
+        if (t.ne.size() != 2 || type == GPT2_TYPE_F32) continue;
+        const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.ne[1];
+        uint64_t row_bytes = 0;
+        REQUIRE(gpt2__type_row_bytes(type, (uint64_t)cols, &row_bytes));
+        std::vector<uint8_t> data((size_t)(row_bytes * (uint64_t)rows));
+        std::vector<float> row((size_t)cols);
+        for (int64_t r = 0; r < rows; r++) {
+            std::memcpy(row.data(), t.data.data() + (size_t)(r * cols * 4), (size_t)cols * 4);
+            gguf_quantize_row(type, row.data(), data.data() + (size_t)((uint64_t)r * row_bytes), cols);
+        }
+        t.data = std::move(data);
+        t.type = type;
+    }
+    return g.build();
+}
+
+// The largest logit_error allowed for a weight type and KV cache type, with the largest measured
+// on x86-64 (AVX-512, AVX2 and scalar sets alike) in brackets.
+static float bound(uint32_t type, int kv_f16) {
+    if (type == GPT2_TYPE_Q8_0) return 5e-2f; // a one-token matmul (each decode step's; the head's always) rounds its input to int8 [1.9e-2]
+    if (kv_f16) return 1e-3f; // keys and values rounded to 11 significant bits, where the reference keeps f32 [3.5e-4]
+    return 1e-5f; // the same f32 arithmetic in another order; 16-bit weights turn into f32 exactly [1.6e-6]
+}
+
+// The ways to feed a context: all at once (prefill), one token a pass (decode), 2 and 3 a pass
+// (decode of several queries), 5 and 11 a pass (prefill over a filled cache).
+struct Passes {
+    std::string name;
+    std::vector<int> sizes; // in turn; 0: the whole context
+};
+static const Passes all_passes[] = {{"all at once", {0}}, {"one a pass", {1}}, {"2 and 3 a pass", {2, 3}}, {"5 and 11 a pass", {5, 11}}};
+
+// Feeds `ids` to `s`, emptied first, in `passes`, and checks the logits after every pass
+// against the reference's row of the pass's last token; returns the largest logit_error.
+static float check_passes(gpt2_session* s, int V, const std::vector<int32_t>& ids, const std::vector<float>& want, const Passes& passes, float bound) {
+    CAPTURE(passes.name);
+    gpt2_session_reset(s);
+    float worst = 0;
+    size_t worst_at = 0;
+    for (size_t fed = 0, i = 0; fed < ids.size(); i++) {
+        const int size = passes.sizes[i % passes.sizes.size()];
+        const size_t n = size ? std::min(ids.size() - fed, (size_t)size) : ids.size();
+        REQUIRE(gpt2_session_eval(s, ids.data() + fed, n, nullptr) == GPT2_OK);
+        fed += n;
+        const float error = logit_error(gpt2_session_logits(s), &want[(fed - 1) * (size_t)V], V);
+        if (error > worst) worst = error, worst_at = fed;
+    }
+    CHECK_MESSAGE(worst <= bound, "the largest error after " << worst_at << " tokens");
+    return worst;
+}
+
+// check_passes for every kernel set this CPU runs, at each thread count, with a KV cache of f32
+// or f16; returns the largest logit_error.
+static float check_kernel_sets(const gpt2_model* m, int kv_f16, std::initializer_list<int> thread_counts, const std::vector<int32_t>& ids, float bound) {
+    const int V = m->n_vocab;
+    const std::vector<float> want = reference_logits(m, ids);
+    float worst = 0;
+    const gpt2__kernels* sets[4];
+    const int n_sets = gpt2__supported_kernels(sets);
+    for (int i = 0; i < n_sets; i++) {
+        for (int threads : thread_counts) {
+            const std::string kernels = sets[i]->name;
+            CAPTURE(kernels); CAPTURE(threads); CAPTURE(kv_f16);
+            Session s(m, threads, 0, kv_f16);
+            REQUIRE(s.session);
+            use_kernels(s.session, sets[i]);
+            for (const Passes& p : all_passes) worst = std::max(worst, check_passes(s.session, V, ids, want, p, bound));
+        }
+    }
+    return worst;
+}
+
+TEST_CASE("the reference forward gives nanoGPT's logits within 5e-5 at every position") {
+    const Json ref = read_json(test_data("shakespeare_char/reference.json"));
+    Model m(test_model("shakespeare_char.gguf"));
+    REQUIRE_MESSAGE(m.model, m.err.message);
+    const int V = m.model->n_vocab;
+    float worst = 0;
+    int rows = 0;
+    for (const Json& prompt : ref["prompts"].array) {
+        CAPTURE(prompt["name"].string);
+        const std::vector<int32_t> ids = prompt["ids"].ints();
+        const std::vector<float> got = reference_logits(m.model, ids);
+        const std::vector<float> last = prompt["last_logits"].floats();
+        REQUIRE(last.size() == (size_t)V);
+        worst = std::max(worst, max_abs_diff(&got[(ids.size() - 1) * V], last.data(), (size_t)V));
+        rows++;
+        if (!prompt.has("all_logits")) continue;
+        for (size_t t = 0; t < ids.size(); t++, rows++)
+            worst = std::max(worst, max_abs_diff(&got[t * V], prompt["all_logits"][t].floats().data(), (size_t)V));
+    }
+    MESSAGE("largest |logit difference| from nanoGPT: " << worst << " over " << rows << " rows");
+    CHECK(rows >= 10);
+    CHECK(worst <= 5e-5f); // measured 6.7e-6; nanoGPT's own float32 logits are 1.1e-5 from float64
+}
+
+TEST_CASE("prefill and decode give the reference's logits: every kernel set, weight type and KV cache type, 1 and 2 threads") {
+    const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0};
+    for (uint32_t type : types) {
+        const std::string weights = gpt2__type_name(type);
+        CAPTURE(weights);
+        Loaded m(random_model(type));
+        REQUIRE_MESSAGE(m.model, m.err.message);
+        const std::vector<int32_t> ids = token_ids(37, m.model->n_vocab);
+        for (int kv_f16 : {0, 1}) {
+            const float worst = check_kernel_sets(m.model, kv_f16, {1, 2}, ids, bound(type, kv_f16));
+            MESSAGE(weights << " weights, " << (kv_f16 ? "f16" : "f32") << " cache: largest relative logit error " << worst);
+        }
+    }
+}
+
+TEST_CASE("decode splits a query's keys into ranges and merges them: the reference's logits at all 300 positions") {
+    Loaded m(random_model(GPT2_TYPE_F32));
+    REQUIRE_MESSAGE(m.model, m.err.message);
+    const std::vector<int32_t> ids = token_ids(300, m.model->n_vocab);
+    REQUIRE(gpt2__key_range(300) < 300 / 3); // the last queries' keys split into 4 ranges
+    // One thread: the ranges depend on the number of keys only, and 2 or 3 threads give the same
+    // bits (tests/test_attention_paths.cpp).
+    for (int kv_f16 : {0, 1}) {
+        const float worst = check_kernel_sets(m.model, kv_f16, {1}, ids, bound(GPT2_TYPE_F32, kv_f16));
+        MESSAGE((kv_f16 ? "f16" : "f32") << " cache: largest relative logit error " << worst);
+    }
+}
+
+TEST_CASE("a trained model, shakespeare_char (no biases, erf GELU, tied head): the reference's logits at every position to n_ctx") {
+    Model m(test_model("shakespeare_char.gguf"));
+    REQUIRE_MESSAGE(m.model, m.err.message);
+    const float worst = check_kernel_sets(m.model, 0, {1}, token_ids(m.model->n_ctx, m.model->n_vocab), bound(GPT2_TYPE_F32, 0));
+    MESSAGE("largest relative logit error " << worst);
+}
