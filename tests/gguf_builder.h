@@ -1,103 +1,33 @@
-// A small GGUF writer for tests: keys and tensors in, the bytes of a file out, with knobs to
-// corrupt any field (magic, version, counts, key types, shapes, types, offsets). tiny_model()
-// builds a complete, valid 2-layer character model that the tests then break one field at a time.
+// Model files for the tests, built in memory with the one GGUF writer (tools/gguf_write.h):
+// keys and tensors with their bytes in, the bytes of a file out, with knobs to break any field
+// (magic, version, counts, key types, shapes, types, offsets). tiny_model() builds a complete,
+// valid 2-layer character model that the tests then break one field at a time.
 #pragma once
+#include "tools/gguf_write.h"
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
-enum GgufType : uint32_t {
-    GGUF_UINT8 = 0, GGUF_INT8, GGUF_UINT16, GGUF_INT16, GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32,
-    GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64
-};
-
-struct GgufBuilder {
-    struct Key {
-        std::string name;
-        uint32_t type;              // GgufType; the value's bytes follow it as written
-        std::vector<uint8_t> value; // for arrays: element type, count, elements
-    };
+// The keys (set(), set_u32(), ... from GgufKeyValues) and tensors of a file.
+struct GgufBuilder : GgufKeyValues {
     struct Tensor {
         std::string name;
         std::vector<uint64_t> ne;   // ne[0] = row length
         uint32_t type;              // 0 f32, 1 f16, 8 q8_0, ...
-        std::vector<uint8_t> data;
-        bool has_offset = false;    // override the computed offset
+        std::vector<uint8_t> data;  // written as they are, whatever ne and type say
+        bool has_offset = false;    // claim `offset` in the header instead of where the data is
         uint64_t offset = 0;
     };
 
-    uint32_t magic = 0x46554747u;   // "GGUF"
+    uint32_t magic = GGUF_MAGIC;
     uint32_t version = 3;
     uint64_t alignment = 32;        // layout only; write general.alignment yourself to change the loader's
     bool override_counts = false;   // write n_tensors / n_keys below instead of the real counts
     uint64_t n_tensors = 0, n_keys = 0;
-    std::vector<Key> keys;
     std::vector<Tensor> tensors;
 
-    // ---- keys ----
-    static void put(std::vector<uint8_t>& out, const void* p, size_t n) {
-        const uint8_t* b = (const uint8_t*)p;
-        out.insert(out.end(), b, b + n);
-    }
-    static void put_u32(std::vector<uint8_t>& out, uint32_t v) { put(out, &v, 4); }
-    static void put_u64(std::vector<uint8_t>& out, uint64_t v) { put(out, &v, 8); }
-    static void put_string(std::vector<uint8_t>& out, const std::string& s) {
-        put_u64(out, s.size());
-        put(out, s.data(), s.size());
-    }
-    GgufBuilder& set_raw(const std::string& name, uint32_t type, std::vector<uint8_t> value) {
-        remove_key(name);
-        keys.push_back({name, type, std::move(value)});
-        return *this;
-    }
-    GgufBuilder& add_raw(const std::string& name, uint32_t type, std::vector<uint8_t> value) { // allows duplicates
-        keys.push_back({name, type, std::move(value)});
-        return *this;
-    }
-    GgufBuilder& set_u32(const std::string& name, uint32_t v) {
-        std::vector<uint8_t> b;
-        put_u32(b, v);
-        return set_raw(name, GGUF_UINT32, b);
-    }
-    GgufBuilder& set_u64(const std::string& name, uint64_t v) {
-        std::vector<uint8_t> b;
-        put_u64(b, v);
-        return set_raw(name, GGUF_UINT64, b);
-    }
-    GgufBuilder& set_i32(const std::string& name, int32_t v) {
-        std::vector<uint8_t> b;
-        put(b, &v, 4);
-        return set_raw(name, GGUF_INT32, b);
-    }
-    GgufBuilder& set_f32(const std::string& name, float v) {
-        std::vector<uint8_t> b;
-        put(b, &v, 4);
-        return set_raw(name, GGUF_FLOAT32, b);
-    }
-    GgufBuilder& set_string(const std::string& name, const std::string& v) {
-        std::vector<uint8_t> b;
-        put_string(b, v);
-        return set_raw(name, GGUF_STRING, b);
-    }
-    GgufBuilder& set_strings(const std::string& name, const std::vector<std::string>& v) {
-        std::vector<uint8_t> b;
-        put_u32(b, GGUF_STRING);
-        put_u64(b, v.size());
-        for (const std::string& s : v) put_string(b, s);
-        return set_raw(name, GGUF_ARRAY, b);
-    }
-    Key* key(const std::string& name) {
-        for (Key& k : keys)
-            if (k.name == name) return &k;
-        return nullptr;
-    }
-    void remove_key(const std::string& name) {
-        for (size_t i = 0; i < keys.size(); i++)
-            if (keys[i].name == name) keys.erase(keys.begin() + (long)i--);
-    }
-
-    // ---- tensors ----
     GgufBuilder& add_tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type, std::vector<uint8_t> data) {
         tensors.push_back({name, std::move(ne), type, std::move(data)});
         return *this;
@@ -108,46 +38,37 @@ struct GgufBuilder {
         return add_tensor(name, std::move(ne), 0, std::move(data));
     }
     Tensor* tensor(const std::string& name) {
-        for (Tensor& t : tensors)
-            if (t.name == name) return &t;
-        return nullptr;
+        auto it = std::find_if(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.name == name; });
+        return it == tensors.end() ? nullptr : &*it;
     }
     void remove_tensor(const std::string& name) {
-        for (size_t i = 0; i < tensors.size(); i++)
-            if (tensors[i].name == name) tensors.erase(tensors.begin() + (long)i--);
+        tensors.erase(std::remove_if(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.name == name; }), tensors.end());
     }
 
-    // ---- the file ----
+    // The file, laid out by GgufWriter, then broken as the knobs say. It ends with the last
+    // tensor's last byte, so any cut loses data.
     std::vector<uint8_t> build() const {
-        std::vector<uint8_t> out;
-        put_u32(out, magic);
-        put_u32(out, version);
-        put_u64(out, override_counts ? n_tensors : tensors.size());
-        put_u64(out, override_counts ? n_keys : keys.size());
-        for (const Key& k : keys) {
-            put_string(out, k.name);
-            put_u32(out, k.type);
-            put(out, k.value.data(), k.value.size());
-        }
-        std::vector<uint64_t> offsets;
-        uint64_t next = 0;
-        for (const Tensor& t : tensors) {
-            put_string(out, t.name);
-            put_u32(out, (uint32_t)t.ne.size());
-            for (uint64_t n : t.ne) put_u64(out, n);
-            put_u32(out, t.type);
-            offsets.push_back(next);
-            put_u64(out, t.has_offset ? t.offset : next);
-            next += (t.data.size() + alignment - 1) / alignment * alignment;
-        }
-        while (out.size() % alignment) out.push_back(0);
-        const size_t data_start = out.size();
+        GgufWriter w;
+        w.keys = keys;
+        w.version = version;
+        w.alignment = alignment;
+        for (const Tensor& t : tensors) w.add_tensor(t.name, t.ne, t.type, t.data.size());
+        std::vector<uint8_t> out((size_t)w.layout(), 0);
+        uint64_t end = w.data_start();
         for (size_t i = 0; i < tensors.size(); i++) {
             const std::vector<uint8_t>& d = tensors[i].data;
-            out.resize(data_start + offsets[i]);  // zero padding up to the tensor
-            out.insert(out.end(), d.begin(), d.end());
+            if (!d.empty()) std::memcpy(w.tensor_data(out.data(), i), d.data(), d.size());
+            end = w.data_start() + w.tensors[i].offset + d.size();
+            if (tensors[i].has_offset) w.tensors[i].offset = tensors[i].offset;
         }
-        return out;  // ends with the last tensor's last byte: any cut loses data
+        w.write_header(out.data());
+        std::memcpy(out.data(), &magic, 4);
+        if (override_counts) {
+            std::memcpy(out.data() + 8, &n_tensors, 8);
+            std::memcpy(out.data() + 16, &n_keys, 8);
+        }
+        out.resize((size_t)end);
+        return out;
     }
 };
 
@@ -171,43 +92,22 @@ struct TinyModelShape {
 
 // A complete, valid GPT-2 model with a character vocabulary, as tools/convert.py writes one.
 inline GgufBuilder tiny_model(const TinyModelShape& shape = TinyModelShape()) {
-    const uint64_t C = (uint64_t)shape.n_embd, F = 4 * C;
+    const GgufGpt2Shape s{(uint64_t)shape.n_layer, (uint64_t)shape.n_embd, (uint64_t)shape.n_head, (uint64_t)shape.n_ctx, (uint64_t)shape.n_vocab_rows};
     GgufBuilder g;
-    g.set_string("general.architecture", "gpt2");
-    g.set_string("general.name", "tiny");
-    g.set_u32("gpt2.context_length", (uint32_t)shape.n_ctx);
-    g.set_u32("gpt2.embedding_length", (uint32_t)C);
-    g.set_u32("gpt2.feed_forward_length", (uint32_t)F);
-    g.set_u32("gpt2.block_count", (uint32_t)shape.n_layer);
-    g.set_u32("gpt2.attention.head_count", (uint32_t)shape.n_head);
-    g.set_f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
-    g.set_string("gpt2h.gelu", "erf");
+    gguf_set_gpt2_keys(g, "tiny", s, "erf");
     if (shape.vocabulary) {
-        g.set_string("gpt2h.tokenizer.kind", "char");
+        g.set("gpt2h.tokenizer.kind", "char");
         std::vector<std::string> chars;
         for (int i = 0; i < shape.n_vocab; i++) chars.push_back(std::string(1, (char)('a' + i % 26)) + (i >= 26 ? std::to_string(i) : ""));
-        g.set_strings("gpt2h.tokenizer.chars", chars);
+        g.set("gpt2h.tokenizer.chars", chars);
     }
+    // LayerNorm gains 1; everything else small and deterministic, one seed per tensor.
     uint32_t seed = 1;
-    const uint64_t V = (uint64_t)shape.n_vocab_rows, T = (uint64_t)shape.n_ctx;
-    g.add_f32("token_embd.weight", {C, V}, test_weights(C * V, seed++, 1.0f));
-    g.add_f32("position_embd.weight", {C, T}, test_weights(C * T, seed++, 0.5f));
-    for (int l = 0; l < shape.n_layer; l++) {
-        const std::string b = "blk." + std::to_string(l) + ".";
-        g.add_f32(b + "attn_norm.weight", {C}, std::vector<float>(C, 1.0f));
-        g.add_f32(b + "attn_norm.bias", {C}, test_weights(C, seed++, 0.1f));
-        g.add_f32(b + "attn_qkv.weight", {C, 3 * C}, test_weights(3 * C * C, seed++));
-        g.add_f32(b + "attn_qkv.bias", {3 * C}, test_weights(3 * C, seed++, 0.1f));
-        g.add_f32(b + "attn_output.weight", {C, C}, test_weights(C * C, seed++));
-        g.add_f32(b + "attn_output.bias", {C}, test_weights(C, seed++, 0.1f));
-        g.add_f32(b + "ffn_norm.weight", {C}, std::vector<float>(C, 1.0f));
-        g.add_f32(b + "ffn_norm.bias", {C}, test_weights(C, seed++, 0.1f));
-        g.add_f32(b + "ffn_up.weight", {C, F}, test_weights(F * C, seed++));
-        g.add_f32(b + "ffn_up.bias", {F}, test_weights(F, seed++, 0.1f));
-        g.add_f32(b + "ffn_down.weight", {F, C}, test_weights(C * F, seed++));
-        g.add_f32(b + "ffn_down.bias", {C}, test_weights(C, seed++, 0.1f));
+    for (const GgufTensorShape& t : gguf_gpt2_tensors(s)) {
+        const size_t n = (size_t)gguf_elements(t.ne);
+        const auto is = [&](const char* part) { return t.name.find(part) != std::string::npos; };
+        const float scale = is("token_embd") ? 1.0f : is("position_embd") ? 0.5f : is(".bias") ? 0.1f : 0.2f;
+        g.add_f32(t.name, t.ne, is("norm.weight") ? std::vector<float>(n, 1.0f) : test_weights(n, seed++, scale));
     }
-    g.add_f32("output_norm.weight", {C}, std::vector<float>(C, 1.0f));
-    g.add_f32("output_norm.bias", {C}, test_weights(C, seed++, 0.1f));
     return g;
 }

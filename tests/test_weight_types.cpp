@@ -1,6 +1,6 @@
 // f16, bf16 and q8_0 weights against the float32 model they are made from: the shakespeare_char
 // fixture is converted at test time with the same code as gpt2-quantize. This file holds a
-// private copy of the implementation to reach that converter.
+// private copy of the implementation to reach that converter and the reference forward pass.
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "helpers.h"
@@ -57,30 +57,33 @@ static std::vector<int32_t> validation_ids(const Model& m) {
 
 // bf16 keeps 8 significant bits, so its weights alone move this model's logits (up to ~15) by
 // about 3e-2, whatever the kernels do (they convert bf16 to float exactly): its bound is 5e-2.
-TEST_CASE("f16 weights give the float32 logits within 1e-2, bf16 within 5e-2") {
+TEST_CASE("f16 weights give the float32 model's logits within 1e-2, bf16 within 5e-2") {
     Model f32(test_model("shakespeare_char.gguf"));
     REQUIRE_MESSAGE(f32.model, f32.err.message);
+    const int n_vocab = f32.info().n_vocab;
+    std::vector<std::vector<float>> want; // each prompt's logits at every position: the float32 model by the reference forward pass
+    for (const Json& prompt : reference()["prompts"].array) {
+        const std::vector<int32_t> ids = prompt["ids"].ints();
+        want.emplace_back(ids.size() * (size_t)n_vocab);
+        gpt2__forward_reference(f32.model, ids.data(), (int)ids.size(), want.back().data());
+    }
     const struct { const char* name; uint32_t type; float bound; } types[] = {{"f16", GPT2_TYPE_F16, 1e-2f}, {"bf16", GPT2_TYPE_BF16, 5e-2f}};
     for (const auto& t : types) {
         CAPTURE(std::string(t.name));
         Model q(quantized_model(t.name, t.type));
         REQUIRE_MESSAGE(q.model, q.err.message);
         CHECK(q.info().weight_type == (gpt2_type)t.type);
-        const int n_vocab = f32.info().n_vocab;
         float worst = 0;
-        for (const Json& prompt : reference()["prompts"].array) {
-            std::vector<int32_t> ids = prompt["ids"].ints();
-            Session a(f32), b(q);
+        for (size_t p = 0; p < want.size(); p++) {
+            const std::vector<int32_t> ids = reference()["prompts"][p]["ids"].ints();
+            Session s(q);
             for (size_t i = 0; i < ids.size(); i++) { // every position, through the decode kernels
-                REQUIRE(gpt2_session_eval(a.session, &ids[i], 1, nullptr) == GPT2_OK);
-                REQUIRE(gpt2_session_eval(b.session, &ids[i], 1, nullptr) == GPT2_OK);
-                worst = std::max(worst, max_abs_diff(gpt2_session_logits(a.session), gpt2_session_logits(b.session), (size_t)n_vocab));
+                REQUIRE(gpt2_session_eval(s.session, &ids[i], 1, nullptr) == GPT2_OK);
+                worst = std::max(worst, max_abs_diff(gpt2_session_logits(s.session), &want[p][i * n_vocab], (size_t)n_vocab));
             }
-            gpt2_session_reset(a.session); // and the whole prompt at once, through the prefill kernels
-            gpt2_session_reset(b.session);
-            REQUIRE(gpt2_session_eval(a.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
-            REQUIRE(gpt2_session_eval(b.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
-            worst = std::max(worst, max_abs_diff(gpt2_session_logits(a.session), gpt2_session_logits(b.session), (size_t)n_vocab));
+            gpt2_session_reset(s.session); // and the whole prompt at once, through the prefill kernels
+            REQUIRE(gpt2_session_eval(s.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+            worst = std::max(worst, max_abs_diff(gpt2_session_logits(s.session), &want[p][(ids.size() - 1) * n_vocab], (size_t)n_vocab));
         }
         MESSAGE(std::string(t.name) << ": largest logit difference from f32 " << worst);
         CHECK(worst <= t.bound);
@@ -110,6 +113,33 @@ TEST_CASE("q8_0 picks the float32 model's greedy token at >= 95% of 1000 teacher
     }
     MESSAGE("q8_0 agrees with f32 on " << agree << " of " << steps << " greedy steps");
     CHECK(agree >= 950);
+}
+
+TEST_CASE("gpt2-quantize writes llama.cpp's general.file_type of the new weight type, and f32 to f32 changes nothing") {
+    const std::string in = test_model("shakespeare_char.gguf");
+    const struct { const char* name; uint32_t type; int64_t file_type; } types[] = {
+        {"f32", GPT2_TYPE_F32, 0}, {"f16", GPT2_TYPE_F16, 1}, {"q8_0", GPT2_TYPE_Q8_0, 7}, {"bf16", GPT2_TYPE_BF16, 32}};
+    for (const auto& t : types) {
+        CAPTURE(std::string(t.name));
+        const std::string out = test_model(std::string("shakespeare_char_file_type_") + t.name + ".gguf");
+        std::string error;
+        size_t bytes = 0;
+        REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), t.type, &bytes, &error), error);
+        gpt2__file file;
+        gpt2__gguf g;
+        gpt2_error err;
+        REQUIRE(gpt2__file_open(out.c_str(), true, &file, &err) == GPT2_OK);
+        REQUIRE_MESSAGE(gpt2__gguf_parse(file.data, file.size, &g, &err) == GPT2_OK, err.message);
+        int64_t file_type = -1;
+        CHECK(gpt2__gguf_get_int(&g, "general.file_type", true, 0, 1 << 10, &file_type, &err) == GPT2_OK);
+        CHECK(file_type == t.file_type);
+        gpt2__file_close(&file);
+    }
+    std::ifstream a(in, std::ios::binary), b(test_model("shakespeare_char_file_type_f32.gguf"), std::ios::binary);
+    std::stringstream bytes_in, bytes_out;
+    bytes_in << a.rdbuf();
+    bytes_out << b.rdbuf();
+    CHECK(bytes_in.str() == bytes_out.str());
 }
 
 TEST_CASE("cross-entropy on held-out Shakespeare stays within 1% of float32 for f16, bf16 and q8_0") {

@@ -24,9 +24,10 @@ TYPE_NAMES = {UINT8: "uint8", INT8: "int8", UINT16: "uint16", INT16: "int16", UI
               INT32: "int32", FLOAT32: "float32", BOOL: "bool", STRING: "string", ARRAY: "array",
               UINT64: "uint64", INT64: "int64", FLOAT64: "float64"}
 
-# Tensor types (ggml numbering) this project writes and reads: (name, bytes per element).
-F32, F16 = 0, 1
-TENSOR_TYPES = {F32: ("F32", 4), F16: ("F16", 2)}
+# Tensor types (ggml numbering) this project writes and reads: (name, values per block, bytes per
+# block). A q8_0 block is an f16 scale and 32 int8 values; a row holds whole blocks.
+F32, F16, Q8_0, BF16 = 0, 1, 8, 30
+TENSOR_TYPES = {F32: ("F32", 1, 4), F16: ("F16", 1, 2), Q8_0: ("Q8_0", 32, 34), BF16: ("BF16", 1, 2)}
 
 
 class GGUFError(Exception):
@@ -53,6 +54,18 @@ def _pad(n, alignment):
     return (alignment - n % alignment) % alignment
 
 
+def tensor_nbytes(ttype, dims):
+    """Bytes of a tensor of type `ttype` with dims fastest-first; None when its rows (dims[0]
+    values each) do not hold whole blocks of the type."""
+    _, block, block_bytes = TENSOR_TYPES[ttype]
+    if dims and dims[0] % block:
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return n // block * block_bytes
+
+
 class Writer:
     """Collects keys and tensors, then streams the file in one pass.
 
@@ -70,10 +83,10 @@ class Writer:
         self.kv.append((key, vtype, value, elem_type))
 
     def add_tensor(self, name, dims, ttype, chunks):
-        n = 1
-        for d in dims:
-            n *= d
-        self.tensors.append((name, list(dims), ttype, n * TENSOR_TYPES[ttype][1], chunks))
+        nbytes = tensor_nbytes(ttype, dims)
+        if nbytes is None:
+            raise ValueError(f"{name}: rows of {dims[0]} values do not hold whole {TENSOR_TYPES[ttype][0]} blocks")
+        self.tensors.append((name, list(dims), ttype, nbytes, chunks))
 
     def write(self, f):
         f.write(MAGIC + struct.pack("<IQQ", VERSION, len(self.tensors), len(self.kv)))
@@ -134,10 +147,11 @@ class Reader:
             ttype, offset = struct.unpack("<IQ", self._take(12))
             if ttype not in TENSOR_TYPES:
                 raise GGUFError(f"{path}: tensor {name} has unsupported type {ttype}")
-            n = 1
-            for d in dims:
-                n *= d
-            infos.append(TensorInfo(name, dims, ttype, offset, n * TENSOR_TYPES[ttype][1]))
+            nbytes = tensor_nbytes(ttype, dims)
+            if nbytes is None:
+                type_name, block, _ = TENSOR_TYPES[ttype]
+                raise GGUFError(f"{path}: tensor {name}: rows of {dims[0]} values, not a multiple of the {type_name} block of {block}")
+            infos.append(TensorInfo(name, dims, ttype, offset, nbytes))
         self.data_start = self.pos + _pad(self.pos, self.alignment)
         for info in infos:
             if info.offset % self.alignment:
@@ -180,10 +194,22 @@ class Reader:
         return self.data[info.offset:info.offset + info.nbytes]
 
     def tensor_values(self, name):
-        """All elements as Python floats, in file order (ne0 fastest)."""
+        """All elements as Python floats, in file order (ne0 fastest); bf16 and q8_0 values as
+        gpt2.h reads them (a q8_0 value is its block's scale times the int8)."""
         info = self.tensors[name]
-        code = "f" if info.type == F32 else "e"
-        return list(struct.unpack(f"<{info.nbytes // TENSOR_TYPES[info.type][1]}{code}", self.tensor_bytes(name)))
+        data = self.tensor_bytes(name)
+        if info.type == F32:
+            return list(struct.unpack(f"<{len(data) // 4}f", data))
+        if info.type == F16:
+            return list(struct.unpack(f"<{len(data) // 2}e", data))
+        if info.type == BF16:  # the top half of a float32
+            n = len(data) // 2
+            return list(struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *(h << 16 for h in struct.unpack(f"<{n}H", data)))))
+        values = []
+        for block in range(0, len(data), 34):
+            scale = struct.unpack_from("<e", data, block)[0]
+            values += [scale * q for q in struct.unpack_from("<32b", data, block + 2)]
+        return values
 
 
 def _show(value, limit=8):

@@ -1,62 +1,220 @@
-// A small GGUF writer for the tools, the benchmark and the tests (not part of gpt2.h): keys and
-// tensor shapes first, then one buffer laid out like the file, whose tensor data the caller
-// fills in place (so a multi-gigabyte model is never held twice). Also the row quantizers
-// f32 -> f16 / bf16 / q8_0. Include after gpt2.h with GPT2_IMPLEMENTATION.
+// The one GGUF writer of the tools, the benchmark and the tests (not part of gpt2.h).
+//
+// - gguf_keys[]: the keys of a model file, what gpt2.h's loader does with each and its value
+//   type: the one C++ list of them. docs/FORMAT.md lists the same keys; the converter's test
+//   (tests/python/test_convert.py) checks the two, the converter's output and the loader's
+//   getters against each other.
+// - GgufKeyValues: the key-value section, in file order. set() writes a key of the table in the
+//   table's type; set_u32() ... set_raw() write any key in any type (gpt2-quantize copies the
+//   keys it read; the tests write wrong types on purpose).
+// - GgufWriter: the keys plus the tensors' names, shapes and types. layout() places the tensors,
+//   write_header() writes everything before the tensor data into a buffer, and the caller fills
+//   the tensor data in place, so a multi-gigabyte model is never held twice.
+// - gguf_set_gpt2_keys() and gguf_gpt2_tensors(): a GPT-2 model's hyper-parameter keys and
+//   tensors as tools/convert.py writes them (the tests' tiny models, the benchmark's random ones).
+// - Where gpt2.h's implementation is compiled in (GPT2_IMPLEMENTATION defined, gpt2.h included
+//   before this file): the row quantizers f32 -> f16 / bf16 / q8_0 and gguf_quantize_file(),
+//   which is gpt2-quantize.
 #pragma once
-#include <cstdint>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-struct GgufWriter {
+// GGUF's value types, numbered as in the file.
+enum GgufType : uint32_t {
+    GGUF_UINT8 = 0, GGUF_INT8, GGUF_UINT16, GGUF_INT16, GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32,
+    GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64
+};
+
+inline const char* gguf_type_name(uint32_t type) {
+    static const char* const names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
+                                        "bool", "string", "array", "uint64", "int64", "float64"};
+    return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+}
+
+// What gpt2.h's loader does with a key. GGUF_REQUIRED: a file without it does not load (the
+// tokenizer keys: when the file names that tokenizer). GGUF_OPTIONAL: read when present, a
+// default otherwise. GGUF_NOT_READ: written for other readers and for people.
+enum GgufKeyUse { GGUF_NOT_READ, GGUF_OPTIONAL, GGUF_REQUIRED };
+
+struct GgufKeyInfo {
+    const char* name;
+    GgufKeyUse use;
+    GgufType type;
+    GgufType element_type = GGUF_UINT8; // arrays only
+};
+
+// Every key of a model file, in the order tools/convert.py writes them; docs/FORMAT.md says what
+// each holds and the loader's defaults.
+inline constexpr GgufKeyInfo gguf_keys[] = {
+    {"general.alignment",                  GGUF_OPTIONAL, GGUF_UINT32},
+    {"general.architecture",               GGUF_REQUIRED, GGUF_STRING},
+    {"general.name",                       GGUF_OPTIONAL, GGUF_STRING},
+    {"general.file_type",                  GGUF_NOT_READ, GGUF_UINT32},
+    {"gpt2.context_length",                GGUF_REQUIRED, GGUF_UINT32},
+    {"gpt2.embedding_length",              GGUF_REQUIRED, GGUF_UINT32},
+    {"gpt2.feed_forward_length",           GGUF_OPTIONAL, GGUF_UINT32},
+    {"gpt2.block_count",                   GGUF_REQUIRED, GGUF_UINT32},
+    {"gpt2.attention.head_count",          GGUF_REQUIRED, GGUF_UINT32},
+    {"gpt2.attention.layer_norm_epsilon",  GGUF_OPTIONAL, GGUF_FLOAT32},
+    {"tokenizer.ggml.model",               GGUF_OPTIONAL, GGUF_STRING},
+    {"tokenizer.ggml.pre",                 GGUF_NOT_READ, GGUF_STRING},
+    {"tokenizer.ggml.tokens",              GGUF_REQUIRED, GGUF_ARRAY, GGUF_STRING},
+    {"tokenizer.ggml.token_type",          GGUF_NOT_READ, GGUF_ARRAY, GGUF_INT32},
+    {"tokenizer.ggml.merges",              GGUF_REQUIRED, GGUF_ARRAY, GGUF_STRING},
+    {"tokenizer.ggml.bos_token_id",        GGUF_NOT_READ, GGUF_UINT32},
+    {"tokenizer.ggml.eos_token_id",        GGUF_OPTIONAL, GGUF_UINT32},
+    {"gpt2h.gelu",                         GGUF_OPTIONAL, GGUF_STRING},
+    {"gpt2h.converter_version",            GGUF_NOT_READ, GGUF_STRING},
+    {"gpt2h.tokenizer.kind",               GGUF_OPTIONAL, GGUF_STRING},
+    {"gpt2h.tokenizer.chars",              GGUF_REQUIRED, GGUF_ARRAY, GGUF_STRING},
+    {"gpt2h.nanogpt.model_args",           GGUF_NOT_READ, GGUF_STRING},
+    {"gpt2h.nanogpt.iter_num",             GGUF_NOT_READ, GGUF_UINT64},
+    {"gpt2h.nanogpt.best_val_loss",        GGUF_NOT_READ, GGUF_FLOAT32},
+    {"gpt2h.nanogpt.padded_vocab_size",    GGUF_NOT_READ, GGUF_UINT32},
+};
+
+// The table's entry for `name`, or nullptr.
+inline const GgufKeyInfo* gguf_key_info(const std::string& name) {
+    for (const GgufKeyInfo& k : gguf_keys)
+        if (name == k.name) return &k;
+    return nullptr;
+}
+
+constexpr uint32_t GGUF_MAGIC = 0x46554747u; // "GGUF"
+
+inline uint64_t gguf_elements(const std::vector<uint64_t>& ne) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    return n;
+}
+
+// ---- the key-value section ------------------------------------------------------------------
+
+struct GgufKeyValues {
+    struct Key {
+        std::string name;
+        uint32_t type;              // GgufType; `value` holds the bytes that follow it in the file
+        std::vector<uint8_t> value; // arrays: element type, count, elements
+    };
+    std::vector<Key> keys;          // in file order
+
+    static void put(std::vector<uint8_t>& out, const void* p, size_t n) {
+        const uint8_t* b = (const uint8_t*)p;
+        out.insert(out.end(), b, b + n);
+    }
+    static void put_u32(std::vector<uint8_t>& out, uint32_t v) { put(out, &v, 4); }
+    static void put_u64(std::vector<uint8_t>& out, uint64_t v) { put(out, &v, 8); }
+    static void put_string(std::vector<uint8_t>& out, const std::string& s) {
+        put_u64(out, s.size());
+        put(out, s.data(), s.size());
+    }
+
+    Key* key(const std::string& name) {
+        auto it = std::find_if(keys.begin(), keys.end(), [&](const Key& k) { return k.name == name; });
+        return it == keys.end() ? nullptr : &*it;
+    }
+    void remove_key(const std::string& name) {
+        keys.erase(std::remove_if(keys.begin(), keys.end(), [&](const Key& k) { return k.name == name; }), keys.end());
+    }
+
+    // Any key in any type, its value already encoded. set_raw replaces the value of a key of that
+    // name where the key stands, or appends one; add_raw appends even when the name is taken.
+    void set_raw(const std::string& name, uint32_t type, std::vector<uint8_t> value) {
+        if (Key* k = key(name)) {
+            k->type = type;
+            k->value = std::move(value);
+        } else {
+            add_raw(name, type, std::move(value));
+        }
+    }
+    void add_raw(const std::string& name, uint32_t type, std::vector<uint8_t> value) { keys.push_back({name, type, std::move(value)}); }
+    void set_u32(const std::string& name, uint32_t v) { set_raw(name, GGUF_UINT32, encode(&v, 4)); }
+    void set_u64(const std::string& name, uint64_t v) { set_raw(name, GGUF_UINT64, encode(&v, 8)); }
+    void set_i32(const std::string& name, int32_t v) { set_raw(name, GGUF_INT32, encode(&v, 4)); }
+    void set_f32(const std::string& name, float v) { set_raw(name, GGUF_FLOAT32, encode(&v, 4)); }
+    void set_string(const std::string& name, const std::string& v) {
+        std::vector<uint8_t> b;
+        put_string(b, v);
+        set_raw(name, GGUF_STRING, std::move(b));
+    }
+    void set_strings(const std::string& name, const std::vector<std::string>& v) {
+        std::vector<uint8_t> b;
+        put_u32(b, GGUF_STRING);
+        put_u64(b, v.size());
+        for (const std::string& s : v) put_string(b, s);
+        set_raw(name, GGUF_ARRAY, std::move(b));
+    }
+
+    // A key of gguf_keys, in the type the table gives it. A name missing from the table or a
+    // value that does not fit the table's type is a mistake in the calling program: it aborts.
+    template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+    void set(const char* name, Int v) {
+        if constexpr (std::is_signed_v<Int>)
+            if (v < 0) misuse(name, "a negative value for an unsigned key");
+        set_unsigned(name, (uint64_t)v);
+    }
+    void set(const char* name, float v) {
+        if (table_entry(name).type != GGUF_FLOAT32) misuse(name, "a float32 value for a key of another type");
+        set_f32(name, v);
+    }
+    void set(const char* name, const std::string& v) {
+        if (table_entry(name).type != GGUF_STRING) misuse(name, "a string value for a key of another type");
+        set_string(name, v);
+    }
+    void set(const char* name, const std::vector<std::string>& v) {
+        const GgufKeyInfo& k = table_entry(name);
+        if (k.type != GGUF_ARRAY || k.element_type != GGUF_STRING) misuse(name, "strings for a key of another type");
+        set_strings(name, v);
+    }
+
+private:
+    void set_unsigned(const char* name, uint64_t v) {
+        const GgufKeyInfo& k = table_entry(name);
+        if (k.type == GGUF_UINT32 && v <= UINT32_MAX) set_u32(name, (uint32_t)v);
+        else if (k.type == GGUF_UINT64) set_u64(name, v);
+        else misuse(name, "an integer that does not fit the key's type");
+    }
+    static std::vector<uint8_t> encode(const void* p, size_t n) { return std::vector<uint8_t>((const uint8_t*)p, (const uint8_t*)p + n); }
+    [[noreturn]] static void misuse(const char* name, const char* what) {
+        const GgufKeyInfo* k = gguf_key_info(name);
+        std::fprintf(stderr, "gguf_write.h: key '%s': %s (gguf_keys[] gives it type %s)\n", name, what,
+                     k ? gguf_type_name(k->type) : "none: it is not in the table");
+        std::abort();
+    }
+    static const GgufKeyInfo& table_entry(const char* name) {
+        const GgufKeyInfo* k = gguf_key_info(name);
+        if (!k) misuse(name, "not a key of gguf_keys[]");
+        return *k;
+    }
+};
+
+// ---- the file -------------------------------------------------------------------------------
+
+struct GgufWriter : GgufKeyValues {
     struct Tensor {
         std::string name;
-        uint32_t n_dims;
-        uint64_t ne[4];
-        uint32_t type;
-        uint64_t offset, n_bytes;
+        std::vector<uint64_t> ne; // ne[0] is the row length
+        uint32_t type;            // ggml's numbering, as gpt2_type
+        uint64_t n_bytes;
+        uint64_t offset;          // from the start of the tensor data; set by layout()
     };
-    std::string kvs; // encoded key-value section
-    uint64_t n_kv = 0;
-    uint64_t alignment = 32;
+    uint32_t version = 3;
+    uint64_t alignment = 32;      // of the tensor data (set general.alignment too when it is not 32)
     std::vector<Tensor> tensors;
 
-    void put(const void* p, size_t n) { kvs.append((const char*)p, n); }
-    void put_u32(uint32_t v) { put(&v, 4); }
-    void put_u64(uint64_t v) { put(&v, 8); }
-    void put_str(const std::string& s) { put_u64(s.size()); kvs += s; }
-    // A key with its value already encoded as GGUF lays it out after the type (arrays: element
-    // type, count, elements).
-    void kv_raw(const std::string& key, uint32_t type, const void* value, size_t n) {
-        put_str(key);
-        put_u32(type);
-        put(value, n);
-        n_kv++;
-    }
-    void kv_u32(const std::string& key, uint32_t v) { kv_raw(key, 4 /* UINT32 */, &v, 4); }
-    void kv_f32(const std::string& key, float v) { kv_raw(key, 6 /* FLOAT32 */, &v, 4); }
-    void kv_string(const std::string& key, const std::string& v) {
-        put_str(key);
-        put_u32(8 /* STRING */);
-        put_str(v);
-        n_kv++;
-    }
-    // Shape as GGUF writes it: ne[0] is the row length.
-    void tensor(const std::string& name, uint32_t n_dims, const uint64_t* ne, uint32_t type) {
-        Tensor t{name, n_dims, {1, 1, 1, 1}, type, 0, 0};
-        for (uint32_t d = 0; d < n_dims; d++) t.ne[d] = ne[d];
-        uint64_t rows = 1;
-        for (uint32_t d = 1; d < n_dims; d++) rows *= t.ne[d];
-        uint64_t row_bytes = 0;
-        gpt2__type_row_bytes(type, t.ne[0], &row_bytes);
-        t.n_bytes = row_bytes * rows;
-        tensors.push_back(t);
+    void add_tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type, uint64_t n_bytes) {
+        tensors.push_back({name, std::move(ne), type, n_bytes, 0});
     }
     static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-    // Bytes of the whole file; assigns the tensor offsets.
+    // Places the tensors in order, each at a multiple of the alignment; returns the bytes of the
+    // whole file (the last tensor padded too).
     uint64_t layout() {
         uint64_t offset = 0;
         for (Tensor& t : tensors) {
@@ -66,30 +224,123 @@ struct GgufWriter {
         return data_start() + offset;
     }
     uint64_t header_bytes() const {
-        uint64_t n = 4 + 4 + 8 + 8 + kvs.size();
-        for (const Tensor& t : tensors) n += 8 + t.name.size() + 4 + 8 * t.n_dims + 4 + 8;
+        uint64_t n = 4 + 4 + 8 + 8;
+        for (const Key& k : keys) n += 8 + k.name.size() + 4 + k.value.size();
+        for (const Tensor& t : tensors) n += 8 + t.name.size() + 4 + 8 * t.ne.size() + 4 + 8;
         return n;
     }
     uint64_t data_start() const { return align_up(header_bytes(), alignment); }
-    // Writes the header into buf (layout() bytes, zeroed by the caller).
+    // Writes everything before the tensor data into buf (layout() bytes, zeroed by the caller).
     void write_header(uint8_t* buf) const {
         uint8_t* p = buf;
-        auto w = [&](const void* src, size_t n) { std::memcpy(p, src, n); p += n; };
-        const uint32_t magic = 0x46554747u, version = 3;
-        const uint64_t n_tensors = tensors.size();
-        w(&magic, 4); w(&version, 4); w(&n_tensors, 8); w(&n_kv, 8);
-        w(kvs.data(), kvs.size());
+        auto w = [&](const void* src, size_t n) {
+            if (n) std::memcpy(p, src, n);
+            p += n;
+        };
+        const uint64_t n_tensors = tensors.size(), n_keys = keys.size();
+        w(&GGUF_MAGIC, 4); w(&version, 4); w(&n_tensors, 8); w(&n_keys, 8);
+        for (const Key& k : keys) {
+            const uint64_t len = k.name.size();
+            w(&len, 8); w(k.name.data(), len); w(&k.type, 4); w(k.value.data(), k.value.size());
+        }
         for (const Tensor& t : tensors) {
             const uint64_t len = t.name.size();
-            w(&len, 8); w(t.name.data(), len); w(&t.n_dims, 4);
-            for (uint32_t d = 0; d < t.n_dims; d++) w(&t.ne[d], 8);
+            const uint32_t n_dims = (uint32_t)t.ne.size();
+            w(&len, 8); w(t.name.data(), len); w(&n_dims, 4); w(t.ne.data(), 8 * t.ne.size());
             w(&t.type, 4); w(&t.offset, 8);
         }
     }
     uint8_t* tensor_data(uint8_t* buf, size_t i) const { return buf + data_start() + tensors[i].offset; }
 };
 
-// One row of n floats in a weight type (q8_0: n a multiple of 32), as ggml quantizes:
+// ---- a GPT-2 model, as tools/convert.py writes it ---------------------------------------------
+
+struct GgufGpt2Shape {
+    uint64_t n_layer, n_embd, n_head, n_ctx;
+    uint64_t n_vocab_rows; // rows of token_embd.weight
+};
+
+// The keys every model has: the architecture, its name and the hyper-parameters (feed-forward
+// width 4 n_embd, LayerNorm epsilon 1e-5, as nanoGPT); gelu is "erf" or "tanh".
+inline void gguf_set_gpt2_keys(GgufKeyValues& kv, const std::string& name, const GgufGpt2Shape& s, const std::string& gelu) {
+    kv.set("general.architecture", "gpt2");
+    kv.set("general.name", name);
+    kv.set("gpt2.context_length", s.n_ctx);
+    kv.set("gpt2.embedding_length", s.n_embd);
+    kv.set("gpt2.feed_forward_length", 4 * s.n_embd);
+    kv.set("gpt2.block_count", s.n_layer);
+    kv.set("gpt2.attention.head_count", s.n_head);
+    kv.set("gpt2.attention.layer_norm_epsilon", 1e-5f);
+    kv.set("gpt2h.gelu", gelu);
+}
+
+struct GgufTensorShape {
+    std::string name;
+    std::vector<uint64_t> ne; // ne[0] is the row length
+};
+
+// Every tensor of a model with biases and a tied head, in the converter's order.
+inline std::vector<GgufTensorShape> gguf_gpt2_tensors(const GgufGpt2Shape& s) {
+    const uint64_t C = s.n_embd, F = 4 * C;
+    std::vector<GgufTensorShape> t = {{"token_embd.weight", {C, s.n_vocab_rows}}, {"position_embd.weight", {C, s.n_ctx}}};
+    for (uint64_t l = 0; l < s.n_layer; l++) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        t.push_back({b + "attn_norm.weight", {C}});
+        t.push_back({b + "attn_norm.bias", {C}});
+        t.push_back({b + "attn_qkv.weight", {C, 3 * C}});
+        t.push_back({b + "attn_qkv.bias", {3 * C}});
+        t.push_back({b + "attn_output.weight", {C, C}});
+        t.push_back({b + "attn_output.bias", {C}});
+        t.push_back({b + "ffn_norm.weight", {C}});
+        t.push_back({b + "ffn_norm.bias", {C}});
+        t.push_back({b + "ffn_up.weight", {C, F}});
+        t.push_back({b + "ffn_up.bias", {F}});
+        t.push_back({b + "ffn_down.weight", {F, C}});
+        t.push_back({b + "ffn_down.bias", {C}});
+    }
+    t.push_back({"output_norm.weight", {C}});
+    t.push_back({"output_norm.bias", {C}});
+    return t;
+}
+
+#if defined(GPT2_IMPLEMENTATION)
+// ---- weight types (gpt2.h's implementation) ---------------------------------------------------
+
+// Bytes of a tensor of `type` and shape `ne`; 0 when gpt2.h does not know the type or the row
+// length does not fit its blocks.
+inline uint64_t gguf_tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne) {
+    uint64_t row_bytes = 0;
+    gpt2__type_row_bytes(type, ne[0], &row_bytes);
+    return row_bytes * (gguf_elements(ne) / ne[0]);
+}
+
+// llama.cpp's general.file_type (enum llama_ftype) of a file whose weights are mostly `type`.
+inline uint32_t gguf_file_type(uint32_t type) {
+    switch (type) {
+    case GPT2_TYPE_F16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
+    case GPT2_TYPE_Q8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+    case GPT2_TYPE_BF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
+    default: return 0;              // LLAMA_FTYPE_ALL_F32
+    }
+}
+
+// The weight type that holds the most values of the file.
+inline uint32_t gguf_dominant_type(const GgufWriter& w) {
+    uint32_t best = GPT2_TYPE_F32;
+    uint64_t best_values = 0;
+    for (uint32_t type : {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0}) {
+        uint64_t values = 0;
+        for (const GgufWriter::Tensor& t : w.tensors)
+            if (t.type == type) values += gguf_elements(t.ne);
+        if (values > best_values) {
+            best = type;
+            best_values = values;
+        }
+    }
+    return best;
+}
+
+// One row of n floats in a weight type (q8_0: n a multiple of its block), as ggml quantizes:
 // q8_0 scale = max|x| / 127 stored in f16, q = round(x / scale).
 inline void gguf_quantize_row(uint32_t type, const float* x, uint8_t* out, int64_t n) {
     switch (type) {
@@ -106,22 +357,27 @@ inline void gguf_quantize_row(uint32_t type, const float* x, uint8_t* out, int64
             std::memcpy(out + 2 * i, &b, 2);
         }
         break;
-    case GPT2_TYPE_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++) {
+    case GPT2_TYPE_Q8_0: {
+        const int QK = gpt2__q8_block_values;
+        for (int64_t b = 0; b < n / QK; b++) {
+            const float* xb = x + QK * b;
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(x[32 * b + i]));
+            for (int i = 0; i < QK; i++) amax = std::max(amax, std::fabs(xb[i]));
             const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             const uint16_t h = gpt2__f32_to_f16(d);
-            uint8_t* block = out + 34 * b;
+            uint8_t* block = out + gpt2__q8_block_bytes * b;
             std::memcpy(block, &h, 2);
-            for (int i = 0; i < 32; i++) block[2 + i] = (uint8_t)(int8_t)std::lround(x[32 * b + i] * id);
+            for (int i = 0; i < QK; i++) block[2 + i] = (uint8_t)(int8_t)std::lround(xb[i] * id);
         }
         break;
     }
+    }
 }
 
-// Rewrites the 2-D tensors of the GGUF file `in` in `type` (q8_0: those with rows of a multiple
-// of 32) and writes `out`; keys, 1-D tensors and alignment are kept. False with a message on error.
+// gpt2-quantize: rewrites the 2-D tensors of the GGUF file `in` in `type` (q8_0: those with rows
+// of a multiple of its block) and writes `out`; keys, 1-D tensors and alignment are kept, but
+// general.file_type, which names the type that now holds most of the weights. False with a
+// message on error.
 inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, size_t* out_bytes, std::string* error) {
     gpt2__file file;
     gpt2__gguf g;
@@ -134,27 +390,29 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
     GgufWriter w;
     w.alignment = g.alignment;
     for (const gpt2__gguf_kv& kv : g.kvs) {
-        std::string value;
+        std::vector<uint8_t> value;
         if (kv.type == GPT2__GGUF_ARRAY) { // element type and count precede the elements
-            value.append((const char*)&kv.array_type, 4);
-            value.append((const char*)&kv.array_count, 8);
+            GgufKeyValues::put_u32(value, kv.array_type);
+            GgufKeyValues::put_u64(value, kv.array_count);
         }
-        value.append((const char*)kv.value, kv.value_size);
-        w.kv_raw(std::string(kv.key), kv.type, value.data(), value.size());
+        GgufKeyValues::put(value, kv.value, kv.value_size);
+        w.add_raw(std::string(kv.key), kv.type, std::move(value));
     }
-    std::vector<uint32_t> new_types;
     for (const gpt2__gguf_tensor& t : g.tensors) {
-        const bool convertible = t.n_dims == 2 && t.n_bytes != 0 && (type != GPT2_TYPE_Q8_0 || t.ne[0] % 32 == 0);
-        new_types.push_back(convertible ? type : t.type);
-        w.tensor(std::string(t.name), t.n_dims, t.ne, new_types.back());
+        const bool convertible = t.n_dims == 2 && t.n_bytes != 0 && (type != GPT2_TYPE_Q8_0 || t.ne[0] % gpt2__q8_block_values == 0);
+        const uint32_t new_type = convertible ? type : t.type;
+        std::vector<uint64_t> ne(t.ne, t.ne + t.n_dims);
+        const uint64_t n_bytes = gguf_tensor_bytes(new_type, ne);
+        w.add_tensor(std::string(t.name), std::move(ne), new_type, n_bytes);
     }
+    w.set("general.file_type", gguf_file_type(gguf_dominant_type(w)));
     std::vector<uint8_t> buf((size_t)w.layout(), 0);
     w.write_header(buf.data());
     std::vector<float> row;
     for (size_t i = 0; i < g.tensors.size(); i++) {
         const gpt2__gguf_tensor& t = g.tensors[i];
         uint8_t* dst = w.tensor_data(buf.data(), i);
-        if (new_types[i] == t.type) {
+        if (w.tensors[i].type == t.type) {
             std::memcpy(dst, t.data, (size_t)t.n_bytes);
             continue;
         }
@@ -162,7 +420,7 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
         row.resize((size_t)t.ne[0]);
         for (uint64_t r = 0; r < rows; r++) {
             gpt2__dequantize_row(t.type, t.data + r * in_row, row.data(), (int64_t)t.ne[0]);
-            gguf_quantize_row(new_types[i], row.data(), dst + r * out_row, (int64_t)t.ne[0]);
+            gguf_quantize_row(w.tensors[i].type, row.data(), dst + r * out_row, (int64_t)t.ne[0]);
         }
     }
     gpt2__file_close(&file);
@@ -179,3 +437,4 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
     *out_bytes = buf.size();
     return true;
 }
+#endif

@@ -2,9 +2,11 @@
 //
 //   gpt2-quantize IN.gguf OUT.gguf --type f16|bf16|q8_0|f32
 //
-// Every key is copied unchanged; 1-D tensors (biases, norms) stay float32; matrices are
-// converted row by row (q8_0 needs rows of a multiple of 32 values; others stay as they are).
-// The output keeps the input's alignment. Reads with gpt2.h's own GGUF reader.
+// Every key is copied unchanged but general.file_type, which becomes llama.cpp's file type of the
+// weight type that now holds most values (f32 0, f16 1, q8_0 7, bf16 32); 1-D tensors (biases,
+// norms) stay float32; matrices are converted row by row (q8_0 needs rows of a multiple of 32
+// values; others stay as they are). The output keeps the input's alignment. Reads with gpt2.h's
+// own GGUF reader, writes with tools/gguf_write.h.
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
 #include "tools/gguf_write.h"
@@ -35,7 +37,8 @@ int main(int argc, char** argv) {
     }
     if (!in || !out || !type_name) {
         std::puts("usage: gpt2-quantize IN.gguf OUT.gguf --type f16|bf16|q8_0|f32\n"
-                  "  rewrites the 2-D weight tensors in the given type; keys, 1-D tensors and alignment are kept");
+                  "  rewrites the 2-D weight tensors in the given type; keys (but general.file_type), 1-D tensors\n"
+                  "  and alignment are kept");
         return argc > 1 ? 2 : 0;
     }
     uint32_t type;

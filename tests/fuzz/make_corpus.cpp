@@ -1,6 +1,6 @@
 // Writes the seed corpus of fuzz_gguf (tests/fuzz/corpus_gguf/) with tests/gguf_builder.h:
 // small valid models of each kind and a few edge cases. Run by hand after changing the builder:
-//   c++ -std=c++17 -I tests tests/fuzz/make_corpus.cpp -o /tmp/make_corpus && /tmp/make_corpus tests/fuzz/corpus_gguf
+//   c++ -std=c++17 -I . -I tests tests/fuzz/make_corpus.cpp -o /tmp/make_corpus && /tmp/make_corpus tests/fuzz/corpus_gguf
 #include "gguf_builder.h"
 #include <cstdio>
 #include <string>
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
             t.data.assign(t.data.size() / 2, 0);
         }
     f16.add_tensor("output.weight", {4, 3}, 1, std::vector<uint8_t>(24, 0x3c));
-    f16.set_string("gpt2h.gelu", "tanh");
+    f16.set("gpt2h.gelu", "tanh");
     f16.version = 2;
     write(dir, "tiny_f16_untied_v2.gguf", f16.build());
 
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
             t.type = 8;
             t.data.assign(t.data.size() / 4 / 32 * 34, 0);
         }
-    q8.set_u32("general.alignment", 64);
+    q8.set("general.alignment", 64);
     q8.alignment = 64;
     write(dir, "tiny_q8_0_align64.gguf", q8.build());
 

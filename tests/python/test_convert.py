@@ -15,6 +15,7 @@ import json
 import math
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
@@ -33,6 +34,7 @@ import convert  # noqa: E402
 import gguf  # noqa: E402
 import torch_checkpoint  # noqa: E402
 
+QUANTIZE = os.path.join(os.environ.get("GPT2_BINARY_DIR", os.path.join(ROOT, "build")), "bench", "gpt2-quantize")
 PWNED = "/tmp/gpt2h_pwned"
 VARIANTS = ["bias_char", "nobias", "compiled", "untied", "f16", "bf16"]
 
@@ -231,6 +233,91 @@ class ConvertedModels(unittest.TestCase):
     def test_ids_only_model_has_no_tokenizer_keys(self):
         kv = self.reader("nobias").kv
         self.assertFalse([k for k in kv if k.startswith("tokenizer.") or k.startswith("gpt2h.tokenizer")])
+
+
+# ---- the key table: docs/FORMAT.md, the converter, tools/gguf_write.h and the loader agree --------
+
+USES = ("required", "optional", "not read")
+# What each of the loader's getters (src/model/gguf.h) accepts, in docs/FORMAT.md's type names.
+GETTER_TYPES = {"int": {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"},
+                "float": {"float32", "float64"}, "string": {"string"}, "strings": {"string[]"}}
+
+
+def documented_keys():
+    """docs/FORMAT.md's key table: key -> (type as written there, what gpt2.h does with it)."""
+    with open(os.path.join(ROOT, "docs", "FORMAT.md"), encoding="utf-8") as f:
+        section = f.read().split("\n### Keys\n", 1)[1].split("\n### ", 1)[0]
+    keys = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]  # a cell may hold an escaped \|
+        if len(cells) == 4 and cells[0].startswith("`"):
+            uses = [u for u in USES if cells[2].startswith(u)]
+            if not uses:
+                raise AssertionError(f"docs/FORMAT.md: key {cells[0]}: gpt2.h column '{cells[2]}' is none of {USES}")
+            keys[cells[0].strip("`")] = (cells[1], uses[0])
+    return keys
+
+
+def type_name(vtype, elem_type):
+    """A GGUF value type as docs/FORMAT.md writes it: uint32, string[], ..."""
+    return gguf.TYPE_NAMES[elem_type] + "[]" if vtype == gguf.ARRAY else gguf.TYPE_NAMES[vtype]
+
+
+def cpp_key_table():
+    """tools/gguf_write.h's gguf_keys[]: key -> (type, use), and the number of entries seen."""
+    with open(os.path.join(TOOLS, "gguf_write.h"), encoding="utf-8") as f:
+        table = f.read().split("gguf_keys[] = {", 1)[1].split("};", 1)[0]
+    keys = {}
+    for name, use, vtype, elem in re.findall(r'\{"([^"]+)",\s*GGUF_(\w+),\s*GGUF_(\w+)(?:,\s*GGUF_(\w+))?\}', table):
+        keys[name] = (elem.lower() + "[]" if vtype == "ARRAY" else vtype.lower(), use.lower().replace("_", " "))
+    return keys, table.count('{"')
+
+
+def loader_reads():
+    """Every key src/model/model.h reads with a getter: key -> (getter, required or optional)."""
+    with open(os.path.join(ROOT, "src", "model", "model.h"), encoding="utf-8") as f:
+        calls = re.findall(r'gpt2__gguf_get_(\w+)\(g, "([^"]+)", (true|false)', f.read())
+    return {key: (getter, "required" if required == "true" else "optional") for getter, key, required in calls}
+
+
+class KeyTable(unittest.TestCase):
+    """docs/FORMAT.md's key table is the contract: the converter writes exactly its keys with its
+    types, tools/gguf_write.h lists the same keys, and the loader reads them as the table says."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.documented = documented_keys()
+        out = scratch()
+        char, bpe = os.path.join(out, "char.gguf"), os.path.join(out, "bpe.gguf")
+        convert_quietly(os.path.join(CKPTS, "bias_char.pt"), char)  # characters, iter_num, best_val_loss
+        convert_quietly(os.path.join(CKPTS, "padded_gpt2.pt"), bpe, vocab=os.path.join(DATA, "gpt2-bpe"))  # BPE, padding
+        cls.written = {}
+        for path in (char, bpe):
+            r = gguf.Reader(path)
+            cls.written.update({key: type_name(*r.kv_types[key]) for key in r.kv})
+
+    def test_the_documented_table_is_found(self):
+        self.assertGreater(len(self.documented), 20)
+        self.assertEqual(self.documented["gpt2.context_length"], ("uint32", "required"))
+
+    def test_converter_writes_exactly_the_documented_keys_with_their_types(self):
+        self.assertEqual(self.written, {key: t for key, (t, _) in self.documented.items()})
+
+    def test_cpp_key_table_lists_the_documented_keys_types_and_uses(self):
+        table, entries = cpp_key_table()
+        self.assertEqual(len(table), entries, "an entry of gguf_keys[] that the pattern does not read")
+        self.assertEqual(table, self.documented)
+
+    def test_loader_reads_the_documented_keys_as_documented(self):
+        reads = loader_reads()
+        for key, (getter, use) in reads.items():
+            with self.subTest(key):
+                self.assertIn(key, self.documented)
+                doc_type, doc_use = self.documented[key]
+                self.assertIn(doc_type, GETTER_TYPES[getter])
+                self.assertEqual(use, doc_use)
+        # general.alignment is read by the GGUF parser itself (gpt2__gguf_parse): an optional uint32.
+        self.assertEqual(set(reads) | {"general.alignment"}, {k for k, (_, use) in self.documented.items() if use != "not read"})
 
 
 class CheckpointReader(unittest.TestCase):
@@ -524,6 +611,64 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("gpt2.block_count", p.stdout)
         self.assertIn("blk.1.ffn_down.weight", p.stdout)
+
+
+class GgufTool(unittest.TestCase):
+    """tools/gguf.py reads every weight type gpt2.h runs, as gpt2.h reads it."""
+
+    def test_q8_0_and_bf16_values_are_read_as_gpt2_h_reads_them(self):
+        path = os.path.join(scratch(), "types.gguf")
+        q8_0 = struct.pack("<e32b", 0.5, *range(-16, 16)) + struct.pack("<e32b", -0.25, *([127] * 32))
+        bf16 = struct.pack("<3H", 0x3F80, 0xC040, 0x0001)  # 1, -3 and the smallest subnormal
+        w = gguf.Writer()
+        w.add_tensor("q", [32, 2], gguf.Q8_0, lambda: [q8_0])
+        w.add_tensor("b", [3], gguf.BF16, lambda: [bf16])
+        with open(path, "wb") as f:
+            w.write(f)
+        r = gguf.Reader(path)
+        self.assertEqual(r.tensor_values("q"), [0.5 * q for q in range(-16, 16)] + [-0.25 * 127] * 32)
+        self.assertEqual(r.tensor_values("b"), [1.0, -3.0, struct.unpack("<f", struct.pack("<I", 0x10000))[0]])
+        p = subprocess.run([sys.executable, os.path.join(TOOLS, "gguf.py"), "dump", path],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"\bq +Q8_0 \[32, 2\]")
+        self.assertRegex(p.stdout, r"\bb +BF16 \[3\]")
+
+    def test_q8_0_rows_that_are_not_whole_blocks_are_refused_in_one_line(self):
+        path = os.path.join(scratch(), "short_rows.gguf")
+        w = gguf.Writer()
+        w.add_tensor("x", [16], gguf.F32, lambda: [bytes(64)])
+        with open(path, "wb") as f:
+            w.write(f)
+        with open(path, "r+b") as f:  # retype x as q8_0: rows of 16 values are half a block
+            data = f.read()
+            f.seek(data.index(struct.pack("<Q", 1) + b"x") + 9 + 4 + 8)
+            f.write(struct.pack("<I", gguf.Q8_0))
+        p = subprocess.run([sys.executable, os.path.join(TOOLS, "gguf.py"), "dump", path],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stderr, f"gguf.py: error: {path}: tensor x: rows of 16 values, not a multiple of the Q8_0 block of 32\n")
+
+    @unittest.skipUnless(os.path.exists(QUANTIZE), "needs gpt2-quantize (GPT2_BINARY_DIR)")
+    def test_dump_reads_what_gpt2_quantize_writes_and_its_file_type(self):
+        out = scratch()
+        f32 = os.path.join(out, "shakespeare.gguf")
+        convert_quietly(os.path.join(DATA, "shakespeare_char", "ckpt_slim.pt"), f32)
+        want = gguf.Reader(f32).tensor_values("blk.0.ffn_up.weight")
+        for name, ttype, file_type in (("f16", gguf.F16, 1), ("q8_0", gguf.Q8_0, 7), ("bf16", gguf.BF16, 32)):
+            with self.subTest(name):
+                path = os.path.join(out, f"shakespeare_{name}.gguf")
+                p = subprocess.run([QUANTIZE, f32, path, "--type", name], capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                r = gguf.Reader(path)
+                self.assertEqual(r.kv["general.file_type"], file_type)  # llama.cpp's llama_ftype
+                self.assertEqual(r.tensors["token_embd.weight"].type, ttype)
+                got = r.tensor_values("blk.0.ffn_up.weight")
+                self.assertLess(max(abs(a - b) for a, b in zip(got, want)), 0.01 * max(abs(b) for b in want))
+                p = subprocess.run([sys.executable, os.path.join(TOOLS, "gguf.py"), "dump", path],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertRegex(p.stdout, r"token_embd\.weight +" + gguf.TENSOR_TYPES[ttype][0] + r" ")
 
 
 if __name__ == "__main__":
