@@ -44,7 +44,12 @@
      n_ctx         the longest context the model was trained for (nanoGPT's block_size). When a
                    sequence grows past n_ctx, the session keeps its last n_ctx tokens and
                    recomputes them (exactly nanoGPT's generate()); each such step costs a prompt
-                   pass over n_ctx tokens instead of one token.
+                   pass over n_ctx tokens instead of one token. For long chats,
+                   GPT2_CONTEXT_DISCARD drops many old tokens at once instead (see
+                   gpt2_session_params), so most steps cost one token.
+     state         gpt2_session_save / _load / _copy / _truncate: a conversation as bytes (for
+                   a save game), forked (one evaluated preamble shared by many characters) or
+                   rewound (undo the last answer), continuing exactly as if never interrupted.
 
    THREADS
      A model is read-only once loaded: any thread may use it. A session is used by one thread at
@@ -58,7 +63,30 @@
      draw. Defaults: temperature 0.8, top_k 200, seed 1337. The RNG restarts from `seed` at each
      call, so the same context and parameters give the same tokens on every platform.
      Generation runs for max_new_tokens (it does not stop at <|endoftext|>, like nanoGPT) unless
-     on_token returns nonzero; the tokens made so far stay in the context.
+     on_token returns nonzero, the text reaches one of the `stop` strings, or (stop_at_eos) the
+     model emits its end-of-text token. The tokens made so far stay in the context, a stop
+     string's and the end-of-text token too (gpt2_session_truncate removes them).
+     More controls, each off when zero, form one chain, applied in this order:
+         logit_bias, penalties (repeat, frequency, presence), on_logits, top_k, top_p, min_p,
+         temperature, draw
+     That is llama.cpp's default chain (which users know) without its DRY, typical and XTC
+     steps. With every added control off the tokens are exactly nanoGPT's, as before. Where
+     ours differs, and why:
+       - top_k keeps every token tied with the k-th (nanoGPT's rule), and top_p every token
+         tied with the last one it needs; llama.cpp cuts ties by sort order, which is not
+         reproducible across platforms.
+       - the penalties look at the last repeat_last_n tokens of the session's context, the
+         prompt included (the session knows its context; llama.cpp counts what its sampler saw).
+       - on_logits is a hook of ours, for rules the chain lacks.
+       - off by default: nanoGPT's defaults stay (llama.cpp turns top_p 0.95, min_p 0.05 on).
+       - the RNG is ours (SplitMix64), so a seed gives other tokens than in llama.cpp.
+
+   PARAMETERS
+     Each *_params struct is filled by its *_default_params() function; a struct set to zero
+     (`gpt2_model_params p = {0};`) is valid too and means the same for every field but the
+     sampling ones: zero temperature is greedy decoding, zero top_k keeps every token and zero
+     seed is seed 0 (the defaults are nanoGPT's 0.8, 200 and 1337). New fields are added so that
+     zero keeps today's behaviour.
 
    ERRORS
      Every function that can fail returns a gpt2_result and, when `err` is not NULL, fills it
@@ -77,6 +105,8 @@
      GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon") when the
                              CPU has it; by default the best one is picked at run time (cpuid)
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
+     GPT2_REFERENCE_FORWARD  compile gpt2__forward_reference, the plain forward pass the tests
+                             compare every kernel set with (not for programs)
 */
 #ifndef GPT2_H
 #define GPT2_H
@@ -109,7 +139,9 @@ typedef enum gpt2_result {
     GPT2_ERROR_CONTEXT_FULL,     /* more tokens than the session's context holds */
     GPT2_ERROR_NO_VOCABULARY,    /* text was given to a model that has no tokenizer */
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
-    GPT2_ERROR_DEVICE            /* the GPU or its driver failed */
+    GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
+    GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
+    GPT2_ERROR_INTERNAL          /* a bug in gpt2.h (an unexpected internal exception): please report it */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -143,7 +175,7 @@ typedef enum gpt2_tokenizer_kind {
 typedef struct gpt2_model gpt2_model;
 
 typedef struct gpt2_model_params {
-    int use_mmap;          /* 1: map the file (weights are not copied); 0: read it into memory */
+    int no_mmap;           /* 1: read the file into memory; 0 (default): map it (weights are not copied) */
     gpt2_device device;    /* where sessions of this model run */
     int cuda_device_index; /* with GPT2_DEVICE_CUDA */
     gpt2_log_fn log;       /* silent when NULL */
@@ -193,6 +225,8 @@ GPT2_API gpt2_result gpt2_detokenize(const gpt2_model* model, const int32_t* tok
 /* ---- Session -------------------------------------------------------------------------- */
 typedef struct gpt2_session gpt2_session;
 
+typedef enum gpt2_context_policy { GPT2_CONTEXT_EXACT = 0, GPT2_CONTEXT_DISCARD = 1 } gpt2_context_policy;
+
 typedef struct gpt2_session_params {
     int n_threads;  /* worker threads for this session, including the caller; 0 = all cores */
     int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's.
@@ -200,6 +234,18 @@ typedef struct gpt2_session_params {
                        (faster to stream) and is resident from the first token: ask for less
                        when contexts stay short. */
     int kv_f16;     /* store the KV cache in 16-bit floats (half the memory) */
+    /* What happens when the context is full (see CONCEPTS): GPT2_CONTEXT_EXACT keeps the last
+       n_ctx tokens and recomputes them for every new token, exactly as nanoGPT; with
+       GPT2_CONTEXT_DISCARD the first n_keep tokens (a persona, a preamble) always stay and the
+       n_discard oldest of the others go at once, so only one pass in n_discard recomputes. */
+    gpt2_context_policy context_policy;
+    int n_keep;     /* with GPT2_CONTEXT_DISCARD: tokens at the start that never go; < n_ctx */
+    int n_discard;  /* with GPT2_CONTEXT_DISCARD: tokens dropped at once; 0 = half of those not kept */
+    /* Polled between layers of every pass: returning nonzero ends gpt2_session_eval or
+       gpt2_generate with GPT2_ERROR_ABORTED and leaves the session as it was before the call
+       (a player left: stop the long prompt). Called on the calling thread; NULL = never. */
+    int (*abort_fn)(void* user);
+    void* abort_user;
 } gpt2_session_params;
 
 GPT2_API gpt2_session_params gpt2_session_default_params(void);
@@ -211,6 +257,27 @@ GPT2_API void gpt2_session_free(gpt2_session* session);
 GPT2_API void gpt2_session_reset(gpt2_session* session);
 /* Tokens in the session's context (after cropping to n_ctx). */
 GPT2_API size_t gpt2_session_n_tokens(const gpt2_session* session);
+/* The gpt2_session_n_tokens() ids in context, oldest first; valid until the session changes. */
+GPT2_API const int32_t* gpt2_session_tokens(const gpt2_session* session);
+
+/* The session's state as bytes: tokens, the KV cache rows in use (in the session's cache type),
+   the logits, the RNG and the UTF-8 stream, with the model's fingerprint, a version and
+   checksums. With capacity 0 (buf may be NULL), *n_bytes receives the size needed; otherwise
+   buf must hold that many. The first save of a model reads all its weights once (the
+   fingerprint). The bytes are for this library's version and this model only. */
+GPT2_API gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, size_t capacity, size_t* n_bytes,
+                                       gpt2_error* err);
+/* Makes the session continue exactly where the saved one was. Every check comes first - a
+   truncated or damaged buffer, another version, another model, more tokens than this session's
+   n_ctx - and a failed load leaves the session as it was. A state saved with the other KV cache
+   type is converted (f16 to f32 exactly; f32 to f16 rounds as an f16 cache would). */
+GPT2_API gpt2_result gpt2_session_load(gpt2_session* session, const void* buf, size_t n_bytes, gpt2_error* err);
+/* Makes dst a copy of src (a fork: the same context, logits and RNG), as save + load. Both
+   sessions belong to one model; dst's n_ctx must hold src's tokens. */
+GPT2_API gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err);
+/* Keeps the first n_tokens of the context (rewind: undo the last answer); the logits become the
+   prediction after the last one kept (one token is recomputed). n_tokens 0 resets. */
+GPT2_API gpt2_result gpt2_session_truncate(gpt2_session* session, size_t n_tokens, gpt2_error* err);
 
 /* Appends tokens to the context and runs the model over them (all new tokens in one pass).
    Afterwards gpt2_session_logits() holds the prediction after the last token. When the context
@@ -227,27 +294,65 @@ GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, si
                                 double* out_logprob_sum, gpt2_error* err);
 
 /* ---- Generation ----------------------------------------------------------------------- */
-/* Called once per new token. `text` is that token's decoded text (NULL and 0 for a model without
-   vocabulary); it never ends inside a UTF-8 character: incomplete bytes are held until they are
-   complete; if generation ends with bytes that never formed a character, they come in one last
-   call with token -1. Return nonzero to stop. */
+/* Called once per new token, in order, with the text that token releases (NULL and 0 for a model
+   without vocabulary). Text is released as soon as it is certain: never ending inside a UTF-8
+   character (incomplete bytes wait for the rest), and never part of a stop string (text that
+   could still be the start of one waits until a later token shows it is not - then it comes
+   with that later token - or completes the stop string - then it is never delivered, nor
+   anything after it). So `text` may be empty, or carry text of earlier tokens. When generation
+   ends, what is still held (bytes that never formed a character, text that did not become a
+   stop string) comes in one last call with token -1. All the `text` together is the generated
+   text up to the first stop string, without the end-of-text token's text when stop_at_eos
+   ended generation. Return nonzero to stop. */
 typedef int (*gpt2_token_fn)(void* user, int32_t token, const char* text, size_t text_len);
 
+typedef struct gpt2_logit_bias {
+    int32_t token;
+    float bias; /* added to the token's logit; -INFINITY bans the token */
+} gpt2_logit_bias;
+
+/* Custom rules: gets the n_vocab logits after logit_bias and the penalties, before top_k, and
+   edits them in place (a copy: gpt2_session_logits is unchanged); -INFINITY removes a token.
+   At least one token must stay finite, and none may become NaN or +INFINITY. */
+typedef void (*gpt2_logits_fn)(void* user, float* logits, int n_vocab);
+
 typedef struct gpt2_generate_params {
-    int max_new_tokens;  /* default 256 */
+    int max_new_tokens;  /* 0 = the default, 256 */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
     uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
     gpt2_token_fn on_token;
-    void* user;
+    void* user;          /* passed to on_token and on_logits */
+    /* The chain's other controls (see GENERATION at the top); zero = off. */
+    float top_p;         /* keep the fewest most likely tokens whose probabilities (at temperature 1,
+                            after top_k) add up to top_p; 0 or 1 = off */
+    float min_p;         /* drop tokens less than min_p times as likely as the most likely (at
+                            temperature 1); 0 = off */
+    float repeat_penalty;    /* for each token in the window: a logit > 0 is divided by it, others are
+                                multiplied (llama.cpp's rule); > 1 discourages repeats; 0 or 1 = off */
+    int repeat_last_n;       /* the window of the three penalties: the last N tokens of the context,
+                                the prompt included; 0 = 64 (llama.cpp's), -1 = the whole context */
+    float presence_penalty;  /* subtracted from the logit of each token in the window, once
+                                (negative: encourages repeats) */
+    float frequency_penalty; /* subtracted from a token's logit once per time it is in the window */
+    const gpt2_logit_bias* logit_bias; /* n_logit_bias biases; a token listed twice gets both */
+    size_t n_logit_bias;
+    gpt2_logits_fn on_logits;
+    const char* const* stop; /* n_stop non-empty UTF-8 strings (needs a vocabulary): generation ends
+                                at the token after which the generated text contains one; from
+                                the one that starts first on, nothing is delivered (gpt2_token_fn) */
+    size_t n_stop;
+    int stop_at_eos;         /* 1: end at the end-of-text token (gpt2_model_info.eos_token; never, for
+                                a model without one) */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);
 
 /* Appends `prompt` to the session's context, then samples up to max_new_tokens tokens, nanoGPT's
-   way: logits / temperature, keep the top_k, softmax, draw one. The new tokens stay in the
-   context, so a further call continues the conversation. out_tokens (may be NULL) receives up
-   to `capacity` new ids; *n_generated (may be NULL) how many were generated. */
+   way: logits / temperature, keep the top_k, softmax, draw one (with the chain of GENERATION
+   when more controls are on). The new tokens stay in the context, so a further call continues
+   the conversation. out_tokens (may be NULL) receives up to `capacity` new ids; *n_generated
+   (may be NULL) how many were generated, the token that completed a stop string included. */
 GPT2_API gpt2_result gpt2_generate(gpt2_session* session, const int32_t* prompt, size_t n_prompt,
                                    const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
                                    size_t* n_generated, gpt2_error* err);
@@ -1324,6 +1429,9 @@ struct gpt2__gguf {
     gpt2__vector<gpt2__gguf_tensor> tensors;
 };
 
+/* A q8_0 block: one f16 scale, then 32 signed bytes (gpt2__block_q8_0 in cpu/kernels/contract.h). */
+static const int gpt2__q8_block_values = 32, gpt2__q8_block_bytes = 34;
+
 /* Size in bytes of `n_elements` of a weight type, laid out in rows of `row_length`; false when
    the type is unknown or the row length does not fit its blocks. */
 static bool gpt2__type_row_bytes(uint32_t type, uint64_t row_length, uint64_t* out) {
@@ -1331,8 +1439,8 @@ static bool gpt2__type_row_bytes(uint32_t type, uint64_t row_length, uint64_t* o
     case GPT2_TYPE_F32: *out = row_length * 4; return true;
     case GPT2_TYPE_F16: case GPT2_TYPE_BF16: *out = row_length * 2; return true;
     case GPT2_TYPE_Q8_0:
-        if (row_length % 32 != 0) return false;
-        *out = row_length / 32 * 34; /* 32 int8 + one f16 scale per block */
+        if (row_length % gpt2__q8_block_values != 0) return false;
+        *out = row_length / gpt2__q8_block_values * gpt2__q8_block_bytes;
         return true;
     default: return false;
     }
@@ -1391,6 +1499,14 @@ static gpt2_result gpt2__gguf_skip_value(gpt2__reader* r, uint32_t type, std::st
     return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%.*s': unknown value type %u", (int)key.size(), key.data(), type);
 }
 
+/* "key 'K' has type T, expected E": the one wording for a key of the wrong type. */
+static gpt2_result gpt2__gguf_wrong_type(const gpt2__gguf_kv* kv, const char* expected, gpt2_error* err) {
+    const int len = (int)std::min<size_t>(kv->key.size(), 200);
+    if (kv->type == GPT2__GGUF_ARRAY)
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%.*s' has type array of %s, expected %s", len, kv->key.data(), gpt2__gguf_type_name(kv->array_type), expected);
+    return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%.*s' has type %s, expected %s", len, kv->key.data(), gpt2__gguf_type_name(kv->type), expected);
+}
+
 static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf* out, gpt2_error* err) {
     gpt2__reader r{data, size, 0};
     uint32_t magic;
@@ -1441,7 +1557,7 @@ static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf
         kv.value_size = (size_t)(data + r.pos - kv.value);
         if (kv.key == "general.alignment") {
             uint32_t alignment;
-            if (kv.type != GPT2__GGUF_UINT32) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key 'general.alignment' has type %s, expected uint32", gpt2__gguf_type_name(kv.type));
+            if (kv.type != GPT2__GGUF_UINT32) return gpt2__gguf_wrong_type(&kv, "uint32", err);
             std::memcpy(&alignment, kv.value, 4);
             if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 65536)
                 return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "general.alignment is %u, expected a power of two up to 65536", alignment);
@@ -1501,13 +1617,25 @@ static const gpt2__gguf_tensor* gpt2__gguf_find_tensor(const gpt2__gguf* g, std:
     return nullptr;
 }
 
-/* Reads an integer key of any integer type; fails when absent (if required), negative or too large. */
+/* The key getters share one convention. gpt2__gguf_get_X(g, key, required, [range,] out, err):
+   - the key is present with the expected type: *out = its value, GPT2_OK;
+   - absent and required: GPT2_ERROR_BAD_FILE "missing key 'K'";
+   - absent and optional: GPT2_OK with *out untouched, so the caller's initial value is the default;
+   - present with another type: GPT2_ERROR_BAD_FILE "key 'K' has type T, expected E".
+   Strings are views into the file. */
+
+/* *kv = the key, or NULL when it is absent and optional. */
+static gpt2_result gpt2__gguf_lookup(const gpt2__gguf* g, const char* key, bool required, const gpt2__gguf_kv** kv, gpt2_error* err) {
+    *kv = gpt2__gguf_find_kv(g, key);
+    if (!*kv && required) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key '%s'", key);
+    return GPT2_OK;
+}
+
+/* An integer of any integer type, within [min, max]. */
 static gpt2_result gpt2__gguf_get_int(const gpt2__gguf* g, const char* key, bool required, int64_t min, int64_t max, int64_t* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) {
-        if (required) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key '%s'", key);
-        return GPT2_OK;
-    }
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
     int64_t v;
     switch (kv->type) {
     case GPT2__GGUF_UINT8: v = kv->value[0]; break;
@@ -1518,7 +1646,7 @@ static gpt2_result gpt2__gguf_get_int(const gpt2__gguf* g, const char* key, bool
     case GPT2__GGUF_INT32: { int32_t x; std::memcpy(&x, kv->value, 4); v = x; break; }
     case GPT2__GGUF_UINT64: { uint64_t x; std::memcpy(&x, kv->value, 8); v = x > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x; break; }
     case GPT2__GGUF_INT64: std::memcpy(&v, kv->value, 8); break;
-    default: return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected an integer", key, gpt2__gguf_type_name(kv->type));
+    default: return gpt2__gguf_wrong_type(kv, "an integer", err);
     }
     if (v < min || v > max)
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' is %lld, expected %lld to %lld", key, (long long)v, (long long)min, (long long)max);
@@ -1526,31 +1654,11 @@ static gpt2_result gpt2__gguf_get_int(const gpt2__gguf* g, const char* key, bool
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__gguf_get_string(const gpt2__gguf* g, const char* key, std::string_view* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) return GPT2_OK;
-    if (kv->type != GPT2__GGUF_STRING) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected string", key, gpt2__gguf_type_name(kv->type));
-    gpt2__reader r{kv->value, kv->value_size, 0};
-    gpt2__read_string(&r, out);
-    return GPT2_OK;
-}
-
-/* The strings of an array-of-strings key (views into the file). */
-static gpt2_result gpt2__gguf_get_string_array(const gpt2__gguf* g, const char* key, gpt2__vector<std::string_view>* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key '%s'", key);
-    if (kv->type != GPT2__GGUF_ARRAY || kv->array_type != GPT2__GGUF_STRING)
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected an array of strings", key,
-                          kv->type == GPT2__GGUF_ARRAY ? "array of other values" : gpt2__gguf_type_name(kv->type));
-    out->resize((size_t)kv->array_count);
-    gpt2__reader r{kv->value, kv->value_size, 0};
-    for (std::string_view& s : *out) gpt2__read_string(&r, &s);
-    return GPT2_OK;
-}
-
-static gpt2_result gpt2__gguf_get_float(const gpt2__gguf* g, const char* key, float* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) return GPT2_OK;
+/* float32 (float64 is narrowed). */
+static gpt2_result gpt2__gguf_get_float(const gpt2__gguf* g, const char* key, bool required, float* out, gpt2_error* err) {
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
     if (kv->type == GPT2__GGUF_FLOAT32) {
         std::memcpy(out, kv->value, 4);
     } else if (kv->type == GPT2__GGUF_FLOAT64) {
@@ -1558,8 +1666,30 @@ static gpt2_result gpt2__gguf_get_float(const gpt2__gguf* g, const char* key, fl
         std::memcpy(&d, kv->value, 8);
         *out = (float)d;
     } else {
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected float32", key, gpt2__gguf_type_name(kv->type));
+        return gpt2__gguf_wrong_type(kv, "float32", err);
     }
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__gguf_get_string(const gpt2__gguf* g, const char* key, bool required, std::string_view* out, gpt2_error* err) {
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
+    if (kv->type != GPT2__GGUF_STRING) return gpt2__gguf_wrong_type(kv, "string", err);
+    gpt2__reader r{kv->value, kv->value_size, 0};
+    gpt2__read_string(&r, out);
+    return GPT2_OK;
+}
+
+/* An array of strings. */
+static gpt2_result gpt2__gguf_get_strings(const gpt2__gguf* g, const char* key, bool required, gpt2__vector<std::string_view>* out, gpt2_error* err) {
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
+    if (kv->type != GPT2__GGUF_ARRAY || kv->array_type != GPT2__GGUF_STRING) return gpt2__gguf_wrong_type(kv, "an array of strings", err);
+    out->resize((size_t)kv->array_count);
+    gpt2__reader r{kv->value, kv->value_size, 0};
+    for (std::string_view& s : *out) gpt2__read_string(&r, &s);
     return GPT2_OK;
 }
 
@@ -1623,7 +1753,10 @@ struct gpt2_model {
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
     mutable std::atomic<int> n_sessions{0}; /* sessions alive; freeing the model before them is a bug */
-    void* device_weights = nullptr;          /* a device's copy of the weights (gpt2_cuda.cuh) */
+    const struct gpt2__backend* backend = nullptr; /* the device its sessions run on (src/backend.h) */
+    void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
+    mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
+    mutable uint64_t fingerprint = 0;
 };
 
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...)
@@ -1754,31 +1887,30 @@ static gpt2_result gpt2__bind_vector(const gpt2_model* m, const char* name, int6
 static gpt2_result gpt2__load_hparams(gpt2_model* m, gpt2_error* err) {
     const gpt2__gguf* g = &m->gguf;
     std::string_view arch;
-    GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", &arch, err));
-    if (!gpt2__gguf_find_kv(g, "general.architecture")) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key 'general.architecture'");
+    GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", true, &arch, err));
     if (arch != "gpt2")
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "general.architecture is '%.*s', expected 'gpt2'", (int)std::min<size_t>(arch.size(), 64), arch.data());
     std::string_view name;
-    GPT2__TRY(gpt2__gguf_get_string(g, "general.name", &name, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "general.name", false, &name, err));
     m->name.assign(name.data(), name.size());
     int64_t v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.context_length", true, 1, 1 << 20, &v, err)); m->n_ctx = (int)v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.embedding_length", true, 1, 1 << 16, &v, err)); m->n_embd = (int)v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.block_count", true, 1, 1024, &v, err)); m->n_layer = (int)v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.attention.head_count", true, 1, 1024, &v, err)); m->n_head = (int)v;
-    v = 4 * (int64_t)m->n_embd;
+    v = 4 * (int64_t)m->n_embd; /* absent: nanoGPT's 4 n_embd */
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.feed_forward_length", false, 1, 1 << 18, &v, err)); m->n_ff = (int)v;
-    GPT2__TRY(gpt2__gguf_get_float(g, "gpt2.attention.layer_norm_epsilon", &m->layer_norm_eps, err));
+    GPT2__TRY(gpt2__gguf_get_float(g, "gpt2.attention.layer_norm_epsilon", false, &m->layer_norm_eps, err));
     if (!(m->layer_norm_eps > 0.0f && m->layer_norm_eps < 1.0f))
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2.attention.layer_norm_epsilon is %g, expected a small positive number", (double)m->layer_norm_eps);
     if (m->n_embd % m->n_head != 0)
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2.attention.head_count %d does not divide gpt2.embedding_length %d", m->n_head, m->n_embd);
-    std::string_view gelu = "erf";
-    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.gelu", &gelu, err));
+    /* GPT-2 files from other converters carry no gpt2h.gelu: OpenAI's GPT-2 uses the tanh form. */
+    std::string_view gelu = "tanh";
+    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.gelu", false, &gelu, err));
     if (gelu != "erf" && gelu != "tanh")
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2h.gelu is '%.*s', expected 'erf' or 'tanh'", (int)std::min<size_t>(gelu.size(), 64), gelu.data());
-    /* GPT-2 files from other converters carry no gpt2h.gelu: OpenAI's GPT-2 uses the tanh form. */
-    m->gelu_tanh = gelu == "tanh" || !gpt2__gguf_find_kv(g, "gpt2h.gelu");
+    m->gelu_tanh = gelu == "tanh";
     return GPT2_OK;
 }
 
@@ -1825,18 +1957,18 @@ static gpt2_result gpt2__load_weights(gpt2_model* m, gpt2_error* err) {
 static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
     const gpt2__gguf* g = &m->gguf;
     std::string_view kind, bpe_model;
-    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.tokenizer.kind", &kind, err));
-    GPT2__TRY(gpt2__gguf_get_string(g, "tokenizer.ggml.model", &bpe_model, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.tokenizer.kind", false, &kind, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "tokenizer.ggml.model", false, &bpe_model, err));
     if (kind == "char") {
         gpt2__vector<std::string_view> chars;
-        GPT2__TRY(gpt2__gguf_get_string_array(g, "gpt2h.tokenizer.chars", &chars, err));
+        GPT2__TRY(gpt2__gguf_get_strings(g, "gpt2h.tokenizer.chars", true, &chars, err));
         GPT2__TRY(gpt2__tokenizer_init_char(&m->tokenizer, chars.data(), chars.size(), err));
     } else if (!kind.empty()) {
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "gpt2h.tokenizer.kind is '%.*s', expected 'char'", (int)std::min<size_t>(kind.size(), 64), kind.data());
     } else if (bpe_model == "gpt2") {
         gpt2__vector<std::string_view> tokens, merges;
-        GPT2__TRY(gpt2__gguf_get_string_array(g, "tokenizer.ggml.tokens", &tokens, err));
-        GPT2__TRY(gpt2__gguf_get_string_array(g, "tokenizer.ggml.merges", &merges, err));
+        GPT2__TRY(gpt2__gguf_get_strings(g, "tokenizer.ggml.tokens", true, &tokens, err));
+        GPT2__TRY(gpt2__gguf_get_strings(g, "tokenizer.ggml.merges", true, &merges, err));
         int64_t eos = -1;
         GPT2__TRY(gpt2__gguf_get_int(g, "tokenizer.ggml.eos_token_id", false, 0, (int64_t)tokens.size() - 1, &eos, err));
         GPT2__TRY(gpt2__tokenizer_init_bpe(&m->tokenizer, tokens.data(), tokens.size(), merges.data(), merges.size(), (int32_t)eos, err));
@@ -1932,49 +2064,629 @@ static int32_t gpt2__sample(const float* logits, int n, float temperature, int t
     return last_kept; /* rounding left target at the very top */
 }
 
-/* ---- src/cpu/kernels/scalar.h ---- */
-/* Portable kernels: small pure functions over pointers and sizes. They define the results the
-   SIMD kernels must reproduce, and run wherever no SIMD kernel applies. */
+/* log softmax(logits)[id], in double. */
+static double gpt2__log_prob(const float* logits, int n, int32_t id) {
+    double max_logit = logits[0];
+    for (int i = 1; i < n; i++) max_logit = std::max(max_logit, (double)logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += std::exp((double)logits[i] - max_logit);
+    return (double)logits[id] - max_logit - std::log(sum);
+}
 
-/* Q8_0 block as GGUF lays it out: one f16 scale, then 32 signed bytes; value = scale * q. */
-struct gpt2__block_q8_0 {
-    uint16_t scale;
-    int8_t q[32];
-};
-static_assert(sizeof(gpt2__block_q8_0) == 34, "q8_0 blocks are 34 bytes");
+/* ---- The chain ---------------------------------------------------------------------------
+   The controls beyond nanoGPT's, in llama.cpp's order (GENERATION in the API): logit_bias, the
+   penalties, on_logits, top_k, top_p, min_p, then temperature and the draw of gpt2__sample.
+   They edit a copy of the logits and run only when one of them is on, so that with all of
+   them off the tokens are exactly gpt2__sample's. */
 
-/* Converts one row of `n` values of any weight type to float. */
-static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, int64_t n) {
-    switch (type) {
-    case GPT2_TYPE_F32:
-        std::memcpy(out, row, (size_t)n * 4);
-        break;
-    case GPT2_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            std::memcpy(&h, row + 2 * i, 2);
-            out[i] = gpt2__f16_to_f32(h);
-        }
-        break;
-    case GPT2_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t b;
-            std::memcpy(&b, row + 2 * i, 2);
-            out[i] = gpt2__bf16_to_f32(b);
-        }
-        break;
-    case GPT2_TYPE_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++) {
-            gpt2__block_q8_0 block;
-            std::memcpy(&block, row + 34 * b, 34);
-            const float scale = gpt2__f16_to_f32(block.scale);
-            for (int i = 0; i < 32; i++) out[32 * b + i] = scale * (float)block.q[i];
-        }
-        break;
-    default:
-        GPT2_ASSERT(!"unknown weight type");
+enum { GPT2__DEFAULT_REPEAT_LAST_N = 64 }; /* llama.cpp's penalty_last_n */
+
+static bool gpt2__penalties_on(const gpt2_generate_params& p) {
+    return (p.repeat_penalty != 0.0f && p.repeat_penalty != 1.0f) || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+/* Whether any control beyond temperature and top_k is on. */
+static bool gpt2__chain_on(const gpt2_generate_params& p) {
+    return (p.top_p > 0.0f && p.top_p < 1.0f) || p.min_p > 0.0f || gpt2__penalties_on(p) || p.n_logit_bias > 0 || p.on_logits;
+}
+
+static gpt2_result gpt2__check_chain(const gpt2_generate_params& p, int n_vocab, gpt2_error* err) {
+    if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) /* written so that NaN fails too */
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "top_p is %g; expected 0 to 1 (0 or 1 = off)", (double)p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "min_p is %g; expected 0 to 1 (0 = off)", (double)p.min_p);
+    if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty < 0.0f)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_penalty is %g; expected a finite number >= 0 (0 or 1 = off)", (double)p.repeat_penalty);
+    if (p.repeat_last_n < -1)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_last_n is %d; expected -1 (the whole context), 0 (the default, %d) or more",
+                          p.repeat_last_n, (int)GPT2__DEFAULT_REPEAT_LAST_N);
+    if (!std::isfinite(p.presence_penalty))
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "presence_penalty is %g; expected a finite number (0 = off)", (double)p.presence_penalty);
+    if (!std::isfinite(p.frequency_penalty))
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "frequency_penalty is %g; expected a finite number (0 = off)", (double)p.frequency_penalty);
+    if (!p.logit_bias && p.n_logit_bias)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias is NULL but n_logit_bias is %zu", p.n_logit_bias);
+    for (size_t i = 0; i < p.n_logit_bias; i++) {
+        const gpt2_logit_bias& b = p.logit_bias[i];
+        if (b.token < 0 || b.token >= n_vocab)
+            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "logit_bias[%zu].token is %d, outside the vocabulary [0, %d)", i, (int)b.token, n_vocab);
+        if (std::isnan(b.bias) || b.bias == INFINITY)
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias[%zu].bias is %g; expected a finite number, or -INFINITY to ban the token", i,
+                              (double)b.bias);
+    }
+    return GPT2_OK;
+}
+
+/* llama.cpp's penalties: for each distinct token of window[0..n_window), which occurs `count`
+   times there, a logit > 0 is divided by `repeat` and any other multiplied by it (dividing a
+   negative logit would make the token more likely), then count * frequency + presence is
+   subtracted. `counts` holds n_vocab zeros, and holds zeros again on return. */
+static void gpt2__apply_penalties(float* logits, const int32_t* window, size_t n_window, float repeat, float presence, float frequency, int* counts) {
+    if (repeat == 0.0f) repeat = 1.0f; /* off */
+    for (size_t i = 0; i < n_window; i++) counts[window[i]]++;
+    for (size_t i = 0; i < n_window; i++) {
+        const int32_t t = window[i];
+        const int count = counts[t];
+        if (count == 0) continue; /* an earlier occurrence of the same token did it */
+        counts[t] = 0;
+        logits[t] = logits[t] <= 0.0f ? logits[t] * repeat : logits[t] / repeat;
+        logits[t] -= (float)count * frequency + presence;
     }
 }
+
+/* top_k, then top_p, then min_p: the tokens they drop become -INFINITY. Probabilities are those
+   at temperature 1 (llama.cpp applies the temperature after them). scratch: n floats. */
+static void gpt2__truncate(float* logits, int n, int top_k, float top_p, float min_p, float* scratch) {
+    if (top_k > 0 && top_k < n) { /* gpt2__sample's rule: keep every logit >= the k-th largest */
+        std::memcpy(scratch, logits, (size_t)n * sizeof(float));
+        std::nth_element(scratch, scratch + (top_k - 1), scratch + n, std::greater<float>());
+        const float threshold = scratch[top_k - 1];
+        for (int i = 0; i < n; i++)
+            if (logits[i] < threshold) logits[i] = -INFINITY;
+    }
+    if (top_p > 0.0f && top_p < 1.0f) { /* the fewest most likely whose probabilities reach top_p, and their ties */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (logits[i] > -INFINITY) scratch[m++] = logits[i];
+        const int head = std::min(m, 256); /* top_p usually needs few tokens: sort the rest only when it does not */
+        std::partial_sort(scratch, scratch + head, scratch + m, std::greater<float>());
+        const double max_logit = scratch[0];
+        double total = 0.0;
+        for (int j = 0; j < m; j++) total += std::exp((double)scratch[j] - max_logit);
+        const double target = (double)top_p * total;
+        double running = 0.0;
+        float threshold = -INFINITY;
+        for (int j = 0; j < m; j++) {
+            if (j == head) std::sort(scratch + head, scratch + m, std::greater<float>());
+            running += std::exp((double)scratch[j] - max_logit);
+            if (running >= target) {
+                threshold = scratch[j];
+                break;
+            }
+        }
+        for (int i = 0; i < n; i++)
+            if (logits[i] < threshold) logits[i] = -INFINITY;
+    }
+    if (min_p > 0.0f) { /* p / p_max >= min_p, i.e. logit - max >= log(min_p) */
+        const double lowest = (double)logits[gpt2__argmax(logits, n)] + std::log((double)min_p);
+        for (int i = 0; i < n; i++)
+            if ((double)logits[i] < lowest) logits[i] = -INFINITY;
+    }
+}
+
+/* The chain up to the draw, in place on `logits` (n_vocab entries, a copy of the model's).
+   context: the session's tokens; the penalties look at the last repeat_last_n of them.
+   Afterwards the tokens that may be drawn have finite logits, the others -INFINITY (when the
+   draw is greedy, top_k/top_p/min_p are skipped: they always keep the most likely token).
+   Fails when on_logits leaves NaN, +INFINITY or no finite logit. scratch: n floats; counts: n
+   zeros. */
+static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_params& p, const int32_t* context, size_t n_context, float* scratch,
+                                      int* counts, gpt2_error* err) {
+    for (size_t i = 0; i < p.n_logit_bias; i++) logits[p.logit_bias[i].token] += p.logit_bias[i].bias;
+    if (gpt2__penalties_on(p)) {
+        const size_t last_n = p.repeat_last_n < 0 ? n_context : p.repeat_last_n == 0 ? (size_t)GPT2__DEFAULT_REPEAT_LAST_N : (size_t)p.repeat_last_n;
+        const size_t n_window = std::min(n_context, last_n);
+        gpt2__apply_penalties(logits, context + (n_context - n_window), n_window, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, counts);
+    }
+    if (p.on_logits) p.on_logits(p.user, logits, n);
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (std::isnan(logits[i]) || logits[i] == INFINITY)
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "the logit of token %d is %g after logit_bias, the penalties and on_logits; expected a finite number or -INFINITY", i,
+                              (double)logits[i]);
+        any = any || logits[i] > -INFINITY;
+    }
+    if (!any) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no token left to sample: logit_bias or on_logits set every logit to -INFINITY");
+    if (p.temperature != 0.0f && p.top_k != 1) gpt2__truncate(logits, n, p.top_k, p.top_p, p.min_p, scratch);
+    return GPT2_OK;
+}
+
+/* The end of the chain: temperature, softmax and the draw over what gpt2__chain_filter left (its
+   top_k already applied; top_k 1 stays greedy). scratch: n floats. */
+static int32_t gpt2__chain_draw(const float* filtered, int n, const gpt2_generate_params& p, uint64_t* rng, float* scratch) {
+    return gpt2__sample(filtered, n, p.temperature, p.top_k == 1 ? 1 : 0, rng, scratch);
+}
+
+/* ---- src/backend.h ---- */
+/* The backend table: what a device must do for the C API. One table per device (the CPU's in
+   src/cpu/backend_cpu.h, CUDA's in src/cuda/backend_cuda.cuh); a model picks its table once,
+   when it loads, and every session of the model goes through it. A new backend is a new file
+   that fills a table and registers it (gpt2__register_backend). */
+
+struct gpt2__backend {
+    const char* name;
+    /* Loading done: give the device its copy of the weights (model->device_weights). */
+    gpt2_result (*model_attach)(gpt2_model* m, gpt2_error* err);
+    void (*model_release)(gpt2_model* m);
+    /* A session of the backend's own type; its shared part filled by gpt2__session_init. */
+    gpt2_result (*session_create)(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err);
+    void (*session_free)(gpt2_session* s);
+    /* Runs tokens[n_cached..) at positions n_cached.. (the cache holds the positions before);
+       afterwards logits() gives the prediction after the last token. Polls
+       gpt2__abort_requested between layers; an aborted run returns GPT2_ERROR_ABORTED with the
+       logits unchanged. */
+    gpt2_result (*run)(gpt2_session* s, gpt2_error* err);
+    /* The n_vocab logits after the last run, in host memory; NULL when the device failed. */
+    const float* (*logits)(gpt2_session* s);
+    /* Draws the next token from the last run's logits with the session's RNG. */
+    gpt2_result (*sample)(gpt2_session* s, float temperature, int top_k, int32_t* token, gpt2_error* err);
+    /* After a run over exactly tokens[0..n): the sum of log p(tokens[t] | tokens[..t]), t = 1..n-1. */
+    gpt2_result (*window_logprob)(gpt2_session* s, const int32_t* tokens, size_t n, double* sum, gpt2_error* err);
+    /* The KV cache rows [0, n) of every layer to host memory, packed: the keys (n_layer, n,
+       n_embd), then the values likewise; f16 when kv_f16, else f32. */
+    gpt2_result (*save_cache)(gpt2_session* s, int n, void* rows, gpt2_error* err);
+    /* The reverse: rows [0, n) from host memory (n may be 0), and the logits when not NULL. */
+    gpt2_result (*load_cache)(gpt2_session* s, int n, const void* rows, const float* logits, gpt2_error* err);
+};
+
+enum { GPT2__MAX_DEVICES = 8 };
+
+static const gpt2__backend* gpt2__cpu_backend(); /* src/cpu/backend_cpu.h */
+
+/* The table of each device this program was built with; NULL for the others. The CPU's is
+   always there; others register themselves (a function-local table, so a model loaded from
+   any static initialiser still finds the CPU). */
+static const gpt2__backend*& gpt2__device_backend(gpt2_device device) {
+    static const gpt2__backend* tables[GPT2__MAX_DEVICES] = {gpt2__cpu_backend()};
+    static const gpt2__backend* none;
+    if ((unsigned)device >= GPT2__MAX_DEVICES) return none = nullptr;
+    return tables[(unsigned)device];
+}
+
+/* Called from a backend file's static initialiser: the table serves `device` from then on. */
+[[maybe_unused]] static bool gpt2__register_backend(gpt2_device device, const gpt2__backend* table) {
+    gpt2__device_backend(device) = table;
+    return true;
+}
+
+/* ---- src/session.h ---- */
+/* The session: one conversation. This part is what every backend shares (the tokens in context,
+   the RNG, the UTF-8 stream of the text being delivered); a backend's own session type derives
+   from it and adds its KV cache and scratch (gpt2__cpu_session, gpt2__cuda_session). */
+
+struct gpt2_session {
+    const gpt2_model* model = nullptr;
+    const gpt2__backend* backend = nullptr;
+    int n_ctx = 0;
+    bool kv_f16 = false;
+    gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
+    int n_cached = 0;             /* tokens[0..n_cached) have their keys and values in the cache */
+    bool has_logits = false;
+    uint64_t rng_state = 0;
+    gpt2__utf8_stream stream;
+    gpt2__string text;            /* the text of the token being delivered to the callback */
+    gpt2_context_policy context_policy = GPT2_CONTEXT_EXACT;
+    int n_keep = 0, n_discard = 0; /* GPT2_CONTEXT_DISCARD's: n_discard already resolved */
+    int (*abort_fn)(void* user) = nullptr;
+    void* abort_user = nullptr;
+    int first_written_row = 0;    /* the lowest cache row a pass wrote since gpt2__checkpoint_take */
+};
+
+/* True when the caller's abort_fn asks to stop; backends poll it between layers. */
+static bool gpt2__abort_requested(const gpt2_session* s) { return s->abort_fn && s->abort_fn(s->abort_user) != 0; }
+
+static gpt2_result gpt2__aborted(gpt2_error* err) { return gpt2__fail(err, GPT2_ERROR_ABORTED, "aborted by abort_fn; the session is as it was before the call"); }
+
+/* A backend's new session of its type S, the shared part filled; NULL when out of memory. */
+template <class S>
+static S* gpt2__session_new(const gpt2_model* m, const gpt2_session_params& p) {
+    void* memory = GPT2_MALLOC(sizeof(S));
+    if (!memory) return nullptr;
+    S* s = new (memory) S();
+    s->model = m;
+    s->backend = m->backend;
+    m->n_sessions++;
+    s->n_ctx = p.n_ctx ? p.n_ctx : m->n_ctx;
+    s->kv_f16 = p.kv_f16 != 0;
+    s->context_policy = p.context_policy;
+    s->n_keep = p.n_keep;
+    s->n_discard = p.n_discard ? p.n_discard : std::max(1, (s->n_ctx - p.n_keep) / 2);
+    s->abort_fn = p.abort_fn;
+    s->abort_user = p.abort_user;
+    s->tokens.reserve((size_t)s->n_ctx);
+    return s;
+}
+
+/* Ends a session made by gpt2__session_new, once its backend has released what it holds. */
+template <class S>
+static void gpt2__session_delete(S* s) {
+    s->model->n_sessions--;
+    s->~S();
+    GPT2_FREE(s);
+}
+
+static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab)
+            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "token %zu is %d, outside the vocabulary [0, %d)", i, (int)ids[i], m->n_vocab);
+    return GPT2_OK;
+}
+
+/* Makes room for n more tokens when the context would overflow. GPT2_CONTEXT_EXACT keeps the
+   last n_ctx - n tokens, as nanoGPT's generate() crops its input (every position moves: the whole
+   window is recomputed); GPT2_CONTEXT_DISCARD drops at least n_discard tokens after the first
+   n_keep (whose cache rows stay valid). Nothing changes when it fails. */
+static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
+    const size_t total = s->tokens.size() + n, ctx = (size_t)s->n_ctx;
+    if (total <= ctx) return GPT2_OK;
+    const size_t needed = total - ctx;
+    if (s->context_policy == GPT2_CONTEXT_EXACT) {
+        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)needed);
+        s->n_cached = 0;
+        return GPT2_OK;
+    }
+    const size_t keep = std::min((size_t)s->n_keep, s->tokens.size()), others = s->tokens.size() - keep;
+    const size_t drop = std::min(others, std::max(needed, (size_t)s->n_discard));
+    if (drop < needed)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, keep, s->n_ctx);
+    s->tokens.erase(s->tokens.begin() + (ptrdiff_t)keep, s->tokens.begin() + (ptrdiff_t)(keep + drop));
+    s->n_cached = std::min(s->n_cached, (int)keep);
+    return GPT2_OK;
+}
+
+/* Appends tokens to the context window and runs the model over what the cache lacks (after
+   gpt2__make_room). A run the caller aborts leaves the tokens as they were (the cache rows it
+   wrote are no longer counted); a run that fails otherwise leaves an empty context (a device
+   may hold part of a pass). */
+static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
+    if (n > (size_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
+    if (n == 0) return GPT2_OK;
+    gpt2__vector<int32_t> before;
+    if (s->abort_fn) before = s->tokens;
+    const int cached_before = s->n_cached;
+    GPT2__TRY(gpt2__make_room(s, n, err));
+    s->tokens.insert(s->tokens.end(), ids, ids + n);
+    const int first_row = s->n_cached;
+    s->first_written_row = std::min(s->first_written_row, first_row);
+    const gpt2_result res = s->backend->run(s, err);
+    if (res == GPT2_ERROR_ABORTED) {
+        s->tokens.swap(before);
+        s->n_cached = std::min(cached_before, first_row);
+        return res;
+    }
+    if (res != GPT2_OK) {
+        s->tokens.clear();
+        s->n_cached = 0;
+        s->has_logits = false;
+        return res;
+    }
+    s->n_cached = (int)s->tokens.size();
+    s->has_logits = true;
+    return GPT2_OK;
+}
+
+/* What gpt2_generate needs to undo itself when aborted: the context, the logits, the streams. */
+struct gpt2__checkpoint {
+    gpt2__vector<int32_t> tokens;
+    gpt2__vector<float> logits;
+    int n_cached = 0;
+    bool has_logits = false;
+    uint64_t rng_state = 0;
+    gpt2__utf8_stream stream;
+};
+
+static gpt2_result gpt2__checkpoint_take(gpt2_session* s, gpt2__checkpoint* c, gpt2_error* err) {
+    c->tokens = s->tokens;
+    c->n_cached = s->n_cached;
+    c->has_logits = s->has_logits;
+    c->rng_state = s->rng_state;
+    c->stream = s->stream;
+    s->first_written_row = s->n_ctx;
+    if (!s->has_logits) return GPT2_OK;
+    const float* logits = s->backend->logits(s);
+    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+    c->logits.assign(logits, logits + s->model->n_vocab);
+    return GPT2_OK;
+}
+
+/* Puts the checkpoint back; the cache rows written since stay uncounted. Returns ABORTED. */
+static gpt2_result gpt2__checkpoint_restore(gpt2_session* s, gpt2__checkpoint* c, gpt2_error* err) {
+    if (c->has_logits) GPT2__TRY(s->backend->load_cache(s, 0, nullptr, c->logits.data(), err));
+    s->tokens.swap(c->tokens);
+    s->n_cached = std::min(c->n_cached, s->first_written_row);
+    s->has_logits = c->has_logits;
+    s->rng_state = c->rng_state;
+    s->stream = c->stream;
+    return gpt2__aborted(err);
+}
+
+/* ---- src/state.h ---- */
+/* A session's state as bytes (gpt2_session_save / gpt2_session_load / gpt2_session_copy):
+   everything needed to continue exactly. Little-endian, in this order:
+
+     header       magic "GPT2SESS", u32 version, u32 header bytes, u64 model fingerprint,
+                  u32 n_layer, n_embd, n_vocab, u32 cache type (0 f32, 1 f16),
+                  u32 n_tokens, u32 n_cached, u32 has_logits, u64 rng_state,
+                  u32 utf8 bytes held, 4 held bytes, u64 gpt2__hash64 of the header before it
+     tokens       n_tokens x i32
+     logits       n_vocab x f32, when has_logits
+     keys, values (n_layer, n_cached, n_embd) each, in the cache type
+     checksum     u64: gpt2__hash64 of every byte before it
+
+   Only the cache rows in use are stored. The header has its own checksum, so a damaged header is
+   told from a truncated buffer; nothing is used before the checksums agree. */
+
+static const char gpt2__state_magic[8] = {'G', 'P', 'T', '2', 'S', 'E', 'S', 'S'};
+enum { GPT2__STATE_VERSION = 1, GPT2__STATE_HEADER_BYTES = 8 + 4 + 4 + 8 + 4 * 4 + 3 * 4 + 8 + 4 + 4 + 8 };
+
+/* 64-bit FNV-1a over 8-byte words (then the tail bytes), finished by a mixer. Each step is a
+   bijection of the running value, so changing any one word always changes the result. */
+static uint64_t gpt2__hash64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+    const uint8_t* p = (const uint8_t*)data;
+    const uint64_t prime = 0x100000001b3ull;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        std::memcpy(&w, p, 8);
+        h = (h ^ w) * prime;
+    }
+    for (; n; p++, n--) h = (h ^ *p) * prime;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+/* What a saved state must match: the weights (every tensor's name, type, shape and bytes), the
+   shape and the vocabulary. Computed once per model, on first use (a pass over the weights). */
+static uint64_t gpt2__model_fingerprint(const gpt2_model* m) {
+    std::call_once(m->fingerprint_once, [m] {
+        const int32_t shape[] = {m->n_vocab, m->n_vocab_rows, m->n_ctx, m->n_embd, m->n_layer, m->n_head, m->n_ff, (int32_t)m->gelu_tanh};
+        uint64_t h = gpt2__hash64(shape, sizeof shape);
+        h = gpt2__hash64(&m->layer_norm_eps, sizeof m->layer_norm_eps, h);
+        for (const gpt2__gguf_tensor& t : m->gguf.tensors) {
+            h = gpt2__hash64(t.name.data(), t.name.size(), h);
+            h = gpt2__hash64(&t.type, sizeof t.type, h);
+            h = gpt2__hash64(t.ne, sizeof t.ne, h);
+            h = gpt2__hash64(t.data, (size_t)t.n_bytes, h);
+        }
+        const gpt2__tokenizer& tok = m->tokenizer;
+        h = gpt2__hash64(&tok.kind, sizeof tok.kind, h);
+        h = gpt2__hash64(tok.bytes.data(), tok.bytes.size(), h);
+        h = gpt2__hash64(tok.offsets.data(), tok.offsets.size() * sizeof(uint32_t), h);
+        m->fingerprint = h;
+    });
+    return m->fingerprint;
+}
+
+static size_t gpt2__state_cache_bytes(const gpt2_model* m, bool f16, size_t n_rows) { return 2 * (size_t)m->n_layer * n_rows * (size_t)m->n_embd * (f16 ? 2 : 4); }
+
+static size_t gpt2__state_size(const gpt2_session* s) {
+    const gpt2_model* m = s->model;
+    return GPT2__STATE_HEADER_BYTES + s->tokens.size() * 4 + (s->has_logits ? (size_t)m->n_vocab * 4 : 0) +
+           gpt2__state_cache_bytes(m, s->kv_f16, (size_t)s->n_cached) + 8;
+}
+
+struct gpt2__state_writer {
+    uint8_t* p;
+    void bytes(const void* src, size_t n) {
+        if (n) std::memcpy(p, src, n); /* src may be an empty vector's NULL */
+        p += n;
+    }
+    void u32(uint32_t v) { bytes(&v, 4); }
+    void u64(uint64_t v) { bytes(&v, 8); }
+};
+
+/* Writes the state into out (gpt2__state_size(s) bytes). */
+static gpt2_result gpt2__state_write(gpt2_session* s, uint8_t* out, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    gpt2__state_writer w{out};
+    w.bytes(gpt2__state_magic, 8);
+    w.u32(GPT2__STATE_VERSION);
+    w.u32(GPT2__STATE_HEADER_BYTES);
+    w.u64(gpt2__model_fingerprint(m));
+    w.u32((uint32_t)m->n_layer);
+    w.u32((uint32_t)m->n_embd);
+    w.u32((uint32_t)m->n_vocab);
+    w.u32(s->kv_f16 ? 1 : 0);
+    w.u32((uint32_t)s->tokens.size());
+    w.u32((uint32_t)s->n_cached);
+    w.u32(s->has_logits ? 1 : 0);
+    w.u64(s->rng_state);
+    w.u32((uint32_t)s->stream.n_held);
+    w.bytes(s->stream.held, 4);
+    w.u64(gpt2__hash64(out, (size_t)(w.p - out)));
+    w.bytes(s->tokens.data(), s->tokens.size() * 4);
+    if (s->has_logits) {
+        const float* logits = s->backend->logits(s);
+        if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+        w.bytes(logits, (size_t)m->n_vocab * 4);
+    }
+    GPT2__TRY(s->backend->save_cache(s, s->n_cached, w.p, err));
+    w.p += gpt2__state_cache_bytes(m, s->kv_f16, (size_t)s->n_cached);
+    w.u64(gpt2__hash64(out, (size_t)(w.p - out)));
+    return GPT2_OK;
+}
+
+/* A parsed and checked state: what gpt2__state_apply needs. */
+struct gpt2__state_view {
+    bool f16 = false, has_logits = false;
+    uint32_t n_tokens = 0, n_cached = 0, n_held = 0;
+    uint64_t rng_state = 0;
+    unsigned char held[4] = {0, 0, 0, 0};
+    const uint8_t *tokens = nullptr, *logits = nullptr, *cache = nullptr; /* keys, then values */
+};
+
+/* Checks every byte of a state against this session before anything changes: size, magic,
+   version, checksum, model, context. */
+static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data, size_t n, gpt2__state_view* v, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const size_t needed = GPT2__STATE_HEADER_BYTES + 8;
+    if (n < 16) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes: truncated (at least %zu expected)", n, needed);
+    if (std::memcmp(data, gpt2__state_magic, 8) != 0) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a gpt2.h session state (no GPT2SESS magic)");
+    gpt2__reader r{data, n, 8}; /* every read below lies inside the header, checked to fit in n */
+    uint32_t version = 0, header = 0;
+    gpt2__read_u32(&r, &version);
+    gpt2__read_u32(&r, &header);
+    if (header < 24 || header > n) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes: truncated (its header alone is %u)", n, header);
+    uint64_t header_hash;
+    std::memcpy(&header_hash, data + header - 8, 8);
+    if (header_hash != gpt2__hash64(data, header - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is damaged: its header checksum does not match");
+    if (version != GPT2__STATE_VERSION || header != GPT2__STATE_HEADER_BYTES)
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "session state version %u; this build reads version %d", version, (int)GPT2__STATE_VERSION);
+    uint64_t fingerprint = 0;
+    uint32_t n_layer = 0, n_embd = 0, n_vocab = 0, cache_type = 0, has_logits = 0;
+    gpt2__read_u64(&r, &fingerprint);
+    for (uint32_t* field : {&n_layer, &n_embd, &n_vocab, &cache_type, &v->n_tokens, &v->n_cached, &has_logits}) gpt2__read_u32(&r, field);
+    gpt2__read_u64(&r, &v->rng_state);
+    gpt2__read_u32(&r, &v->n_held);
+    std::memcpy(v->held, data + r.pos, 4);
+    if (cache_type > 1 || has_logits > 1 || (has_logits && !v->n_tokens) || v->n_held > 3 || v->n_cached > v->n_tokens || n_layer > (1u << 16) || n_embd > (1u << 20) || n_vocab > (1u << 24))
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state has impossible values in its header");
+    /* in 64 bits: the counts are at most 2^32 and 2^20, so nothing wraps */
+    const uint64_t total = GPT2__STATE_HEADER_BYTES + (uint64_t)v->n_tokens * 4 + (has_logits ? (uint64_t)n_vocab * 4 : 0) +
+                           2ull * n_layer * v->n_cached * n_embd * (cache_type == 1 ? 2 : 4) + 8;
+    if (n != total)
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes but its header describes %llu: %s", n, (unsigned long long)total,
+                          n < total ? "truncated" : "trailing bytes");
+    uint64_t stored;
+    std::memcpy(&stored, data + n - 8, 8);
+    if (stored != gpt2__hash64(data, n - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is damaged: its checksum does not match its bytes");
+    if (fingerprint != gpt2__model_fingerprint(m) || n_layer != (uint32_t)m->n_layer || n_embd != (uint32_t)m->n_embd || n_vocab != (uint32_t)m->n_vocab)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session state belongs to another model (%u layers, n_embd %u, %u tokens, fingerprint %016llx; this is '%s': %d, %d, %d, %016llx)",
+                          n_layer, n_embd, n_vocab, (unsigned long long)fingerprint, m->name.c_str(), m->n_layer, m->n_embd, m->n_vocab,
+                          (unsigned long long)gpt2__model_fingerprint(m));
+    if (v->n_tokens > (uint32_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "session state holds %u tokens but this session's context is %d (create it with a larger n_ctx)", v->n_tokens, s->n_ctx);
+    v->f16 = cache_type == 1;
+    v->has_logits = has_logits == 1;
+    v->tokens = data + GPT2__STATE_HEADER_BYTES;
+    v->logits = v->tokens + (size_t)v->n_tokens * 4;
+    v->cache = v->logits + (v->has_logits ? (size_t)n_vocab * 4 : 0);
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
+        int32_t id;
+        std::memcpy(&id, v->tokens + (size_t)i * 4, 4);
+        if (id < 0 || id >= m->n_vocab) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state: token %u is %d, outside the vocabulary [0, %d)", i, (int)id, m->n_vocab);
+    }
+    return GPT2_OK;
+}
+
+/* Converts n cache values between f32 and f16 (the state's type to the session's). */
+static void gpt2__convert_cache(const uint8_t* src, bool src_f16, uint8_t* dst, bool dst_f16, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (src_f16) {
+            uint16_t h;
+            std::memcpy(&h, src + i * 2, 2);
+            x = gpt2__f16_to_f32(h);
+        } else {
+            std::memcpy(&x, src + i * 4, 4);
+        }
+        if (dst_f16) {
+            const uint16_t h = gpt2__f32_to_f16(x);
+            std::memcpy(dst + i * 2, &h, 2);
+        } else {
+            std::memcpy(dst + i * 4, &x, 4);
+        }
+    }
+}
+
+/* Makes the session hold a checked state. A state saved with the other cache type is converted
+   (f16 to f32 exactly; f32 to f16 rounds, as evaluating with an f16 cache would). */
+static gpt2_result gpt2__state_apply(gpt2_session* s, const gpt2__state_view& v, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const uint8_t* cache = v.cache;
+    gpt2__vector<uint8_t> converted;
+    if (v.f16 != s->kv_f16) {
+        converted.resize(gpt2__state_cache_bytes(m, s->kv_f16, v.n_cached));
+        gpt2__convert_cache(v.cache, v.f16, converted.data(), s->kv_f16, 2 * (size_t)m->n_layer * v.n_cached * (size_t)m->n_embd);
+        cache = converted.data();
+    }
+    gpt2__vector<int32_t> tokens(v.n_tokens);
+    if (v.n_tokens) std::memcpy(tokens.data(), v.tokens, (size_t)v.n_tokens * 4);
+    gpt2__vector<float> logits;
+    if (v.has_logits) {
+        logits.resize((size_t)m->n_vocab);
+        std::memcpy(logits.data(), v.logits, logits.size() * 4);
+    }
+    const gpt2_result res = s->backend->load_cache(s, (int)v.n_cached, cache, v.has_logits ? logits.data() : nullptr, err);
+    if (res != GPT2_OK) { /* a device failed half-way: what it holds is unknown */
+        s->tokens.clear();
+        s->n_cached = 0;
+        s->has_logits = false;
+        return res;
+    }
+    s->tokens.assign(tokens.begin(), tokens.end());
+    s->n_cached = (int)v.n_cached;
+    s->has_logits = v.has_logits;
+    s->rng_state = v.rng_state;
+    s->stream = gpt2__utf8_stream();
+    s->stream.n_held = v.n_held;
+    std::memcpy(s->stream.held, v.held, 4);
+    return GPT2_OK;
+}
+
+/* ---- src/cpu/kernels/contract.h ---- */
+/* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, neon.h) shares and what
+   the forward pass may rely on. A set is a table of the functions below (gpt2__kernels) that gives
+   the scalar set's results, to rounding (bit for bit where a comment says so); dispatch.h picks
+   one per process. Adding a set: write its functions, fill one table, list it in dispatch.h. */
+
+/* Fully unrolled loops over accumulators keep them in registers. */
+#if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
+#define GPT2__UNROLL
+#elif defined(__clang__)
+#define GPT2__UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define GPT2__UNROLL _Pragma("GCC unroll 16")
+#else
+#define GPT2__UNROLL
+#endif
+
+/* ---- Decode and prefill ---------------------------------------------------------------- */
+
+/* A pass over T new tokens is decode when T <= gpt2__decode_max_tokens, else prefill; this is the
+   one place that says so. Decode reads every weight for a handful of tokens, so memory is the
+   limit: matmuls stream W row by row in its own type, attention takes all heads of one query at
+   once over ranges of its keys, layer norms run on the calling thread. Prefill has arithmetic to
+   spare: the x86 sets' matmuls multiply float panels of W with tiles of tokens, attention takes
+   blocks of gpt2__query_block queries head by head. */
+static const int gpt2__decode_max_tokens = 3;
+static inline bool gpt2__is_decode(int T) { return T <= gpt2__decode_max_tokens; }
+
+/* A q8_0 matmul over a single token first quantizes its activations to int8
+   (gpt2__matmul_args.xq) for integer dot products; the session holds one quantized row. With 2 or
+   3 tokens, q8_0 rows take the prefill path. */
+static inline bool gpt2__int8_activations(int T, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && T == 1; }
+
+/* ---- Matrix products ------------------------------------------------------------------- */
+
+/* A q8_0 block as GGUF lays it out: one f16 scale, then gpt2__q8_block_values signed bytes;
+   value = scale * q. Activations quantized for q8_0 weights (gpt2__quantize_q8) come in blocks
+   of the same length, with a float scale each. */
+struct gpt2__block_q8_0 {
+    uint16_t scale;
+    int8_t q[gpt2__q8_block_values];
+};
+static_assert(sizeof(gpt2__block_q8_0) == gpt2__q8_block_bytes, "q8_0 blocks are 34 bytes");
+
+/* The f16 bits of the scale of the q8_0 block at `block`, and its quantized values. */
+static inline uint16_t gpt2__q8_scale_f16(const uint8_t* block) {
+    uint16_t h;
+    std::memcpy(&h, block, 2);
+    return h;
+}
+static inline const int8_t* gpt2__q8_values(const uint8_t* block) { return (const int8_t*)(block + 2); }
 
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
@@ -1983,24 +2695,131 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
 struct gpt2__matmul_args {
     float* y;                  /* (T, W->rows) */
     const float* x;            /* (T, W->cols) */
-    const int8_t* xq;          /* x quantized in blocks of 32 (gpt2__quantize_q8): when set and W is q8_0, */
-    const float* xq_scale;     /*   the kernel uses integer dot products (decode); else it reads x */
+    const int8_t* xq;          /* x quantized by gpt2__quantize_q8 (gpt2__int8_activations): when set and W */
+    const float* xq_scale;     /*   is q8_0, the kernel uses integer dot products; else it reads x */
     const gpt2__weight* W;
     const float* bias;         /* (W->rows) or NULL */
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
 };
 
-/* Quantizes n values (n a multiple of 32) to blocks of 32 int8 with one float scale each,
-   q = round(x * 127 / max|x|), the activation side of q8_0 x q8_0 dot products. Every kernel
-   set quantizes with these same float operations, so the result is identical everywhere. */
+/* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
+   float panels with tiles of tokens (prefill): q8_0 rows stream only against int8 activations.
+   The scalar and NEON sets always stream. */
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return gpt2__is_decode(a.T) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
+
+/* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
+   with tiles of a few tokens, whose products stay in registers. */
+static const int gpt2__tile_rows = 4;
+
+/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
+static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * gpt2__tile_rows; }
+
+/* ---- Attention --------------------------------------------------------------------------- */
+
+/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call; its
+   `scores` hold gpt2__query_scratch(n_keys + n_queries - 1) floats: a row per query, rounded up
+   to a multiple of 4 keys. */
+static const int gpt2__query_block = 4;
+static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
+
+/* Decode attention (attend_rows) covers one range of a query's keys; gpt2__merge_attention joins
+   up to gpt2__max_key_ranges of them. */
+static const int gpt2__max_key_ranges = 4;
+
+/* ---- Constants of exp and GELU, one definition for every set ------------------------------ */
+
+/* GELU, both of GPT-2's forms: 0.5 x (1 + erf(x / sqrt 2)), or the tanh form
+   0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
+static constexpr float gpt2__sqrt_half = 0.7071067811865476f, gpt2__sqrt_2_over_pi = 0.7978845608028654f, gpt2__gelu_cubic = 0.044715f;
+
+/* erf(z), z >= 0, as 1 - t P(t) e^(-z^2) with t = 1 / (1 + gpt2__erf_p z) (Abramowitz & Stegun
+   7.1.26, absolute error < 1.5e-7); P's coefficients from the highest power down, P(0) = 0. */
+static constexpr float gpt2__erf_p = 0.3275911f;
+static constexpr float gpt2__erf_poly[5] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f};
+
+/* e^x for x clamped to [gpt2__exp_min, gpt2__exp_max], to about 2 ulp (Cephes' expf): 2^n e^r
+   with n = round(x log2 e) and r = x - n ln 2 (ln 2 in two parts, the first exact in float),
+   e^r = 1 + r + r^2 P(r); P's coefficients from the highest power down. */
+static constexpr float gpt2__exp_min = -87.3f, gpt2__exp_max = 88.3f, gpt2__log2e = 1.44269504088896341f;
+static constexpr float gpt2__ln2_hi = 0.693359375f, gpt2__ln2_lo = -2.12194440e-4f;
+static constexpr float gpt2__exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+/* ---- The table a kernel set fills --------------------------------------------------------- */
+
+/* Attention kernels for a KV cache of floats or f16 (uint16_t), each set's one template
+   instantiated for both. */
+template <class KV>
+using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
+template <class KV>
+using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch);
+
+struct gpt2__kernels {
+    const char* name;
+    /* the output columns [o_begin, o_end) of a.y; `panel` holds gpt2__panel_floats(a.W->cols) */
+    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+    /* x (n, a multiple of gpt2__q8_block_values) to int8 blocks q and their scales, bit for bit
+       as gpt2__quantize_q8_scalar */
+    void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
+    /* prefill attention, as gpt2__attend_scalar */
+    gpt2__attend_fn<float> attend_f32;
+    gpt2__attend_fn<uint16_t> attend_f16;
+    /* decode attention, as gpt2__attend_rows_scalar */
+    gpt2__attend_rows_fn<float> attend_rows_f32;
+    gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
+    /* GELU in place on n values */
+    void (*gelu)(float* x, size_t n, bool tanh_form);
+};
+
+/* ---- src/cpu/kernels/scalar.h ---- */
+/* Portable kernels: small pure functions over pointers and sizes. They define the results the
+   SIMD kernels must reproduce, and run wherever no SIMD kernel applies. */
+
+/* Converts n 16-bit values (f16 or bf16, by `to_f32`) to float. */
+static void gpt2__widen_row(const uint8_t* row, float* out, int64_t n, float (*to_f32)(uint16_t)) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = to_f32(h);
+    }
+}
+
+/* Converts one row of `n` values of any weight type to float. */
+static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, int64_t n) {
+    switch (type) {
+    case GPT2_TYPE_F32:
+        std::memcpy(out, row, (size_t)n * 4);
+        break;
+    case GPT2_TYPE_F16:
+        gpt2__widen_row(row, out, n, gpt2__f16_to_f32);
+        break;
+    case GPT2_TYPE_BF16:
+        gpt2__widen_row(row, out, n, gpt2__bf16_to_f32);
+        break;
+    case GPT2_TYPE_Q8_0:
+        for (int64_t b = 0; b < n / gpt2__q8_block_values; b++) {
+            gpt2__block_q8_0 block;
+            std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
+            const float scale = gpt2__f16_to_f32(block.scale);
+            for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)block.q[i];
+        }
+        break;
+    default:
+        GPT2_ASSERT(!"unknown weight type");
+    }
+}
+
+/* Quantizes n values (n a multiple of gpt2__q8_block_values) to blocks of int8 with one float
+   scale each, q = round(x * 127 / max|x|), the activation side of q8_0 x q8_0 dot products. Every
+   kernel set quantizes with these same float operations, so the result is identical everywhere. */
 static void gpt2__quantize_q8_scalar(int8_t* q, float* scale, const float* x, int64_t n) {
-    for (int64_t b = 0; b < n / 32; b++) {
+    const int B = gpt2__q8_block_values;
+    for (int64_t b = 0; b < n / B; b++) {
         float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(x[32 * b + i]));
+        for (int i = 0; i < B; i++) amax = std::max(amax, std::fabs(x[B * b + i]));
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         scale[b] = amax / 127.0f;
-        for (int i = 0; i < 32; i++) q[32 * b + i] = (int8_t)std::nearbyint(x[32 * b + i] * inv);
+        for (int i = 0; i < B; i++) q[B * b + i] = (int8_t)std::nearbyint(x[B * b + i] * inv);
     }
 }
 
@@ -2019,7 +2838,7 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
         float buffer[256];
         for (int64_t start = 0; start < n; start += 256) {
             const int64_t len = std::min<int64_t>(256, n - start);
-            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / 32 * 34 : (size_t)start * 2;
+            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / gpt2__q8_block_values * gpt2__q8_block_bytes : (size_t)start * 2;
             gpt2__dequantize_row(type, row + offset, buffer, len);
             for (int64_t i = 0; i < len; i++) sum += buffer[i] * x[start + i];
         }
@@ -2032,14 +2851,15 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
 }
 
 /* A q8_0 weight row against activations quantized by gpt2__quantize_q8: exact integer sums
-   per block of 32, scaled by both blocks' scales. */
+   per block, scaled by both blocks' scales. */
 static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q8_block_values;
     float sum = 0.0f;
-    for (int64_t b = 0; b < n / 32; b++) {
+    for (int64_t b = 0; b < n / B; b++) {
         gpt2__block_q8_0 block;
-        std::memcpy(&block, row + 34 * b, 34);
+        std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
         int32_t isum = 0;
-        for (int i = 0; i < 32; i++) isum += (int32_t)block.q[i] * (int32_t)xq[32 * b + i];
+        for (int i = 0; i < B; i++) isum += (int32_t)block.q[i] * (int32_t)xq[B * b + i];
         sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
     }
     return sum;
@@ -2049,9 +2869,8 @@ static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const flo
    and the NEON set, whose speed lies in its dot kernels alone. */
 template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    /* a's fields copied once: the stores to y may alias them, so read through `a` they were
-       reloaded every row, and one thread's f16 decode from DRAM ran 10-30% slower depending on
-       where x lay (Zen 4) */
+    /* a's fields copied once: the stores to y may alias them, so read through `a` they would be
+       reloaded every row */
     const gpt2__weight W = *a.W;
     const float *x = a.x, *bias = a.bias, *xq_scale = a.xq_scale;
     const int8_t* xq = a.xq;
@@ -2062,7 +2881,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
         for (int t = 0; t < T; t++) {
             float v = (bias ? bias[o] : 0.0f);
-            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / 32), W.cols)
+            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / gpt2__q8_block_values), W.cols)
                       : DotRow(W.type, row, x + (size_t)t * W.cols, W.cols);
             float* out = y + (size_t)t * W.rows + o;
             *out = accumulate ? *out + v : v;
@@ -2088,10 +2907,9 @@ static void gpt2__layer_norm(float* out, const float* x, const float* weight, co
 
 static void gpt2__gelu_scalar(float* x, size_t n, bool tanh_form) {
     if (tanh_form) {
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::tanh(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::tanh(gpt2__sqrt_2_over_pi * (x[i] + gpt2__gelu_cubic * x[i] * x[i] * x[i])));
     } else {
-        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.7071067811865476f));
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * gpt2__sqrt_half));
     }
 }
 
@@ -2113,7 +2931,7 @@ static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2_
    One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
    then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
+static void gpt2__attend_query_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
@@ -2141,14 +2959,9 @@ static void gpt2__attend_scalar(float* out, const float* q, const KV* k, const K
 /* Causal attention of one head for n_queries <= gpt2__query_block consecutive queries: query i
    (at q + i * q_stride) attends keys 0 .. n_keys + i - 1 and writes out + i * out_stride.
    `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
-static const int gpt2__query_block = 4;
-static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
-
-static void gpt2__attend_f32_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
-}
-static void gpt2__attend_f16_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
+template <class KV>
+static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    for (int i = 0; i < n_queries; i++) gpt2__attend_query_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
 }
 
 /* All heads of one query, over keys 0..n_keys-1 of one layer's cache: k and v point at the
@@ -2162,21 +2975,13 @@ static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, c
     const size_t row = (size_t)n_head * head_dim;
     for (int h = 0; h < n_head; h++) {
         const size_t at = (size_t)h * head_dim;
-        gpt2__attend_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
+        gpt2__attend_query_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
     }
 }
 
-static void gpt2__attend_rows_f32_scalar(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-static void gpt2__attend_rows_f16_scalar(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_scalar(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-
 /* Attention over up to gpt2__max_key_ranges consecutive key ranges, joined: `parts` holds
-   n_parts blocks of the n_head * head_dim outputs and 2 * n_head stats of gpt2__attend_scalar;
+   n_parts blocks of the n_head * head_dim outputs and 2 * n_head stats of gpt2__attend_rows_scalar;
    each range's output counts by its share of the whole softmax denominator. */
-static const int gpt2__max_key_ranges = 4;
 static void gpt2__merge_attention(float* out, const float* parts, int n_parts, int n_head, int head_dim) {
     const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
     for (int h = 0; h < n_head; h++) {
@@ -2192,18 +2997,19 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
     }
 }
 
-/* ---- src/cpu/kernels/x86.h ---- */
-/* x86 kernels: AVX2 + FMA + F16C, and AVX-512 (F, BW, VL, DQ, VNNI). Each function carries its
-   instruction set in a target attribute, so the library builds without -m flags and the
-   dispatcher (dispatch.h) runs only what the CPU has.
+/* ---- src/cpu/kernels/x86_prefill.h ---- */
+/* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C) and avx512.h (AVX-512 F, BW, VL, DQ,
+   VNNI), share: the target macros, the prefill matmul driver and prefill attention's query
+   blocks. Each kernel carries its instruction set in a target attribute, so the library builds
+   without -m flags and the dispatcher (dispatch.h) runs only what the CPU has.
 
-   Matrix products come in two shapes:
-   - decode (few tokens): every weight is read once, straight from the (mapped) file, in its own
-     type, one row after the other (gpt2__matmul_by_rows): memory bandwidth is the limit. q8_0
-     rows meet activations quantized to int8 in blocks of 32 and use integer dot products
-     (vpdpbusd / pmaddubsw), as ggml's q8_0 x q8_0.
-   - prefill (many tokens): a panel of MR rows is converted to float once (in L1) and multiplied
-     with tiles of NT tokens held in registers, so each weight load feeds NT FMAs: arithmetic is
+   A matrix product takes one of two shapes (gpt2__streams_rows):
+   - decode: every weight is read once, straight from the (mapped) file, in its own type, one row
+     after the other (gpt2__matmul_by_rows): memory bandwidth is the limit. q8_0 rows meet
+     activations quantized to int8 and use integer dot products (vpdpbusd / pmaddubsw), as ggml's
+     q8_0 x q8_0.
+   - prefill: a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
+     with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
      the limit.
    A result never depends on where its row falls in a thread's range: decode computes each row
    alone, and prefill reduces every tile the same way. */
@@ -2219,26 +3025,14 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 #include <cpuid.h>
 #define GPT2__AVX2 __attribute__((target("avx2,fma,f16c")))
 #define GPT2__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-/* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through). */
+/* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through), which
+   this driver's AVX-512 instances inline too; popped at the end of avx512.h, the last x86 part. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #endif
-
-/* Fully unrolled loops over the accumulators keep them in registers. */
-#if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
-#define GPT2__UNROLL
-#elif defined(__clang__)
-#define GPT2__UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define GPT2__UNROLL _Pragma("GCC unroll 16")
-#else
-#define GPT2__UNROLL
-#endif
-
-static const int GPT2__MR = 4, GPT2__NT = 4, GPT2__TOKEN_CHUNK = 64, GPT2__K_BLOCK = 1024;
 
 /* Stores an output with the bias and the residual, as gpt2__matmul_scalar does. */
 static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o, float dot) {
@@ -2247,8 +3041,8 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
     *y = a.accumulate ? *y + v : v;
 }
 
-/* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <= MR and
-   1 <= n <= Set::NT, which are known only at run time. */
+/* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <=
+   gpt2__tile_rows and 1 <= n <= Set::NT, which are known only at run time. */
 template <class Set, int R>
 static void gpt2__tile_tokens(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     switch (n) {
@@ -2265,45 +3059,48 @@ static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t l
     case 1: gpt2__tile_tokens<Set, 1>(out, n, w, ldw, x, ldx, K); break;
     case 2: gpt2__tile_tokens<Set, 2>(out, n, w, ldw, x, ldx, K); break;
     case 3: gpt2__tile_tokens<Set, 3>(out, n, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_tokens<Set, GPT2__MR>(out, n, w, ldw, x, ldx, K); break;
+    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, ldw, x, ldx, K); break;
     }
 }
 
-/* Prefill, shared by the kernel sets: for each group of MR rows (a float panel: the f32 rows
-   themselves, else rows converted by Set::panel), tiles of NT tokens. K goes in blocks of at most
-   GPT2__K_BLOCK, so a tile's rows and tokens stay in L1 (measured on Zen 4 with K = 3072, f32:
-   43 -> 47 GMAC/s per core), the partial sums of the chunk's tiles adding up in `sums`.
-   Set::panel(panel, W, o, rows) converts rows to float; Set::tile<R, N>(out, w, ldw, x, ldx, K)
-   adds the products of R rows and N tokens to out[t * MR + r]. */
+/* Prefill, shared by the x86 kernel sets: for each group of gpt2__tile_rows rows (a float panel:
+   the f32 rows themselves, else rows converted by Set::row_to_float), tiles of Set::NT tokens,
+   over the tokens in chunks of about gpt2__chunk_tokens. K goes in blocks of at most
+   gpt2__k_block, so a tile's rows and tokens stay in L1, the partial sums of the chunk's tiles
+   adding up in `sums`.
+   Set::row_to_float(dst, type, row, K) converts a row; Set::tile<R, N>(out, w, ldw, x, ldx, K)
+   adds the products of R rows and N tokens to out[t * gpt2__tile_rows + r]. */
+static const int gpt2__chunk_tokens = 64, gpt2__k_block = 1024;
+
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    static_assert(GPT2__MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
-    constexpr int NT = Set::NT, chunk = GPT2__TOKEN_CHUNK / NT * NT; /* whole tiles */
+    constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
+    static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
-    const int64_t k_blocks = (K + GPT2__K_BLOCK - 1) / GPT2__K_BLOCK;
+    const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
     const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
-    float sums[chunk / NT][GPT2__MR * NT];
+    float sums[chunk / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
-        for (int64_t o = o_begin; o < o_end; o += GPT2__MR) {
-            const int rows = (int)std::min<int64_t>(GPT2__MR, o_end - o);
+        for (int64_t o = o_begin; o < o_end; o += MR) {
+            const int rows = (int)std::min<int64_t>(MR, o_end - o);
             const float* w = panel;
             size_t ldw = (size_t)K;
             if (W->type == GPT2_TYPE_F32) {
                 w = (const float*)(W->data + (size_t)o * W->row_bytes);
                 ldw = W->row_bytes / 4;
             } else {
-                Set::panel(panel, W, o, rows);
+                for (int r = 0; r < rows; r++) Set::row_to_float(panel + (size_t)r * K, W->type, W->data + (size_t)(o + r) * W->row_bytes, K);
             }
             /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
                spread prefetches of the next group's bytes over them. */
             const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
-            const size_t next_lines = (size_t)std::min<int64_t>(GPT2__MR, o_end - o - rows) * W->row_bytes / 64;
+            const size_t next_lines = (size_t)std::min<int64_t>(MR, o_end - o - rows) * W->row_bytes / 64;
             const size_t steps = (size_t)(n_tiles * k_blocks), lines_per_step = (next_lines + steps - 1) / steps;
             size_t line = 0;
-            std::memset(sums, 0, sizeof(float) * GPT2__MR * NT * (size_t)n_tiles);
+            std::memset(sums, 0, sizeof(float) * MR * NT * (size_t)n_tiles);
             for (int64_t k0 = 0; k0 < K; k0 += k_step) {
                 const int64_t kn = std::min(k_step, K - k0);
                 for (int i = 0; i < n_tiles; i++) {
@@ -2314,23 +3111,51 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
             }
             for (int i = 0; i < n_tiles; i++) {
                 const int t = t0 + i * NT, n = std::min(NT, t_end - t);
-                if (rows == GPT2__MR && n == NT) { /* gpt2__store_out, 4 rows at once */
+                if (rows == MR && n == NT) { /* gpt2__store_out, 4 rows at once */
                     const __m128 bias = a.bias ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
                     for (int j = 0; j < NT; j++) {
                         float* y = a.y + (size_t)(t + j) * W->rows + o;
-                        const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * GPT2__MR));
+                        const __m128 v = _mm_add_ps(bias, _mm_loadu_ps(sums[i] + j * MR));
                         _mm_storeu_ps(y, a.accumulate ? _mm_add_ps(_mm_loadu_ps(y), v) : v);
                     }
                 } else {
                     for (int r = 0; r < rows; r++)
-                        for (int j = 0; j < n; j++) gpt2__store_out(a, t + j, o + r, sums[i][j * GPT2__MR + r]);
+                        for (int j = 0; j < n; j++) gpt2__store_out(a, t + j, o + r, sums[i][j * MR + r]);
                 }
             }
         }
     }
 }
 
-/* ---- AVX2 ----------------------------------------------------------------------------- */
+/* Prefill attention's rows (of queries or scores, `ld` apart from `base`) for a block of
+   gpt2__query_block queries; a block of fewer repeats its last. */
+static inline void gpt2__block_rows(const float** rows, const float* base, size_t ld, int n_queries) {
+    for (int i = 0; i < gpt2__query_block; i++) rows[i] = base + (size_t)std::min(i, n_queries - 1) * ld;
+}
+
+/* Prefill attention's scores (a row per query, `ld` apart) to each query's softmax over its
+   n_keys + i keys, 0 past them up to the last query's keys. ExpScores(row, n, &max, &sum) is a
+   set's exponential of a row less its max. */
+template <void (*ExpScores)(float* scores, int n, float* max_score, float* sum)>
+static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int n_queries) {
+    const int keys = n_keys + n_queries - 1;
+    for (int i = 0; i < n_queries; i++) {
+        float* row = scores + i * ld;
+        float max_score, sum;
+        ExpScores(row, n_keys + i, &max_score, &sum);
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
+        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
+    }
+}
+
+#endif /* GPT2__X86 */
+
+/* ---- src/cpu/kernels/avx2.h ---- */
+/* AVX2 + FMA + F16C kernels; x86_prefill.h has the target macros and the prefill pieces shared
+   with AVX-512. */
+
+#if defined(GPT2__X86)
 
 GPT2__AVX2 static inline float gpt2__hsum_avx2(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -2362,8 +3187,7 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
 }
 
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
-   which the hardware prefetcher follows across row ends (measured on Zen 4 from DRAM, one
-   thread: f16 10.9 GB/s with 16 rows interleaved, 21-25 GB/s one row at a time). */
+   which the hardware prefetcher follows across row ends. */
 template <uint32_t TYPE>
 GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t K) {
     __m256 acc[4];
@@ -2387,9 +3211,9 @@ GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, co
     }
 }
 
-/* One q8_0 block (at p) times 32 quantized activations, as 8 float partial sums. */
+/* One q8_0 block (at p) times its 32 quantized activations, as 8 float partial sums. */
 GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const int8_t* xq) {
-    const __m256i w = _mm256_loadu_si256((const __m256i*)(p + 2)), x = _mm256_loadu_si256((const __m256i*)xq);
+    const __m256i w = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p)), x = _mm256_loadu_si256((const __m256i*)xq);
     const __m256i dot16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
@@ -2397,49 +3221,45 @@ GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const 
 /* Four blocks per step: their weight scales times the activation scales in one vector, each
    broadcast by one permutation. */
 GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int64_t nb = K / 32;
+    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
+    static_assert(gpt2__q8_block_values == 32, "a block's values fill one 256-bit register");
+    const int64_t nb = K / B;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + 34 * b;
+        const uint8_t* p = w + bytes * b;
         uint16_t h[4];
-        for (int i = 0; i < 4; i++) std::memcpy(h + i, p + 34 * i, 2);
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
         const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
         GPT2__UNROLL
         for (int i = 0; i < 4; i++)
-            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p + 34 * i, xq + 32 * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
     }
     for (; b < nb; b++) {
-        const uint8_t* p = w + 34 * b;
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p, xq + 32 * b), _mm256_set1_ps(_cvtsh_ss(h) * xs[b]), acc[b & 1]);
+        const uint8_t* p = w + bytes * b;
+        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
     }
     return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
 
-GPT2__AVX2 static void gpt2__panel_avx2(float* panel, const gpt2__weight* W, int64_t o, int rows) {
-    const int64_t K = W->cols;
-    for (int r = 0; r < rows; r++) {
-        const uint8_t* row = W->data + (size_t)(o + r) * W->row_bytes;
-        float* dst = panel + (size_t)r * K;
-        if (W->type == GPT2_TYPE_Q8_0) {
-            for (int64_t b = 0; b < K / 32; b++) {
-                uint16_t h;
-                std::memcpy(&h, row + 34 * b, 2);
-                const __m256 scale = _mm256_set1_ps(_cvtsh_ss(h));
-                for (int i = 0; i < 4; i++) {
-                    const __m128i q = _mm_loadl_epi64((const __m128i*)(row + 34 * b + 2 + 8 * i));
-                    _mm256_storeu_ps(dst + 32 * b + 8 * i, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
-                }
+/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+GPT2__AVX2 static void gpt2__row_to_float_avx2(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q8_0) {
+        const int B = gpt2__q8_block_values;
+        for (int64_t b = 0; b < K / B; b++) {
+            const uint8_t* block = row + gpt2__q8_block_bytes * b;
+            const __m256 scale = _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+            for (int i = 0; i < B / 8; i++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i*)(gpt2__q8_values(block) + 8 * i));
+                _mm256_storeu_ps(dst + B * b + 8 * i, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
             }
-        } else {
-            int64_t k = 0;
-            for (; k + 8 <= K; k += 8)
-                _mm256_storeu_ps(dst + k, W->type == GPT2_TYPE_F16 ? gpt2__w8_avx2<GPT2_TYPE_F16>(row, k) : gpt2__w8_avx2<GPT2_TYPE_BF16>(row, k));
-            for (; k < K; k++) dst[k] = gpt2__w_scalar(W->type, row, k);
         }
+        return;
     }
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)
+        _mm256_storeu_ps(dst + k, type == GPT2_TYPE_F16 ? gpt2__w8_avx2<GPT2_TYPE_F16>(row, k) : gpt2__w8_avx2<GPT2_TYPE_BF16>(row, k));
+    for (; k < K; k++) dst[k] = gpt2__w_scalar(type, row, k);
 }
 
 /* The 8 sums of 8 vectors, in order, by a tree of horizontal adds. */
@@ -2449,7 +3269,7 @@ GPT2__AVX2 static inline __m256 gpt2__hsum8_avx2(const __m256* v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-/* out[t * MR + r] += w_r . x_t for R rows and NP <= 3 tokens, in one pass over K. Both FMA
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for R rows and NP <= 3 tokens, in one pass over K. Both FMA
    pipes stay busy only with enough independent accumulators in flight: 3 tokens x 4 rows give
    12 (with the 3 token vectors and a weight vector, the 16 ymm registers); a single token takes
    two steps of K at a time instead. */
@@ -2488,40 +3308,41 @@ GPT2__AVX2 static void gpt2__tokens_avx2(float* out, const float* w, size_t ldw,
         for (int r = 0; r < R; r++) {
             float tail = 0.0f;
             for (int64_t i = k; i < K; i++) tail += w[r * ldw + i] * x[t * ldx + i];
-            out[t * GPT2__MR + r] += gpt2__hsum_avx2(U == 2 ? _mm256_add_ps(acc[0][t][r], acc[U - 1][t][r]) : acc[0][t][r]) + tail;
+            out[t * gpt2__tile_rows + r] += gpt2__hsum_avx2(U == 2 ? _mm256_add_ps(acc[0][t][r], acc[U - 1][t][r]) : acc[0][t][r]) + tail;
         }
 }
 
-/* out[t * MR + r] += w_r . x_t for R rows and N tokens: passes of 3, 2 or 1 tokens. */
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for R rows and N tokens: passes of 3, 2 or 1 tokens. */
 template <int R, int N>
 GPT2__AVX2 static void gpt2__tile_avx2(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
     int t = 0;
-    for (; t + 3 <= N; t += 3) gpt2__tokens_avx2<R, 3>(out + t * GPT2__MR, w, ldw, x + (size_t)t * ldx, ldx, K);
-    if (N - t == 2) gpt2__tokens_avx2<R, 2>(out + t * GPT2__MR, w, ldw, x + (size_t)t * ldx, ldx, K);
-    if (N - t == 1) gpt2__tokens_avx2<R, 1>(out + t * GPT2__MR, w, ldw, x + (size_t)t * ldx, ldx, K);
+    for (; t + 3 <= N; t += 3) gpt2__tokens_avx2<R, 3>(out + t * gpt2__tile_rows, w, ldw, x + (size_t)t * ldx, ldx, K);
+    if (N - t == 2) gpt2__tokens_avx2<R, 2>(out + t * gpt2__tile_rows, w, ldw, x + (size_t)t * ldx, ldx, K);
+    if (N - t == 1) gpt2__tokens_avx2<R, 1>(out + t * gpt2__tile_rows, w, ldw, x + (size_t)t * ldx, ldx, K);
 }
 
 struct gpt2__prefill_avx2 {
-    /* tiles of 3 tokens: a tile of 4 took a pass of 3 and one of 1, which loads 5 vectors per 4
-       FMAs and took 1.4x as long per token (Zen 4, one thread: f32 prefill 3% faster so) */
+    /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
+       and one of 1, whose single token loads 5 vectors per 4 FMAs */
     static constexpr int NT = 3;
-    static void panel(float* p, const gpt2__weight* W, int64_t o, int rows) { gpt2__panel_avx2(p, W, o, rows); }
+    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx2(dst, type, row, K); }
     template <int R, int N>
     static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx2<R, N>(out, w, ldw, x, ldx, K); }
 };
 
-/* Few tokens: stream the weights row by row in their own type. Many: float panels. */
+/* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {
+    const int B = gpt2__q8_block_values;
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t b = 0; b < n / 32; b++) {
+    for (int64_t b = 0; b < n / B; b++) {
         __m256 v[4], m = _mm256_setzero_ps();
         for (int i = 0; i < 4; i++) {
-            v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+            v[i] = _mm256_loadu_ps(x + B * b + 8 * i);
             m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
         }
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
@@ -2536,22 +3357,19 @@ GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const flo
         /* pack 32-bit -> 16 -> 8 (saturating) and undo the lane interleaving of the packs */
         const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
         const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i*)(q + 32 * b), i8);
+        _mm256_storeu_si256((__m256i*)(q + B * b), i8);
     }
 }
 
-/* e^x as gpt2__exp_avx512, 8 lanes; 2^n built in the exponent bits. */
+/* e^x as contract.h describes it (gpt2__exp_poly), 8 lanes; 2^n built in the exponent bits. */
 GPT2__AVX2 static inline __m256 gpt2__exp_avx2(__m256 x) {
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(gpt2__exp_max)), _mm256_set1_ps(gpt2__exp_min));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(gpt2__log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(gpt2__ln2_hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(gpt2__ln2_lo), r);
+    __m256 p = _mm256_set1_ps(gpt2__exp_poly[0]);
+    GPT2__UNROLL
+    for (size_t i = 1; i < std::size(gpt2__exp_poly); i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(gpt2__exp_poly[i]));
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -2560,18 +3378,16 @@ GPT2__AVX2 static inline __m256 gpt2__exp_avx2(__m256 x) {
 GPT2__AVX2 static inline __m256 gpt2__gelu8_avx2(__m256 v, bool tanh_form) {
     __m256 g;
     if (tanh_form) {
-        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), _mm256_mul_ps(v, v), v));
+        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(gpt2__sqrt_2_over_pi), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(gpt2__gelu_cubic), v), _mm256_mul_ps(v, v), v));
         const __m256 e = gpt2__exp_avx2(_mm256_add_ps(u, u));
         g = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
     } else {
         const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
-        const __m256 z = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_mul_ps(v, _mm256_set1_ps(0.7071067811865476f)));
-        const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
-        __m256 p = _mm256_set1_ps(1.061405429f);
-        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
-        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
-        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
-        p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+        const __m256 z = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_mul_ps(v, _mm256_set1_ps(gpt2__sqrt_half)));
+        const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(gpt2__erf_p), z, _mm256_set1_ps(1.0f)));
+        __m256 p = _mm256_set1_ps(gpt2__erf_poly[0]);
+        GPT2__UNROLL
+        for (size_t i = 1; i < std::size(gpt2__erf_poly); i++) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(gpt2__erf_poly[i]));
         p = _mm256_mul_ps(p, t);
         const __m256 e = gpt2__exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(z, z)));
         g = _mm256_or_ps(_mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f)), sign); /* erf is odd */
@@ -2623,17 +3439,18 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
     *sum = total;
 }
 
-/* gpt2__attend_f32_scalar's block of queries at once (fewer are padded with copies of the last):
+/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
    the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
    for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
    dimensions past a multiple of 8 in scalar. */
 template <class KV>
 GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
     const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
     const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
     const float scale = 1.0f / std::sqrt((float)D);
-    const float* qi[4];
-    for (int i = 0; i < 4; i++) qi[i] = q + (size_t)std::min(i, n_queries - 1) * q_stride;
+    const float* qi[gpt2__query_block];
+    gpt2__block_rows(qi, q, q_stride, n_queries);
     for (int j = 0; j < keys; j += 2) {
         const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
         __m256 acc[8]; /* key r, query i at 4r + i */
@@ -2658,16 +3475,9 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
                 scores[i * ld + j + r] = s[4 * r + i] * scale;
             }
     }
-    for (int i = 0; i < n_queries; i++) { /* each row to its softmax, 0 past the query's keys */
-        float* row = scores + i * ld;
-        float max_score, sum;
-        gpt2__exp_scores_avx2(row, n_keys + i, &max_score, &sum);
-        const float inv_sum = 1.0f / sum;
-        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
-    }
-    const float* p[4];
-    for (int i = 0; i < 4; i++) p[i] = scores + (size_t)std::min(i, n_queries - 1) * ld;
+    gpt2__softmax_block<gpt2__exp_scores_avx2>(scores, ld, n_keys, n_queries);
+    const float* p[gpt2__query_block];
+    gpt2__block_rows(p, scores, ld, n_queries);
     int d0 = 0;
     for (; d0 < d8; d0 += 16) {
         const int halves = d0 + 16 <= d8 ? 2 : 1;
@@ -2697,13 +3507,6 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
         }
 }
 
-GPT2__AVX2 static void gpt2__attend_f32_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    gpt2__attend_avx2(out, out_stride, q, q_stride, k, v, stride, n_keys, n_queries, head_dim, scores);
-}
-GPT2__AVX2 static void gpt2__attend_f16_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    gpt2__attend_avx2(out, out_stride, q, q_stride, k, v, stride, n_keys, n_queries, head_dim, scores);
-}
-
 /* The N (key, head) pairs from pair m on of attention over whole cache rows (pair m: key
    m / H, head m % H, at k + m * D); `h`, pair m's head, moves on with them. Past the last pair,
    copies of the first (padding, results unused). Returns how many are real. */
@@ -2725,15 +3528,10 @@ static inline int gpt2__next_pairs(const KV** key, const float** qh, const KV* k
 /* gpt2__attend_rows_scalar with vector dot products, exponentials and sums. The scores take the
    (key, head) pairs in the cache's order (key j's heads are adjacent in its row), 8 pairs per
    reduction, so the keys are one stream from memory however many heads there are; the scores
-   are stored in pair order and transposed after (stored straight into each head's row they
-   stalled the key loads: 1.5x slower); the values are added key by key (two keys at a time, two
-   streams, measured 1.5x slower); the dimensions past a multiple of 8 in scalar.
-   The AVX-512 set uses this kernel too, as its float matrix rows use 256-bit loads: the same
-   kernel in 512-bit loads, 16 pairs per reduction, took 1.2-1.7x as long (Zen 4, 124M, f32
-   cache, 1 and 2 threads, 128 and 1,000 keys: attention's share of the samples against the
-   matrix rows' under perf; with an f16 cache the two were within 5%). An online-softmax kernel
-   (one pass: each key's row, then its values) was between the two at 512 bits and slower at
-   256. */
+   are stored in pair order and transposed after, so no scattered store holds up the key loads;
+   the values are added key by key, again one stream; the dimensions past a multiple of 8 in
+   scalar. The AVX-512 set uses this kernel too: it streams the cache faster than 512-bit loads
+   (docs/PERFORMANCE.md). */
 template <class KV>
 GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
     const int H = n_head, D = head_dim, d8 = D / 8 * 8;
@@ -2782,14 +3580,13 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     }
 }
 
-GPT2__AVX2 static void gpt2__attend_rows_f32_avx2(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_avx2(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
-GPT2__AVX2 static void gpt2__attend_rows_f16_avx2(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    gpt2__attend_rows_avx2(out, stats, q, k, v, n_keys, n_head, head_dim, scratch);
-}
+#endif /* GPT2__X86 */
 
-/* ---- AVX-512 -------------------------------------------------------------------------- */
+/* ---- src/cpu/kernels/avx512.h ---- */
+/* AVX-512 (F, BW, VL, DQ, VNNI) kernels; x86_prefill.h has the target macros and the prefill
+   pieces shared with AVX2. Decode attention and float matrix rows use the AVX2 kernels (avx2.h). */
+
+#if defined(GPT2__X86)
 
 /* 16 weights of a row from element k, as floats; lanes outside mask m are zero. */
 template <uint32_t TYPE>
@@ -2807,12 +3604,13 @@ GPT2__AVX512 static inline __mmask16 gpt2__mask16(int64_t k, int64_t n) {
     return n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
 }
 
-/* The int32 sums of two q8_0 blocks (at p, 34 bytes each) times 64 quantized activations:
+/* The int32 sums of two consecutive q8_0 blocks (at p) times their 64 quantized activations:
    lanes 0-7 the first block's, 8-15 the second's. vpdpbusd multiplies unsigned by signed
    bytes, so it takes |w| and x with w's sign. */
 GPT2__AVX512 static inline __m512i gpt2__dot2_q8_avx512(const uint8_t* p, const int8_t* xq) {
+    static_assert(gpt2__q8_block_values == 32, "a block's values fill one 256-bit half");
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(p + 2))), _mm256_loadu_si256((const __m256i*)(p + 36)), 1);
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)gpt2__q8_values(p))), _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p + gpt2__q8_block_bytes)), 1);
     const __m512i x = _mm512_loadu_si512(xq);
     return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), zero, x));
 }
@@ -2820,54 +3618,48 @@ GPT2__AVX512 static inline __m512i gpt2__dot2_q8_avx512(const uint8_t* p, const 
 /* row . x for one q8_0 row against x quantized by gpt2__quantize_q8 (xs: its block scales):
    four blocks per step, their four weight scales times the activation scales in one vector. */
 GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int64_t nb = K / 32;
+    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
+    const int64_t nb = K / B;
     const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + 34 * b;
-        const __m512i d0 = gpt2__dot2_q8_avx512(p, xq + 32 * b), d1 = gpt2__dot2_q8_avx512(p + 68, xq + 32 * b + 64);
+        const uint8_t* p = w + bytes * b;
+        const __m512i d0 = gpt2__dot2_q8_avx512(p, xq + B * b), d1 = gpt2__dot2_q8_avx512(p + 2 * bytes, xq + B * (b + 2));
         uint16_t h[4];
-        for (int i = 0; i < 4; i++) std::memcpy(h + i, p + 34 * i, 2);
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
         const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
         acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
         acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     for (; b < nb; b++) { /* up to three last blocks */
-        const uint8_t* p = w + 34 * b;
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * b)), wv = _mm256_loadu_si256((const __m256i*)(p + 2));
+        const uint8_t* p = w + bytes * b;
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), wv = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p));
         const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_mask_sub_epi8(x, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), x));
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(h) * xs[b]);
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
     }
     return sum;
 }
 
-/* Converts `rows` rows of any weight type to a float panel (rows x K). */
-GPT2__AVX512 static void gpt2__panel_avx512(float* panel, const gpt2__weight* W, int64_t o, int rows) {
-    const int64_t K = W->cols;
-    for (int r = 0; r < rows; r++) {
-        const uint8_t* row = W->data + (size_t)(o + r) * W->row_bytes;
-        float* dst = panel + (size_t)r * K;
-        if (W->type == GPT2_TYPE_Q8_0) {
-            for (int64_t b = 0; b < K / 32; b++) {
-                uint16_t h;
-                std::memcpy(&h, row + 34 * b, 2);
-                const __m512 scale = _mm512_set1_ps(_cvtsh_ss(h));
-                const __m128i* q = (const __m128i*)(row + 34 * b + 2);
-                _mm512_storeu_ps(dst + 32 * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q)))));
-                _mm512_storeu_ps(dst + 32 * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1)))));
-            }
-        } else {
-            for (int64_t k = 0; k < K; k += 16) {
-                const __mmask16 m = gpt2__mask16(k, K);
-                const __m512 v = W->type == GPT2_TYPE_F16 ? gpt2__w16_avx512<GPT2_TYPE_F16>(row, k, m) : gpt2__w16_avx512<GPT2_TYPE_BF16>(row, k, m);
-                _mm512_mask_storeu_ps(dst + k, m, v);
-            }
+/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+GPT2__AVX512 static void gpt2__row_to_float_avx512(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q8_0) {
+        const int B = gpt2__q8_block_values;
+        for (int64_t b = 0; b < K / B; b++) {
+            const uint8_t* block = row + gpt2__q8_block_bytes * b;
+            const __m512 scale = _mm512_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+            const __m128i* q = (const __m128i*)gpt2__q8_values(block);
+            _mm512_storeu_ps(dst + B * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q)))));
+            _mm512_storeu_ps(dst + B * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1)))));
         }
+        return;
+    }
+    for (int64_t k = 0; k < K; k += 16) {
+        const __mmask16 m = gpt2__mask16(k, K);
+        const __m512 v = type == GPT2_TYPE_F16 ? gpt2__w16_avx512<GPT2_TYPE_F16>(row, k, m) : gpt2__w16_avx512<GPT2_TYPE_BF16>(row, k, m);
+        _mm512_mask_storeu_ps(dst + k, m, v);
     }
 }
 
@@ -2885,11 +3677,11 @@ GPT2__AVX512 static inline __m512 gpt2__hsum16_avx512(const __m512* v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
 }
 
-/* out[t * MR + r] += w_r . x_t for an R x N tile: R weight rows (ldw apart) and N tokens (ldx
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile: R weight rows (ldw apart) and N tokens (ldx
    apart). Token-major, so a full tile's outputs for one token are 4 adjacent floats of y. */
 template <int R, int N>
 GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
-    static_assert(R * N <= 16 && GPT2__MR * GPT2__NT == 16, "one tile is reduced by one 16-way sum");
+    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
     __m512 acc[16];
     GPT2__UNROLL
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
@@ -2902,7 +3694,7 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         for (int r = 0; r < R; r++) {
             const __m512 wv = _mm512_loadu_ps(w + r * ldw + k);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[t * GPT2__MR + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * GPT2__MR + r]);
+            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * gpt2__tile_rows + r]);
         }
     }
     if (k < K) {
@@ -2914,75 +3706,71 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         for (int r = 0; r < R; r++) {
             const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * ldw + k);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[t * GPT2__MR + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * GPT2__MR + r]);
+            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(wv, xv[t], acc[t * gpt2__tile_rows + r]);
         }
     }
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
 }
 
 struct gpt2__prefill_avx512 {
-    static constexpr int NT = GPT2__NT;
-    static void panel(float* p, const gpt2__weight* W, int64_t o, int rows) { gpt2__panel_avx512(p, W, o, rows); }
+    static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
+    static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
+    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx512(dst, type, row, K); }
     template <int R, int N>
     static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx512<R, N>(out, w, ldw, x, ldx, K); }
 };
 
-/* Few tokens: stream the weights row by row in their own type. Many: float panels. Float rows
-   use the 256-bit row kernel: on Zen 4 it streams from DRAM 5-15% faster than 512-bit loads
-   (which the core splits in two anyway); q8_0 rows keep 512-bit integer dot products, which
-   are faster. */
+/* Decode streams the weights row by row in their own type; prefill multiplies float panels.
+   Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
+   loads (it splits those in two anyway); q8_0 rows use 512-bit integer dot products. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.T >= GPT2__NT || (a.W->type == GPT2_TYPE_Q8_0 && !a.xq)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
+    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const int B = gpt2__q8_block_values;
+    for (int64_t b = 0; b < n / B; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + B * b), v1 = _mm512_loadu_ps(x + B * b + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         scale[b] = amax / 127.0f;
         const __m512 vi = _mm512_set1_ps(inv);
-        _mm_storeu_si128((__m128i*)(q + 32 * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
-        _mm_storeu_si128((__m128i*)(q + 32 * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
+        _mm_storeu_si128((__m128i*)(q + B * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
+        _mm_storeu_si128((__m128i*)(q + B * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
     }
 }
 
-/* e^x to about 2 ulp (Cephes' expf polynomial); 0 below -87.3. */
+/* e^x as contract.h describes it (gpt2__exp_poly), 16 lanes; 0 below gpt2__exp_min. */
 GPT2__AVX512 static inline __m512 gpt2__exp_avx512(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3f)), _mm512_set1_ps(-87.3f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(gpt2__exp_max)), _mm512_set1_ps(gpt2__exp_min));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(gpt2__log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(gpt2__ln2_hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(gpt2__ln2_lo), r);
+    __m512 p = _mm512_set1_ps(gpt2__exp_poly[0]);
+    GPT2__UNROLL
+    for (size_t i = 1; i < std::size(gpt2__exp_poly); i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(gpt2__exp_poly[i]));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
 
-/* GELU: exact form with erf from Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7), or
-   the tanh form as 1 - 2 / (e^2u + 1). */
+/* GELU: the erf form with erf as contract.h gives it (gpt2__erf_poly), or the tanh form with
+   tanh(u) = 1 - 2 / (e^2u + 1). */
 GPT2__AVX512 static void gpt2__gelu_avx512(float* x, size_t n, bool tanh_form) {
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 m = gpt2__mask16((int64_t)i, (int64_t)n);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         __m512 g; /* erf(v / sqrt 2) or tanh(...) */
         if (tanh_form) {
-            const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), v), _mm512_mul_ps(v, v), v));
+            const __m512 u = _mm512_mul_ps(_mm512_set1_ps(gpt2__sqrt_2_over_pi), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(gpt2__gelu_cubic), v), _mm512_mul_ps(v, v), v));
             const __m512 e = gpt2__exp_avx512(_mm512_add_ps(u, u));
             g = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
         } else {
-            const __m512 z = _mm512_abs_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.7071067811865476f)));
-            const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), z, _mm512_set1_ps(1.0f)));
-            __m512 p = _mm512_set1_ps(1.061405429f);
-            p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
-            p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
-            p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
-            p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+            const __m512 z = _mm512_abs_ps(_mm512_mul_ps(v, _mm512_set1_ps(gpt2__sqrt_half)));
+            const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(gpt2__erf_p), z, _mm512_set1_ps(1.0f)));
+            __m512 p = _mm512_set1_ps(gpt2__erf_poly[0]);
+            GPT2__UNROLL
+            for (size_t i = 1; i < std::size(gpt2__erf_poly); i++) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(gpt2__erf_poly[i]));
             p = _mm512_mul_ps(p, t);
             const __m512 e = gpt2__exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z)));
             const __m512 erf_abs = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0f));
@@ -3015,19 +3803,19 @@ GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* ma
     *sum = _mm512_reduce_add_ps(vsum);
 }
 
-/* gpt2__attend_f32_scalar's block of queries at once (fewer are padded with copies of the last):
+/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
    the scores of 4 keys x 4 queries per 16-way reduction, each key loaded once for the 4; the
    values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
-   and output do not depend on the other queries of its block (1,000-token prefill: attention
-   1.3x as fast as query by query, bit-identical, Zen 4, one thread). */
+   and output do not depend on the other queries of its block. */
 template <class KV>
 GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+    static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
     const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
     const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
     const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
     const __m512i by_query = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const float* qi[4];
-    for (int i = 0; i < 4; i++) qi[i] = q + (size_t)std::min(i, n_queries - 1) * q_stride;
+    const float* qi[gpt2__query_block];
+    gpt2__block_rows(qi, q, q_stride, n_queries);
     for (int j = 0; j < keys; j += 4) {
         const KV* kj[4];
         for (int r = 0; r < 4; r++) kj[r] = k + (size_t)std::min(j + r, keys - 1) * stride;
@@ -3052,16 +3840,9 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
         _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
         _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
     }
-    for (int i = 0; i < n_queries; i++) { /* each row to its softmax, 0 past the query's keys */
-        float* row = scores + i * ld;
-        float max_score, sum;
-        gpt2__exp_scores_avx512(row, n_keys + i, &max_score, &sum);
-        const float inv_sum = 1.0f / sum;
-        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
-    }
-    const float* p[4];
-    for (int i = 0; i < 4; i++) p[i] = scores + (size_t)std::min(i, n_queries - 1) * ld;
+    gpt2__softmax_block<gpt2__exp_scores_avx512>(scores, ld, n_keys, n_queries);
+    const float* p[gpt2__query_block];
+    gpt2__block_rows(p, scores, ld, n_queries);
     for (int d0 = 0; d0 < D; d0 += 64) {
         __mmask16 m[4];
         __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
@@ -3089,16 +3870,8 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     }
 }
 
-GPT2__AVX512 static void gpt2__attend_f32_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    gpt2__attend_avx512(out, out_stride, q, q_stride, k, v, stride, n_keys, n_queries, head_dim, scores);
-}
-GPT2__AVX512 static void gpt2__attend_f16_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    gpt2__attend_avx512(out, out_stride, q, q_stride, k, v, stride, n_keys, n_queries, head_dim, scores);
-}
-
 #if !defined(_MSC_VER) || defined(__clang__)
-#pragma GCC diagnostic pop
-#undef GPT2__UNROLL
+#pragma GCC diagnostic pop /* pushed in x86_prefill.h */
 #endif
 #endif /* GPT2__X86 */
 
@@ -3115,17 +3888,17 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
     float32x4_t acc = vdupq_n_f32(0.0f);
     int64_t k = 0;
     if (type == GPT2_TYPE_Q8_0) {
-        for (int64_t b = 0; b < n / 32; b++) {
-            uint16_t h;
-            std::memcpy(&h, row + 34 * b, 2);
-            const float32x4_t scale = vdupq_n_f32(gpt2__f16_to_f32(h));
-            const int8_t* q = (const int8_t*)(row + 34 * b + 2);
-            for (int i = 0; i < 32; i += 8) {
+        const int B = gpt2__q8_block_values;
+        for (int64_t b = 0; b < n / B; b++) {
+            const uint8_t* block = row + gpt2__q8_block_bytes * b;
+            const float32x4_t scale = vdupq_n_f32(gpt2__f16_to_f32(gpt2__q8_scale_f16(block)));
+            const int8_t* q = gpt2__q8_values(block);
+            for (int i = 0; i < B; i += 8) {
                 const int16x8_t q16 = vmovl_s8(vld1_s8(q + i));
                 const float32x4_t lo = vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(q16))));
                 const float32x4_t hi = vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_high_s16(q16))));
-                acc = vfmaq_f32(acc, lo, vld1q_f32(x + 32 * b + i));
-                acc = vfmaq_f32(acc, hi, vld1q_f32(x + 32 * b + i + 4));
+                acc = vfmaq_f32(acc, lo, vld1q_f32(x + B * b + i));
+                acc = vfmaq_f32(acc, hi, vld1q_f32(x + B * b + i + 4));
             }
         }
         return vaddvq_f32(acc);
@@ -3147,18 +3920,19 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
 }
 
 static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q8_block_values;
     float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < n / 32; b++) {
-        uint16_t h;
-        std::memcpy(&h, row + 34 * b, 2);
-        const int8_t* q = (const int8_t*)(row + 34 * b + 2);
+    for (int64_t b = 0; b < n / B; b++) {
+        const uint8_t* block = row + gpt2__q8_block_bytes * b;
+        const float w_scale = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
+        const int8_t* q = gpt2__q8_values(block);
         int32x4_t isum = vdupq_n_s32(0);
-        for (int i = 0; i < 32; i += 16) {
-            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + 32 * b + i);
+        for (int i = 0; i < B; i += 16) {
+            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + B * b + i);
             isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
             isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
         }
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(h) * xscale[b]);
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), w_scale * xscale[b]);
     }
     return vaddvq_f32(acc);
 }
@@ -3180,24 +3954,14 @@ static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64
      GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon") when the
                                       CPU supports it, else the best one it does */
 
-struct gpt2__kernels {
-    const char* name;
-    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
-    void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
-    void (*attend_f32)(float* out, size_t out_stride, const float* q, size_t q_stride, const float* k, const float* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
-    void (*attend_f16)(float* out, size_t out_stride, const float* q, size_t q_stride, const uint16_t* k, const uint16_t* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
-    void (*attend_rows_f32)(float* out, float* stats, const float* q, const float* k, const float* v, int n_keys, int n_head, int head_dim, float* scratch);
-    void (*attend_rows_f16)(float* out, float* stats, const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int n_head, int head_dim, float* scratch);
-    void (*gelu)(float* x, size_t n, bool tanh_form);
-};
-
-/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
-static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * 4; }
-
-static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__attend_rows_f32_scalar, gpt2__attend_rows_f16_scalar, gpt2__gelu_scalar};
+/* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
+static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #if defined(GPT2__X86)
-static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_f32_avx2, gpt2__attend_f16_avx2, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx2};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_f32_avx512, gpt2__attend_f16_avx512, gpt2__attend_rows_f32_avx2, gpt2__attend_rows_f16_avx2, gpt2__gelu_avx512};
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2};
+static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
+                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false;
@@ -3239,7 +4003,8 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_f32_scalar, gpt2__attend_f16_scalar, gpt2__attend_rows_f32_scalar, gpt2__attend_rows_f16_scalar, gpt2__gelu_scalar};
+static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #endif
 
 /* The kernel sets this CPU can run, best first. */
@@ -3433,17 +4198,13 @@ static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const
 }
 
 /* ---- src/cpu/forward.h ---- */
-/* The session and the forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
+/* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
-struct gpt2_session {
-    const gpt2_model* model = nullptr;
-    int n_ctx = 0;
-    bool kv_f16 = false;
+/* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
+struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
     const gpt2__kernels* kernels = nullptr;
-    gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
-    int n_cached = 0;             /* tokens[0..n_cached) have their keys and values in the cache */
     void* k_cache = nullptr;      /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
     void* v_cache = nullptr;
     float* x = nullptr;       /* (n_ctx, C) residual stream */
@@ -3452,26 +4213,22 @@ struct gpt2_session {
     float* att = nullptr;     /* (n_ctx, C) attention output, then any (T, C) temporary */
     float* fc = nullptr;      /* (n_ctx, F) */
     float* scores = nullptr;  /* (n_threads, gpt2__attention_scratch) */
-    float* parts = nullptr;   /* (gpt2__few_queries - 1, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
+    float* parts = nullptr;   /* (gpt2__decode_max_tokens, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
     int8_t* xq = nullptr;     /* (F) one activation row quantized for q8_0 weights */
-    float* xq_scale = nullptr; /* (F / 32) */
+    float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
-    bool has_logits = false;
-    uint64_t rng_state = 0;
-    gpt2__utf8_stream stream;
-    gpt2__string text;        /* the text of the token being delivered to the callback */
 };
 
-/* A pass with fewer queries than gpt2__few_queries (decode) attends with all heads at once
-   (gpt2__attend_rows_scalar) and splits each query's keys into up to gpt2__max_key_ranges
-   ranges of at least gpt2__min_key_range keys, so threads share one query's attention and each
-   reads whole rows of the cache (splitting the heads instead, two threads ran 2x slower than
-   one). Ranges cost one thread a little (Zen 4, 512 keys, with the 512-bit kernel of the time:
-   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no
-   result depends on the thread count. */
-static const int gpt2__few_queries = 4, gpt2__min_key_range = 64;
+static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
+
+/* Decode attention (gpt2__is_decode) takes all heads of a query at once (gpt2__attend_rows_scalar)
+   and splits its keys into up to gpt2__max_key_ranges ranges of at least gpt2__min_key_range
+   keys, so threads share one query's attention and each reads whole rows of the cache (each
+   range costs a single thread a little, hence the minimum). Ranges depend on the number of keys
+   only, so no result depends on the thread count. */
+static const int gpt2__min_key_range = 64;
 
 static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges); }
 
@@ -3479,46 +4236,14 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-static void gpt2__session_destroy(gpt2_session* s) {
-    gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
-    for (void* b : buffers) gpt2__free_aligned(b);
-    if (s->model) s->model->n_sessions--;
-    s->~gpt2_session();
-    GPT2_FREE(s);
-}
-
-static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
-    const gpt2_model* m = s->model;
-    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
-    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
-    struct { void** p; size_t bytes; } plan[] = {
-        {&s->k_cache, cache}, {&s->v_cache, cache},
-        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
-        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
-        {(void**)&s->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, s->n_ctx) * 4},
-        {(void**)&s->parts, (size_t)(gpt2__few_queries - 1) * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
-        {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
-        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, (size_t)std::max(m->n_embd, m->n_ff) / 32 * 4 + 4},
-        {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
-    };
-    for (auto& b : plan) {
-        *b.p = gpt2__malloc_aligned(b.bytes);
-        if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
-    }
-    gpt2__advise_huge_pages(s->k_cache, cache);
-    gpt2__advise_huge_pages(s->v_cache, cache);
-    return GPT2_OK;
-}
-
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
-   One parallel region for all of it. A single token (decode) against q8_0 weights first
-   quantizes x to int8, so the kernel can use integer dot products. */
-static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
+   One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
+   to int8, so the kernel can use integer dot products against q8_0 weights. */
+static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
-    if (W.type == GPT2_TYPE_Q8_0 && T == 1) {
+    if (gpt2__int8_activations(T, W.type)) {
         kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
         a.xq = s->xq;
         a.xq_scale = s->xq_scale;
@@ -3532,10 +4257,10 @@ static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__
     });
 }
 
-static void gpt2__layer_norm_rows(gpt2_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
+static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
     const int C = s->model->n_embd;
     const float eps = s->model->layer_norm_eps;
-    if (T < 4) { /* not worth waking the workers */
+    if (gpt2__is_decode(T)) { /* not worth waking the workers */
         for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
         return;
     }
@@ -3546,7 +4271,7 @@ static void gpt2__layer_norm_rows(gpt2_session* s, float* out, const float* x, c
 
 /* Causal self-attention of T new queries at positions pos0.. against the cache of one layer. */
 template <class KV>
-static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
+static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
     const gpt2_model* m = s->model;
     const int C = m->n_embd, H = m->n_head, D = C / H;
     KV* k_cache = (KV*)s->k_cache + (size_t)layer * s->n_ctx * C;
@@ -3564,11 +4289,9 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
     if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32, attend_rows = s->kernels->attend_rows_f32;
     else attend = s->kernels->attend_f16, attend_rows = s->kernels->attend_rows_f16;
     const size_t scratch = gpt2__attention_scratch(H, s->n_ctx);
-    if (T >= gpt2__few_queries) {
+    if (!gpt2__is_decode(T)) {
         /* a task per (head, block of queries), from a counter, as later queries have more keys;
-           head by head, so consecutive tasks read the same head's keys and values, from L2
-           (query by query, every task read another head's: 1,000-token prefill 5-7% slower,
-           Zen 4) */
+           head by head, so consecutive tasks read the same head's keys and values, from L2 */
         const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
         gpt2__parallel_for(&s->pool, (int64_t)blocks * H, 1, [&](int64_t begin, int64_t end, int thread) {
             float* scores = s->scores + (size_t)thread * scratch;
@@ -3581,7 +4304,7 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
         return;
     }
     const size_t part = (size_t)C + 2 * H;
-    int ranges[gpt2__few_queries], tasks = 0;
+    int ranges[gpt2__decode_max_tokens], tasks = 0;
     for (int t = 0; t < T; t++) {
         const int n_keys = pos0 + t + 1;
         tasks += ranges[t] = (n_keys + gpt2__key_range(n_keys) - 1) / gpt2__key_range(n_keys);
@@ -3599,11 +4322,21 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
     for (int t = 0; t < T; t++) gpt2__merge_attention(s->att + (size_t)t * C, s->parts + (size_t)t * gpt2__max_key_ranges * part, ranges[t], H, D);
 }
 
-/* Runs tokens ids[0..T) at positions pos0..pos0+T-1 (the cache holds positions 0..pos0-1 of
-   the same sequence). Leaves the final LayerNorm of every new position in s->xn (T, C). */
-static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) {
+/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
+static void gpt2__head(gpt2__cpu_session* s, const float* h, float* logits) {
+    gpt2__weight head = s->model->lm_head;
+    head.rows = s->model->n_vocab;
+    gpt2__matmul(s, logits, h, head, nullptr, 1);
+}
+
+/* The backend's run: tokens[n_cached..) at positions n_cached.. (the cache holds the positions
+   before, of the same sequence). Leaves the final LayerNorm of every new position in s->xn
+   (T, C) and the prediction after the last one in s->logits (V). */
+static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
     const gpt2_model* m = s->model;
-    const int C = m->n_embd;
+    const int C = m->n_embd, pos0 = s->n_cached, T = (int)s->tokens.size() - pos0;
+    const int32_t* ids = s->tokens.data() + pos0;
     float* position = s->att; /* scratch row */
     for (int t = 0; t < T; t++) { /* x = wte[id] + wpe[pos] */
         float* x = s->x + (size_t)t * C;
@@ -3612,6 +4345,7 @@ static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) 
         gpt2__add(x, position, (size_t)C);
     }
     for (int l = 0; l < m->n_layer; l++) {
+        if (gpt2__abort_requested(s)) return gpt2__aborted(err);
         const gpt2__layer& L = m->layers[(size_t)l];
         /* x = x + attn(ln_1(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
@@ -3625,53 +4359,215 @@ static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) 
         gpt2__matmul(s, s->x, s->fc, L.mlp_proj, L.mlp_proj_bias, T, true);
     }
     gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
-}
-
-/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
-static void gpt2__head(gpt2_session* s, const float* h, float* logits) {
-    gpt2__weight head = s->model->lm_head;
-    head.rows = s->model->n_vocab;
-    gpt2__matmul(s, logits, h, head, nullptr, 1);
-}
-
-static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->n_vocab)
-            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "token %zu is %d, outside the vocabulary [0, %d)", i, (int)ids[i], m->n_vocab);
+    gpt2__head(s, s->xn + (size_t)(T - 1) * C, s->logits);
     return GPT2_OK;
 }
 
-/* Appends tokens to the context window and runs the model over what the cache lacks. When the
-   window would exceed n_ctx, it keeps the last n_ctx tokens and recomputes them all, exactly
-   as nanoGPT's generate() crops its input. Afterwards xn holds the new positions' final
-   hidden states and s->logits the prediction after the last token. */
-static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
-    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
-    if (n == 0) return GPT2_OK;
-    const size_t total = s->tokens.size() + n;
-    if (total > (size_t)s->n_ctx) {
-        const size_t drop = total - (size_t)s->n_ctx;
-        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)drop);
-        s->n_cached = 0; /* every position moved: the cache is no longer valid */
+/* ---- src/cpu/forward_reference.h ---- */
+/* The reference forward pass: nanoGPT's model.py as plain loops over f32 arrays. One thread,
+   no SIMD, no KV cache, no session: every call computes all T positions from scratch. The
+   tests check every kernel set, the prefill and decode paths and the GPU against it, so it
+   is written to be read, not to be fast. Compiled only under GPT2_REFERENCE_FORWARD.
+   Shapes in comments: T tokens, C = n_embd, H heads of D = C / H, F = n_ff, V = n_vocab. */
+#if defined(GPT2_REFERENCE_FORWARD)
+
+/* y (T, n_out) = x (T, W.cols) W[0..n_out)^T + bias, W turned into f32 one row at a time. */
+static void gpt2__reference_linear(float* y, const float* x, const gpt2__weight& W, const float* bias, int T, int64_t n_out) {
+    const int64_t n_in = W.cols;
+    gpt2__vector<float> w((size_t)n_in);
+    for (int64_t o = 0; o < n_out; o++) {
+        gpt2__dequantize_row(W.type, W.data + o * W.row_bytes, w.data(), n_in);
+        for (int t = 0; t < T; t++) {
+            float sum = bias ? bias[o] : 0.0f;
+            for (int64_t i = 0; i < n_in; i++) sum += x[t * n_in + i] * w[i];
+            y[t * n_out + o] = sum;
+        }
     }
-    s->tokens.insert(s->tokens.end(), ids, ids + n);
-    const int T = (int)s->tokens.size() - s->n_cached;
-    gpt2__forward(s, s->tokens.data() + s->n_cached, T, s->n_cached);
-    s->n_cached = (int)s->tokens.size();
-    gpt2__head(s, s->xn + (size_t)(T - 1) * s->model->n_embd, s->logits);
-    s->has_logits = true;
+}
+
+/* out (T, C) = (x - mean) / sqrt(var + eps) * weight + bias, row by row, biased variance. */
+static void gpt2__reference_layer_norm(const gpt2_model* m, float* out, const float* x, const float* weight, const float* bias, int T) {
+    const int C = m->n_embd;
+    for (int t = 0; t < T; t++) {
+        const float* xt = x + t * C;
+        float mean = 0.0f, var = 0.0f;
+        for (int i = 0; i < C; i++) mean += xt[i];
+        mean /= C;
+        for (int i = 0; i < C; i++) var += (xt[i] - mean) * (xt[i] - mean);
+        var /= C;
+        const float inv_std = 1.0f / std::sqrt(var + m->layer_norm_eps);
+        for (int i = 0; i < C; i++) out[t * C + i] = (xt[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
+    }
+}
+
+/* CausalSelfAttention: x (T, C) -> y (T, C). */
+static void gpt2__reference_attn(const gpt2_model* m, const gpt2__layer& L, float* y, const float* x, int T) {
+    const int C = m->n_embd, H = m->n_head, D = C / H;
+    gpt2__vector<float> qkv((size_t)T * 3 * C), att((size_t)T * C), p((size_t)T);
+    gpt2__reference_linear(qkv.data(), x, L.c_attn, L.c_attn_bias, T, 3 * C); /* (T, 3C): q, k, v side by side */
+    for (int h = 0; h < H; h++) {
+        for (int t = 0; t < T; t++) {
+            const float* q = &qkv[t * 3 * C + h * D];
+            /* p (t + 1) = softmax(q k^T / sqrt(D)) over keys 0..t: the causal mask */
+            float max_score = -INFINITY, sum = 0.0f;
+            for (int j = 0; j <= t; j++) {
+                const float* k = &qkv[j * 3 * C + C + h * D];
+                float score = 0.0f;
+                for (int d = 0; d < D; d++) score += q[d] * k[d];
+                p[j] = score / std::sqrt((float)D);
+                max_score = std::max(max_score, p[j]);
+            }
+            for (int j = 0; j <= t; j++) sum += p[j] = std::exp(p[j] - max_score);
+            for (int j = 0; j <= t; j++) p[j] /= sum;
+            /* att (D) of query t, head h = p v */
+            float* out = &att[t * C + h * D];
+            for (int d = 0; d < D; d++) out[d] = 0.0f;
+            for (int j = 0; j <= t; j++) {
+                const float* v = &qkv[j * 3 * C + 2 * C + h * D];
+                for (int d = 0; d < D; d++) out[d] += p[j] * v[d];
+            }
+        }
+    }
+    gpt2__reference_linear(y, att.data(), L.c_proj, L.c_proj_bias, T, C);
+}
+
+/* MLP: x (T, C) -> y (T, C) = c_proj(gelu(c_fc(x))), GELU in the model's form. */
+static void gpt2__reference_mlp(const gpt2_model* m, const gpt2__layer& L, float* y, const float* x, int T) {
+    gpt2__vector<float> h((size_t)T * m->n_ff); /* (T, F) */
+    gpt2__reference_linear(h.data(), x, L.c_fc, L.c_fc_bias, T, m->n_ff);
+    for (float& v : h) {
+        if (m->gelu_tanh) v = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); /* sqrt(2 / pi) */
+        else v = 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f));                                       /* 1 / sqrt(2) */
+    }
+    gpt2__reference_linear(y, h.data(), L.mlp_proj, L.mlp_proj_bias, T, m->n_embd);
+}
+
+/* logits (T, V) of ids[0..T) at positions 0..T-1, T <= n_ctx. */
+[[maybe_unused]] static void gpt2__forward_reference(const gpt2_model* m, const int32_t* ids, int T, float* logits) {
+    GPT2_ASSERT(T >= 1 && T <= m->n_ctx);
+    const int C = m->n_embd;
+    gpt2__vector<float> x((size_t)T * C), xn((size_t)T * C), y((size_t)T * C), position((size_t)C);
+    for (int t = 0; t < T; t++) { /* x (T, C) = wte[ids] + wpe[0..T) */
+        gpt2__dequantize_row(m->wte.type, m->wte.data + ids[t] * m->wte.row_bytes, &x[t * C], C);
+        gpt2__dequantize_row(m->wpe.type, m->wpe.data + t * m->wpe.row_bytes, position.data(), C);
+        for (int i = 0; i < C; i++) x[t * C + i] += position[i];
+    }
+    for (const gpt2__layer& L : m->layers) {
+        gpt2__reference_layer_norm(m, xn.data(), x.data(), L.ln_1_weight, L.ln_1_bias, T); /* x = x + attn(ln_1(x)) */
+        gpt2__reference_attn(m, L, y.data(), xn.data(), T);
+        for (size_t i = 0; i < x.size(); i++) x[i] += y[i];
+        gpt2__reference_layer_norm(m, xn.data(), x.data(), L.ln_2_weight, L.ln_2_bias, T); /* x = x + mlp(ln_2(x)) */
+        gpt2__reference_mlp(m, L, y.data(), xn.data(), T);
+        for (size_t i = 0; i < x.size(); i++) x[i] += y[i];
+    }
+    gpt2__reference_layer_norm(m, xn.data(), x.data(), m->ln_f_weight, m->ln_f_bias, T);
+    /* lm_head is wte when the head is tied; rows past n_vocab are padding, never computed */
+    gpt2__reference_linear(logits, xn.data(), m->lm_head, nullptr, T, m->n_vocab);
+}
+
+#endif /* GPT2_REFERENCE_FORWARD */
+
+/* ---- src/cpu/backend_cpu.h ---- */
+/* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__forward on this CPU's kernels. */
+
+static void gpt2__cpu_session_free(gpt2_session* session) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    gpt2__pool_stop(&s->pool);
+    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
+    for (void* b : buffers) gpt2__free_aligned(b);
+    gpt2__session_delete(s);
+}
+
+static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
+    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
+    struct { void** p; size_t bytes; } plan[] = {
+        {&s->k_cache, cache}, {&s->v_cache, cache},
+        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
+        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
+        {(void**)&s->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, s->n_ctx) * 4},
+        {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
+        {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
+        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
+        {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
+    };
+    for (auto& b : plan) {
+        *b.p = gpt2__malloc_aligned(b.bytes);
+        if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
+    }
+    gpt2__advise_huge_pages(s->k_cache, cache);
+    gpt2__advise_huge_pages(s->v_cache, cache);
     return GPT2_OK;
 }
 
-/* log softmax(logits)[id], in double. */
-static double gpt2__log_prob(const float* logits, int n, int32_t id) {
-    double max_logit = logits[0];
-    for (int i = 1; i < n; i++) max_logit = std::max(max_logit, (double)logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += std::exp((double)logits[i] - max_logit);
-    return (double)logits[id] - max_logit - std::log(sum);
+static gpt2_result gpt2__cpu_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
+    gpt2__cpu_session* s = gpt2__session_new<gpt2__cpu_session>(m, p);
+    if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    s->kernels = &gpt2__cpu_kernels();
+    gpt2__pool_start(&s->pool, p.n_threads ? p.n_threads : (int)std::max(1u, std::thread::hardware_concurrency()));
+    const gpt2_result res = gpt2__cpu_session_alloc(s, err);
+    if (res != GPT2_OK) {
+        gpt2__cpu_session_free(s);
+        return res;
+    }
+    *out = s;
+    return GPT2_OK;
+}
+
+static const float* gpt2__cpu_logits(gpt2_session* s) { return gpt2__cpu(s)->logits; }
+
+static gpt2_result gpt2__cpu_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error*) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    *token = gpt2__sample(s->logits, s->model->n_vocab, temperature, top_k, &s->rng_state, s->probs);
+    return GPT2_OK;
+}
+
+/* Every position of the window from the one pass: xn holds their final hidden states. */
+static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error*) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    const int V = s->model->n_vocab, C = s->model->n_embd;
+    *sum = 0.0;
+    for (size_t t = 1; t < n; t++) {
+        gpt2__head(s, s->xn + (t - 1) * C, s->probs);
+        *sum += gpt2__log_prob(s->probs, V, tokens[t]);
+    }
+    return GPT2_OK;
+}
+
+/* Copies rows [0, n) of every layer between the caches, (n_layer, n_ctx, C) each, and `packed`:
+   the keys (n_layer, n, C), then the values. */
+static void gpt2__cpu_copy_rows(const gpt2__cpu_session* s, int n, uint8_t* packed, bool to_cache) {
+    if (n == 0) return; /* packed may be NULL */
+    const size_t row = (size_t)s->model->n_embd * (s->kv_f16 ? 2 : 4), rows = (size_t)n * row, layer = (size_t)s->n_ctx * row;
+    uint8_t* caches[2] = {(uint8_t*)s->k_cache, (uint8_t*)s->v_cache};
+    for (uint8_t* cache : caches)
+        for (int l = 0; l < s->model->n_layer; l++, packed += rows) {
+            if (to_cache) std::memcpy(cache + l * layer, packed, rows);
+            else std::memcpy(packed, cache + l * layer, rows);
+        }
+}
+
+static gpt2_result gpt2__cpu_save_cache(gpt2_session* s, int n, void* rows, gpt2_error*) {
+    gpt2__cpu_copy_rows(gpt2__cpu(s), n, (uint8_t*)rows, false);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error*) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    gpt2__cpu_copy_rows(s, n, (uint8_t*)const_cast<void*>(rows), true);
+    if (logits) std::memcpy(s->logits, logits, (size_t)s->model->n_vocab * 4);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cpu_model_attach(gpt2_model*, gpt2_error*) { return GPT2_OK; } /* the CPU reads the file's weights in place */
+static void gpt2__cpu_model_release(gpt2_model*) {}
+
+static const gpt2__backend* gpt2__cpu_backend() {
+    static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
+                                        gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
+                                        gpt2__cpu_load_cache};
+    return &table;
 }
 
 /* ---- src/capi.h ---- */
@@ -3684,7 +4580,7 @@ static double gpt2__log_prob(const float* logits, int n, int32_t id) {
 #define GPT2__GUARD_END(err)                                                                       \
     }                                                                                              \
     catch (const std::bad_alloc&) { return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory"); } \
-    catch (...) { return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "unexpected internal error"); }
+    catch (...) { return gpt2__fail(err, GPT2_ERROR_INTERNAL, "internal error (an unexpected exception); please report it"); }
 #else
 #define GPT2__GUARD_BEGIN
 #define GPT2__GUARD_END(err)
@@ -3703,13 +4599,15 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_NO_VOCABULARY: return "model has no vocabulary";
     case GPT2_ERROR_BAD_TEXT: return "text cannot be encoded";
     case GPT2_ERROR_DEVICE: return "device error";
+    case GPT2_ERROR_ABORTED: return "aborted";
+    case GPT2_ERROR_INTERNAL: return "internal error";
     }
     return "unknown result";
 }
 
 GPT2_DEF gpt2_model_params gpt2_model_default_params(void) {
     gpt2_model_params p;
-    p.use_mmap = 1;
+    p.no_mmap = 0;
     p.device = GPT2_DEVICE_CPU;
     p.cuda_device_index = 0;
     p.log = nullptr;
@@ -3722,6 +4620,11 @@ GPT2_DEF gpt2_session_params gpt2_session_default_params(void) {
     p.n_threads = 0;
     p.n_ctx = 0;
     p.kv_f16 = 0;
+    p.context_policy = GPT2_CONTEXT_EXACT;
+    p.n_keep = 0;
+    p.n_discard = 0;
+    p.abort_fn = nullptr;
+    p.abort_user = nullptr;
     return p;
 }
 
@@ -3733,71 +4636,31 @@ GPT2_DEF gpt2_generate_params gpt2_generate_default_params(void) {
     p.seed = 1337;
     p.on_token = nullptr;
     p.user = nullptr;
+    p.top_p = 0.0f; /* the chain's other controls: off */
+    p.min_p = 0.0f;
+    p.repeat_penalty = 0.0f;
+    p.repeat_last_n = 0;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
+    p.logit_bias = nullptr;
+    p.n_logit_bias = 0;
+    p.on_logits = nullptr;
+    p.stop = nullptr;
+    p.n_stop = 0;
+    p.stop_at_eos = 0;
     return p;
 }
 
-/* ---- Devices ---------------------------------------------------------------------------
-   The one place where the C API hands work to a device other than the CPU. gpt2_cuda.cuh
-   defines GPT2__CUDA_BACKEND before it includes this file and defines these functions after
-   it; without it every hook below compiles away and CUDA is refused as unsupported. */
-#ifdef GPT2__CUDA_BACKEND
-static gpt2_result gpt2__cuda_model_upload(gpt2_model* m, gpt2_error* err);
-static void gpt2__cuda_model_release(gpt2_model* m);
-static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params* p, gpt2_session** out, gpt2_error* err);
-static void gpt2__cuda_session_free(gpt2_session* s);
-static gpt2_result gpt2__cuda_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err);
-static const float* gpt2__cuda_logits(gpt2_session* s);
-static gpt2_result gpt2__cuda_sample(gpt2_session* s, float temperature, int top_k, int32_t* token, gpt2_error* err);
-static gpt2_result gpt2__cuda_window_logprob(gpt2_session* s, const int32_t* tokens, size_t n, double* sum, gpt2_error* err);
-static bool gpt2__on_cuda(const gpt2_model* m) { return m->params.device == GPT2_DEVICE_CUDA; }
-#else
-static bool gpt2__on_cuda(const gpt2_model*) { return false; }
-#endif
-
 static gpt2_result gpt2__check_device(const gpt2_model_params* params, gpt2_error* err) {
-    if (!params || params->device == GPT2_DEVICE_CPU) return GPT2_OK;
-#ifdef GPT2__CUDA_BACKEND
-    if (params->device == GPT2_DEVICE_CUDA) return GPT2_OK;
-#endif
+    if (!params || gpt2__device_backend(params->device)) return GPT2_OK;
     return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "device %d is not available in this build (include gpt2_cuda.cuh for CUDA)", (int)params->device);
 }
 
-/* Loading done: give a device its copy of the weights (frees the model on failure). */
+/* Loading done: give the model's backend its copy of the weights (frees the model on failure). */
 static gpt2_result gpt2__model_attach_device(gpt2_model* m, gpt2_error* err) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(m)) {
-        gpt2_result res = gpt2__cuda_model_upload(m, err);
-        if (res != GPT2_OK) gpt2__model_destroy(m);
-        return res;
-    }
-#endif
-    (void)m;
-    return gpt2__ok(err);
-}
-
-/* Appends tokens and runs the model; on a device the logits stay there until asked for. */
-static gpt2_result gpt2__append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(s->model)) return gpt2__cuda_append(s, ids, n, err);
-#endif
-    return gpt2__session_append(s, ids, n, err);
-}
-
-static const float* gpt2__host_logits(gpt2_session* s) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(s->model)) return gpt2__cuda_logits(s);
-#endif
-    return s->logits;
-}
-
-/* The next token from the current logits; on a device only the token id comes back. */
-static gpt2_result gpt2__next_token(gpt2_session* s, const gpt2_generate_params& p, int32_t* token, gpt2_error* err) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(s->model)) return gpt2__cuda_sample(s, p.temperature, p.top_k, token, err);
-#endif
-    *token = gpt2__sample(s->logits, s->model->n_vocab, p.temperature, p.top_k, &s->rng_state, s->probs);
-    (void)err;
-    return GPT2_OK;
+    const gpt2_result res = m->backend->model_attach(m, err);
+    if (res != GPT2_OK) gpt2__model_destroy(m);
+    return res;
 }
 
 GPT2_DEF gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params, gpt2_model** out_model, gpt2_error* err) {
@@ -3808,7 +4671,8 @@ GPT2_DEF gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
     GPT2__GUARD_BEGIN
     gpt2_model* m = gpt2__model_new(params);
     if (!m) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    gpt2_result res = gpt2__file_open(path, m->params.use_mmap != 0, &m->file, err);
+    m->backend = gpt2__device_backend(m->params.device);
+    gpt2_result res = gpt2__file_open(path, m->params.no_mmap == 0, &m->file, err);
     if (res == GPT2_OK) res = gpt2__model_init(m, err);
     if (res != GPT2_OK) {
         if (err && res != GPT2_ERROR_IO && std::strncmp(err->message, path, std::strlen(path)) != 0) {
@@ -3832,6 +4696,7 @@ GPT2_DEF gpt2_result gpt2_model_load_memory(const void* data, size_t size, const
     GPT2__GUARD_BEGIN
     gpt2_model* m = gpt2__model_new(params);
     if (!m) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    m->backend = gpt2__device_backend(m->params.device);
     m->file.size = size;
     if ((uintptr_t)data % 64 == 0) {
         m->file.data = (const uint8_t*)data;
@@ -3859,9 +4724,7 @@ GPT2_DEF void gpt2_model_free(gpt2_model* model) {
     if (!model) return;
     /* Freeing a model while sessions use it leaves them dangling: caught in debug builds. */
     GPT2_ASSERT(model->n_sessions.load() == 0 && "gpt2_model_free: free every session of this model first");
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(model)) gpt2__cuda_model_release(model);
-#endif
+    model->backend->model_release(model);
     gpt2__model_destroy(model);
 }
 
@@ -3926,37 +4789,21 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
     if (p.n_threads < 0 || p.n_threads > 1024) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (all cores) to 1024", p.n_threads);
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_ctx is %d; expected 0 (the model's) to the model's context length %d", p.n_ctx, model->n_ctx);
+    const int n_ctx = p.n_ctx ? p.n_ctx : model->n_ctx;
+    if (p.context_policy != GPT2_CONTEXT_EXACT && p.context_policy != GPT2_CONTEXT_DISCARD)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "context_policy is %d; expected GPT2_CONTEXT_EXACT (0) or GPT2_CONTEXT_DISCARD (1)", (int)p.context_policy);
+    if (p.n_keep < 0 || p.n_keep >= n_ctx) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_keep is %d; expected 0 to n_ctx - 1 = %d", p.n_keep, n_ctx - 1);
+    if (p.n_discard < 0 || p.n_discard > n_ctx - p.n_keep)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_discard is %d; expected 0 (half) to n_ctx - n_keep = %d", p.n_discard, n_ctx - p.n_keep);
     GPT2__GUARD_BEGIN
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(model)) return gpt2__cuda_session_create(model, &p, out_session, err);
-#endif
-    void* memory = GPT2_MALLOC(sizeof(gpt2_session));
-    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    gpt2_session* s = new (memory) gpt2_session();
-    s->model = model;
-    model->n_sessions++;
-    s->n_ctx = p.n_ctx ? p.n_ctx : model->n_ctx;
-    s->kv_f16 = p.kv_f16 != 0;
-    s->kernels = &gpt2__cpu_kernels();
-    int n_threads = p.n_threads ? p.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    gpt2__pool_start(&s->pool, n_threads);
-    gpt2_result res = gpt2__session_alloc(s, err);
-    if (res != GPT2_OK) {
-        gpt2__session_destroy(s);
-        return res;
-    }
-    s->tokens.reserve((size_t)s->n_ctx);
-    *out_session = s;
+    GPT2__TRY(model->backend->session_create(model, p, out_session, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
     if (!session) return;
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(session->model)) return gpt2__cuda_session_free(session);
-#endif
-    gpt2__session_destroy(session);
+    session->backend->session_free(session);
 }
 
 GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
@@ -3969,19 +4816,91 @@ GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
 
 GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return s ? s->tokens.size() : 0; }
 
+GPT2_DEF const int32_t* gpt2_session_tokens(const gpt2_session* s) { return s ? s->tokens.data() : nullptr; }
+
+GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, size_t capacity, size_t* n_bytes, gpt2_error* err) {
+    if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
+    if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
+    gpt2_session* s = const_cast<gpt2_session*>(session); /* a device may copy its logits to the host */
+    const size_t size = gpt2__state_size(s);
+    if (n_bytes) *n_bytes = size;
+    if (capacity == 0) return gpt2__ok(err);
+    if (capacity < size) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buffer of %zu bytes; the state needs %zu (call with capacity 0 to ask)", capacity, size);
+    GPT2__GUARD_BEGIN
+    GPT2__TRY(gpt2__state_write(s, (uint8_t*)buf, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
+    GPT2__GUARD_BEGIN
+    gpt2__state_view v;
+    GPT2__TRY(gpt2__state_check(s, (const uint8_t*)buf, n_bytes, &v, err));
+    GPT2__TRY(gpt2__state_apply(s, v, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err) {
+    if (!dst || !src) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst or src is NULL");
+    if (dst == src) return gpt2__ok(err);
+    if (dst->model != src->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst and src are sessions of different models");
+    if (src->tokens.size() > (size_t)dst->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "src holds %zu tokens but dst's context is %d", src->tokens.size(), dst->n_ctx);
+    GPT2__GUARD_BEGIN
+    gpt2__vector<uint8_t> state(gpt2__state_size(src));
+    GPT2__TRY(gpt2__state_write(const_cast<gpt2_session*>(src), state.data(), err));
+    gpt2__state_view v;
+    GPT2__TRY(gpt2__state_check(dst, state.data(), state.size(), &v, err));
+    GPT2__TRY(gpt2__state_apply(dst, v, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (n_tokens > s->tokens.size())
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
+    if (n_tokens == 0) {
+        gpt2_session_reset(s);
+        return gpt2__ok(err);
+    }
+    if (n_tokens == s->tokens.size() && s->has_logits) return gpt2__ok(err);
+    GPT2__GUARD_BEGIN
+    /* the last token kept is run again for its logits (its cache row is rewritten, the same) */
+    s->tokens.resize(n_tokens);
+    s->n_cached = std::min(s->n_cached, (int)n_tokens - 1);
+    s->stream = gpt2__utf8_stream();
+    int (*abort_fn)(void*) = s->abort_fn;
+    s->abort_fn = nullptr; /* a rewind is short and is not to be left half-done */
+    const gpt2_result res = s->backend->run(s, err);
+    s->abort_fn = abort_fn;
+    if (res != GPT2_OK) {
+        gpt2_session_reset(s);
+        return res;
+    }
+    s->n_cached = (int)n_tokens;
+    s->has_logits = true;
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
 GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, size_t n, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
     GPT2__GUARD_BEGIN
-    GPT2__TRY(gpt2__append(s, tokens, n, err));
+    GPT2__TRY(gpt2__session_append(s, tokens, n, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
-    /* const for the caller; a device session may copy its logits into its host buffer here */
-    return s && s->has_logits ? gpt2__host_logits(const_cast<gpt2_session*>(s)) : nullptr;
+    /* const for the caller; a device session may copy its logits into host memory here */
+    return s && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
 }
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
@@ -3990,23 +4909,15 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
     GPT2__GUARD_BEGIN
     gpt2_session_reset(s);
-    const int V = s->model->n_vocab, C = s->model->n_embd;
     const size_t first = std::min(n, (size_t)s->n_ctx);
-    GPT2__TRY(gpt2__append(s, tokens, first, err));
+    GPT2__TRY(gpt2__session_append(s, tokens, first, err));
     double sum = 0.0;
-    if (gpt2__on_cuda(s->model)) {
-#ifdef GPT2__CUDA_BACKEND
-        GPT2__TRY(gpt2__cuda_window_logprob(s, tokens, first, &sum, err));
-#endif
-    } else {
-        for (size_t t = 1; t < first; t++) { /* every position of the first window, from one pass */
-            gpt2__head(s, s->xn + (t - 1) * C, s->probs);
-            sum += gpt2__log_prob(s->probs, V, tokens[t]);
-        }
-    }
+    GPT2__TRY(s->backend->window_logprob(s, tokens, first, &sum, err)); /* every position of the first window, from one pass */
     for (size_t t = first; t < n; t++) { /* past n_ctx: nanoGPT's sliding window, one step each */
-        sum += gpt2__log_prob(gpt2__host_logits(s), V, tokens[t]);
-        if (t + 1 < n) GPT2__TRY(gpt2__append(s, tokens + t, 1, err));
+        const float* logits = s->backend->logits(s);
+        if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+        sum += gpt2__log_prob(logits, s->model->n_vocab, tokens[t]);
+        if (t + 1 < n) GPT2__TRY(gpt2__session_append(s, tokens + t, 1, err));
     }
     gpt2_session_reset(s);
     *out_logprob_sum = sum;
@@ -4026,13 +4937,113 @@ GPT2_DEF gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 
 enum { GPT2__MAX_NEW_TOKENS = 1 << 24 };
 
-/* Hands one token (and its complete UTF-8 text) to the callback; true when it asks to stop. */
-static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token) {
-    if (!p.on_token) return false;
-    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE) return p.on_token(p.user, token, nullptr, 0) != 0;
-    s->text.clear();
-    gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&s->model->tokenizer, token), &s->text);
-    return p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+static gpt2_result gpt2__check_stops(const gpt2_generate_params& p, const gpt2_model* m, gpt2_error* err) {
+    if (!p.stop && p.n_stop) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stop is NULL but n_stop is %zu", p.n_stop);
+    for (size_t i = 0; i < p.n_stop; i++)
+        if (!p.stop[i] || !*p.stop[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stop[%zu] is %s; expected a string of at least one byte", i, p.stop[i] ? "empty" : "NULL");
+    if (p.n_stop && m->tokenizer.kind == GPT2_TOKENIZER_NONE)
+        return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "stop strings need a vocabulary and this model has none: watch the token ids in on_token instead");
+    return GPT2_OK;
+}
+
+/* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
+static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
+    size_t first = std::string_view::npos;
+    for (size_t i = 0; i < p.n_stop; i++) first = std::min(first, text.find(p.stop[i]));
+    return first;
+}
+
+/* Length of the longest end of `text` that is the beginning of a stop string: the text a later
+   token may still complete into one. */
+static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params& p) {
+    size_t longest = 0;
+    for (size_t i = 0; i < p.n_stop; i++) {
+        const std::string_view stop = p.stop[i];
+        for (size_t len = std::min(text.size(), stop.size() - 1); len > longest; len--)
+            if (text.substr(text.size() - len) == stop.substr(0, len)) {
+                longest = len;
+                break;
+            }
+    }
+    return longest;
+}
+
+/* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
+   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
+   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
+   the end-of-text token with stop_at_eos (its text is not delivered). */
+static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
+    const gpt2__tokenizer& tok = s->model->tokenizer;
+    const bool at_eos = p.stop_at_eos && token == tok.eos;
+    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
+    size_t release = 0;
+    if (!at_eos) {
+        gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
+        release = gpt2__find_stop(*held, p);
+        *at_stop = release != std::string_view::npos;
+        if (!*at_stop) release = held->size() - gpt2__stop_tail(*held, p);
+    }
+    s->text.assign(held->data(), release);
+    held->erase(0, release);
+    if (*at_stop) {
+        held->clear();
+        s->stream = gpt2__utf8_stream();
+    }
+    const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+    return caller_stops || at_eos || *at_stop;
+}
+
+/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
+   session's RNG. */
+struct gpt2__chain_buffers {
+    gpt2__vector<float> logits, scratch;
+    gpt2__vector<int> counts;
+};
+
+static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
+    const int V = s->model->n_vocab;
+    const float* logits = s->backend->logits(s);
+    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+    std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
+    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
+    *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
+    return GPT2_OK;
+}
+
+/* gpt2_generate after its checks. */
+static gpt2_result gpt2__generate(gpt2_session* s, const gpt2_generate_params& p, const int32_t* prompt, size_t n_prompt, int32_t* out_tokens, size_t capacity,
+                                  size_t* n_generated, gpt2_error* err) {
+    if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
+    s->rng_state = p.seed;
+    const gpt2_model* m = s->model;
+    const bool chain = gpt2__chain_on(p); /* off: the backend samples as nanoGPT does, on its device */
+    gpt2__chain_buffers buffers;
+    if (chain) {
+        buffers.logits.resize((size_t)m->n_vocab);
+        buffers.scratch.resize((size_t)m->n_vocab);
+        buffers.counts.assign((size_t)m->n_vocab, 0);
+    }
+    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
+    bool at_stop = false;
+    for (int i = 0; i < p.max_new_tokens; i++) {
+        int32_t token;
+        if (chain) GPT2__TRY(gpt2__sample_chain(s, p, &buffers, &token, err));
+        else GPT2__TRY(s->backend->sample(s, p.temperature, p.top_k, &token, err));
+        if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
+        if (n_generated) *n_generated = (size_t)i + 1;
+        const bool stop = gpt2__deliver(s, p, token, &held, &at_stop);
+        GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
+        if (stop) break;
+    }
+    if (m->tokenizer.kind != GPT2_TOKENIZER_NONE && !at_stop) { /* what is still held: bytes that never formed a character, text that did not become a stop string */
+        gpt2__utf8_stream_flush(&s->stream, &held);
+        held.resize(std::min(held.size(), gpt2__find_stop(held, p))); /* a stop string that is not UTF-8 text */
+        if (p.on_token && !held.empty()) {
+            s->text.assign(held);
+            p.on_token(p.user, -1, s->text.c_str(), s->text.size());
+        }
+    }
+    return gpt2__ok(err);
 }
 
 GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
@@ -4040,31 +5051,23 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (n_generated) *n_generated = 0;
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
-    const gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
+    gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
-    if (p.max_new_tokens <= 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 1 to %d", p.max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
+    GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
+    GPT2__TRY(gpt2__check_stops(p, s->model, err));
+    if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
+                          gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
+    if (p.max_new_tokens == 0) p.max_new_tokens = gpt2_generate_default_params().max_new_tokens;
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
-    if (n_prompt) GPT2__TRY(gpt2__append(s, prompt, n_prompt, err));
-    s->rng_state = p.seed;
-    const gpt2_model* m = s->model;
-    for (int i = 0; i < p.max_new_tokens; i++) {
-        int32_t token;
-        GPT2__TRY(gpt2__next_token(s, p, &token, err));
-        if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
-        if (n_generated) *n_generated = (size_t)i + 1;
-        const bool stop = gpt2__deliver(s, p, token);
-        GPT2__TRY(gpt2__append(s, &token, 1, err)); /* the token joins the context either way */
-        if (stop) break;
-    }
-    if (p.on_token && m->tokenizer.kind != GPT2_TOKENIZER_NONE) { /* bytes that never completed a character */
-        s->text.clear();
-        gpt2__utf8_stream_flush(&s->stream, &s->text);
-        if (!s->text.empty()) p.on_token(p.user, -1, s->text.c_str(), s->text.size());
-    }
-    return gpt2__ok(err);
+    gpt2__checkpoint before; /* to undo the call when abort_fn stops it */
+    if (s->abort_fn) GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
+    const gpt2_result res = gpt2__generate(s, p, prompt, n_prompt, out_tokens, capacity, n_generated, err);
+    if (res != GPT2_ERROR_ABORTED) return res;
+    if (n_generated) *n_generated = 0;
+    return gpt2__checkpoint_restore(s, &before, err);
     GPT2__GUARD_END(err)
 }
 

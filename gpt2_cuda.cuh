@@ -31,6 +31,13 @@
               already running, so there it returns the logits after the token just delivered.
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
+
+   ENVIRONMENT (read when a model loads; for measuring, not for users)
+     GPT2_CUDA_DECODE=persistent  decode each token with one cooperative kernel instead of the
+                                  graph of one-token kernels (the default, "graph"). Not yet run
+                                  on a GPU: see bench/cuda_results.md.
+     GPT2_CUDA_PDL=0              no programmatic dependent launch between the one-token kernels
+                                  (on by default on sm_90 and newer; measured no different).
 */
 #ifndef GPT2_CUDA_CUH
 #define GPT2_CUDA_CUH
@@ -1040,7 +1047,7 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__cuda_model_upload(gpt2_model* m, gpt2_error* err) {
+static gpt2_result gpt2__cuda_model_attach(gpt2_model* m, gpt2_error* err) {
     void* memory = GPT2_MALLOC(sizeof(gpt2__cuda_model));
     if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     gpt2__cuda_model* dm = new (memory) gpt2__cuda_model();
@@ -1087,6 +1094,8 @@ struct gpt2__cuda_session : gpt2_session {
     bool logits_on_host = false;
     bool pending = false; /* the sampled token's forward pass is already queued */
     int32_t pending_token = 0;
+    int pending_pos = 0;  /* the position that pass computes */
+    float* logits = nullptr; /* (V) host copy of logits_d */
 };
 
 static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
@@ -1103,9 +1112,7 @@ static void gpt2__cuda_session_destroy(gpt2__cuda_session* s) {
     if (s->token_h) cudaFreeHost(s->token_h);
     cudaGetLastError();
     GPT2_FREE(s->logits);
-    if (s->model) s->model->n_sessions--;
-    s->~gpt2__cuda_session();
-    GPT2_FREE(s);
+    gpt2__session_delete(s);
 }
 
 static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* err) {
@@ -1152,23 +1159,18 @@ static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* e
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params* p, gpt2_session** out, gpt2_error* err) {
-    void* memory = GPT2_MALLOC(sizeof(gpt2__cuda_session));
-    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    gpt2__cuda_session* s = new (memory) gpt2__cuda_session();
-    s->model = m;
-    m->n_sessions++;
+static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__session_new<gpt2__cuda_session>(m, p);
+    if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     s->dm = gpt2__cuda_model_of(m);
-    s->n_ctx = p->n_ctx ? p->n_ctx : m->n_ctx;
     s->kv_f16 = true; /* the GPU's KV cache is always 16-bit */
     gpt2_result res = gpt2__cuda_session_alloc(s, err);
     if (res != GPT2_OK) {
         gpt2__cuda_session_destroy(s);
         return res;
     }
-    s->tokens.reserve((size_t)s->n_ctx);
     *out = s;
-    return gpt2__ok(err);
+    return GPT2_OK;
 }
 
 static void gpt2__cuda_session_free(gpt2_session* s) { gpt2__cuda_session_destroy(gpt2__cuda(s)); }
@@ -1370,45 +1372,23 @@ static gpt2_result gpt2__cuda_run(gpt2__cuda_session* s, gpt2_error* err) {
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__cuda_append(gpt2_session* session, const int32_t* ids, size_t n, gpt2_error* err) {
+/* The backend's run: the shared part appended the tokens; n_cached says where they start. */
+static gpt2_result gpt2__cuda_run_session(gpt2_session* session, gpt2_error* err) {
     gpt2__cuda_session* s = gpt2__cuda(session);
-    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
-    if (n == 0) return GPT2_OK;
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
     cudaGetLastError();
+    if (gpt2__abort_requested(s)) { /* one pass is one graph or one prompt: polled before it */
+        s->pending = false;
+        return gpt2__aborted(err);
+    }
+    s->logits_on_host = false;
     if (s->pending) { /* gpt2__cuda_sample already queued this token's pass */
         s->pending = false;
-        if (n == 1 && ids[0] == s->pending_token && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx) {
-            s->tokens.push_back(ids[0]);
-            s->n_cached++;
-            s->has_logits = true;
-            s->logits_on_host = false;
-            return GPT2_OK;
-        }
+        if (s->tokens.size() == (size_t)s->n_cached + 1 && s->n_cached == s->pending_pos && s->tokens.back() == s->pending_token) return GPT2_OK;
     }
-    const size_t total = s->tokens.size() + n;
-    if (total > (size_t)s->n_ctx) { /* keep the last n_ctx tokens and recompute them, as nanoGPT crops */
-        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)(total - (size_t)s->n_ctx));
-        s->n_cached = 0;
-    }
-    s->tokens.insert(s->tokens.end(), ids, ids + n);
-    gpt2_result res = gpt2__cuda_run(s, err);
-    if (res == GPT2_OK) {
-        cudaError_t e = cudaStreamSynchronize(s->stream);
-        if (e != cudaSuccess) res = gpt2__cuda_fail(err, e, "the forward pass");
-    }
-    if (res != GPT2_OK) { /* the cache may hold a partial pass: start over next time */
-        s->tokens.clear();
-        s->n_cached = 0;
-        s->has_logits = false;
-        return res;
-    }
-    s->n_cached = (int)s->tokens.size();
-    s->has_logits = true;
-    s->logits_on_host = false;
-    return GPT2_OK;
+    GPT2__TRY(gpt2__cuda_run(s, err));
+    const cudaError_t e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the forward pass");
 }
 
 static const float* gpt2__cuda_logits(gpt2_session* session) {
@@ -1442,6 +1422,7 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
     s->pending = extend;
     s->pending_token = *token;
+    s->pending_pos = s->n_cached;
     return GPT2_OK;
 }
 
@@ -1470,6 +1451,45 @@ static gpt2_result gpt2__cuda_window_logprob(gpt2_session* session, const int32_
     s->logits_on_host = false;
     return GPT2_OK;
 }
+
+/* Rows [0, n) of every layer's 16-bit caches to or from `packed` host memory: the keys
+   (n_layer, n, C), then the values. */
+static gpt2_result gpt2__cuda_copy_rows(gpt2__cuda_session* s, int n, uint8_t* packed, bool to_device, gpt2_error* err) {
+    const size_t row = (size_t)s->model->n_embd * 2, rows = (size_t)n * row, layer = (size_t)s->n_ctx * row, L = (size_t)s->model->n_layer;
+    void* caches[2] = {s->k_cache, s->v_cache};
+    for (void* cache : caches) {
+        if (to_device) GPT2__CUDA_TRY(cudaMemcpy2DAsync(cache, layer, packed, rows, rows, L, cudaMemcpyHostToDevice, s->stream));
+        else GPT2__CUDA_TRY(cudaMemcpy2DAsync(packed, rows, cache, layer, rows, L, cudaMemcpyDeviceToHost, s->stream));
+        packed += L * rows;
+    }
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_save_cache(gpt2_session* session, int n, void* rows, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    if (n) GPT2__TRY(gpt2__cuda_copy_rows(s, n, (uint8_t*)rows, false, err));
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    s->pending = false;
+    if (n) GPT2__TRY(gpt2__cuda_copy_rows(s, n, (uint8_t*)const_cast<void*>(rows), true, err));
+    if (logits) {
+        GPT2__CUDA_TRY(cudaMemcpyAsync(s->logits_d, logits, (size_t)s->model->n_vocab * 4, cudaMemcpyHostToDevice, s->stream));
+        s->logits_on_host = false;
+    }
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    return GPT2_OK;
+}
+
+static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach, gpt2__cuda_model_release, gpt2__cuda_session_create, gpt2__cuda_session_free,
+                                                 gpt2__cuda_run_session, gpt2__cuda_logits, gpt2__cuda_sample, gpt2__cuda_window_logprob,
+                                                 gpt2__cuda_save_cache, gpt2__cuda_load_cache};
+[[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2_IMPLEMENTATION (CUDA) */
 #endif /* GPT2_CUDA_CUH */

@@ -200,31 +200,13 @@ struct Rng {
 
 // A whole GGUF file in memory (64-byte aligned, as gpt2_model_load_memory uses it in place).
 static PageBuffer build_random_model(const Shape& sh, uint32_t type, size_t* size) {
+    const GgufGpt2Shape s{(uint64_t)sh.n_layer, (uint64_t)sh.n_embd, (uint64_t)sh.n_head, (uint64_t)sh.n_ctx, (uint64_t)sh.n_vocab};
     GgufWriter w;
-    w.kv_string("general.architecture", "gpt2");
-    w.kv_string("general.name", std::string("random-") + sh.name);
-    w.kv_u32("gpt2.context_length", (uint32_t)sh.n_ctx);
-    w.kv_u32("gpt2.embedding_length", (uint32_t)sh.n_embd);
-    w.kv_u32("gpt2.block_count", (uint32_t)sh.n_layer);
-    w.kv_u32("gpt2.attention.head_count", (uint32_t)sh.n_head);
-    w.kv_u32("gpt2.feed_forward_length", (uint32_t)(4 * sh.n_embd));
-    w.kv_f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
-    w.kv_string("gpt2h.gelu", "tanh");
-    const uint64_t C = (uint64_t)sh.n_embd, F = 4 * C;
-    auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) { uint64_t ne[2] = {cols, rows}; w.tensor(name, 2, ne, type); };
-    auto vector = [&](const std::string& name, uint64_t n) { w.tensor(name, 1, &n, GPT2_TYPE_F32); };
-    matrix("token_embd.weight", (uint64_t)sh.n_vocab, C);
-    matrix("position_embd.weight", (uint64_t)sh.n_ctx, C);
-    for (int l = 0; l < sh.n_layer; l++) {
-        const std::string p = "blk." + std::to_string(l) + ".";
-        vector(p + "attn_norm.weight", C); vector(p + "attn_norm.bias", C);
-        matrix(p + "attn_qkv.weight", 3 * C, C); vector(p + "attn_qkv.bias", 3 * C);
-        matrix(p + "attn_output.weight", C, C); vector(p + "attn_output.bias", C);
-        vector(p + "ffn_norm.weight", C); vector(p + "ffn_norm.bias", C);
-        matrix(p + "ffn_up.weight", F, C); vector(p + "ffn_up.bias", F);
-        matrix(p + "ffn_down.weight", C, F); vector(p + "ffn_down.bias", C);
+    gguf_set_gpt2_keys(w, std::string("random-") + sh.name, s, "tanh");
+    for (const GgufTensorShape& t : gguf_gpt2_tensors(s)) {
+        const uint32_t t_type = t.ne.size() == 2 ? type : (uint32_t)GPT2_TYPE_F32; // matrices in `type`, vectors f32
+        w.add_tensor(t.name, t.ne, t_type, gguf_tensor_bytes(t_type, t.ne));
     }
-    vector("output_norm.weight", C); vector("output_norm.bias", C);
     const uint64_t total = (w.layout() + 63) / 64 * 64;
     PageBuffer page = alloc_pages(total);
     uint8_t* buf = page.data;
@@ -238,8 +220,9 @@ static PageBuffer build_random_model(const Shape& sh, uint32_t type, size_t* siz
         uint8_t* dst = w.tensor_data(buf, i);
         const bool is_norm_weight = t.name.find("norm.weight") != std::string::npos;
         row.resize(t.ne[0]);
-        const size_t row_bytes = (size_t)(t.n_bytes / (t.n_dims == 2 ? t.ne[1] : 1));
-        for (uint64_t r = 0; r < (t.n_dims == 2 ? t.ne[1] : 1); r++) {
+        const uint64_t rows = gguf_elements(t.ne) / t.ne[0];
+        const size_t row_bytes = (size_t)(t.n_bytes / rows);
+        for (uint64_t r = 0; r < rows; r++) {
             for (float& v : row) v = is_norm_weight ? 1.0f : 0.04f * rng.uniform();
             gguf_quantize_row(t.type, row.data(), dst + r * row_bytes, (int64_t)t.ne[0]);
         }
@@ -392,12 +375,13 @@ int main(int argc, char** argv) {
     sp.kv_f16 = kv_f16;
     gpt2_session* session = nullptr;
     if (gpt2_session_create(model, &sp, &session, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+    gpt2__cpu_session* cpu = gpt2__cpu(session);
     if (kernels_name && *kernels_name) {
         const gpt2__kernels* k = gpt2__kernels_by_name(kernels_name);
         if (!k) { std::fprintf(stderr, "gpt2-bench: kernels '%s' are not available on this CPU/build\n", kernels_name); return 2; }
-        session->kernels = k;
+        cpu->kernels = k;
     }
-    const char* kernels = session->kernels->name;
+    const char* kernels = cpu->kernels->name;
 
     // What one decoded token reads: every matrix once (the head only its n_vocab rows).
     const gpt2_model* m = model;
@@ -440,11 +424,11 @@ int main(int argc, char** argv) {
         prefill_s.push_back(prefill);
         decode_s.push_back(decode);
         decode_cpu_s.push_back(decode_cpu);
-        for (int pass = 0; pass < 3; pass++) bandwidth_gb_s.push_back(bandwidth_pass(&session->pool, (const float*)bandwidth_buffer.data, bandwidth_floats));
+        for (int pass = 0; pass < 3; pass++) bandwidth_gb_s.push_back(bandwidth_pass(&cpu->pool, (const float*)bandwidth_buffer.data, bandwidth_floats));
     }
     free_pages(bandwidth_buffer);
     const double bandwidth = median(bandwidth_gb_s);
-    const double fma_gflops = measure_fma_peak(&session->pool, kernels);
+    const double fma_gflops = measure_fma_peak(&cpu->pool, kernels);
 
     const double prefill_tok_s = prompt / median(prefill_s);
     const double decode_ms = 1e3 * median(decode_s);

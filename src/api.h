@@ -43,7 +43,12 @@
      n_ctx         the longest context the model was trained for (nanoGPT's block_size). When a
                    sequence grows past n_ctx, the session keeps its last n_ctx tokens and
                    recomputes them (exactly nanoGPT's generate()); each such step costs a prompt
-                   pass over n_ctx tokens instead of one token.
+                   pass over n_ctx tokens instead of one token. For long chats,
+                   GPT2_CONTEXT_DISCARD drops many old tokens at once instead (see
+                   gpt2_session_params), so most steps cost one token.
+     state         gpt2_session_save / _load / _copy / _truncate: a conversation as bytes (for
+                   a save game), forked (one evaluated preamble shared by many characters) or
+                   rewound (undo the last answer), continuing exactly as if never interrupted.
 
    THREADS
      A model is read-only once loaded: any thread may use it. A session is used by one thread at
@@ -57,7 +62,30 @@
      draw. Defaults: temperature 0.8, top_k 200, seed 1337. The RNG restarts from `seed` at each
      call, so the same context and parameters give the same tokens on every platform.
      Generation runs for max_new_tokens (it does not stop at <|endoftext|>, like nanoGPT) unless
-     on_token returns nonzero; the tokens made so far stay in the context.
+     on_token returns nonzero, the text reaches one of the `stop` strings, or (stop_at_eos) the
+     model emits its end-of-text token. The tokens made so far stay in the context, a stop
+     string's and the end-of-text token too (gpt2_session_truncate removes them).
+     More controls, each off when zero, form one chain, applied in this order:
+         logit_bias, penalties (repeat, frequency, presence), on_logits, top_k, top_p, min_p,
+         temperature, draw
+     That is llama.cpp's default chain (which users know) without its DRY, typical and XTC
+     steps. With every added control off the tokens are exactly nanoGPT's, as before. Where
+     ours differs, and why:
+       - top_k keeps every token tied with the k-th (nanoGPT's rule), and top_p every token
+         tied with the last one it needs; llama.cpp cuts ties by sort order, which is not
+         reproducible across platforms.
+       - the penalties look at the last repeat_last_n tokens of the session's context, the
+         prompt included (the session knows its context; llama.cpp counts what its sampler saw).
+       - on_logits is a hook of ours, for rules the chain lacks.
+       - off by default: nanoGPT's defaults stay (llama.cpp turns top_p 0.95, min_p 0.05 on).
+       - the RNG is ours (SplitMix64), so a seed gives other tokens than in llama.cpp.
+
+   PARAMETERS
+     Each *_params struct is filled by its *_default_params() function; a struct set to zero
+     (`gpt2_model_params p = {0};`) is valid too and means the same for every field but the
+     sampling ones: zero temperature is greedy decoding, zero top_k keeps every token and zero
+     seed is seed 0 (the defaults are nanoGPT's 0.8, 200 and 1337). New fields are added so that
+     zero keeps today's behaviour.
 
    ERRORS
      Every function that can fail returns a gpt2_result and, when `err` is not NULL, fills it
@@ -76,6 +104,8 @@
      GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon") when the
                              CPU has it; by default the best one is picked at run time (cpuid)
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
+     GPT2_REFERENCE_FORWARD  compile gpt2__forward_reference, the plain forward pass the tests
+                             compare every kernel set with (not for programs)
 */
 #ifndef GPT2_H
 #define GPT2_H
@@ -108,7 +138,9 @@ typedef enum gpt2_result {
     GPT2_ERROR_CONTEXT_FULL,     /* more tokens than the session's context holds */
     GPT2_ERROR_NO_VOCABULARY,    /* text was given to a model that has no tokenizer */
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
-    GPT2_ERROR_DEVICE            /* the GPU or its driver failed */
+    GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
+    GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
+    GPT2_ERROR_INTERNAL          /* a bug in gpt2.h (an unexpected internal exception): please report it */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -142,7 +174,7 @@ typedef enum gpt2_tokenizer_kind {
 typedef struct gpt2_model gpt2_model;
 
 typedef struct gpt2_model_params {
-    int use_mmap;          /* 1: map the file (weights are not copied); 0: read it into memory */
+    int no_mmap;           /* 1: read the file into memory; 0 (default): map it (weights are not copied) */
     gpt2_device device;    /* where sessions of this model run */
     int cuda_device_index; /* with GPT2_DEVICE_CUDA */
     gpt2_log_fn log;       /* silent when NULL */
@@ -192,6 +224,8 @@ GPT2_API gpt2_result gpt2_detokenize(const gpt2_model* model, const int32_t* tok
 /* ---- Session -------------------------------------------------------------------------- */
 typedef struct gpt2_session gpt2_session;
 
+typedef enum gpt2_context_policy { GPT2_CONTEXT_EXACT = 0, GPT2_CONTEXT_DISCARD = 1 } gpt2_context_policy;
+
 typedef struct gpt2_session_params {
     int n_threads;  /* worker threads for this session, including the caller; 0 = all cores */
     int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's.
@@ -199,6 +233,18 @@ typedef struct gpt2_session_params {
                        (faster to stream) and is resident from the first token: ask for less
                        when contexts stay short. */
     int kv_f16;     /* store the KV cache in 16-bit floats (half the memory) */
+    /* What happens when the context is full (see CONCEPTS): GPT2_CONTEXT_EXACT keeps the last
+       n_ctx tokens and recomputes them for every new token, exactly as nanoGPT; with
+       GPT2_CONTEXT_DISCARD the first n_keep tokens (a persona, a preamble) always stay and the
+       n_discard oldest of the others go at once, so only one pass in n_discard recomputes. */
+    gpt2_context_policy context_policy;
+    int n_keep;     /* with GPT2_CONTEXT_DISCARD: tokens at the start that never go; < n_ctx */
+    int n_discard;  /* with GPT2_CONTEXT_DISCARD: tokens dropped at once; 0 = half of those not kept */
+    /* Polled between layers of every pass: returning nonzero ends gpt2_session_eval or
+       gpt2_generate with GPT2_ERROR_ABORTED and leaves the session as it was before the call
+       (a player left: stop the long prompt). Called on the calling thread; NULL = never. */
+    int (*abort_fn)(void* user);
+    void* abort_user;
 } gpt2_session_params;
 
 GPT2_API gpt2_session_params gpt2_session_default_params(void);
@@ -210,6 +256,27 @@ GPT2_API void gpt2_session_free(gpt2_session* session);
 GPT2_API void gpt2_session_reset(gpt2_session* session);
 /* Tokens in the session's context (after cropping to n_ctx). */
 GPT2_API size_t gpt2_session_n_tokens(const gpt2_session* session);
+/* The gpt2_session_n_tokens() ids in context, oldest first; valid until the session changes. */
+GPT2_API const int32_t* gpt2_session_tokens(const gpt2_session* session);
+
+/* The session's state as bytes: tokens, the KV cache rows in use (in the session's cache type),
+   the logits, the RNG and the UTF-8 stream, with the model's fingerprint, a version and
+   checksums. With capacity 0 (buf may be NULL), *n_bytes receives the size needed; otherwise
+   buf must hold that many. The first save of a model reads all its weights once (the
+   fingerprint). The bytes are for this library's version and this model only. */
+GPT2_API gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, size_t capacity, size_t* n_bytes,
+                                       gpt2_error* err);
+/* Makes the session continue exactly where the saved one was. Every check comes first - a
+   truncated or damaged buffer, another version, another model, more tokens than this session's
+   n_ctx - and a failed load leaves the session as it was. A state saved with the other KV cache
+   type is converted (f16 to f32 exactly; f32 to f16 rounds as an f16 cache would). */
+GPT2_API gpt2_result gpt2_session_load(gpt2_session* session, const void* buf, size_t n_bytes, gpt2_error* err);
+/* Makes dst a copy of src (a fork: the same context, logits and RNG), as save + load. Both
+   sessions belong to one model; dst's n_ctx must hold src's tokens. */
+GPT2_API gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err);
+/* Keeps the first n_tokens of the context (rewind: undo the last answer); the logits become the
+   prediction after the last one kept (one token is recomputed). n_tokens 0 resets. */
+GPT2_API gpt2_result gpt2_session_truncate(gpt2_session* session, size_t n_tokens, gpt2_error* err);
 
 /* Appends tokens to the context and runs the model over them (all new tokens in one pass).
    Afterwards gpt2_session_logits() holds the prediction after the last token. When the context
@@ -226,27 +293,65 @@ GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, si
                                 double* out_logprob_sum, gpt2_error* err);
 
 /* ---- Generation ----------------------------------------------------------------------- */
-/* Called once per new token. `text` is that token's decoded text (NULL and 0 for a model without
-   vocabulary); it never ends inside a UTF-8 character: incomplete bytes are held until they are
-   complete; if generation ends with bytes that never formed a character, they come in one last
-   call with token -1. Return nonzero to stop. */
+/* Called once per new token, in order, with the text that token releases (NULL and 0 for a model
+   without vocabulary). Text is released as soon as it is certain: never ending inside a UTF-8
+   character (incomplete bytes wait for the rest), and never part of a stop string (text that
+   could still be the start of one waits until a later token shows it is not - then it comes
+   with that later token - or completes the stop string - then it is never delivered, nor
+   anything after it). So `text` may be empty, or carry text of earlier tokens. When generation
+   ends, what is still held (bytes that never formed a character, text that did not become a
+   stop string) comes in one last call with token -1. All the `text` together is the generated
+   text up to the first stop string, without the end-of-text token's text when stop_at_eos
+   ended generation. Return nonzero to stop. */
 typedef int (*gpt2_token_fn)(void* user, int32_t token, const char* text, size_t text_len);
 
+typedef struct gpt2_logit_bias {
+    int32_t token;
+    float bias; /* added to the token's logit; -INFINITY bans the token */
+} gpt2_logit_bias;
+
+/* Custom rules: gets the n_vocab logits after logit_bias and the penalties, before top_k, and
+   edits them in place (a copy: gpt2_session_logits is unchanged); -INFINITY removes a token.
+   At least one token must stay finite, and none may become NaN or +INFINITY. */
+typedef void (*gpt2_logits_fn)(void* user, float* logits, int n_vocab);
+
 typedef struct gpt2_generate_params {
-    int max_new_tokens;  /* default 256 */
+    int max_new_tokens;  /* 0 = the default, 256 */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
     uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
     gpt2_token_fn on_token;
-    void* user;
+    void* user;          /* passed to on_token and on_logits */
+    /* The chain's other controls (see GENERATION at the top); zero = off. */
+    float top_p;         /* keep the fewest most likely tokens whose probabilities (at temperature 1,
+                            after top_k) add up to top_p; 0 or 1 = off */
+    float min_p;         /* drop tokens less than min_p times as likely as the most likely (at
+                            temperature 1); 0 = off */
+    float repeat_penalty;    /* for each token in the window: a logit > 0 is divided by it, others are
+                                multiplied (llama.cpp's rule); > 1 discourages repeats; 0 or 1 = off */
+    int repeat_last_n;       /* the window of the three penalties: the last N tokens of the context,
+                                the prompt included; 0 = 64 (llama.cpp's), -1 = the whole context */
+    float presence_penalty;  /* subtracted from the logit of each token in the window, once
+                                (negative: encourages repeats) */
+    float frequency_penalty; /* subtracted from a token's logit once per time it is in the window */
+    const gpt2_logit_bias* logit_bias; /* n_logit_bias biases; a token listed twice gets both */
+    size_t n_logit_bias;
+    gpt2_logits_fn on_logits;
+    const char* const* stop; /* n_stop non-empty UTF-8 strings (needs a vocabulary): generation ends
+                                at the token after which the generated text contains one; from
+                                the one that starts first on, nothing is delivered (gpt2_token_fn) */
+    size_t n_stop;
+    int stop_at_eos;         /* 1: end at the end-of-text token (gpt2_model_info.eos_token; never, for
+                                a model without one) */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);
 
 /* Appends `prompt` to the session's context, then samples up to max_new_tokens tokens, nanoGPT's
-   way: logits / temperature, keep the top_k, softmax, draw one. The new tokens stay in the
-   context, so a further call continues the conversation. out_tokens (may be NULL) receives up
-   to `capacity` new ids; *n_generated (may be NULL) how many were generated. */
+   way: logits / temperature, keep the top_k, softmax, draw one (with the chain of GENERATION
+   when more controls are on). The new tokens stay in the context, so a further call continues
+   the conversation. out_tokens (may be NULL) receives up to `capacity` new ids; *n_generated
+   (may be NULL) how many were generated, the token that completed a stop string included. */
 GPT2_API gpt2_result gpt2_generate(gpt2_session* session, const int32_t* prompt, size_t n_prompt,
                                    const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
                                    size_t* n_generated, gpt2_error* err);

@@ -7,7 +7,7 @@
 #define GPT2__GUARD_END(err)                                                                       \
     }                                                                                              \
     catch (const std::bad_alloc&) { return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory"); } \
-    catch (...) { return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "unexpected internal error"); }
+    catch (...) { return gpt2__fail(err, GPT2_ERROR_INTERNAL, "internal error (an unexpected exception); please report it"); }
 #else
 #define GPT2__GUARD_BEGIN
 #define GPT2__GUARD_END(err)
@@ -26,13 +26,15 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_NO_VOCABULARY: return "model has no vocabulary";
     case GPT2_ERROR_BAD_TEXT: return "text cannot be encoded";
     case GPT2_ERROR_DEVICE: return "device error";
+    case GPT2_ERROR_ABORTED: return "aborted";
+    case GPT2_ERROR_INTERNAL: return "internal error";
     }
     return "unknown result";
 }
 
 GPT2_DEF gpt2_model_params gpt2_model_default_params(void) {
     gpt2_model_params p;
-    p.use_mmap = 1;
+    p.no_mmap = 0;
     p.device = GPT2_DEVICE_CPU;
     p.cuda_device_index = 0;
     p.log = nullptr;
@@ -45,6 +47,11 @@ GPT2_DEF gpt2_session_params gpt2_session_default_params(void) {
     p.n_threads = 0;
     p.n_ctx = 0;
     p.kv_f16 = 0;
+    p.context_policy = GPT2_CONTEXT_EXACT;
+    p.n_keep = 0;
+    p.n_discard = 0;
+    p.abort_fn = nullptr;
+    p.abort_user = nullptr;
     return p;
 }
 
@@ -56,71 +63,31 @@ GPT2_DEF gpt2_generate_params gpt2_generate_default_params(void) {
     p.seed = 1337;
     p.on_token = nullptr;
     p.user = nullptr;
+    p.top_p = 0.0f; /* the chain's other controls: off */
+    p.min_p = 0.0f;
+    p.repeat_penalty = 0.0f;
+    p.repeat_last_n = 0;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
+    p.logit_bias = nullptr;
+    p.n_logit_bias = 0;
+    p.on_logits = nullptr;
+    p.stop = nullptr;
+    p.n_stop = 0;
+    p.stop_at_eos = 0;
     return p;
 }
 
-/* ---- Devices ---------------------------------------------------------------------------
-   The one place where the C API hands work to a device other than the CPU. gpt2_cuda.cuh
-   defines GPT2__CUDA_BACKEND before it includes this file and defines these functions after
-   it; without it every hook below compiles away and CUDA is refused as unsupported. */
-#ifdef GPT2__CUDA_BACKEND
-static gpt2_result gpt2__cuda_model_upload(gpt2_model* m, gpt2_error* err);
-static void gpt2__cuda_model_release(gpt2_model* m);
-static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params* p, gpt2_session** out, gpt2_error* err);
-static void gpt2__cuda_session_free(gpt2_session* s);
-static gpt2_result gpt2__cuda_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err);
-static const float* gpt2__cuda_logits(gpt2_session* s);
-static gpt2_result gpt2__cuda_sample(gpt2_session* s, float temperature, int top_k, int32_t* token, gpt2_error* err);
-static gpt2_result gpt2__cuda_window_logprob(gpt2_session* s, const int32_t* tokens, size_t n, double* sum, gpt2_error* err);
-static bool gpt2__on_cuda(const gpt2_model* m) { return m->params.device == GPT2_DEVICE_CUDA; }
-#else
-static bool gpt2__on_cuda(const gpt2_model*) { return false; }
-#endif
-
 static gpt2_result gpt2__check_device(const gpt2_model_params* params, gpt2_error* err) {
-    if (!params || params->device == GPT2_DEVICE_CPU) return GPT2_OK;
-#ifdef GPT2__CUDA_BACKEND
-    if (params->device == GPT2_DEVICE_CUDA) return GPT2_OK;
-#endif
+    if (!params || gpt2__device_backend(params->device)) return GPT2_OK;
     return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "device %d is not available in this build (include gpt2_cuda.cuh for CUDA)", (int)params->device);
 }
 
-/* Loading done: give a device its copy of the weights (frees the model on failure). */
+/* Loading done: give the model's backend its copy of the weights (frees the model on failure). */
 static gpt2_result gpt2__model_attach_device(gpt2_model* m, gpt2_error* err) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(m)) {
-        gpt2_result res = gpt2__cuda_model_upload(m, err);
-        if (res != GPT2_OK) gpt2__model_destroy(m);
-        return res;
-    }
-#endif
-    (void)m;
-    return gpt2__ok(err);
-}
-
-/* Appends tokens and runs the model; on a device the logits stay there until asked for. */
-static gpt2_result gpt2__append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(s->model)) return gpt2__cuda_append(s, ids, n, err);
-#endif
-    return gpt2__session_append(s, ids, n, err);
-}
-
-static const float* gpt2__host_logits(gpt2_session* s) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(s->model)) return gpt2__cuda_logits(s);
-#endif
-    return s->logits;
-}
-
-/* The next token from the current logits; on a device only the token id comes back. */
-static gpt2_result gpt2__next_token(gpt2_session* s, const gpt2_generate_params& p, int32_t* token, gpt2_error* err) {
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(s->model)) return gpt2__cuda_sample(s, p.temperature, p.top_k, token, err);
-#endif
-    *token = gpt2__sample(s->logits, s->model->n_vocab, p.temperature, p.top_k, &s->rng_state, s->probs);
-    (void)err;
-    return GPT2_OK;
+    const gpt2_result res = m->backend->model_attach(m, err);
+    if (res != GPT2_OK) gpt2__model_destroy(m);
+    return res;
 }
 
 GPT2_DEF gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params, gpt2_model** out_model, gpt2_error* err) {
@@ -131,7 +98,8 @@ GPT2_DEF gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
     GPT2__GUARD_BEGIN
     gpt2_model* m = gpt2__model_new(params);
     if (!m) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    gpt2_result res = gpt2__file_open(path, m->params.use_mmap != 0, &m->file, err);
+    m->backend = gpt2__device_backend(m->params.device);
+    gpt2_result res = gpt2__file_open(path, m->params.no_mmap == 0, &m->file, err);
     if (res == GPT2_OK) res = gpt2__model_init(m, err);
     if (res != GPT2_OK) {
         if (err && res != GPT2_ERROR_IO && std::strncmp(err->message, path, std::strlen(path)) != 0) {
@@ -155,6 +123,7 @@ GPT2_DEF gpt2_result gpt2_model_load_memory(const void* data, size_t size, const
     GPT2__GUARD_BEGIN
     gpt2_model* m = gpt2__model_new(params);
     if (!m) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    m->backend = gpt2__device_backend(m->params.device);
     m->file.size = size;
     if ((uintptr_t)data % 64 == 0) {
         m->file.data = (const uint8_t*)data;
@@ -182,9 +151,7 @@ GPT2_DEF void gpt2_model_free(gpt2_model* model) {
     if (!model) return;
     /* Freeing a model while sessions use it leaves them dangling: caught in debug builds. */
     GPT2_ASSERT(model->n_sessions.load() == 0 && "gpt2_model_free: free every session of this model first");
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(model)) gpt2__cuda_model_release(model);
-#endif
+    model->backend->model_release(model);
     gpt2__model_destroy(model);
 }
 
@@ -249,37 +216,21 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
     if (p.n_threads < 0 || p.n_threads > 1024) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (all cores) to 1024", p.n_threads);
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_ctx is %d; expected 0 (the model's) to the model's context length %d", p.n_ctx, model->n_ctx);
+    const int n_ctx = p.n_ctx ? p.n_ctx : model->n_ctx;
+    if (p.context_policy != GPT2_CONTEXT_EXACT && p.context_policy != GPT2_CONTEXT_DISCARD)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "context_policy is %d; expected GPT2_CONTEXT_EXACT (0) or GPT2_CONTEXT_DISCARD (1)", (int)p.context_policy);
+    if (p.n_keep < 0 || p.n_keep >= n_ctx) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_keep is %d; expected 0 to n_ctx - 1 = %d", p.n_keep, n_ctx - 1);
+    if (p.n_discard < 0 || p.n_discard > n_ctx - p.n_keep)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_discard is %d; expected 0 (half) to n_ctx - n_keep = %d", p.n_discard, n_ctx - p.n_keep);
     GPT2__GUARD_BEGIN
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(model)) return gpt2__cuda_session_create(model, &p, out_session, err);
-#endif
-    void* memory = GPT2_MALLOC(sizeof(gpt2_session));
-    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    gpt2_session* s = new (memory) gpt2_session();
-    s->model = model;
-    model->n_sessions++;
-    s->n_ctx = p.n_ctx ? p.n_ctx : model->n_ctx;
-    s->kv_f16 = p.kv_f16 != 0;
-    s->kernels = &gpt2__cpu_kernels();
-    int n_threads = p.n_threads ? p.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    gpt2__pool_start(&s->pool, n_threads);
-    gpt2_result res = gpt2__session_alloc(s, err);
-    if (res != GPT2_OK) {
-        gpt2__session_destroy(s);
-        return res;
-    }
-    s->tokens.reserve((size_t)s->n_ctx);
-    *out_session = s;
+    GPT2__TRY(model->backend->session_create(model, p, out_session, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
     if (!session) return;
-#ifdef GPT2__CUDA_BACKEND
-    if (gpt2__on_cuda(session->model)) return gpt2__cuda_session_free(session);
-#endif
-    gpt2__session_destroy(session);
+    session->backend->session_free(session);
 }
 
 GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
@@ -292,19 +243,91 @@ GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
 
 GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return s ? s->tokens.size() : 0; }
 
+GPT2_DEF const int32_t* gpt2_session_tokens(const gpt2_session* s) { return s ? s->tokens.data() : nullptr; }
+
+GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, size_t capacity, size_t* n_bytes, gpt2_error* err) {
+    if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
+    if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
+    gpt2_session* s = const_cast<gpt2_session*>(session); /* a device may copy its logits to the host */
+    const size_t size = gpt2__state_size(s);
+    if (n_bytes) *n_bytes = size;
+    if (capacity == 0) return gpt2__ok(err);
+    if (capacity < size) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buffer of %zu bytes; the state needs %zu (call with capacity 0 to ask)", capacity, size);
+    GPT2__GUARD_BEGIN
+    GPT2__TRY(gpt2__state_write(s, (uint8_t*)buf, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
+    GPT2__GUARD_BEGIN
+    gpt2__state_view v;
+    GPT2__TRY(gpt2__state_check(s, (const uint8_t*)buf, n_bytes, &v, err));
+    GPT2__TRY(gpt2__state_apply(s, v, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err) {
+    if (!dst || !src) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst or src is NULL");
+    if (dst == src) return gpt2__ok(err);
+    if (dst->model != src->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst and src are sessions of different models");
+    if (src->tokens.size() > (size_t)dst->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "src holds %zu tokens but dst's context is %d", src->tokens.size(), dst->n_ctx);
+    GPT2__GUARD_BEGIN
+    gpt2__vector<uint8_t> state(gpt2__state_size(src));
+    GPT2__TRY(gpt2__state_write(const_cast<gpt2_session*>(src), state.data(), err));
+    gpt2__state_view v;
+    GPT2__TRY(gpt2__state_check(dst, state.data(), state.size(), &v, err));
+    GPT2__TRY(gpt2__state_apply(dst, v, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (n_tokens > s->tokens.size())
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
+    if (n_tokens == 0) {
+        gpt2_session_reset(s);
+        return gpt2__ok(err);
+    }
+    if (n_tokens == s->tokens.size() && s->has_logits) return gpt2__ok(err);
+    GPT2__GUARD_BEGIN
+    /* the last token kept is run again for its logits (its cache row is rewritten, the same) */
+    s->tokens.resize(n_tokens);
+    s->n_cached = std::min(s->n_cached, (int)n_tokens - 1);
+    s->stream = gpt2__utf8_stream();
+    int (*abort_fn)(void*) = s->abort_fn;
+    s->abort_fn = nullptr; /* a rewind is short and is not to be left half-done */
+    const gpt2_result res = s->backend->run(s, err);
+    s->abort_fn = abort_fn;
+    if (res != GPT2_OK) {
+        gpt2_session_reset(s);
+        return res;
+    }
+    s->n_cached = (int)n_tokens;
+    s->has_logits = true;
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
 GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, size_t n, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
     GPT2__GUARD_BEGIN
-    GPT2__TRY(gpt2__append(s, tokens, n, err));
+    GPT2__TRY(gpt2__session_append(s, tokens, n, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
-    /* const for the caller; a device session may copy its logits into its host buffer here */
-    return s && s->has_logits ? gpt2__host_logits(const_cast<gpt2_session*>(s)) : nullptr;
+    /* const for the caller; a device session may copy its logits into host memory here */
+    return s && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
 }
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
@@ -313,23 +336,15 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
     GPT2__GUARD_BEGIN
     gpt2_session_reset(s);
-    const int V = s->model->n_vocab, C = s->model->n_embd;
     const size_t first = std::min(n, (size_t)s->n_ctx);
-    GPT2__TRY(gpt2__append(s, tokens, first, err));
+    GPT2__TRY(gpt2__session_append(s, tokens, first, err));
     double sum = 0.0;
-    if (gpt2__on_cuda(s->model)) {
-#ifdef GPT2__CUDA_BACKEND
-        GPT2__TRY(gpt2__cuda_window_logprob(s, tokens, first, &sum, err));
-#endif
-    } else {
-        for (size_t t = 1; t < first; t++) { /* every position of the first window, from one pass */
-            gpt2__head(s, s->xn + (t - 1) * C, s->probs);
-            sum += gpt2__log_prob(s->probs, V, tokens[t]);
-        }
-    }
+    GPT2__TRY(s->backend->window_logprob(s, tokens, first, &sum, err)); /* every position of the first window, from one pass */
     for (size_t t = first; t < n; t++) { /* past n_ctx: nanoGPT's sliding window, one step each */
-        sum += gpt2__log_prob(gpt2__host_logits(s), V, tokens[t]);
-        if (t + 1 < n) GPT2__TRY(gpt2__append(s, tokens + t, 1, err));
+        const float* logits = s->backend->logits(s);
+        if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+        sum += gpt2__log_prob(logits, s->model->n_vocab, tokens[t]);
+        if (t + 1 < n) GPT2__TRY(gpt2__session_append(s, tokens + t, 1, err));
     }
     gpt2_session_reset(s);
     *out_logprob_sum = sum;
@@ -349,13 +364,113 @@ GPT2_DEF gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 
 enum { GPT2__MAX_NEW_TOKENS = 1 << 24 };
 
-/* Hands one token (and its complete UTF-8 text) to the callback; true when it asks to stop. */
-static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token) {
-    if (!p.on_token) return false;
-    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE) return p.on_token(p.user, token, nullptr, 0) != 0;
-    s->text.clear();
-    gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&s->model->tokenizer, token), &s->text);
-    return p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+static gpt2_result gpt2__check_stops(const gpt2_generate_params& p, const gpt2_model* m, gpt2_error* err) {
+    if (!p.stop && p.n_stop) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stop is NULL but n_stop is %zu", p.n_stop);
+    for (size_t i = 0; i < p.n_stop; i++)
+        if (!p.stop[i] || !*p.stop[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stop[%zu] is %s; expected a string of at least one byte", i, p.stop[i] ? "empty" : "NULL");
+    if (p.n_stop && m->tokenizer.kind == GPT2_TOKENIZER_NONE)
+        return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "stop strings need a vocabulary and this model has none: watch the token ids in on_token instead");
+    return GPT2_OK;
+}
+
+/* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
+static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
+    size_t first = std::string_view::npos;
+    for (size_t i = 0; i < p.n_stop; i++) first = std::min(first, text.find(p.stop[i]));
+    return first;
+}
+
+/* Length of the longest end of `text` that is the beginning of a stop string: the text a later
+   token may still complete into one. */
+static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params& p) {
+    size_t longest = 0;
+    for (size_t i = 0; i < p.n_stop; i++) {
+        const std::string_view stop = p.stop[i];
+        for (size_t len = std::min(text.size(), stop.size() - 1); len > longest; len--)
+            if (text.substr(text.size() - len) == stop.substr(0, len)) {
+                longest = len;
+                break;
+            }
+    }
+    return longest;
+}
+
+/* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
+   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
+   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
+   the end-of-text token with stop_at_eos (its text is not delivered). */
+static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
+    const gpt2__tokenizer& tok = s->model->tokenizer;
+    const bool at_eos = p.stop_at_eos && token == tok.eos;
+    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
+    size_t release = 0;
+    if (!at_eos) {
+        gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
+        release = gpt2__find_stop(*held, p);
+        *at_stop = release != std::string_view::npos;
+        if (!*at_stop) release = held->size() - gpt2__stop_tail(*held, p);
+    }
+    s->text.assign(held->data(), release);
+    held->erase(0, release);
+    if (*at_stop) {
+        held->clear();
+        s->stream = gpt2__utf8_stream();
+    }
+    const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+    return caller_stops || at_eos || *at_stop;
+}
+
+/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
+   session's RNG. */
+struct gpt2__chain_buffers {
+    gpt2__vector<float> logits, scratch;
+    gpt2__vector<int> counts;
+};
+
+static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
+    const int V = s->model->n_vocab;
+    const float* logits = s->backend->logits(s);
+    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+    std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
+    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
+    *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
+    return GPT2_OK;
+}
+
+/* gpt2_generate after its checks. */
+static gpt2_result gpt2__generate(gpt2_session* s, const gpt2_generate_params& p, const int32_t* prompt, size_t n_prompt, int32_t* out_tokens, size_t capacity,
+                                  size_t* n_generated, gpt2_error* err) {
+    if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
+    s->rng_state = p.seed;
+    const gpt2_model* m = s->model;
+    const bool chain = gpt2__chain_on(p); /* off: the backend samples as nanoGPT does, on its device */
+    gpt2__chain_buffers buffers;
+    if (chain) {
+        buffers.logits.resize((size_t)m->n_vocab);
+        buffers.scratch.resize((size_t)m->n_vocab);
+        buffers.counts.assign((size_t)m->n_vocab, 0);
+    }
+    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
+    bool at_stop = false;
+    for (int i = 0; i < p.max_new_tokens; i++) {
+        int32_t token;
+        if (chain) GPT2__TRY(gpt2__sample_chain(s, p, &buffers, &token, err));
+        else GPT2__TRY(s->backend->sample(s, p.temperature, p.top_k, &token, err));
+        if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
+        if (n_generated) *n_generated = (size_t)i + 1;
+        const bool stop = gpt2__deliver(s, p, token, &held, &at_stop);
+        GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
+        if (stop) break;
+    }
+    if (m->tokenizer.kind != GPT2_TOKENIZER_NONE && !at_stop) { /* what is still held: bytes that never formed a character, text that did not become a stop string */
+        gpt2__utf8_stream_flush(&s->stream, &held);
+        held.resize(std::min(held.size(), gpt2__find_stop(held, p))); /* a stop string that is not UTF-8 text */
+        if (p.on_token && !held.empty()) {
+            s->text.assign(held);
+            p.on_token(p.user, -1, s->text.c_str(), s->text.size());
+        }
+    }
+    return gpt2__ok(err);
 }
 
 GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
@@ -363,31 +478,23 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (n_generated) *n_generated = 0;
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
-    const gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
+    gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
-    if (p.max_new_tokens <= 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 1 to %d", p.max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
+    GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
+    GPT2__TRY(gpt2__check_stops(p, s->model, err));
+    if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
+                          gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
+    if (p.max_new_tokens == 0) p.max_new_tokens = gpt2_generate_default_params().max_new_tokens;
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
-    if (n_prompt) GPT2__TRY(gpt2__append(s, prompt, n_prompt, err));
-    s->rng_state = p.seed;
-    const gpt2_model* m = s->model;
-    for (int i = 0; i < p.max_new_tokens; i++) {
-        int32_t token;
-        GPT2__TRY(gpt2__next_token(s, p, &token, err));
-        if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
-        if (n_generated) *n_generated = (size_t)i + 1;
-        const bool stop = gpt2__deliver(s, p, token);
-        GPT2__TRY(gpt2__append(s, &token, 1, err)); /* the token joins the context either way */
-        if (stop) break;
-    }
-    if (p.on_token && m->tokenizer.kind != GPT2_TOKENIZER_NONE) { /* bytes that never completed a character */
-        s->text.clear();
-        gpt2__utf8_stream_flush(&s->stream, &s->text);
-        if (!s->text.empty()) p.on_token(p.user, -1, s->text.c_str(), s->text.size());
-    }
-    return gpt2__ok(err);
+    gpt2__checkpoint before; /* to undo the call when abort_fn stops it */
+    if (s->abort_fn) GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
+    const gpt2_result res = gpt2__generate(s, p, prompt, n_prompt, out_tokens, capacity, n_generated, err);
+    if (res != GPT2_ERROR_ABORTED) return res;
+    if (n_generated) *n_generated = 0;
+    return gpt2__checkpoint_restore(s, &before, err);
     GPT2__GUARD_END(err)
 }
 

@@ -3,4 +3,4 @@
 #define GPT2_STATIC
 #include "gpt2.h"
 
-int gpt2_noexcept_check() { return gpt2_model_default_params().use_mmap; }
+int gpt2_noexcept_check() { return gpt2_model_default_params().no_mmap; }

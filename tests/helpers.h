@@ -3,6 +3,7 @@
 #include "gpt2.h"
 #include "json.h"
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,19 @@ struct Session {
     Session& operator=(const Session&) = delete;
 };
 
+inline bool has(const gpt2_error& e, const char* text) { return std::strstr(e.message, text) != nullptr; }
+
+// Checks the code and that the message contains `text`, in a doctest test (the message is shown
+// when either fails). `e` is evaluated once: INFO evaluates lazily, and a load_error() inside it
+// asserted while doctest's reporter held its lock (a deadlock under -s).
+#define CHECK_ERROR(e, expected_code, text)                                                   \
+    do {                                                                                      \
+        const gpt2_error checked_error = (e);                                                 \
+        INFO("message: " << checked_error.message);                                           \
+        CHECK(checked_error.code == (expected_code));                                         \
+        CHECK(has(checked_error, (text)));                                                    \
+    } while (0)
+
 inline float max_abs_diff(const float* a, const float* b, size_t n) {
     float worst = 0;
     for (size_t i = 0; i < n; i++) worst = std::max(worst, std::fabs(a[i] - b[i]));
@@ -73,3 +87,9 @@ inline std::vector<int32_t> generate(gpt2_session* s, const std::vector<int32_t>
     out.resize(produced);
     return out;
 }
+
+#if defined(GPT2_IMPLEMENTATION)
+// Makes `session` run on `kernels` (one of gpt2__supported_kernels) instead of the set dispatch
+// chose, for the files that hold a private copy of the implementation.
+inline void use_kernels(gpt2_session* session, const gpt2__kernels* kernels) { static_cast<gpt2__cpu_session*>(session)->kernels = kernels; }
+#endif

@@ -2,6 +2,7 @@
 #include "helpers.h"
 #include <doctest/doctest.h>
 #include <cstring>
+#include <set>
 
 struct Collected {
     std::vector<int32_t> ids;
@@ -110,4 +111,38 @@ TEST_CASE("a model without vocabulary refuses text with a message naming the fix
     size_t n;
     CHECK(gpt2_tokenize(m.model, "hi", 2, 0, nullptr, 0, &n, &err) == GPT2_ERROR_NO_VOCABULARY);
     CHECK(std::string(err.message).find("--vocab") != std::string::npos);
+}
+
+TEST_CASE("zero-initialised params are valid: mapped file, all cores, model context, greedy 256 tokens") {
+    gpt2_model_params mp{};
+    gpt2_model* model = nullptr;
+    REQUIRE(gpt2_model_load_file(test_model("shakespeare_char.gguf").c_str(), &mp, &model, nullptr) == GPT2_OK);
+    gpt2_session_params sp{};
+    gpt2_session *zero = nullptr, *defaults = nullptr;
+    REQUIRE(gpt2_session_create(model, &sp, &zero, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_create(model, nullptr, &defaults, nullptr) == GPT2_OK);
+    const int32_t prompt[] = {1, 2, 3};
+    gpt2_generate_params gp{};
+    std::vector<int32_t> from_zero(300);
+    size_t n_zero = 0;
+    REQUIRE(gpt2_generate(zero, prompt, 3, &gp, from_zero.data(), from_zero.size(), &n_zero, nullptr) == GPT2_OK);
+    CHECK(n_zero == (size_t)gpt2_generate_default_params().max_new_tokens);
+    from_zero.resize(n_zero);
+    // the same as the default params with the sampling fields at zero: greedy over every token
+    gpt2_generate_params greedy = gpt2_generate_default_params();
+    greedy.temperature = 0.0f;
+    greedy.top_k = 0;
+    CHECK(generate(defaults, std::vector<int32_t>(prompt, prompt + 3), greedy.max_new_tokens, greedy.temperature, greedy.top_k, 0) == from_zero);
+    CHECK(gpt2_session_n_tokens(zero) == std::min<size_t>(3 + n_zero, (size_t)gpt2_model_get_info(model).n_ctx));
+    gpt2_session_free(zero);
+    gpt2_session_free(defaults);
+    gpt2_model_free(model);
+}
+
+TEST_CASE("every result code has its own name") {
+    std::set<std::string> names;
+    for (int r = GPT2_OK; r <= GPT2_ERROR_INTERNAL; r++) names.insert(gpt2_result_string((gpt2_result)r));
+    CHECK(names.size() == (size_t)GPT2_ERROR_INTERNAL + 1);
+    CHECK(std::string(gpt2_result_string(GPT2_ERROR_INTERNAL)) == "internal error");
+    CHECK(std::string(gpt2_result_string((gpt2_result)999)) == "unknown result");
 }

@@ -22,12 +22,20 @@ OUTPUTS = {
         "src/model/gguf.h",              # GGUF file reader
         "src/model/model.h",             # hyper-parameters and weights, bound to GGUF tensors
         "src/model/sampler.h",           # RNG, temperature, top-k
-        "src/cpu/kernels/scalar.h",      # portable kernels
-        "src/cpu/kernels/x86.h",         # AVX2 / AVX-512 kernels
+        "src/backend.h",                 # the table of what a device does for the C API
+        "src/session.h",                 # what every backend's session shares
+        "src/state.h",                   # a session's state as bytes: save, load, copy
+        "src/cpu/kernels/contract.h",    # what every kernel set shares: arguments, sizes, decode or prefill, the table
+        "src/cpu/kernels/scalar.h",      # portable kernels, the reference for the others
+        "src/cpu/kernels/x86_prefill.h", # x86 target macros and the prefill driver AVX2 and AVX-512 share
+        "src/cpu/kernels/avx2.h",        # AVX2 + FMA + F16C kernels
+        "src/cpu/kernels/avx512.h",      # AVX-512 kernels
         "src/cpu/kernels/neon.h",        # Arm NEON kernels
         "src/cpu/dispatch.h",            # picks the kernels for this CPU, once
         "src/cpu/threadpool.h",          # per-session worker threads
         "src/cpu/forward.h",             # the transformer forward pass with KV cache
+        "src/cpu/forward_reference.h",   # the same in plain loops, the tests' oracle (GPT2_REFERENCE_FORWARD)
+        "src/cpu/backend_cpu.h",         # the CPU's backend table
         "src/capi.h",                    # the C API on top of all the above
         "src/end.h",                     # closes the implementation; license
     ],

@@ -1,14 +1,10 @@
-/* The session and the forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
+/* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
-struct gpt2_session {
-    const gpt2_model* model = nullptr;
-    int n_ctx = 0;
-    bool kv_f16 = false;
+/* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
+struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
     const gpt2__kernels* kernels = nullptr;
-    gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
-    int n_cached = 0;             /* tokens[0..n_cached) have their keys and values in the cache */
     void* k_cache = nullptr;      /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
     void* v_cache = nullptr;
     float* x = nullptr;       /* (n_ctx, C) residual stream */
@@ -17,26 +13,22 @@ struct gpt2_session {
     float* att = nullptr;     /* (n_ctx, C) attention output, then any (T, C) temporary */
     float* fc = nullptr;      /* (n_ctx, F) */
     float* scores = nullptr;  /* (n_threads, gpt2__attention_scratch) */
-    float* parts = nullptr;   /* (gpt2__few_queries - 1, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
+    float* parts = nullptr;   /* (gpt2__decode_max_tokens, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
     int8_t* xq = nullptr;     /* (F) one activation row quantized for q8_0 weights */
-    float* xq_scale = nullptr; /* (F / 32) */
+    float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
-    bool has_logits = false;
-    uint64_t rng_state = 0;
-    gpt2__utf8_stream stream;
-    gpt2__string text;        /* the text of the token being delivered to the callback */
 };
 
-/* A pass with fewer queries than gpt2__few_queries (decode) attends with all heads at once
-   (gpt2__attend_rows_scalar) and splits each query's keys into up to gpt2__max_key_ranges
-   ranges of at least gpt2__min_key_range keys, so threads share one query's attention and each
-   reads whole rows of the cache (splitting the heads instead, two threads ran 2x slower than
-   one). Ranges cost one thread a little (Zen 4, 512 keys, with the 512-bit kernel of the time:
-   1.8 ms whole, 1.9-2.2 ms in 4, 2.2-2.8 in 8). They depend on the number of keys only, so no
-   result depends on the thread count. */
-static const int gpt2__few_queries = 4, gpt2__min_key_range = 64;
+static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
+
+/* Decode attention (gpt2__is_decode) takes all heads of a query at once (gpt2__attend_rows_scalar)
+   and splits its keys into up to gpt2__max_key_ranges ranges of at least gpt2__min_key_range
+   keys, so threads share one query's attention and each reads whole rows of the cache (each
+   range costs a single thread a little, hence the minimum). Ranges depend on the number of keys
+   only, so no result depends on the thread count. */
+static const int gpt2__min_key_range = 64;
 
 static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges); }
 
@@ -44,46 +36,14 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-static void gpt2__session_destroy(gpt2_session* s) {
-    gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
-    for (void* b : buffers) gpt2__free_aligned(b);
-    if (s->model) s->model->n_sessions--;
-    s->~gpt2_session();
-    GPT2_FREE(s);
-}
-
-static gpt2_result gpt2__session_alloc(gpt2_session* s, gpt2_error* err) {
-    const gpt2_model* m = s->model;
-    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
-    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
-    struct { void** p; size_t bytes; } plan[] = {
-        {&s->k_cache, cache}, {&s->v_cache, cache},
-        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
-        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
-        {(void**)&s->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, s->n_ctx) * 4},
-        {(void**)&s->parts, (size_t)(gpt2__few_queries - 1) * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
-        {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
-        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, (size_t)std::max(m->n_embd, m->n_ff) / 32 * 4 + 4},
-        {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
-    };
-    for (auto& b : plan) {
-        *b.p = gpt2__malloc_aligned(b.bytes);
-        if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
-    }
-    gpt2__advise_huge_pages(s->k_cache, cache);
-    gpt2__advise_huge_pages(s->v_cache, cache);
-    return GPT2_OK;
-}
-
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
-   One parallel region for all of it. A single token (decode) against q8_0 weights first
-   quantizes x to int8, so the kernel can use integer dot products. */
-static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
+   One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
+   to int8, so the kernel can use integer dot products against q8_0 weights. */
+static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
-    if (W.type == GPT2_TYPE_Q8_0 && T == 1) {
+    if (gpt2__int8_activations(T, W.type)) {
         kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
         a.xq = s->xq;
         a.xq_scale = s->xq_scale;
@@ -97,10 +57,10 @@ static void gpt2__matmul(gpt2_session* s, float* y, const float* x, const gpt2__
     });
 }
 
-static void gpt2__layer_norm_rows(gpt2_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
+static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
     const int C = s->model->n_embd;
     const float eps = s->model->layer_norm_eps;
-    if (T < 4) { /* not worth waking the workers */
+    if (gpt2__is_decode(T)) { /* not worth waking the workers */
         for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
         return;
     }
@@ -111,7 +71,7 @@ static void gpt2__layer_norm_rows(gpt2_session* s, float* out, const float* x, c
 
 /* Causal self-attention of T new queries at positions pos0.. against the cache of one layer. */
 template <class KV>
-static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
+static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
     const gpt2_model* m = s->model;
     const int C = m->n_embd, H = m->n_head, D = C / H;
     KV* k_cache = (KV*)s->k_cache + (size_t)layer * s->n_ctx * C;
@@ -129,11 +89,9 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
     if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32, attend_rows = s->kernels->attend_rows_f32;
     else attend = s->kernels->attend_f16, attend_rows = s->kernels->attend_rows_f16;
     const size_t scratch = gpt2__attention_scratch(H, s->n_ctx);
-    if (T >= gpt2__few_queries) {
+    if (!gpt2__is_decode(T)) {
         /* a task per (head, block of queries), from a counter, as later queries have more keys;
-           head by head, so consecutive tasks read the same head's keys and values, from L2
-           (query by query, every task read another head's: 1,000-token prefill 5-7% slower,
-           Zen 4) */
+           head by head, so consecutive tasks read the same head's keys and values, from L2 */
         const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
         gpt2__parallel_for(&s->pool, (int64_t)blocks * H, 1, [&](int64_t begin, int64_t end, int thread) {
             float* scores = s->scores + (size_t)thread * scratch;
@@ -146,7 +104,7 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
         return;
     }
     const size_t part = (size_t)C + 2 * H;
-    int ranges[gpt2__few_queries], tasks = 0;
+    int ranges[gpt2__decode_max_tokens], tasks = 0;
     for (int t = 0; t < T; t++) {
         const int n_keys = pos0 + t + 1;
         tasks += ranges[t] = (n_keys + gpt2__key_range(n_keys) - 1) / gpt2__key_range(n_keys);
@@ -164,11 +122,21 @@ static void gpt2__attention(gpt2_session* s, int layer, int T, int pos0) {
     for (int t = 0; t < T; t++) gpt2__merge_attention(s->att + (size_t)t * C, s->parts + (size_t)t * gpt2__max_key_ranges * part, ranges[t], H, D);
 }
 
-/* Runs tokens ids[0..T) at positions pos0..pos0+T-1 (the cache holds positions 0..pos0-1 of
-   the same sequence). Leaves the final LayerNorm of every new position in s->xn (T, C). */
-static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) {
+/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
+static void gpt2__head(gpt2__cpu_session* s, const float* h, float* logits) {
+    gpt2__weight head = s->model->lm_head;
+    head.rows = s->model->n_vocab;
+    gpt2__matmul(s, logits, h, head, nullptr, 1);
+}
+
+/* The backend's run: tokens[n_cached..) at positions n_cached.. (the cache holds the positions
+   before, of the same sequence). Leaves the final LayerNorm of every new position in s->xn
+   (T, C) and the prediction after the last one in s->logits (V). */
+static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
     const gpt2_model* m = s->model;
-    const int C = m->n_embd;
+    const int C = m->n_embd, pos0 = s->n_cached, T = (int)s->tokens.size() - pos0;
+    const int32_t* ids = s->tokens.data() + pos0;
     float* position = s->att; /* scratch row */
     for (int t = 0; t < T; t++) { /* x = wte[id] + wpe[pos] */
         float* x = s->x + (size_t)t * C;
@@ -177,6 +145,7 @@ static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) 
         gpt2__add(x, position, (size_t)C);
     }
     for (int l = 0; l < m->n_layer; l++) {
+        if (gpt2__abort_requested(s)) return gpt2__aborted(err);
         const gpt2__layer& L = m->layers[(size_t)l];
         /* x = x + attn(ln_1(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
@@ -190,51 +159,6 @@ static void gpt2__forward(gpt2_session* s, const int32_t* ids, int T, int pos0) 
         gpt2__matmul(s, s->x, s->fc, L.mlp_proj, L.mlp_proj_bias, T, true);
     }
     gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
-}
-
-/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
-static void gpt2__head(gpt2_session* s, const float* h, float* logits) {
-    gpt2__weight head = s->model->lm_head;
-    head.rows = s->model->n_vocab;
-    gpt2__matmul(s, logits, h, head, nullptr, 1);
-}
-
-static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->n_vocab)
-            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "token %zu is %d, outside the vocabulary [0, %d)", i, (int)ids[i], m->n_vocab);
+    gpt2__head(s, s->xn + (size_t)(T - 1) * C, s->logits);
     return GPT2_OK;
-}
-
-/* Appends tokens to the context window and runs the model over what the cache lacks. When the
-   window would exceed n_ctx, it keeps the last n_ctx tokens and recomputes them all, exactly
-   as nanoGPT's generate() crops its input. Afterwards xn holds the new positions' final
-   hidden states and s->logits the prediction after the last token. */
-static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
-    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
-    if (n == 0) return GPT2_OK;
-    const size_t total = s->tokens.size() + n;
-    if (total > (size_t)s->n_ctx) {
-        const size_t drop = total - (size_t)s->n_ctx;
-        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)drop);
-        s->n_cached = 0; /* every position moved: the cache is no longer valid */
-    }
-    s->tokens.insert(s->tokens.end(), ids, ids + n);
-    const int T = (int)s->tokens.size() - s->n_cached;
-    gpt2__forward(s, s->tokens.data() + s->n_cached, T, s->n_cached);
-    s->n_cached = (int)s->tokens.size();
-    gpt2__head(s, s->xn + (size_t)(T - 1) * s->model->n_embd, s->logits);
-    s->has_logits = true;
-    return GPT2_OK;
-}
-
-/* log softmax(logits)[id], in double. */
-static double gpt2__log_prob(const float* logits, int n, int32_t id) {
-    double max_logit = logits[0];
-    for (int i = 1; i < n; i++) max_logit = std::max(max_logit, (double)logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += std::exp((double)logits[i] - max_logit);
-    return (double)logits[id] - max_logit - std::log(sum);
 }

@@ -30,6 +30,13 @@
               already running, so there it returns the logits after the token just delivered.
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
+
+   ENVIRONMENT (read when a model loads; for measuring, not for users)
+     GPT2_CUDA_DECODE=persistent  decode each token with one cooperative kernel instead of the
+                                  graph of one-token kernels (the default, "graph"). Not yet run
+                                  on a GPU: see bench/cuda_results.md.
+     GPT2_CUDA_PDL=0              no programmatic dependent launch between the one-token kernels
+                                  (on by default on sm_90 and newer; measured no different).
 */
 #ifndef GPT2_CUDA_CUH
 #define GPT2_CUDA_CUH

@@ -50,6 +50,9 @@ struct gpt2__gguf {
     gpt2__vector<gpt2__gguf_tensor> tensors;
 };
 
+/* A q8_0 block: one f16 scale, then 32 signed bytes (gpt2__block_q8_0 in cpu/kernels/contract.h). */
+static const int gpt2__q8_block_values = 32, gpt2__q8_block_bytes = 34;
+
 /* Size in bytes of `n_elements` of a weight type, laid out in rows of `row_length`; false when
    the type is unknown or the row length does not fit its blocks. */
 static bool gpt2__type_row_bytes(uint32_t type, uint64_t row_length, uint64_t* out) {
@@ -57,8 +60,8 @@ static bool gpt2__type_row_bytes(uint32_t type, uint64_t row_length, uint64_t* o
     case GPT2_TYPE_F32: *out = row_length * 4; return true;
     case GPT2_TYPE_F16: case GPT2_TYPE_BF16: *out = row_length * 2; return true;
     case GPT2_TYPE_Q8_0:
-        if (row_length % 32 != 0) return false;
-        *out = row_length / 32 * 34; /* 32 int8 + one f16 scale per block */
+        if (row_length % gpt2__q8_block_values != 0) return false;
+        *out = row_length / gpt2__q8_block_values * gpt2__q8_block_bytes;
         return true;
     default: return false;
     }
@@ -117,6 +120,14 @@ static gpt2_result gpt2__gguf_skip_value(gpt2__reader* r, uint32_t type, std::st
     return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%.*s': unknown value type %u", (int)key.size(), key.data(), type);
 }
 
+/* "key 'K' has type T, expected E": the one wording for a key of the wrong type. */
+static gpt2_result gpt2__gguf_wrong_type(const gpt2__gguf_kv* kv, const char* expected, gpt2_error* err) {
+    const int len = (int)std::min<size_t>(kv->key.size(), 200);
+    if (kv->type == GPT2__GGUF_ARRAY)
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%.*s' has type array of %s, expected %s", len, kv->key.data(), gpt2__gguf_type_name(kv->array_type), expected);
+    return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%.*s' has type %s, expected %s", len, kv->key.data(), gpt2__gguf_type_name(kv->type), expected);
+}
+
 static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf* out, gpt2_error* err) {
     gpt2__reader r{data, size, 0};
     uint32_t magic;
@@ -167,7 +178,7 @@ static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf
         kv.value_size = (size_t)(data + r.pos - kv.value);
         if (kv.key == "general.alignment") {
             uint32_t alignment;
-            if (kv.type != GPT2__GGUF_UINT32) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key 'general.alignment' has type %s, expected uint32", gpt2__gguf_type_name(kv.type));
+            if (kv.type != GPT2__GGUF_UINT32) return gpt2__gguf_wrong_type(&kv, "uint32", err);
             std::memcpy(&alignment, kv.value, 4);
             if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 65536)
                 return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "general.alignment is %u, expected a power of two up to 65536", alignment);
@@ -227,13 +238,25 @@ static const gpt2__gguf_tensor* gpt2__gguf_find_tensor(const gpt2__gguf* g, std:
     return nullptr;
 }
 
-/* Reads an integer key of any integer type; fails when absent (if required), negative or too large. */
+/* The key getters share one convention. gpt2__gguf_get_X(g, key, required, [range,] out, err):
+   - the key is present with the expected type: *out = its value, GPT2_OK;
+   - absent and required: GPT2_ERROR_BAD_FILE "missing key 'K'";
+   - absent and optional: GPT2_OK with *out untouched, so the caller's initial value is the default;
+   - present with another type: GPT2_ERROR_BAD_FILE "key 'K' has type T, expected E".
+   Strings are views into the file. */
+
+/* *kv = the key, or NULL when it is absent and optional. */
+static gpt2_result gpt2__gguf_lookup(const gpt2__gguf* g, const char* key, bool required, const gpt2__gguf_kv** kv, gpt2_error* err) {
+    *kv = gpt2__gguf_find_kv(g, key);
+    if (!*kv && required) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key '%s'", key);
+    return GPT2_OK;
+}
+
+/* An integer of any integer type, within [min, max]. */
 static gpt2_result gpt2__gguf_get_int(const gpt2__gguf* g, const char* key, bool required, int64_t min, int64_t max, int64_t* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) {
-        if (required) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key '%s'", key);
-        return GPT2_OK;
-    }
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
     int64_t v;
     switch (kv->type) {
     case GPT2__GGUF_UINT8: v = kv->value[0]; break;
@@ -244,7 +267,7 @@ static gpt2_result gpt2__gguf_get_int(const gpt2__gguf* g, const char* key, bool
     case GPT2__GGUF_INT32: { int32_t x; std::memcpy(&x, kv->value, 4); v = x; break; }
     case GPT2__GGUF_UINT64: { uint64_t x; std::memcpy(&x, kv->value, 8); v = x > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x; break; }
     case GPT2__GGUF_INT64: std::memcpy(&v, kv->value, 8); break;
-    default: return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected an integer", key, gpt2__gguf_type_name(kv->type));
+    default: return gpt2__gguf_wrong_type(kv, "an integer", err);
     }
     if (v < min || v > max)
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' is %lld, expected %lld to %lld", key, (long long)v, (long long)min, (long long)max);
@@ -252,31 +275,11 @@ static gpt2_result gpt2__gguf_get_int(const gpt2__gguf* g, const char* key, bool
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__gguf_get_string(const gpt2__gguf* g, const char* key, std::string_view* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) return GPT2_OK;
-    if (kv->type != GPT2__GGUF_STRING) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected string", key, gpt2__gguf_type_name(kv->type));
-    gpt2__reader r{kv->value, kv->value_size, 0};
-    gpt2__read_string(&r, out);
-    return GPT2_OK;
-}
-
-/* The strings of an array-of-strings key (views into the file). */
-static gpt2_result gpt2__gguf_get_string_array(const gpt2__gguf* g, const char* key, gpt2__vector<std::string_view>* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key '%s'", key);
-    if (kv->type != GPT2__GGUF_ARRAY || kv->array_type != GPT2__GGUF_STRING)
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected an array of strings", key,
-                          kv->type == GPT2__GGUF_ARRAY ? "array of other values" : gpt2__gguf_type_name(kv->type));
-    out->resize((size_t)kv->array_count);
-    gpt2__reader r{kv->value, kv->value_size, 0};
-    for (std::string_view& s : *out) gpt2__read_string(&r, &s);
-    return GPT2_OK;
-}
-
-static gpt2_result gpt2__gguf_get_float(const gpt2__gguf* g, const char* key, float* out, gpt2_error* err) {
-    const gpt2__gguf_kv* kv = gpt2__gguf_find_kv(g, key);
-    if (!kv) return GPT2_OK;
+/* float32 (float64 is narrowed). */
+static gpt2_result gpt2__gguf_get_float(const gpt2__gguf* g, const char* key, bool required, float* out, gpt2_error* err) {
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
     if (kv->type == GPT2__GGUF_FLOAT32) {
         std::memcpy(out, kv->value, 4);
     } else if (kv->type == GPT2__GGUF_FLOAT64) {
@@ -284,7 +287,29 @@ static gpt2_result gpt2__gguf_get_float(const gpt2__gguf* g, const char* key, fl
         std::memcpy(&d, kv->value, 8);
         *out = (float)d;
     } else {
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "key '%s' has type %s, expected float32", key, gpt2__gguf_type_name(kv->type));
+        return gpt2__gguf_wrong_type(kv, "float32", err);
     }
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__gguf_get_string(const gpt2__gguf* g, const char* key, bool required, std::string_view* out, gpt2_error* err) {
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
+    if (kv->type != GPT2__GGUF_STRING) return gpt2__gguf_wrong_type(kv, "string", err);
+    gpt2__reader r{kv->value, kv->value_size, 0};
+    gpt2__read_string(&r, out);
+    return GPT2_OK;
+}
+
+/* An array of strings. */
+static gpt2_result gpt2__gguf_get_strings(const gpt2__gguf* g, const char* key, bool required, gpt2__vector<std::string_view>* out, gpt2_error* err) {
+    const gpt2__gguf_kv* kv;
+    gpt2_result res = gpt2__gguf_lookup(g, key, required, &kv, err);
+    if (res != GPT2_OK || !kv) return res;
+    if (kv->type != GPT2__GGUF_ARRAY || kv->array_type != GPT2__GGUF_STRING) return gpt2__gguf_wrong_type(kv, "an array of strings", err);
+    out->resize((size_t)kv->array_count);
+    gpt2__reader r{kv->value, kv->value_size, 0};
+    for (std::string_view& s : *out) gpt2__read_string(&r, &s);
     return GPT2_OK;
 }

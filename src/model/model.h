@@ -57,7 +57,10 @@ struct gpt2_model {
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
     mutable std::atomic<int> n_sessions{0}; /* sessions alive; freeing the model before them is a bug */
-    void* device_weights = nullptr;          /* a device's copy of the weights (gpt2_cuda.cuh) */
+    const struct gpt2__backend* backend = nullptr; /* the device its sessions run on (src/backend.h) */
+    void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
+    mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
+    mutable uint64_t fingerprint = 0;
 };
 
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...)
@@ -188,31 +191,30 @@ static gpt2_result gpt2__bind_vector(const gpt2_model* m, const char* name, int6
 static gpt2_result gpt2__load_hparams(gpt2_model* m, gpt2_error* err) {
     const gpt2__gguf* g = &m->gguf;
     std::string_view arch;
-    GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", &arch, err));
-    if (!gpt2__gguf_find_kv(g, "general.architecture")) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "missing key 'general.architecture'");
+    GPT2__TRY(gpt2__gguf_get_string(g, "general.architecture", true, &arch, err));
     if (arch != "gpt2")
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "general.architecture is '%.*s', expected 'gpt2'", (int)std::min<size_t>(arch.size(), 64), arch.data());
     std::string_view name;
-    GPT2__TRY(gpt2__gguf_get_string(g, "general.name", &name, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "general.name", false, &name, err));
     m->name.assign(name.data(), name.size());
     int64_t v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.context_length", true, 1, 1 << 20, &v, err)); m->n_ctx = (int)v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.embedding_length", true, 1, 1 << 16, &v, err)); m->n_embd = (int)v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.block_count", true, 1, 1024, &v, err)); m->n_layer = (int)v;
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.attention.head_count", true, 1, 1024, &v, err)); m->n_head = (int)v;
-    v = 4 * (int64_t)m->n_embd;
+    v = 4 * (int64_t)m->n_embd; /* absent: nanoGPT's 4 n_embd */
     GPT2__TRY(gpt2__gguf_get_int(g, "gpt2.feed_forward_length", false, 1, 1 << 18, &v, err)); m->n_ff = (int)v;
-    GPT2__TRY(gpt2__gguf_get_float(g, "gpt2.attention.layer_norm_epsilon", &m->layer_norm_eps, err));
+    GPT2__TRY(gpt2__gguf_get_float(g, "gpt2.attention.layer_norm_epsilon", false, &m->layer_norm_eps, err));
     if (!(m->layer_norm_eps > 0.0f && m->layer_norm_eps < 1.0f))
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2.attention.layer_norm_epsilon is %g, expected a small positive number", (double)m->layer_norm_eps);
     if (m->n_embd % m->n_head != 0)
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2.attention.head_count %d does not divide gpt2.embedding_length %d", m->n_head, m->n_embd);
-    std::string_view gelu = "erf";
-    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.gelu", &gelu, err));
+    /* GPT-2 files from other converters carry no gpt2h.gelu: OpenAI's GPT-2 uses the tanh form. */
+    std::string_view gelu = "tanh";
+    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.gelu", false, &gelu, err));
     if (gelu != "erf" && gelu != "tanh")
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "gpt2h.gelu is '%.*s', expected 'erf' or 'tanh'", (int)std::min<size_t>(gelu.size(), 64), gelu.data());
-    /* GPT-2 files from other converters carry no gpt2h.gelu: OpenAI's GPT-2 uses the tanh form. */
-    m->gelu_tanh = gelu == "tanh" || !gpt2__gguf_find_kv(g, "gpt2h.gelu");
+    m->gelu_tanh = gelu == "tanh";
     return GPT2_OK;
 }
 
@@ -259,18 +261,18 @@ static gpt2_result gpt2__load_weights(gpt2_model* m, gpt2_error* err) {
 static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
     const gpt2__gguf* g = &m->gguf;
     std::string_view kind, bpe_model;
-    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.tokenizer.kind", &kind, err));
-    GPT2__TRY(gpt2__gguf_get_string(g, "tokenizer.ggml.model", &bpe_model, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "gpt2h.tokenizer.kind", false, &kind, err));
+    GPT2__TRY(gpt2__gguf_get_string(g, "tokenizer.ggml.model", false, &bpe_model, err));
     if (kind == "char") {
         gpt2__vector<std::string_view> chars;
-        GPT2__TRY(gpt2__gguf_get_string_array(g, "gpt2h.tokenizer.chars", &chars, err));
+        GPT2__TRY(gpt2__gguf_get_strings(g, "gpt2h.tokenizer.chars", true, &chars, err));
         GPT2__TRY(gpt2__tokenizer_init_char(&m->tokenizer, chars.data(), chars.size(), err));
     } else if (!kind.empty()) {
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "gpt2h.tokenizer.kind is '%.*s', expected 'char'", (int)std::min<size_t>(kind.size(), 64), kind.data());
     } else if (bpe_model == "gpt2") {
         gpt2__vector<std::string_view> tokens, merges;
-        GPT2__TRY(gpt2__gguf_get_string_array(g, "tokenizer.ggml.tokens", &tokens, err));
-        GPT2__TRY(gpt2__gguf_get_string_array(g, "tokenizer.ggml.merges", &merges, err));
+        GPT2__TRY(gpt2__gguf_get_strings(g, "tokenizer.ggml.tokens", true, &tokens, err));
+        GPT2__TRY(gpt2__gguf_get_strings(g, "tokenizer.ggml.merges", true, &merges, err));
         int64_t eos = -1;
         GPT2__TRY(gpt2__gguf_get_int(g, "tokenizer.ggml.eos_token_id", false, 0, (int64_t)tokens.size() - 1, &eos, err));
         GPT2__TRY(gpt2__tokenizer_init_bpe(&m->tokenizer, tokens.data(), tokens.size(), merges.data(), merges.size(), (int32_t)eos, err));

@@ -51,3 +51,146 @@ static int32_t gpt2__sample(const float* logits, int n, float temperature, int t
     }
     return last_kept; /* rounding left target at the very top */
 }
+
+/* log softmax(logits)[id], in double. */
+static double gpt2__log_prob(const float* logits, int n, int32_t id) {
+    double max_logit = logits[0];
+    for (int i = 1; i < n; i++) max_logit = std::max(max_logit, (double)logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += std::exp((double)logits[i] - max_logit);
+    return (double)logits[id] - max_logit - std::log(sum);
+}
+
+/* ---- The chain ---------------------------------------------------------------------------
+   The controls beyond nanoGPT's, in llama.cpp's order (GENERATION in the API): logit_bias, the
+   penalties, on_logits, top_k, top_p, min_p, then temperature and the draw of gpt2__sample.
+   They edit a copy of the logits and run only when one of them is on, so that with all of
+   them off the tokens are exactly gpt2__sample's. */
+
+enum { GPT2__DEFAULT_REPEAT_LAST_N = 64 }; /* llama.cpp's penalty_last_n */
+
+static bool gpt2__penalties_on(const gpt2_generate_params& p) {
+    return (p.repeat_penalty != 0.0f && p.repeat_penalty != 1.0f) || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+/* Whether any control beyond temperature and top_k is on. */
+static bool gpt2__chain_on(const gpt2_generate_params& p) {
+    return (p.top_p > 0.0f && p.top_p < 1.0f) || p.min_p > 0.0f || gpt2__penalties_on(p) || p.n_logit_bias > 0 || p.on_logits;
+}
+
+static gpt2_result gpt2__check_chain(const gpt2_generate_params& p, int n_vocab, gpt2_error* err) {
+    if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) /* written so that NaN fails too */
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "top_p is %g; expected 0 to 1 (0 or 1 = off)", (double)p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "min_p is %g; expected 0 to 1 (0 = off)", (double)p.min_p);
+    if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty < 0.0f)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_penalty is %g; expected a finite number >= 0 (0 or 1 = off)", (double)p.repeat_penalty);
+    if (p.repeat_last_n < -1)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_last_n is %d; expected -1 (the whole context), 0 (the default, %d) or more",
+                          p.repeat_last_n, (int)GPT2__DEFAULT_REPEAT_LAST_N);
+    if (!std::isfinite(p.presence_penalty))
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "presence_penalty is %g; expected a finite number (0 = off)", (double)p.presence_penalty);
+    if (!std::isfinite(p.frequency_penalty))
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "frequency_penalty is %g; expected a finite number (0 = off)", (double)p.frequency_penalty);
+    if (!p.logit_bias && p.n_logit_bias)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias is NULL but n_logit_bias is %zu", p.n_logit_bias);
+    for (size_t i = 0; i < p.n_logit_bias; i++) {
+        const gpt2_logit_bias& b = p.logit_bias[i];
+        if (b.token < 0 || b.token >= n_vocab)
+            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "logit_bias[%zu].token is %d, outside the vocabulary [0, %d)", i, (int)b.token, n_vocab);
+        if (std::isnan(b.bias) || b.bias == INFINITY)
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias[%zu].bias is %g; expected a finite number, or -INFINITY to ban the token", i,
+                              (double)b.bias);
+    }
+    return GPT2_OK;
+}
+
+/* llama.cpp's penalties: for each distinct token of window[0..n_window), which occurs `count`
+   times there, a logit > 0 is divided by `repeat` and any other multiplied by it (dividing a
+   negative logit would make the token more likely), then count * frequency + presence is
+   subtracted. `counts` holds n_vocab zeros, and holds zeros again on return. */
+static void gpt2__apply_penalties(float* logits, const int32_t* window, size_t n_window, float repeat, float presence, float frequency, int* counts) {
+    if (repeat == 0.0f) repeat = 1.0f; /* off */
+    for (size_t i = 0; i < n_window; i++) counts[window[i]]++;
+    for (size_t i = 0; i < n_window; i++) {
+        const int32_t t = window[i];
+        const int count = counts[t];
+        if (count == 0) continue; /* an earlier occurrence of the same token did it */
+        counts[t] = 0;
+        logits[t] = logits[t] <= 0.0f ? logits[t] * repeat : logits[t] / repeat;
+        logits[t] -= (float)count * frequency + presence;
+    }
+}
+
+/* top_k, then top_p, then min_p: the tokens they drop become -INFINITY. Probabilities are those
+   at temperature 1 (llama.cpp applies the temperature after them). scratch: n floats. */
+static void gpt2__truncate(float* logits, int n, int top_k, float top_p, float min_p, float* scratch) {
+    if (top_k > 0 && top_k < n) { /* gpt2__sample's rule: keep every logit >= the k-th largest */
+        std::memcpy(scratch, logits, (size_t)n * sizeof(float));
+        std::nth_element(scratch, scratch + (top_k - 1), scratch + n, std::greater<float>());
+        const float threshold = scratch[top_k - 1];
+        for (int i = 0; i < n; i++)
+            if (logits[i] < threshold) logits[i] = -INFINITY;
+    }
+    if (top_p > 0.0f && top_p < 1.0f) { /* the fewest most likely whose probabilities reach top_p, and their ties */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (logits[i] > -INFINITY) scratch[m++] = logits[i];
+        const int head = std::min(m, 256); /* top_p usually needs few tokens: sort the rest only when it does not */
+        std::partial_sort(scratch, scratch + head, scratch + m, std::greater<float>());
+        const double max_logit = scratch[0];
+        double total = 0.0;
+        for (int j = 0; j < m; j++) total += std::exp((double)scratch[j] - max_logit);
+        const double target = (double)top_p * total;
+        double running = 0.0;
+        float threshold = -INFINITY;
+        for (int j = 0; j < m; j++) {
+            if (j == head) std::sort(scratch + head, scratch + m, std::greater<float>());
+            running += std::exp((double)scratch[j] - max_logit);
+            if (running >= target) {
+                threshold = scratch[j];
+                break;
+            }
+        }
+        for (int i = 0; i < n; i++)
+            if (logits[i] < threshold) logits[i] = -INFINITY;
+    }
+    if (min_p > 0.0f) { /* p / p_max >= min_p, i.e. logit - max >= log(min_p) */
+        const double lowest = (double)logits[gpt2__argmax(logits, n)] + std::log((double)min_p);
+        for (int i = 0; i < n; i++)
+            if ((double)logits[i] < lowest) logits[i] = -INFINITY;
+    }
+}
+
+/* The chain up to the draw, in place on `logits` (n_vocab entries, a copy of the model's).
+   context: the session's tokens; the penalties look at the last repeat_last_n of them.
+   Afterwards the tokens that may be drawn have finite logits, the others -INFINITY (when the
+   draw is greedy, top_k/top_p/min_p are skipped: they always keep the most likely token).
+   Fails when on_logits leaves NaN, +INFINITY or no finite logit. scratch: n floats; counts: n
+   zeros. */
+static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_params& p, const int32_t* context, size_t n_context, float* scratch,
+                                      int* counts, gpt2_error* err) {
+    for (size_t i = 0; i < p.n_logit_bias; i++) logits[p.logit_bias[i].token] += p.logit_bias[i].bias;
+    if (gpt2__penalties_on(p)) {
+        const size_t last_n = p.repeat_last_n < 0 ? n_context : p.repeat_last_n == 0 ? (size_t)GPT2__DEFAULT_REPEAT_LAST_N : (size_t)p.repeat_last_n;
+        const size_t n_window = std::min(n_context, last_n);
+        gpt2__apply_penalties(logits, context + (n_context - n_window), n_window, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, counts);
+    }
+    if (p.on_logits) p.on_logits(p.user, logits, n);
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (std::isnan(logits[i]) || logits[i] == INFINITY)
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "the logit of token %d is %g after logit_bias, the penalties and on_logits; expected a finite number or -INFINITY", i,
+                              (double)logits[i]);
+        any = any || logits[i] > -INFINITY;
+    }
+    if (!any) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no token left to sample: logit_bias or on_logits set every logit to -INFINITY");
+    if (p.temperature != 0.0f && p.top_k != 1) gpt2__truncate(logits, n, p.top_k, p.top_p, p.min_p, scratch);
+    return GPT2_OK;
+}
+
+/* The end of the chain: temperature, softmax and the draw over what gpt2__chain_filter left (its
+   top_k already applied; top_k 1 stays greedy). scratch: n floats. */
+static int32_t gpt2__chain_draw(const float* filtered, int n, const gpt2_generate_params& p, uint64_t* rng, float* scratch) {
+    return gpt2__sample(filtered, n, p.temperature, p.top_k == 1 ? 1 : 0, rng, scratch);
+}

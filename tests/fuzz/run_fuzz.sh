@@ -3,9 +3,9 @@
 #
 #   tests/fuzz/run_fuzz.sh SECONDS
 #
-# Targets: fuzz_gguf.cpp (seeds: corpus_gguf/) and, when present, fuzz_tokenizer.cpp (seeds:
-# corpus_tokenizer/ if present). Seeds are copied to build-fuzz/ so the repository's corpus
-# stays as committed. Any crash, sanitizer report, leak or timeout fails the script; the input
+# Targets: fuzz_gguf.cpp (seeds: corpus_gguf/), fuzz_tokenizer.cpp (seeds: corpus_tokenizer/ if
+# present) and fuzz_session_state.cpp (seeds: valid states it writes itself). Seeds are copied to
+# build-fuzz/ so the repository's corpus stays as committed. Any crash, sanitizer report, leak or timeout fails the script; the input
 # that caused it is left in build-fuzz/ (crash-*, leak-*, timeout-*) to replay with
 #   build-fuzz/fuzz_gguf build-fuzz/crash-...
 # The seed is fixed (GPT2_FUZZ_SEED, default 1) so that CI runs the same inputs every time.
@@ -20,7 +20,7 @@ flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -DGPT2_TEST_DATA="\"$PWD/tests/data\"")
 
 status=0
-for target in fuzz_gguf fuzz_tokenizer; do
+for target in fuzz_gguf fuzz_tokenizer fuzz_session_state; do
     src="tests/fuzz/$target.cpp"
     [ -f "$src" ] || { echo "$target: $src not present, skipped"; continue; }
     echo "== $target: building"
@@ -29,6 +29,7 @@ for target in fuzz_gguf fuzz_tokenizer; do
     mkdir -p "$corpus"
     seeds="tests/fuzz/corpus_${target#fuzz_}"
     [ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+    [ "$target" = fuzz_session_state ] && GPT2_FUZZ_WRITE_SEEDS="$corpus" "$out/$target"
     echo "== $target: fuzzing for $seconds s"
     log="$out/$target.log"
     if (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./$target" -max_total_time="$seconds" -seed="${GPT2_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=2048 \

@@ -1,0 +1,50 @@
+/* The backend table: what a device must do for the C API. One table per device (the CPU's in
+   src/cpu/backend_cpu.h, CUDA's in src/cuda/backend_cuda.cuh); a model picks its table once,
+   when it loads, and every session of the model goes through it. A new backend is a new file
+   that fills a table and registers it (gpt2__register_backend). */
+
+struct gpt2__backend {
+    const char* name;
+    /* Loading done: give the device its copy of the weights (model->device_weights). */
+    gpt2_result (*model_attach)(gpt2_model* m, gpt2_error* err);
+    void (*model_release)(gpt2_model* m);
+    /* A session of the backend's own type; its shared part filled by gpt2__session_init. */
+    gpt2_result (*session_create)(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err);
+    void (*session_free)(gpt2_session* s);
+    /* Runs tokens[n_cached..) at positions n_cached.. (the cache holds the positions before);
+       afterwards logits() gives the prediction after the last token. Polls
+       gpt2__abort_requested between layers; an aborted run returns GPT2_ERROR_ABORTED with the
+       logits unchanged. */
+    gpt2_result (*run)(gpt2_session* s, gpt2_error* err);
+    /* The n_vocab logits after the last run, in host memory; NULL when the device failed. */
+    const float* (*logits)(gpt2_session* s);
+    /* Draws the next token from the last run's logits with the session's RNG. */
+    gpt2_result (*sample)(gpt2_session* s, float temperature, int top_k, int32_t* token, gpt2_error* err);
+    /* After a run over exactly tokens[0..n): the sum of log p(tokens[t] | tokens[..t]), t = 1..n-1. */
+    gpt2_result (*window_logprob)(gpt2_session* s, const int32_t* tokens, size_t n, double* sum, gpt2_error* err);
+    /* The KV cache rows [0, n) of every layer to host memory, packed: the keys (n_layer, n,
+       n_embd), then the values likewise; f16 when kv_f16, else f32. */
+    gpt2_result (*save_cache)(gpt2_session* s, int n, void* rows, gpt2_error* err);
+    /* The reverse: rows [0, n) from host memory (n may be 0), and the logits when not NULL. */
+    gpt2_result (*load_cache)(gpt2_session* s, int n, const void* rows, const float* logits, gpt2_error* err);
+};
+
+enum { GPT2__MAX_DEVICES = 8 };
+
+static const gpt2__backend* gpt2__cpu_backend(); /* src/cpu/backend_cpu.h */
+
+/* The table of each device this program was built with; NULL for the others. The CPU's is
+   always there; others register themselves (a function-local table, so a model loaded from
+   any static initialiser still finds the CPU). */
+static const gpt2__backend*& gpt2__device_backend(gpt2_device device) {
+    static const gpt2__backend* tables[GPT2__MAX_DEVICES] = {gpt2__cpu_backend()};
+    static const gpt2__backend* none;
+    if ((unsigned)device >= GPT2__MAX_DEVICES) return none = nullptr;
+    return tables[(unsigned)device];
+}
+
+/* Called from a backend file's static initialiser: the table serves `device` from then on. */
+[[maybe_unused]] static bool gpt2__register_backend(gpt2_device device, const gpt2__backend* table) {
+    gpt2__device_backend(device) = table;
+    return true;
+}

@@ -1,0 +1,101 @@
+/* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__forward on this CPU's kernels. */
+
+static void gpt2__cpu_session_free(gpt2_session* session) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    gpt2__pool_stop(&s->pool);
+    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
+    for (void* b : buffers) gpt2__free_aligned(b);
+    gpt2__session_delete(s);
+}
+
+static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
+    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
+    struct { void** p; size_t bytes; } plan[] = {
+        {&s->k_cache, cache}, {&s->v_cache, cache},
+        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
+        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
+        {(void**)&s->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, s->n_ctx) * 4},
+        {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
+        {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
+        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
+        {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
+    };
+    for (auto& b : plan) {
+        *b.p = gpt2__malloc_aligned(b.bytes);
+        if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
+    }
+    gpt2__advise_huge_pages(s->k_cache, cache);
+    gpt2__advise_huge_pages(s->v_cache, cache);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cpu_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
+    gpt2__cpu_session* s = gpt2__session_new<gpt2__cpu_session>(m, p);
+    if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    s->kernels = &gpt2__cpu_kernels();
+    gpt2__pool_start(&s->pool, p.n_threads ? p.n_threads : (int)std::max(1u, std::thread::hardware_concurrency()));
+    const gpt2_result res = gpt2__cpu_session_alloc(s, err);
+    if (res != GPT2_OK) {
+        gpt2__cpu_session_free(s);
+        return res;
+    }
+    *out = s;
+    return GPT2_OK;
+}
+
+static const float* gpt2__cpu_logits(gpt2_session* s) { return gpt2__cpu(s)->logits; }
+
+static gpt2_result gpt2__cpu_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error*) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    *token = gpt2__sample(s->logits, s->model->n_vocab, temperature, top_k, &s->rng_state, s->probs);
+    return GPT2_OK;
+}
+
+/* Every position of the window from the one pass: xn holds their final hidden states. */
+static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error*) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    const int V = s->model->n_vocab, C = s->model->n_embd;
+    *sum = 0.0;
+    for (size_t t = 1; t < n; t++) {
+        gpt2__head(s, s->xn + (t - 1) * C, s->probs);
+        *sum += gpt2__log_prob(s->probs, V, tokens[t]);
+    }
+    return GPT2_OK;
+}
+
+/* Copies rows [0, n) of every layer between the caches, (n_layer, n_ctx, C) each, and `packed`:
+   the keys (n_layer, n, C), then the values. */
+static void gpt2__cpu_copy_rows(const gpt2__cpu_session* s, int n, uint8_t* packed, bool to_cache) {
+    if (n == 0) return; /* packed may be NULL */
+    const size_t row = (size_t)s->model->n_embd * (s->kv_f16 ? 2 : 4), rows = (size_t)n * row, layer = (size_t)s->n_ctx * row;
+    uint8_t* caches[2] = {(uint8_t*)s->k_cache, (uint8_t*)s->v_cache};
+    for (uint8_t* cache : caches)
+        for (int l = 0; l < s->model->n_layer; l++, packed += rows) {
+            if (to_cache) std::memcpy(cache + l * layer, packed, rows);
+            else std::memcpy(packed, cache + l * layer, rows);
+        }
+}
+
+static gpt2_result gpt2__cpu_save_cache(gpt2_session* s, int n, void* rows, gpt2_error*) {
+    gpt2__cpu_copy_rows(gpt2__cpu(s), n, (uint8_t*)rows, false);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error*) {
+    gpt2__cpu_session* s = gpt2__cpu(session);
+    gpt2__cpu_copy_rows(s, n, (uint8_t*)const_cast<void*>(rows), true);
+    if (logits) std::memcpy(s->logits, logits, (size_t)s->model->n_vocab * 4);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cpu_model_attach(gpt2_model*, gpt2_error*) { return GPT2_OK; } /* the CPU reads the file's weights in place */
+static void gpt2__cpu_model_release(gpt2_model*) {}
+
+static const gpt2__backend* gpt2__cpu_backend() {
+    static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
+                                        gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
+                                        gpt2__cpu_load_cache};
+    return &table;
+}

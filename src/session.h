@@ -1,0 +1,151 @@
+/* The session: one conversation. This part is what every backend shares (the tokens in context,
+   the RNG, the UTF-8 stream of the text being delivered); a backend's own session type derives
+   from it and adds its KV cache and scratch (gpt2__cpu_session, gpt2__cuda_session). */
+
+struct gpt2_session {
+    const gpt2_model* model = nullptr;
+    const gpt2__backend* backend = nullptr;
+    int n_ctx = 0;
+    bool kv_f16 = false;
+    gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
+    int n_cached = 0;             /* tokens[0..n_cached) have their keys and values in the cache */
+    bool has_logits = false;
+    uint64_t rng_state = 0;
+    gpt2__utf8_stream stream;
+    gpt2__string text;            /* the text of the token being delivered to the callback */
+    gpt2_context_policy context_policy = GPT2_CONTEXT_EXACT;
+    int n_keep = 0, n_discard = 0; /* GPT2_CONTEXT_DISCARD's: n_discard already resolved */
+    int (*abort_fn)(void* user) = nullptr;
+    void* abort_user = nullptr;
+    int first_written_row = 0;    /* the lowest cache row a pass wrote since gpt2__checkpoint_take */
+};
+
+/* True when the caller's abort_fn asks to stop; backends poll it between layers. */
+static bool gpt2__abort_requested(const gpt2_session* s) { return s->abort_fn && s->abort_fn(s->abort_user) != 0; }
+
+static gpt2_result gpt2__aborted(gpt2_error* err) { return gpt2__fail(err, GPT2_ERROR_ABORTED, "aborted by abort_fn; the session is as it was before the call"); }
+
+/* A backend's new session of its type S, the shared part filled; NULL when out of memory. */
+template <class S>
+static S* gpt2__session_new(const gpt2_model* m, const gpt2_session_params& p) {
+    void* memory = GPT2_MALLOC(sizeof(S));
+    if (!memory) return nullptr;
+    S* s = new (memory) S();
+    s->model = m;
+    s->backend = m->backend;
+    m->n_sessions++;
+    s->n_ctx = p.n_ctx ? p.n_ctx : m->n_ctx;
+    s->kv_f16 = p.kv_f16 != 0;
+    s->context_policy = p.context_policy;
+    s->n_keep = p.n_keep;
+    s->n_discard = p.n_discard ? p.n_discard : std::max(1, (s->n_ctx - p.n_keep) / 2);
+    s->abort_fn = p.abort_fn;
+    s->abort_user = p.abort_user;
+    s->tokens.reserve((size_t)s->n_ctx);
+    return s;
+}
+
+/* Ends a session made by gpt2__session_new, once its backend has released what it holds. */
+template <class S>
+static void gpt2__session_delete(S* s) {
+    s->model->n_sessions--;
+    s->~S();
+    GPT2_FREE(s);
+}
+
+static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab)
+            return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "token %zu is %d, outside the vocabulary [0, %d)", i, (int)ids[i], m->n_vocab);
+    return GPT2_OK;
+}
+
+/* Makes room for n more tokens when the context would overflow. GPT2_CONTEXT_EXACT keeps the
+   last n_ctx - n tokens, as nanoGPT's generate() crops its input (every position moves: the whole
+   window is recomputed); GPT2_CONTEXT_DISCARD drops at least n_discard tokens after the first
+   n_keep (whose cache rows stay valid). Nothing changes when it fails. */
+static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
+    const size_t total = s->tokens.size() + n, ctx = (size_t)s->n_ctx;
+    if (total <= ctx) return GPT2_OK;
+    const size_t needed = total - ctx;
+    if (s->context_policy == GPT2_CONTEXT_EXACT) {
+        s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)needed);
+        s->n_cached = 0;
+        return GPT2_OK;
+    }
+    const size_t keep = std::min((size_t)s->n_keep, s->tokens.size()), others = s->tokens.size() - keep;
+    const size_t drop = std::min(others, std::max(needed, (size_t)s->n_discard));
+    if (drop < needed)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, keep, s->n_ctx);
+    s->tokens.erase(s->tokens.begin() + (ptrdiff_t)keep, s->tokens.begin() + (ptrdiff_t)(keep + drop));
+    s->n_cached = std::min(s->n_cached, (int)keep);
+    return GPT2_OK;
+}
+
+/* Appends tokens to the context window and runs the model over what the cache lacks (after
+   gpt2__make_room). A run the caller aborts leaves the tokens as they were (the cache rows it
+   wrote are no longer counted); a run that fails otherwise leaves an empty context (a device
+   may hold part of a pass). */
+static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
+    if (n > (size_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
+    if (n == 0) return GPT2_OK;
+    gpt2__vector<int32_t> before;
+    if (s->abort_fn) before = s->tokens;
+    const int cached_before = s->n_cached;
+    GPT2__TRY(gpt2__make_room(s, n, err));
+    s->tokens.insert(s->tokens.end(), ids, ids + n);
+    const int first_row = s->n_cached;
+    s->first_written_row = std::min(s->first_written_row, first_row);
+    const gpt2_result res = s->backend->run(s, err);
+    if (res == GPT2_ERROR_ABORTED) {
+        s->tokens.swap(before);
+        s->n_cached = std::min(cached_before, first_row);
+        return res;
+    }
+    if (res != GPT2_OK) {
+        s->tokens.clear();
+        s->n_cached = 0;
+        s->has_logits = false;
+        return res;
+    }
+    s->n_cached = (int)s->tokens.size();
+    s->has_logits = true;
+    return GPT2_OK;
+}
+
+/* What gpt2_generate needs to undo itself when aborted: the context, the logits, the streams. */
+struct gpt2__checkpoint {
+    gpt2__vector<int32_t> tokens;
+    gpt2__vector<float> logits;
+    int n_cached = 0;
+    bool has_logits = false;
+    uint64_t rng_state = 0;
+    gpt2__utf8_stream stream;
+};
+
+static gpt2_result gpt2__checkpoint_take(gpt2_session* s, gpt2__checkpoint* c, gpt2_error* err) {
+    c->tokens = s->tokens;
+    c->n_cached = s->n_cached;
+    c->has_logits = s->has_logits;
+    c->rng_state = s->rng_state;
+    c->stream = s->stream;
+    s->first_written_row = s->n_ctx;
+    if (!s->has_logits) return GPT2_OK;
+    const float* logits = s->backend->logits(s);
+    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+    c->logits.assign(logits, logits + s->model->n_vocab);
+    return GPT2_OK;
+}
+
+/* Puts the checkpoint back; the cache rows written since stay uncounted. Returns ABORTED. */
+static gpt2_result gpt2__checkpoint_restore(gpt2_session* s, gpt2__checkpoint* c, gpt2_error* err) {
+    if (c->has_logits) GPT2__TRY(s->backend->load_cache(s, 0, nullptr, c->logits.data(), err));
+    s->tokens.swap(c->tokens);
+    s->n_cached = std::min(c->n_cached, s->first_written_row);
+    s->has_logits = c->has_logits;
+    s->rng_state = c->rng_state;
+    s->stream = c->stream;
+    return gpt2__aborted(err);
+}
