@@ -12,13 +12,13 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 
-# ---- the CUDA path: built for every target GPU wherever nvcc is; its tests skip without a GPU ----
-nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-if [ -x "$nvcc" ]; then
-    cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DGPT2_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
-        -DGPT2_BUILD_TESTS=OFF -DGPT2_CUDA_TESTS=ON -DGPT2_BUILD_EXAMPLES=OFF >/dev/null
-    cmake --build build-cuda -j"$(nproc)"
-    ./build-cuda/tests/cuda/gpt2-cuda-tests
+# ---- the CUDA path, wherever nvcc is: the device run's every step up to the first GPU call
+# (tests/cuda/device_run.sh --dry-run builds the benchmark and the CUDA tests for sm_90 and makes
+# their models), then the CUDA tests, which skip their GPU cases without a GPU; the header for
+# every target GPU is compiled by the CTest case cuda_header_compiles ----
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    OUT=build-device/out bash tests/cuda/device_run.sh --dry-run
+    GPT2_SC_GGUF="$PWD/build-device/models/shakespeare_char.gguf" ./build-device/tests/cuda/gpt2-cuda-tests
 fi
 
 # ---- reliability: sanitizers and fuzzing ----
