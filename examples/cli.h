@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,14 @@ inline bool cli_parse_float(const std::string& s, float* out) {
     char* end = nullptr;
     float v = std::strtof(s.c_str(), &end);
     if (s.empty() || *end) return false;
+    *out = v;
+    return true;
+}
+
+// A finite number from min to max.
+inline bool cli_parse_float_in(const std::string& s, float min, float max, float* out) {
+    float v;
+    if (!cli_parse_float(s, &v) || !std::isfinite(v) || v < min || v > max) return false;
     *out = v;
     return true;
 }
@@ -136,6 +147,34 @@ inline std::string cli_json_string(const std::string& s) {
 inline std::string cli_default_model(const char* argv0) {
     const char* path = example_default_model(argv0);
     return path ? path : "";
+}
+
+// Writes the session's state (gpt2_session_save) to `path`. Returns "" or the complaint, naming the file.
+inline std::string cli_save_state(const gpt2_session* session, const std::string& path) {
+    gpt2_error err;
+    size_t n = 0;
+    if (gpt2_session_save(session, nullptr, 0, &n, &err) != GPT2_OK) return path + ": " + err.message;
+    std::vector<char> bytes(n);
+    if (gpt2_session_save(session, bytes.data(), bytes.size(), &n, &err) != GPT2_OK) return path + ": " + err.message;
+    std::ofstream f(path, std::ios::binary);
+    if (!f) return "cannot write " + path + ": " + std::strerror(errno);
+    f.write(bytes.data(), (std::streamsize)n);
+    f.close();
+    if (!f) return "cannot write " + path;
+    return "";
+}
+
+// Loads a state written by cli_save_state. Returns "" or the complaint, naming the file; on
+// failure the session is as it was (gpt2_session_load checks everything first).
+inline std::string cli_load_state(gpt2_session* session, const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return "cannot open " + path + ": " + std::strerror(errno);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (f.bad()) return "cannot read " + path;
+    if (bytes.empty()) return path + ": the file is empty, not a saved session state";
+    gpt2_error err;
+    if (gpt2_session_load(session, bytes.data(), bytes.size(), &err) != GPT2_OK) return path + ": " + err.message;
+    return "";
 }
 
 inline bool cli_stdin_is_terminal() { return cli_isatty(cli_fileno(stdin)) != 0; }

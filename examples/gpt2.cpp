@@ -5,6 +5,7 @@
 
 #include "cli.h"
 
+#include <cfloat>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,17 +19,40 @@ static const char* usage =
     "       gpt2 [-m MODEL] --tokenize TEXT | --tokenize-file PATH\n"
     "\n"
     "Generates text with a GPT-2-class model (a GGUF file; see tools/convert.py).\n"
-    "Without -p or --prompt-ids, on a terminal, starts the interactive REPL.\n"
+    "Without -p, --prompt-ids or --load-state, on a terminal, starts the interactive REPL.\n"
     "\n"
     "  -m, --model PATH     model file (default: the shipped Shakespeare model)\n"
     "  -p, --prompt TEXT    prompt text (needs a model with a vocabulary)\n"
     "  --prompt-ids LIST    prompt as comma-separated token ids\n"
-    "  -n, --n-tokens N     tokens to generate (default 256)\n"
+    "  -n, --n-tokens N     tokens to generate (default 256); 0 = only evaluate the prompt\n"
     "  --temp T             temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K            sample from the K most likely tokens, 0 = all (default 200)\n"
+    "  --top-p P            of those, the most likely whose probabilities add up to P (0 to 1;\n"
+    "                       default off)\n"
+    "  --min-p P            drop tokens less than P times as likely as the most likely (0 to 1;\n"
+    "                       default off)\n"
+    "  --repeat-penalty R   make recent tokens less likely: logits > 0 divided by R, others\n"
+    "                       multiplied (e.g. 1.1; default off)\n"
+    "  --repeat-last-n N    recent = the last N tokens of the context (default 64; -1 = all)\n"
+    "  --presence-penalty P subtract P from the logit of every recent token (default 0)\n"
+    "  --frequency-penalty P\n"
+    "                       subtract P from a token's logit per time it is recent (default 0)\n"
+    "  --stop STR           stop when the text contains STR; STR and what follows are not\n"
+    "                       printed (repeat for more strings)\n"
+    "  --stop-at-eos        stop when the model ends its text (<|endoftext|>)\n"
     "  --seed S             random seed (default 1337)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --ctx N              context length of the session (default: the model's)\n"
+    "  --context-policy P   when the context is full: 'exact' drops the oldest token and recomputes\n"
+    "                       the rest for every new token (nanoGPT's way; the default), 'discard'\n"
+    "                       drops half of them at once (much faster long generations; the REPL's\n"
+    "                       default)\n"
+    "  --keep N             with discard: the first N tokens (a preamble) always stay (default 0)\n"
+    "  --save-state FILE    after generating, save the conversation (its tokens and cache) to FILE\n"
+    "  --load-state FILE    before the prompt, load a conversation saved by --save-state; without\n"
+    "                       -p or --prompt-ids, generation continues it (greedy: exactly as if never\n"
+    "                       interrupted; sampling restarts from --seed). Give the same --ctx and\n"
+    "                       --context-policy as when it was saved\n"
     "  --json               print one JSON object: prompt_ids, ids, text, last_logits\n"
     "  --tokenize TEXT      print the token ids of TEXT as a JSON array\n"
     "  --tokenize-file P    print the token ids of the bytes of file P as a JSON array\n"
@@ -40,6 +64,12 @@ struct Options {
     int n_tokens = 256, top_k = 200, threads = 0, ctx = 0;
     float temperature = 0.8f;
     uint64_t seed = 1337;
+    float top_p = 0.0f, min_p = 0.0f, repeat_penalty = 0.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f; // 0 = off
+    int repeat_last_n = 0;
+    std::vector<std::string> stops;
+    bool stop_at_eos = false;
+    std::string save_state, load_state, context_policy; // context_policy "": the mode's default
+    int keep = -1;                                     // -1: not given
 };
 
 static int fail(const std::string& message) {
@@ -59,18 +89,30 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         std::string v;
         if (a == "-h" || a == "--help") { std::fputs(usage, stdout); std::exit(0); }
         else if (a == "--json") o->json = true;
+        else if (a == "--stop-at-eos") o->stop_at_eos = true;
         else if (!value(&v)) return "unknown option '" + a + "' or missing value (see --help)";
         else if (a == "-m" || a == "--model") o->model = v;
         else if (a == "-p" || a == "--prompt") { o->prompt = v; o->has_prompt = true; }
         else if (a == "--prompt-ids") { o->prompt_ids = v; o->has_prompt_ids = true; }
         else if (a == "--tokenize") { o->tokenize_text = v; o->has_tokenize = true; }
         else if (a == "--tokenize-file") { o->tokenize_file = v; o->has_tokenize_file = true; }
-        else if (a == "-n" || a == "--n-tokens") { if (!cli_parse_int(v, 1, 1 << 24, &o->n_tokens)) return "-n expects 1 to 16777216, got '" + v + "'"; }
+        else if (a == "-n" || a == "--n-tokens") { if (!cli_parse_int(v, 0, 1 << 24, &o->n_tokens)) return "-n expects 0 to 16777216, got '" + v + "'"; }
         else if (a == "--top-k") { if (!cli_parse_int(v, 0, 1 << 30, &o->top_k)) return "--top-k expects an integer >= 0, got '" + v + "'"; }
         else if (a == "-t" || a == "--threads") { if (!cli_parse_int(v, 0, 1024, &o->threads)) return "--threads expects 0 to 1024, got '" + v + "'"; }
         else if (a == "--ctx") { if (!cli_parse_int(v, 0, 1 << 20, &o->ctx)) return "--ctx expects an integer >= 0, got '" + v + "'"; }
         else if (a == "--temp") { if (!cli_parse_float(v, &o->temperature)) return "--temp expects a number >= 0, got '" + v + "'"; }
         else if (a == "--seed") { if (!cli_parse_u64(v, &o->seed)) return "--seed expects an unsigned integer, got '" + v + "'"; }
+        else if (a == "--top-p") { if (!cli_parse_float_in(v, 0.0f, 1.0f, &o->top_p)) return "--top-p expects a number from 0 to 1, got '" + v + "'"; }
+        else if (a == "--min-p") { if (!cli_parse_float_in(v, 0.0f, 1.0f, &o->min_p)) return "--min-p expects a number from 0 to 1, got '" + v + "'"; }
+        else if (a == "--repeat-penalty") { if (!cli_parse_float_in(v, 0.0f, FLT_MAX, &o->repeat_penalty)) return "--repeat-penalty expects a finite number >= 0, got '" + v + "'"; }
+        else if (a == "--repeat-last-n") { if (!cli_parse_int(v, -1, 1 << 30, &o->repeat_last_n)) return "--repeat-last-n expects an integer >= -1, got '" + v + "'"; }
+        else if (a == "--presence-penalty") { if (!cli_parse_float_in(v, -FLT_MAX, FLT_MAX, &o->presence_penalty)) return "--presence-penalty expects a finite number, got '" + v + "'"; }
+        else if (a == "--frequency-penalty") { if (!cli_parse_float_in(v, -FLT_MAX, FLT_MAX, &o->frequency_penalty)) return "--frequency-penalty expects a finite number, got '" + v + "'"; }
+        else if (a == "--save-state") o->save_state = v;
+        else if (a == "--load-state") o->load_state = v;
+        else if (a == "--context-policy") { if (v != "exact" && v != "discard") return "--context-policy expects exact or discard, got '" + v + "'"; o->context_policy = v; }
+        else if (a == "--keep") { if (!cli_parse_int(v, 0, 1 << 30, &o->keep)) return "--keep expects an integer >= 0, got '" + v + "'"; }
+        else if (a == "--stop") { if (v.empty()) return "--stop expects a string of at least one character"; o->stops.push_back(v); }
         else return "unknown option '" + a + "' (see --help)";
     }
     if (o->has_prompt && o->has_prompt_ids) return "give -p or --prompt-ids, not both";
@@ -129,9 +171,19 @@ int main(int argc, char** argv) {
         return tokenize(model, std::string(std::istreambuf_iterator<char>(f), {}));
     }
 
+    // No prompt and no saved conversation to continue: the REPL, where long chats want the
+    // discard policy (one recomputation per half context instead of one per token).
+    const bool repl = !o.has_prompt && !o.has_prompt_ids && o.load_state.empty();
+    if (repl && !cli_stdin_is_terminal()) return fail("no prompt: give -p TEXT, --prompt-ids or --load-state (the REPL needs a terminal)");
+    if (repl && !o.save_state.empty()) return fail("--save-state needs -p, --prompt-ids or --load-state; in the REPL use /save FILE");
+    const std::string policy = !o.context_policy.empty() ? o.context_policy : repl ? "discard" : "exact";
+    if (o.keep >= 0 && policy != "discard") return fail("--keep needs --context-policy discard");
+
     gpt2_session_params sp = gpt2_session_default_params();
     sp.n_threads = o.threads;
     sp.n_ctx = o.ctx;
+    sp.context_policy = policy == "discard" ? GPT2_CONTEXT_DISCARD : GPT2_CONTEXT_EXACT;
+    sp.n_keep = o.keep > 0 ? o.keep : 0;
     gpt2_session* session = nullptr;
     if (gpt2_session_create(model, &sp, &session, &err) != GPT2_OK) return fail(err.message);
     CliSession session_owner{session};
@@ -141,34 +193,55 @@ int main(int argc, char** argv) {
     gp.temperature = o.temperature;
     gp.top_k = o.top_k;
     gp.seed = o.seed;
+    gp.top_p = o.top_p;
+    gp.min_p = o.min_p;
+    gp.repeat_penalty = o.repeat_penalty;
+    gp.repeat_last_n = o.repeat_last_n;
+    gp.presence_penalty = o.presence_penalty;
+    gp.frequency_penalty = o.frequency_penalty;
+    std::vector<const char*> stops;
+    for (const std::string& stop : o.stops) stops.push_back(stop.c_str());
+    gp.stop = stops.data();
+    gp.n_stop = stops.size();
+    gp.stop_at_eos = o.stop_at_eos;
 
-    if (!o.has_prompt && !o.has_prompt_ids) {
-        if (!cli_stdin_is_terminal()) return fail("no prompt: give -p TEXT or --prompt-ids (the REPL needs a terminal)");
-        return cli_repl(model, session, gp);
+    if (repl) return cli_repl(model, session, gp);
+    if (!o.load_state.empty()) {
+        complaint = cli_load_state(session, o.load_state);
+        if (!complaint.empty()) return fail(complaint);
     }
 
     std::vector<int32_t> prompt;
     if (o.has_prompt_ids) {
         if (!cli_parse_ids(o.prompt_ids, &prompt)) return fail("--prompt-ids expects comma-separated integers, got '" + o.prompt_ids + "'");
-    } else {
+    } else if (o.has_prompt) {
         size_t n = 0;
         if (gpt2_tokenize(model, o.prompt.data(), o.prompt.size(), 0, nullptr, 0, &n, &err) != GPT2_OK) return fail(err.message);
         prompt.resize(n);
         gpt2_tokenize(model, o.prompt.data(), o.prompt.size(), 0, prompt.data(), prompt.size(), &n, &err);
     }
-    if (prompt.empty()) return fail("the prompt is empty: give at least one token");
+    if (prompt.empty() && gpt2_session_n_tokens(session) == 0) return fail("the prompt is empty: give at least one token");
 
     // Evaluate the prompt first so its last logits can be reported, then generate from there.
-    if (gpt2_session_eval(session, prompt.data(), prompt.size(), &err) != GPT2_OK) return fail(err.message);
-    std::vector<float> last_logits(gpt2_session_logits(session), gpt2_session_logits(session) + info.n_vocab);
+    if (!prompt.empty() && gpt2_session_eval(session, prompt.data(), prompt.size(), &err) != GPT2_OK) return fail(err.message);
+    std::vector<float> last_logits;
+    if (const float* logits = gpt2_session_logits(session)) last_logits.assign(logits, logits + info.n_vocab);
 
     Printer printer{"", !o.json, o.has_prompt ? o.prompt : ""};
     gp.on_token = on_token;
     gp.user = &printer;
     std::vector<int32_t> ids((size_t)o.n_tokens);
     size_t produced = 0;
-    if (gpt2_generate(session, nullptr, 0, &gp, ids.data(), ids.size(), &produced, &err) != GPT2_OK) return fail(err.message);
+    if (o.n_tokens > 0) { // -n 0: the prompt only (max_new_tokens 0 would mean the default)
+        if (gpt2_generate(session, nullptr, 0, &gp, ids.data(), ids.size(), &produced, &err) != GPT2_OK) return fail(err.message);
+    } else if (printer.echo) {
+        std::fputs(printer.prefix.c_str(), stdout);
+    }
     ids.resize(produced);
+    if (!o.save_state.empty()) {
+        complaint = cli_save_state(session, o.save_state);
+        if (!complaint.empty()) return fail(complaint);
+    }
 
     if (!o.json) {
         std::printf("\n");

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <csignal>
 #include <string>
+#include <utility>
+#include <vector>
 
 // Ctrl-C while the model writes: SIGINT sets this flag and the token callback stops generation.
 // At the prompt the line editor reads Ctrl-C as a key instead (the terminal is in raw mode).
@@ -33,11 +35,13 @@ static void catch_interrupts() {
 struct Stream {
     std::chrono::steady_clock::time_point start, first_token;
     int n_tokens = 0;
+    int32_t last_token = -1;
 };
 
 static int stream_token(void* user, int32_t token, const char* text, size_t len) {
     Stream* s = (Stream*)user;
     if (token >= 0 && s->n_tokens++ == 0) s->first_token = std::chrono::steady_clock::now();
+    if (token >= 0) s->last_token = token;
     if (text) std::fwrite(text, 1, len, stdout);
     else std::printf(" %d", (int)token);
     std::fflush(stdout);
@@ -46,22 +50,87 @@ static int stream_token(void* user, int32_t token, const char* text, size_t len)
 
 static const char* repl_help =
     "Type a prompt and press Enter; the model continues it (an empty line continues from a newline).\n"
-    "The conversation accumulates until /reset; older text slides out of the model's context.\n"
+    "The conversation accumulates until /reset. When it fills the model's context, the older half\n"
+    "of it goes at once (the discard policy), so answers stay fast (--context-policy exact: the\n"
+    "oldest token goes at each new token and the rest is recomputed, nanoGPT's way; --keep N: the\n"
+    "first N tokens always stay).\n"
     "  /temp T    temperature (0 = greedy)      /topk K   top-k (0 = all)\n"
     "  /seed S    random seed                   /n N      tokens per answer\n"
     "  /reset     forget the conversation       /help     this text\n"
+    "  /undo      drop the last answer and its prompt (again: the one before)\n"
+    "  /save FILE save the conversation         /load FILE continue a saved one\n"
+    "  /stop STR  end answers where STR appears, STR not shown (\\n: a newline); /stop alone: none\n"
     "  /quit      leave (also Ctrl-D)           Ctrl-C    stop the current answer\n"
     "Line editing: left/right, Home/End, Backspace/Delete, up/down for history, Ctrl-U clears.\n";
 
-// Applies a /command; returns false for /quit.
-static bool command(const std::string& line, gpt2_session* session, gpt2_generate_params* p) {
+// The stop strings of /stop; the generation params point into them.
+static std::vector<std::string> stop_strings;
+static std::vector<const char*> stop_pointers;
+
+static void set_stops(gpt2_generate_params* p, std::vector<std::string> stops) {
+    stop_strings = std::move(stops);
+    stop_pointers.clear();
+    for (const std::string& s : stop_strings) stop_pointers.push_back(s.c_str());
+    p->stop = stop_pointers.data();
+    p->n_stop = stop_pointers.size();
+}
+
+// "\n" and "\t" become a newline and a tab, "\\" a backslash; `show` turns them back.
+static std::string unescape(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); i++) {
+        if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == 'n' || s[i + 1] == 't' || s[i + 1] == '\\')) {
+            out += s[i + 1] == 'n' ? '\n' : s[i + 1] == 't' ? '\t' : '\\';
+            i++;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+static std::string show(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\\' ? "\\\\" : std::string(1, c);
+    return out + "\"";
+}
+
+// Applies a /command; returns false for /quit. `turns`: how many tokens each turn (a prompt and its
+// answer) added, oldest first. /undo removes the last turn's tokens from the end of the context -
+// counting from the end stays right after the context dropped old tokens.
+static bool command(const std::string& line, gpt2_session* session, gpt2_generate_params* p, std::vector<size_t>* turns) {
     size_t space = line.find(' ');
     std::string name = line.substr(0, space), arg = space == std::string::npos ? "" : line.substr(space + 1);
     while (!arg.empty() && arg.back() == ' ') arg.pop_back();
     if (name == "/quit" || name == "/exit") return false;
     if (name == "/help") std::fputs(repl_help, stdout);
-    else if (name == "/reset") { gpt2_session_reset(session); std::printf("(conversation cleared)\n"); }
-    else if (name == "/temp") {
+    else if (name == "/reset") { gpt2_session_reset(session); turns->clear(); std::printf("(conversation cleared)\n"); }
+    else if (name == "/undo") {
+        const size_t n = gpt2_session_n_tokens(session);
+        if (turns->empty() || n == 0) {
+            turns->clear();
+            std::printf("(nothing to undo)\n");
+            return true;
+        }
+        const size_t keep = n > turns->back() ? n - turns->back() : 0;
+        turns->pop_back();
+        gpt2_error err;
+        if (gpt2_session_truncate(session, keep, &err) != GPT2_OK) std::printf("%s\n", err.message);
+        else std::printf("(dropped the last answer and its prompt: %zu tokens in context)\n", keep);
+    } else if (name == "/save" || name == "/load") {
+        if (arg.empty()) {
+            std::printf("%s expects a file name, e.g. %s chat.state\n", name.c_str(), name.c_str());
+            return true;
+        }
+        const bool save = name == "/save";
+        const std::string complaint = save ? cli_save_state(session, arg) : cli_load_state(session, arg);
+        if (!complaint.empty()) {
+            std::printf("%s%s\n", complaint.c_str(), save ? "" : " (the conversation is unchanged)");
+            return true;
+        }
+        if (!save) turns->clear(); // the loaded conversation is where /undo stops
+        std::printf("(%s %zu tokens %s %s)\n", save ? "saved" : "loaded", gpt2_session_n_tokens(session), save ? "to" : "from", arg.c_str());
+    } else if (name == "/temp") {
         float t;
         if (cli_parse_float(arg, &t) && std::isfinite(t) && t >= 0) { p->temperature = t; std::printf("(temperature %g)\n", (double)t); }
         else std::printf("/temp expects a number >= 0, e.g. /temp 0.8\n");
@@ -71,6 +140,16 @@ static bool command(const std::string& line, gpt2_session* session, gpt2_generat
     } else if (name == "/seed") {
         if (cli_parse_u64(arg, &p->seed)) std::printf("(seed %llu)\n", (unsigned long long)p->seed);
         else std::printf("/seed expects an unsigned integer, e.g. /seed 1337\n");
+    } else if (name == "/stop") {
+        std::vector<std::string> stops;
+        if (!arg.empty()) {
+            stops.assign(p->stop, p->stop + p->n_stop); // those of --stop, then of /stop
+            stops.push_back(unescape(arg));
+        }
+        set_stops(p, stops);
+        std::string list;
+        for (const std::string& s : stop_strings) list += (list.empty() ? "" : ", ") + show(s);
+        std::printf("(%s)\n", list.empty() ? "no stop strings" : ("answers stop at " + list).c_str());
     } else if (name == "/n") {
         if (cli_parse_int(arg, 1, 1 << 24, &p->max_new_tokens)) std::printf("(%d tokens per answer)\n", p->max_new_tokens);
         else std::printf("/n expects an integer from 1, e.g. /n 200\n");
@@ -88,6 +167,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
                 info.name, info.n_layer, info.n_embd, info.n_ctx, (double)params.temperature, params.top_k);
     LineEditor editor;
     std::string line;
+    std::vector<size_t> turns;
     for (;;) {
         interrupted = false;
         LineResult got = editor.read("> ", &line);
@@ -98,7 +178,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         }
         editor.add_history(line);
         if (!line.empty() && line[0] == '/') {
-            if (!command(line, session, &params)) return 0;
+            if (!command(line, session, &params, &turns)) return 0;
             continue;
         }
         if (line.empty()) line = "\n";
@@ -117,19 +197,24 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         std::fputs(line.c_str(), stdout); // the prompt, then its continuation
         stream.start = std::chrono::steady_clock::now();
         gpt2_result r;
+        size_t n_generated = 0;
         {
             QuietInput quiet;
-            r = gpt2_generate(session, ids.data(), ids.size(), &params, nullptr, 0, nullptr, &err);
+            r = gpt2_generate(session, ids.data(), ids.size(), &params, nullptr, 0, &n_generated, &err);
         }
         const auto end = std::chrono::steady_clock::now();
         if (r != GPT2_OK) {
             std::printf("\n%s\n", err.message);
             continue;
         }
+        turns.push_back(ids.size() + n_generated);
         const double ttft_ms = std::chrono::duration<double, std::milli>(stream.first_token - stream.start).count();
         const double decode_s = std::chrono::duration<double>(end - stream.first_token).count();
+        const char* ended = interrupted ? ", stopped by Ctrl-C" : "";
+        if (!interrupted && stream.n_tokens < params.max_new_tokens)
+            ended = stream.last_token == info.eos_token ? ", ended at <|endoftext|>" : ", stopped at a stop string";
         std::printf("\n[%d tokens, %.1f tokens/s, first token after %.0f ms%s]\n", stream.n_tokens,
                     stream.n_tokens > 1 && decode_s > 0 ? (stream.n_tokens - 1) / decode_s : 0.0,
-                    stream.n_tokens ? ttft_ms : 0.0, interrupted ? ", stopped by Ctrl-C" : "");
+                    stream.n_tokens ? ttft_ms : 0.0, ended);
     }
 }

@@ -3,12 +3,15 @@
 Needs GPT2_BINARY_DIR (the build folder; CTest sets it). The model is the shipped
 models/shakespeare_char_medium.gguf, else GPT2_TEST_OUT/shakespeare_char.gguf.
 """
+import json
 import os
 import pty
 import re
 import select
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -120,6 +123,56 @@ class ReplTest(unittest.TestCase):
         self.assertGreater(len(first), 20)
         self.assertEqual(first, second)
 
+    def test_stop_ends_answers_before_the_stop_string_and_bare_stop_clears_it(self):
+        self.repl.command("/n 40", rb"\(40 tokens per answer\)")
+        self.repl.command("/temp 0", rb"\(temperature 0\)")
+        free = self.answer("ROMEO:")
+        start = next(i for i in range(5, len(free) - 3) if free[i:i + 3].isalpha())
+        stop = free[start:start + 3]  # three letters from inside the greedy answer
+        self.repl.command("/reset", rb"\(conversation cleared\)")
+        self.repl.command("/stop " + stop.decode(), rb'\(answers stop at "' + re.escape(stop) + rb'"\)')
+        text = self.repl.command("ROMEO:", rb"\n\[\d+ tokens, [\d.]+ tokens/s, first token after \d+ ms, stopped at a stop string\]\n")
+        self.assertEqual(text.split(b"> ROMEO:\nROMEO:", 1)[1], free[:free.find(stop)])
+        self.repl.command("/stop", rb"\(no stop strings\)")
+        self.repl.command("/reset", rb"\(conversation cleared\)")
+        self.assertEqual(self.answer("ROMEO:"), free)
+
+    def test_undo_drops_the_last_answer_and_its_prompt(self):
+        self.repl.command("/n 20", rb"\(20 tokens per answer\)")
+        self.repl.command("/temp 0", rb"\(temperature 0\)")
+        self.repl.command("/undo", rb"\(nothing to undo\)\n")
+        first = self.answer("ROMEO:")
+        second = self.answer("JULIET:")
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 26 tokens in context\)\n")
+        self.assertEqual(self.answer("JULIET:"), second)  # the same context again, so the same answer
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 26 tokens in context\)\n")
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 0 tokens in context\)\n")
+        self.repl.command("/undo", rb"\(nothing to undo\)\n")
+        self.assertEqual(self.answer("ROMEO:"), first)
+
+    def test_load_restores_a_saved_conversation_and_a_failed_load_changes_nothing(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        saved, damaged = os.path.join(folder.name, "chat.state"), os.path.join(folder.name, "damaged.state")
+        self.repl.command("/n 20", rb"\(20 tokens per answer\)")
+        self.repl.command("/temp 0", rb"\(temperature 0\)")
+        self.answer("ROMEO:")
+        self.repl.command("/save " + saved, rb"\(saved 26 tokens to " + re.escape(saved.encode()) + rb"\)\n")
+        after_save = self.answer("JULIET:")
+        self.repl.command("/load " + saved, rb"\(loaded 26 tokens from " + re.escape(saved.encode()) + rb"\)\n")
+        self.repl.command("/undo", rb"\(nothing to undo\)\n")  # the loaded conversation is the new start
+        self.assertEqual(self.answer("JULIET:"), after_save)
+        self.repl.command("/load " + saved, rb"\(loaded 26 tokens")
+        with open(saved, "rb") as f:
+            data = bytearray(f.read())
+        data[len(data) // 2] ^= 0x10
+        with open(damaged, "wb") as f:
+            f.write(data)
+        self.repl.command("/load " + damaged, re.escape(damaged.encode()) + rb": session state is damaged[^\n]*\(the conversation is unchanged\)\n")
+        self.repl.command("/load " + os.path.join(folder.name, "missing"), rb"cannot open [^\n]*missing: No such file")
+        self.repl.command("/load", rb"/load expects a file name")
+        self.assertEqual(self.answer("JULIET:"), after_save)
+
     def test_ctrl_c_stops_a_long_answer_and_the_prompt_returns(self):
         self.repl.command("/n 100000", rb"\(100000 tokens per answer\)")
         self.repl.expect(rb"> ")
@@ -156,6 +209,94 @@ class ReplTest(unittest.TestCase):
         self.repl.expect(rb"> ")
         self.repl.send("/quit\r")
         self.assertEqual(self.repl.wait_exit(), 0)
+
+
+@unittest.skipUnless(os.path.exists(PROGRAM), "needs the gpt2 program")
+class CliTest(unittest.TestCase):
+    """The gpt2 program with a prompt: one generation, then exit."""
+
+    def run_cli(self, *args):
+        return subprocess.run([PROGRAM, "-m", find_model(), "-t", "1", *args], capture_output=True, timeout=120)
+
+    def cli_json(self, *args):
+        p = self.run_cli("--json", *args)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        return json.loads(p.stdout)
+
+    def generate_json(self, *args):
+        """40 greedy tokens after "ROMEO:" (a later -n wins)."""
+        return self.cli_json("-p", "ROMEO:", "-n", "40", "--temp", "0", *args)
+
+    def test_stop_cuts_the_text_before_the_first_stop_string_and_ends_generation(self):
+        free = self.generate_json()
+        text = free["text"]
+        start = next(i for i in range(5, len(text) - 3) if text[i:i + 3].isalpha())
+        stop = text[start:start + 3]
+        stopped = self.generate_json("--stop", "never in the text", "--stop", stop)
+        self.assertEqual(stopped["text"], text[:text.find(stop)])
+        self.assertLess(len(stopped["ids"]), 40)  # the tokens up to the one that completed the stop string
+        self.assertEqual(stopped["ids"], free["ids"][:len(stopped["ids"])])
+
+    def test_load_state_without_a_prompt_continues_exactly_like_one_uninterrupted_run(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        state = os.path.join(folder.name, "a.state")
+        first = self.generate_json("-n", "20", "--save-state", state)
+        second = self.cli_json("--load-state", state, "-n", "20", "--temp", "0")
+        whole = self.generate_json("-n", "40")
+        self.assertEqual(second["prompt_ids"], [])
+        self.assertEqual(first["ids"] + second["ids"], whole["ids"])
+        self.assertEqual(first["text"] + second["text"], whole["text"])
+        self.assertGreater(len(whole["text"]), 30)
+
+    def test_n_0_only_evaluates_the_prompt_and_its_saved_state_continues_it(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        state = os.path.join(folder.name, "preamble.state")
+        preamble = self.generate_json("-n", "0", "--save-state", state)
+        whole = self.generate_json()
+        self.assertEqual((preamble["ids"], preamble["text"]), ([], ""))
+        self.assertEqual(preamble["last_logits"], whole["last_logits"])
+        continued = self.cli_json("--load-state", state, "-n", "40", "--temp", "0")
+        self.assertEqual(continued["last_logits"], whole["last_logits"])
+        self.assertEqual(continued["ids"], whole["ids"])
+        plain = self.run_cli("-p", "ROMEO:", "-n", "0")
+        self.assertEqual((plain.returncode, plain.stdout), (0, b"ROMEO:\n"))
+
+    def test_a_damaged_or_missing_state_file_is_refused_with_the_reason_and_status_1(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        state, damaged = os.path.join(folder.name, "a.state"), os.path.join(folder.name, "damaged.state")
+        self.generate_json("-n", "5", "--save-state", state)
+        with open(state, "rb") as f:
+            data = bytearray(f.read())
+        data[len(data) // 2] ^= 0x01
+        with open(damaged, "wb") as f:
+            f.write(data)
+        for path, message in [(damaged, damaged + ": session state is damaged"),
+                              (state + ".missing", "cannot open " + state + ".missing")]:
+            with self.subTest(path=path):
+                p = self.run_cli("--load-state", path, "-n", "5")
+                self.assertEqual(p.returncode, 1)
+                self.assertEqual(p.stdout, b"")
+                self.assertTrue(p.stderr.decode().startswith("gpt2: " + message), p.stderr.decode())
+
+    def test_bad_sampling_values_are_refused_with_a_message_and_status_1(self):
+        for args, message in [
+            (["--top-p", "1.5"], "--top-p expects a number from 0 to 1, got '1.5'"),
+            (["--min-p", "-0.1"], "--min-p expects a number from 0 to 1, got '-0.1'"),
+            (["--repeat-penalty", "nan"], "--repeat-penalty expects a finite number >= 0, got 'nan'"),
+            (["--repeat-last-n", "-2"], "--repeat-last-n expects an integer >= -1, got '-2'"),
+            (["--presence-penalty", "inf"], "--presence-penalty expects a finite number, got 'inf'"),
+            (["--frequency-penalty", "x"], "--frequency-penalty expects a finite number, got 'x'"),
+            (["--stop", ""], "--stop expects a string of at least one character"),
+            (["--context-policy", "fast"], "--context-policy expects exact or discard, got 'fast'"),
+            (["--keep", "4"], "--keep needs --context-policy discard"),
+        ]:
+            with self.subTest(args=args):
+                p = self.run_cli("-p", "ROMEO:", *args)
+                self.assertEqual(p.returncode, 1)
+                self.assertEqual(p.stderr.decode(), "gpt2: " + message + "\n")
 
 
 if __name__ == "__main__":
