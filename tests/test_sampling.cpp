@@ -547,7 +547,9 @@ TEST_CASE("bad chain and stop parameters are refused with the field and the valu
     add(invalid, "stop is NULL but n_stop is 1", [](gpt2_generate_params& p) { p.n_stop = 1; });
     add(invalid, "stop[1] is NULL", [&](gpt2_generate_params& p) { p.stop = null_stop; p.n_stop = 2; });
     add(invalid, "stop[0] is empty", [&](gpt2_generate_params& p) { p.stop = empty_stop; p.n_stop = 1; });
-    for (auto& [p, expected] : cases) {
+    for (auto& c : cases) { // no structured binding: clang does not let CAPTURE's lambda capture one
+        gpt2_generate_params& p = c.first;
+        const auto& expected = c.second;
         CAPTURE(expected.second);
         gpt2_error err{};
         size_t n = 99;
