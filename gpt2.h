@@ -97,8 +97,21 @@
      GPT2_DEVICE_CUDA needs gpt2_cuda.cuh compiled into the program (see the top of that file);
      otherwise loading with it fails with GPT2_ERROR_UNSUPPORTED.
 
+   SHARED LIBRARY AND BINDINGS
+     CMake's GPT2_BUILD_SHARED builds libgpt2.so / gpt2.dll / libgpt2.dylib (target
+     gpt2::gpt2_shared), for other languages (bindings/csharp/) and engines that load plugins.
+     The API crosses the library boundary safely: only C types; what the library allocates it
+     frees (gpt2_model_free, gpt2_session_free; every other pointer it returns belongs to a
+     model or a session and is never freed by the caller); struct fields whose sizes the
+     platform's C ABI fixes (int and enums 4 bytes, pointers and size_t 4 or 8, callbacks
+     cdecl). A binding declares the structs again in its own language, so it calls
+     gpt2_check_abi once, first: a library of another version, or whose structs have other
+     sizes, then fails with a message instead of corrupting memory.
+
    OPTIONS (define before including the implementation)
      GPT2_STATIC             make every function static (private to one translation unit)
+     GPT2_SHARED             the functions are in a shared library (define GPT2_BUILD as well
+                             when compiling that library); see SHARED LIBRARY
      GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
      GPT2_ASSERT             replace assert() for internal invariants
      GPT2_NO_SIMD            use the portable kernels only
@@ -114,8 +127,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef GPT2_STATIC
+/* GPT2_API marks the public functions. A shared library (CMake: GPT2_BUILD_SHARED) is built
+   with GPT2_SHARED and GPT2_BUILD, and used with GPT2_SHARED alone (the gpt2::gpt2_shared
+   target defines it): on Windows that exports and imports the functions; elsewhere it keeps
+   them visible in a library compiled with -fvisibility=hidden, which hides everything else. */
+#if defined(GPT2_STATIC) && defined(GPT2_SHARED)
+#error "GPT2_STATIC and GPT2_SHARED exclude each other"
+#elif defined(GPT2_STATIC)
 #define GPT2_API static
+#elif defined(GPT2_SHARED) && (defined(_WIN32) || defined(__CYGWIN__))
+#ifdef GPT2_BUILD
+#define GPT2_API __declspec(dllexport)
+#else
+#define GPT2_API __declspec(dllimport)
+#endif
+#elif defined(GPT2_SHARED)
+#define GPT2_API __attribute__((visibility("default")))
 #else
 #define GPT2_API extern
 #endif
@@ -151,6 +178,24 @@ typedef struct gpt2_error {
     gpt2_result code;
     char message[512];
 } gpt2_error;
+
+/* ---- Version and ABI ------------------------------------------------------------------ */
+#define GPT2_VERSION (GPT2_VERSION_MAJOR * 10000 + GPT2_VERSION_MINOR * 100 + GPT2_VERSION_PATCH)
+/* The library's GPT2_VERSION: with a shared library, that of the library, not of the header. */
+GPT2_API int gpt2_version(void);
+/* The same as "MAJOR.MINOR.PATCH". */
+GPT2_API const char* gpt2_version_string(void);
+/* Call once before anything else when the functions are in a shared library (bindings: with
+   the version they were written for and the sizes of their own declarations of the structs).
+   GPT2_OK when the library's major version is `version`'s (before 1.0: the minor version
+   too) and every size equals the library's; otherwise GPT2_ERROR_UNSUPPORTED and a message
+   naming the versions or the struct. gpt2_error and gpt2_logit_bias never change. */
+GPT2_API gpt2_result gpt2_check_abi(int version, size_t model_params_size, size_t session_params_size,
+                                    size_t generate_params_size, size_t model_info_size, gpt2_error* err);
+/* gpt2_check_abi with this header's version and sizes (C and C++). */
+#define GPT2_CHECK_ABI(err)                                                                        \
+    gpt2_check_abi(GPT2_VERSION, sizeof(gpt2_model_params), sizeof(gpt2_session_params),           \
+                   sizeof(gpt2_generate_params), sizeof(gpt2_model_info), (err))
 
 typedef enum gpt2_log_level { GPT2_LOG_ERROR, GPT2_LOG_WARNING, GPT2_LOG_INFO, GPT2_LOG_DEBUG } gpt2_log_level;
 typedef void (*gpt2_log_fn)(void* user, gpt2_log_level level, const char* message);
@@ -4605,6 +4650,38 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     return "unknown result";
 }
 
+#define GPT2__STRINGIFY2(x) #x
+#define GPT2__STRINGIFY(x) GPT2__STRINGIFY2(x)
+
+GPT2_DEF int gpt2_version(void) { return GPT2_VERSION; }
+
+GPT2_DEF const char* gpt2_version_string(void) {
+    return GPT2__STRINGIFY(GPT2_VERSION_MAJOR) "." GPT2__STRINGIFY(GPT2_VERSION_MINOR) "." GPT2__STRINGIFY(GPT2_VERSION_PATCH);
+}
+
+GPT2_DEF gpt2_result gpt2_check_abi(int version, size_t model_params_size, size_t session_params_size,
+                                    size_t generate_params_size, size_t model_info_size, gpt2_error* err) {
+    const int major = version / 10000, minor = version / 100 % 100;
+    if (version < 0 || major != GPT2_VERSION_MAJOR || (major == 0 && minor != GPT2_VERSION_MINOR))
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED,
+                          "the caller was written for gpt2.h %d.%d.%d, this library is %s: use a binding or header of version %d.%d",
+                          major, minor, version % 100, gpt2_version_string(), GPT2_VERSION_MAJOR, GPT2_VERSION_MINOR);
+    const struct {
+        const char* name;
+        size_t caller, ours;
+    } sizes[] = {{"gpt2_model_params", model_params_size, sizeof(gpt2_model_params)},
+                 {"gpt2_session_params", session_params_size, sizeof(gpt2_session_params)},
+                 {"gpt2_generate_params", generate_params_size, sizeof(gpt2_generate_params)},
+                 {"gpt2_model_info", model_info_size, sizeof(gpt2_model_info)}};
+    for (const auto& s : sizes) {
+        if (s.caller != s.ours)
+            return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED,
+                              "sizeof(%s) is %zu bytes in the caller, %zu in this library (gpt2.h %s): the caller's declaration does not match this version's",
+                              s.name, s.caller, s.ours, gpt2_version_string());
+    }
+    return gpt2__ok(err);
+}
+
 GPT2_DEF gpt2_model_params gpt2_model_default_params(void) {
     gpt2_model_params p;
     p.no_mmap = 0;
@@ -4790,8 +4867,11 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_ctx is %d; expected 0 (the model's) to the model's context length %d", p.n_ctx, model->n_ctx);
     const int n_ctx = p.n_ctx ? p.n_ctx : model->n_ctx;
-    if (p.context_policy != GPT2_CONTEXT_EXACT && p.context_policy != GPT2_CONTEXT_DISCARD)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "context_policy is %d; expected GPT2_CONTEXT_EXACT (0) or GPT2_CONTEXT_DISCARD (1)", (int)p.context_policy);
+    static_assert(sizeof(gpt2_context_policy) == sizeof(int), "enums are ints in the C ABIs we support");
+    int policy; /* read as an int: a C caller may pass any value, which is no valid C++ enum value */
+    std::memcpy(&policy, &p.context_policy, sizeof policy);
+    if (policy != GPT2_CONTEXT_EXACT && policy != GPT2_CONTEXT_DISCARD)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "context_policy is %d; expected GPT2_CONTEXT_EXACT (0) or GPT2_CONTEXT_DISCARD (1)", policy);
     if (p.n_keep < 0 || p.n_keep >= n_ctx) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_keep is %d; expected 0 to n_ctx - 1 = %d", p.n_keep, n_ctx - 1);
     if (p.n_discard < 0 || p.n_discard > n_ctx - p.n_keep)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_discard is %d; expected 0 (half) to n_ctx - n_keep = %d", p.n_discard, n_ctx - p.n_keep);

@@ -96,8 +96,21 @@
      GPT2_DEVICE_CUDA needs gpt2_cuda.cuh compiled into the program (see the top of that file);
      otherwise loading with it fails with GPT2_ERROR_UNSUPPORTED.
 
+   SHARED LIBRARY AND BINDINGS
+     CMake's GPT2_BUILD_SHARED builds libgpt2.so / gpt2.dll / libgpt2.dylib (target
+     gpt2::gpt2_shared), for other languages (bindings/csharp/) and engines that load plugins.
+     The API crosses the library boundary safely: only C types; what the library allocates it
+     frees (gpt2_model_free, gpt2_session_free; every other pointer it returns belongs to a
+     model or a session and is never freed by the caller); struct fields whose sizes the
+     platform's C ABI fixes (int and enums 4 bytes, pointers and size_t 4 or 8, callbacks
+     cdecl). A binding declares the structs again in its own language, so it calls
+     gpt2_check_abi once, first: a library of another version, or whose structs have other
+     sizes, then fails with a message instead of corrupting memory.
+
    OPTIONS (define before including the implementation)
      GPT2_STATIC             make every function static (private to one translation unit)
+     GPT2_SHARED             the functions are in a shared library (define GPT2_BUILD as well
+                             when compiling that library); see SHARED LIBRARY
      GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
      GPT2_ASSERT             replace assert() for internal invariants
      GPT2_NO_SIMD            use the portable kernels only
@@ -113,8 +126,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef GPT2_STATIC
+/* GPT2_API marks the public functions. A shared library (CMake: GPT2_BUILD_SHARED) is built
+   with GPT2_SHARED and GPT2_BUILD, and used with GPT2_SHARED alone (the gpt2::gpt2_shared
+   target defines it): on Windows that exports and imports the functions; elsewhere it keeps
+   them visible in a library compiled with -fvisibility=hidden, which hides everything else. */
+#if defined(GPT2_STATIC) && defined(GPT2_SHARED)
+#error "GPT2_STATIC and GPT2_SHARED exclude each other"
+#elif defined(GPT2_STATIC)
 #define GPT2_API static
+#elif defined(GPT2_SHARED) && (defined(_WIN32) || defined(__CYGWIN__))
+#ifdef GPT2_BUILD
+#define GPT2_API __declspec(dllexport)
+#else
+#define GPT2_API __declspec(dllimport)
+#endif
+#elif defined(GPT2_SHARED)
+#define GPT2_API __attribute__((visibility("default")))
 #else
 #define GPT2_API extern
 #endif
@@ -150,6 +177,24 @@ typedef struct gpt2_error {
     gpt2_result code;
     char message[512];
 } gpt2_error;
+
+/* ---- Version and ABI ------------------------------------------------------------------ */
+#define GPT2_VERSION (GPT2_VERSION_MAJOR * 10000 + GPT2_VERSION_MINOR * 100 + GPT2_VERSION_PATCH)
+/* The library's GPT2_VERSION: with a shared library, that of the library, not of the header. */
+GPT2_API int gpt2_version(void);
+/* The same as "MAJOR.MINOR.PATCH". */
+GPT2_API const char* gpt2_version_string(void);
+/* Call once before anything else when the functions are in a shared library (bindings: with
+   the version they were written for and the sizes of their own declarations of the structs).
+   GPT2_OK when the library's major version is `version`'s (before 1.0: the minor version
+   too) and every size equals the library's; otherwise GPT2_ERROR_UNSUPPORTED and a message
+   naming the versions or the struct. gpt2_error and gpt2_logit_bias never change. */
+GPT2_API gpt2_result gpt2_check_abi(int version, size_t model_params_size, size_t session_params_size,
+                                    size_t generate_params_size, size_t model_info_size, gpt2_error* err);
+/* gpt2_check_abi with this header's version and sizes (C and C++). */
+#define GPT2_CHECK_ABI(err)                                                                        \
+    gpt2_check_abi(GPT2_VERSION, sizeof(gpt2_model_params), sizeof(gpt2_session_params),           \
+                   sizeof(gpt2_generate_params), sizeof(gpt2_model_info), (err))
 
 typedef enum gpt2_log_level { GPT2_LOG_ERROR, GPT2_LOG_WARNING, GPT2_LOG_INFO, GPT2_LOG_DEBUG } gpt2_log_level;
 typedef void (*gpt2_log_fn)(void* user, gpt2_log_level level, const char* message);

@@ -32,6 +32,38 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     return "unknown result";
 }
 
+#define GPT2__STRINGIFY2(x) #x
+#define GPT2__STRINGIFY(x) GPT2__STRINGIFY2(x)
+
+GPT2_DEF int gpt2_version(void) { return GPT2_VERSION; }
+
+GPT2_DEF const char* gpt2_version_string(void) {
+    return GPT2__STRINGIFY(GPT2_VERSION_MAJOR) "." GPT2__STRINGIFY(GPT2_VERSION_MINOR) "." GPT2__STRINGIFY(GPT2_VERSION_PATCH);
+}
+
+GPT2_DEF gpt2_result gpt2_check_abi(int version, size_t model_params_size, size_t session_params_size,
+                                    size_t generate_params_size, size_t model_info_size, gpt2_error* err) {
+    const int major = version / 10000, minor = version / 100 % 100;
+    if (version < 0 || major != GPT2_VERSION_MAJOR || (major == 0 && minor != GPT2_VERSION_MINOR))
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED,
+                          "the caller was written for gpt2.h %d.%d.%d, this library is %s: use a binding or header of version %d.%d",
+                          major, minor, version % 100, gpt2_version_string(), GPT2_VERSION_MAJOR, GPT2_VERSION_MINOR);
+    const struct {
+        const char* name;
+        size_t caller, ours;
+    } sizes[] = {{"gpt2_model_params", model_params_size, sizeof(gpt2_model_params)},
+                 {"gpt2_session_params", session_params_size, sizeof(gpt2_session_params)},
+                 {"gpt2_generate_params", generate_params_size, sizeof(gpt2_generate_params)},
+                 {"gpt2_model_info", model_info_size, sizeof(gpt2_model_info)}};
+    for (const auto& s : sizes) {
+        if (s.caller != s.ours)
+            return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED,
+                              "sizeof(%s) is %zu bytes in the caller, %zu in this library (gpt2.h %s): the caller's declaration does not match this version's",
+                              s.name, s.caller, s.ours, gpt2_version_string());
+    }
+    return gpt2__ok(err);
+}
+
 GPT2_DEF gpt2_model_params gpt2_model_default_params(void) {
     gpt2_model_params p;
     p.no_mmap = 0;
@@ -217,8 +249,11 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_ctx is %d; expected 0 (the model's) to the model's context length %d", p.n_ctx, model->n_ctx);
     const int n_ctx = p.n_ctx ? p.n_ctx : model->n_ctx;
-    if (p.context_policy != GPT2_CONTEXT_EXACT && p.context_policy != GPT2_CONTEXT_DISCARD)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "context_policy is %d; expected GPT2_CONTEXT_EXACT (0) or GPT2_CONTEXT_DISCARD (1)", (int)p.context_policy);
+    static_assert(sizeof(gpt2_context_policy) == sizeof(int), "enums are ints in the C ABIs we support");
+    int policy; /* read as an int: a C caller may pass any value, which is no valid C++ enum value */
+    std::memcpy(&policy, &p.context_policy, sizeof policy);
+    if (policy != GPT2_CONTEXT_EXACT && policy != GPT2_CONTEXT_DISCARD)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "context_policy is %d; expected GPT2_CONTEXT_EXACT (0) or GPT2_CONTEXT_DISCARD (1)", policy);
     if (p.n_keep < 0 || p.n_keep >= n_ctx) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_keep is %d; expected 0 to n_ctx - 1 = %d", p.n_keep, n_ctx - 1);
     if (p.n_discard < 0 || p.n_discard > n_ctx - p.n_keep)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_discard is %d; expected 0 (half) to n_ctx - n_keep = %d", p.n_discard, n_ctx - p.n_keep);

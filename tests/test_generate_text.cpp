@@ -144,5 +144,4 @@ TEST_CASE("every result code has its own name") {
     for (int r = GPT2_OK; r <= GPT2_ERROR_INTERNAL; r++) names.insert(gpt2_result_string((gpt2_result)r));
     CHECK(names.size() == (size_t)GPT2_ERROR_INTERNAL + 1);
     CHECK(std::string(gpt2_result_string(GPT2_ERROR_INTERNAL)) == "internal error");
-    CHECK(std::string(gpt2_result_string((gpt2_result)999)) == "unknown result");
 }

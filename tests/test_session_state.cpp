@@ -383,7 +383,7 @@ TEST_CASE("bad context policy parameters are refused with the field and its rang
     for (const Case& c : cases) {
         CAPTURE(c.message);
         gpt2_session_params p = gpt2_session_default_params();
-        p.context_policy = (gpt2_context_policy)c.policy;
+        std::memcpy(&p.context_policy, &c.policy, sizeof c.policy); // as a C caller would pass a bad value
         p.n_keep = c.n_keep;
         p.n_discard = c.n_discard;
         gpt2_session* s = nullptr;

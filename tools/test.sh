@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast="${GPT2_TEST_FAST:-0}"
-if [ "$fast" = 1 ]; then bash tools/install_deps.sh; else bash tools/install_deps.sh clang libclang-rt-dev valgrind; fi
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release >/dev/null
+# mono-mcs (with the Mono runtime it depends on) compiles and runs the C# binding's tests.
+if [ "$fast" = 1 ]; then bash tools/install_deps.sh mono-mcs; else bash tools/install_deps.sh mono-mcs clang libclang-rt-dev valgrind; fi
+# The shared library and its tests (tests/shared/: C programs and the C# binding) ride along.
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DGPT2_BUILD_SHARED=ON >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 

@@ -1,0 +1,402 @@
+// Gpt2.cs - an idiomatic layer over Gpt2Native.cs: Gpt2Model and Gpt2Session own the native
+// objects (IDisposable: dispose every session before its model), failures throw Gpt2Exception
+// with the library's message, and generation streams text through a delegate.
+//
+// Callbacks work under IL2CPP (Unity's ahead-of-time compiler), which can only hand native code
+// static methods marked [MonoPInvokeCallback]: the library calls one static method per callback
+// kind, with `user` = a GCHandle of the object that holds the caller's delegate for that call.
+// An exception thrown by the caller's delegate never crosses the native frames: it stops
+// generation and is rethrown when the native call has returned.
+using System;
+using System.Collections.Generic;
+using System.Runtime.ExceptionServices;
+using System.Runtime.InteropServices;
+using System.Text;
+using AOT;
+
+#if !UNITY_5_3_OR_NEWER
+namespace AOT
+{
+    /// <summary>Unity's marker for methods that native code calls (IL2CPP); outside Unity it does nothing.</summary>
+    [AttributeUsage(AttributeTargets.Method)]
+    public sealed class MonoPInvokeCallbackAttribute : Attribute
+    {
+        public MonoPInvokeCallbackAttribute(Type type) { }
+    }
+}
+#endif
+
+namespace Gpt2
+{
+    /// <summary>A gpt2.h function failed: Code is its result, Message the library's sentence.</summary>
+    public class Gpt2Exception : Exception
+    {
+        public gpt2_result Code { get; private set; }
+
+        public Gpt2Exception(gpt2_result code, string message) : base(message) { Code = code; }
+
+        internal static void ThrowIfFailed(gpt2_result result, ref Gpt2Native.gpt2_error err)
+        {
+            if (result == gpt2_result.GPT2_OK) return;
+            string message = err.Message;
+            if (message.Length == 0) message = Gpt2Native.FromUtf8z(Gpt2Native.gpt2_result_string(result));
+            throw new Gpt2Exception(result, message);
+        }
+    }
+
+    /// <summary>Return false to stop generating.</summary>
+    public delegate bool Gpt2TokenHandler(int token, string text);
+
+    /// <summary>The library as a whole: its version, and the ABI check every constructor runs first.</summary>
+    public static class Gpt2Library
+    {
+        static readonly object abiLock = new object();
+        static bool abiChecked;
+
+        public static int Version { get { return Gpt2Native.gpt2_version(); } }
+        public static string VersionString { get { return Gpt2Native.FromUtf8z(Gpt2Native.gpt2_version_string()); } }
+
+        /// <summary>Throws Gpt2Exception when the native library is of another version, or its structs
+        /// are not the ones declared in Gpt2Native.cs; DllNotFoundException when there is none.</summary>
+        public static void CheckAbi()
+        {
+            lock (abiLock)
+            {
+                if (abiChecked) return;
+                Gpt2Native.gpt2_error err;
+                gpt2_result result = Gpt2Native.gpt2_check_abi(Gpt2Native.GPT2_VERSION,
+                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_model_params)),
+                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_session_params)),
+                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_generate_params)),
+                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_model_info)), out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                abiChecked = true;
+            }
+        }
+    }
+
+    /// <summary>Weights and vocabulary, immutable: share one between sessions and threads.</summary>
+    public sealed class Gpt2Model : IDisposable
+    {
+        static readonly Gpt2Native.gpt2_log_fn LogThunk = OnLog;
+        static readonly IntPtr LogThunkPointer = Marshal.GetFunctionPointerForDelegate(LogThunk);
+
+        IntPtr handle;
+        GCHandle logHandle;
+
+        /// <summary>Loads a GGUF file. log (may be null) receives the library's messages, on the loading thread.</summary>
+        public Gpt2Model(string path, Action<gpt2_log_level, string> log = null, bool noMmap = false)
+        {
+            if (path == null) throw new ArgumentNullException("path");
+            Gpt2Library.CheckAbi();
+            Gpt2Native.gpt2_model_params p = Gpt2Native.gpt2_model_default_params();
+            p.no_mmap = noMmap ? 1 : 0;
+            if (log != null)
+            {
+                logHandle = GCHandle.Alloc(log);
+                p.log = LogThunkPointer;
+                p.log_user = GCHandle.ToIntPtr(logHandle);
+            }
+            Gpt2Native.gpt2_error err;
+            gpt2_result result = Gpt2Native.gpt2_model_load_file(Gpt2Native.Utf8z(path), ref p, out handle, out err);
+            if (result != gpt2_result.GPT2_OK && logHandle.IsAllocated) logHandle.Free();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        public IntPtr Handle
+        {
+            get
+            {
+                if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Model");
+                return handle;
+            }
+        }
+
+        public Gpt2Native.gpt2_model_info Info { get { return Gpt2Native.gpt2_model_get_info(Handle); } }
+        public string Name { get { return Gpt2Native.FromUtf8z(Info.name); } }
+
+        public int[] Tokenize(string text, bool allowSpecial = false)
+        {
+            byte[] bytes = Encoding.UTF8.GetBytes(text);
+            Gpt2Native.gpt2_error err;
+            UIntPtr needed;
+            gpt2_result result = Gpt2Native.gpt2_tokenize(Handle, bytes, (UIntPtr)bytes.Length, allowSpecial ? 1 : 0,
+                                                          null, UIntPtr.Zero, out needed, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            int[] tokens = new int[(int)needed];
+            result = Gpt2Native.gpt2_tokenize(Handle, bytes, (UIntPtr)bytes.Length, allowSpecial ? 1 : 0,
+                                              tokens, (UIntPtr)tokens.Length, out needed, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return tokens;
+        }
+
+        public string Detokenize(int[] tokens)
+        {
+            Gpt2Native.gpt2_error err;
+            UIntPtr needed;
+            gpt2_result result = Gpt2Native.gpt2_detokenize(Handle, tokens, (UIntPtr)tokens.Length, null, UIntPtr.Zero, out needed, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            byte[] text = new byte[(int)needed];
+            result = Gpt2Native.gpt2_detokenize(Handle, tokens, (UIntPtr)tokens.Length, text, (UIntPtr)text.Length, out needed, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return Encoding.UTF8.GetString(text);
+        }
+
+        /// <summary>Frees the model; dispose its sessions first. No finalizer: a forgotten model leaks
+        /// rather than being freed under a session still using it.</summary>
+        public void Dispose()
+        {
+            if (handle != IntPtr.Zero) Gpt2Native.gpt2_model_free(handle);
+            handle = IntPtr.Zero;
+            if (logHandle.IsAllocated) logHandle.Free();
+        }
+
+        [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_log_fn))]
+        static void OnLog(IntPtr user, gpt2_log_level level, IntPtr message)
+        {
+            try
+            {
+                ((Action<gpt2_log_level, string>)GCHandle.FromIntPtr(user).Target)(level, Gpt2Native.FromUtf8z(message));
+            }
+            catch (Exception)
+            {
+                // a logger that throws must not unwind through native code
+            }
+        }
+    }
+
+    /// <summary>What gpt2_generate_params holds, with the library's defaults (nanoGPT's: temperature
+    /// 0.8, top_k 200, seed 1337). Zero turns each of the chain's other controls off.</summary>
+    public sealed class Gpt2GenerateOptions
+    {
+        public int MaxNewTokens;
+        public float Temperature;
+        public int TopK;
+        public ulong Seed;
+        public float TopP;
+        public float MinP;
+        public float RepeatPenalty;
+        public int RepeatLastN;
+        public float PresencePenalty;
+        public float FrequencyPenalty;
+        public Gpt2Native.gpt2_logit_bias[] LogitBias;
+        public string[] Stop;
+        public bool StopAtEos;
+        /// <summary>Edits a copy of the logits before top_k (see gpt2_logits_fn); costs two copies of n_vocab floats a token.</summary>
+        public Action<float[]> OnLogits;
+
+        public Gpt2GenerateOptions()
+        {
+            Gpt2Library.CheckAbi();
+            Gpt2Native.gpt2_generate_params d = Gpt2Native.gpt2_generate_default_params();
+            MaxNewTokens = d.max_new_tokens;
+            Temperature = d.temperature;
+            TopK = d.top_k;
+            Seed = d.seed;
+            TopP = d.top_p;
+            MinP = d.min_p;
+            RepeatPenalty = d.repeat_penalty;
+            RepeatLastN = d.repeat_last_n;
+            PresencePenalty = d.presence_penalty;
+            FrequencyPenalty = d.frequency_penalty;
+            StopAtEos = d.stop_at_eos != 0;
+        }
+    }
+
+    /// <summary>One conversation (KV cache, RNG, worker threads); used by one thread at a time.</summary>
+    public sealed class Gpt2Session : IDisposable
+    {
+        static readonly Gpt2Native.gpt2_token_fn TokenThunk = OnToken;
+        static readonly IntPtr TokenThunkPointer = Marshal.GetFunctionPointerForDelegate(TokenThunk);
+        static readonly Gpt2Native.gpt2_logits_fn LogitsThunk = OnLogits;
+        static readonly IntPtr LogitsThunkPointer = Marshal.GetFunctionPointerForDelegate(LogitsThunk);
+
+        IntPtr handle;
+        readonly Gpt2Model model; // kept reachable while the session lives
+
+        public Gpt2Session(Gpt2Model model) : this(model, Gpt2Native.gpt2_session_default_params()) { }
+
+        public Gpt2Session(Gpt2Model model, Gpt2Native.gpt2_session_params p)
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("abort_fn is not supported by this wrapper; use Gpt2Native");
+            this.model = model;
+            Gpt2Native.gpt2_error err;
+            gpt2_result result = Gpt2Native.gpt2_session_create(model.Handle, ref p, out handle, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        public IntPtr Handle
+        {
+            get
+            {
+                if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Session");
+                return handle;
+            }
+        }
+
+        public Gpt2Model Model { get { return model; } }
+
+        /// <summary>The ids in context, oldest first.</summary>
+        public int[] Tokens
+        {
+            get
+            {
+                int n = (int)Gpt2Native.gpt2_session_n_tokens(Handle);
+                int[] tokens = new int[n];
+                if (n > 0) Marshal.Copy(Gpt2Native.gpt2_session_tokens(Handle), tokens, 0, n);
+                return tokens;
+            }
+        }
+
+        public void Reset() { Gpt2Native.gpt2_session_reset(Handle); }
+
+        public void Truncate(int nTokens)
+        {
+            Gpt2Native.gpt2_error err;
+            gpt2_result result = Gpt2Native.gpt2_session_truncate(Handle, (UIntPtr)nTokens, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        public byte[] SaveState()
+        {
+            Gpt2Native.gpt2_error err;
+            UIntPtr needed;
+            gpt2_result result = Gpt2Native.gpt2_session_save(Handle, null, UIntPtr.Zero, out needed, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            byte[] state = new byte[(int)needed];
+            result = Gpt2Native.gpt2_session_save(Handle, state, (UIntPtr)state.Length, out needed, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return state;
+        }
+
+        public void LoadState(byte[] state)
+        {
+            Gpt2Native.gpt2_error err;
+            gpt2_result result = Gpt2Native.gpt2_session_load(Handle, state, (UIntPtr)state.Length, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        /// <summary>Appends prompt to the context and generates (gpt2_generate_text). onToken (may be
+        /// null) receives each token's text as soon as it is certain; returns all the generated text.</summary>
+        public string Generate(string prompt, Gpt2GenerateOptions options = null, Gpt2TokenHandler onToken = null)
+        {
+            if (prompt == null) throw new ArgumentNullException("prompt");
+            if (options == null) options = new Gpt2GenerateOptions();
+            var call = new GenerateCall(onToken, options.OnLogits);
+            GCHandle callHandle = GCHandle.Alloc(call);
+            GCHandle biasHandle = default(GCHandle);
+            GCHandle stopHandle = default(GCHandle);
+            var stopStrings = new List<IntPtr>();
+            gpt2_result result;
+            Gpt2Native.gpt2_error err;
+            try
+            {
+                Gpt2Native.gpt2_generate_params p = Gpt2Native.gpt2_generate_default_params();
+                p.max_new_tokens = options.MaxNewTokens;
+                p.temperature = options.Temperature;
+                p.top_k = options.TopK;
+                p.seed = options.Seed;
+                p.top_p = options.TopP;
+                p.min_p = options.MinP;
+                p.repeat_penalty = options.RepeatPenalty;
+                p.repeat_last_n = options.RepeatLastN;
+                p.presence_penalty = options.PresencePenalty;
+                p.frequency_penalty = options.FrequencyPenalty;
+                p.stop_at_eos = options.StopAtEos ? 1 : 0;
+                p.on_token = TokenThunkPointer;
+                p.user = GCHandle.ToIntPtr(callHandle);
+                if (options.OnLogits != null) p.on_logits = LogitsThunkPointer;
+                if (options.LogitBias != null && options.LogitBias.Length > 0)
+                {
+                    biasHandle = GCHandle.Alloc(options.LogitBias, GCHandleType.Pinned);
+                    p.logit_bias = biasHandle.AddrOfPinnedObject();
+                    p.n_logit_bias = (UIntPtr)options.LogitBias.Length;
+                }
+                if (options.Stop != null && options.Stop.Length > 0)
+                {
+                    foreach (string s in options.Stop)
+                    {
+                        byte[] bytes = Gpt2Native.Utf8z(s);
+                        IntPtr copy = Marshal.AllocHGlobal(bytes.Length);
+                        stopStrings.Add(copy);
+                        Marshal.Copy(bytes, 0, copy, bytes.Length);
+                    }
+                    IntPtr[] pointers = stopStrings.ToArray();
+                    stopHandle = GCHandle.Alloc(pointers, GCHandleType.Pinned);
+                    p.stop = stopHandle.AddrOfPinnedObject();
+                    p.n_stop = (UIntPtr)pointers.Length;
+                }
+                result = Gpt2Native.gpt2_generate_text(Handle, Gpt2Native.Utf8z(prompt), ref p, out err);
+            }
+            finally
+            {
+                callHandle.Free();
+                if (biasHandle.IsAllocated) biasHandle.Free();
+                if (stopHandle.IsAllocated) stopHandle.Free();
+                foreach (IntPtr s in stopStrings) Marshal.FreeHGlobal(s);
+            }
+            if (call.Failure != null) call.Failure.Throw();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return call.Text.ToString();
+        }
+
+        public void Dispose()
+        {
+            if (handle != IntPtr.Zero) Gpt2Native.gpt2_session_free(handle);
+            handle = IntPtr.Zero;
+        }
+
+        // What the static callbacks need during one Generate call.
+        sealed class GenerateCall
+        {
+            public readonly Gpt2TokenHandler OnToken;
+            public readonly Action<float[]> OnLogits;
+            public readonly StringBuilder Text = new StringBuilder();
+            public float[] Logits;
+            public ExceptionDispatchInfo Failure;
+
+            public GenerateCall(Gpt2TokenHandler onToken, Action<float[]> onLogits)
+            {
+                OnToken = onToken;
+                OnLogits = onLogits;
+            }
+        }
+
+        [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_token_fn))]
+        static int OnToken(IntPtr user, int token, IntPtr text, UIntPtr textLen)
+        {
+            var call = (GenerateCall)GCHandle.FromIntPtr(user).Target;
+            if (call.Failure != null) return 1;
+            try
+            {
+                string piece = Gpt2Native.FromUtf8(text, (int)textLen);
+                call.Text.Append(piece);
+                return call.OnToken == null || call.OnToken(token, piece) ? 0 : 1;
+            }
+            catch (Exception e)
+            {
+                call.Failure = ExceptionDispatchInfo.Capture(e);
+                return 1;
+            }
+        }
+
+        [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_logits_fn))]
+        static void OnLogits(IntPtr user, IntPtr logits, int nVocab)
+        {
+            var call = (GenerateCall)GCHandle.FromIntPtr(user).Target;
+            if (call.Failure != null) return;
+            try
+            {
+                if (call.Logits == null || call.Logits.Length != nVocab) call.Logits = new float[nVocab];
+                Marshal.Copy(logits, call.Logits, 0, nVocab);
+                call.OnLogits(call.Logits);
+                Marshal.Copy(call.Logits, 0, logits, nVocab);
+            }
+            catch (Exception e)
+            {
+                call.Failure = ExceptionDispatchInfo.Capture(e); // on_token stops generation next
+            }
+        }
+    }
+}

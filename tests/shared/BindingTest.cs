@@ -1,0 +1,120 @@
+// BindingTest.cs - the C# binding's wrapper (bindings/csharp/Gpt2.cs) against the shared library:
+// each check names the behaviour, exercises one part of the marshalling (strings, arrays, the
+// callbacks, errors) and compares with what the library does without C#.
+//     mono BindingTest.exe MODEL.gguf
+using System;
+using System.Collections.Generic;
+using Gpt2;
+
+static class BindingTest
+{
+    static int failures;
+
+    static void Check(string name, bool ok, string detail = "")
+    {
+        Console.WriteLine("{0} {1}{2}", ok ? "ok  " : "FAIL", name, ok || detail.Length == 0 ? "" : ": " + detail);
+        if (!ok) failures++;
+    }
+
+    static Gpt2GenerateOptions Options(int n, ulong seed)
+    {
+        return new Gpt2GenerateOptions { MaxNewTokens = n, Seed = seed };
+    }
+
+    static int Main(string[] args)
+    {
+        string path = args[0];
+        Gpt2Library.CheckAbi();
+        Check("the library's version is the binding's", Gpt2Library.Version == Gpt2Native.GPT2_VERSION, Gpt2Library.VersionString);
+
+        try
+        {
+            new Gpt2Model(path + ".missing").Dispose();
+            Check("a missing file throws", false);
+        }
+        catch (Gpt2Exception e)
+        {
+            Check("a missing file throws Gpt2Exception with the library's message",
+                  e.Code == gpt2_result.GPT2_ERROR_IO && e.Message.Contains(".missing"), e.Code + " " + e.Message);
+        }
+
+        var logged = new List<string>();
+        using (var model = new Gpt2Model(path, (level, message) => logged.Add(message)))
+        using (var session = new Gpt2Session(model))
+        {
+            Check("the log callback receives the load message", logged.Exists(m => m.StartsWith("loaded")), string.Join("|", logged));
+            Check("model info comes through", model.Info.n_vocab == 65 && model.Info.n_ctx > 0,
+                  "n_vocab " + model.Info.n_vocab + " n_ctx " + model.Info.n_ctx);
+            int[] ids = model.Tokenize("ROMEO: thou art");
+            Check("tokenize and detokenize round-trip", model.Detokenize(ids) == "ROMEO: thou art" && ids.Length == 15);
+
+            string plain = session.Generate("ROMEO:", Options(60, 7));
+            Check("the context holds prompt and tokens", session.Tokens.Length == 66, session.Tokens.Length.ToString());
+
+            session.Reset();
+            var pieces = new List<string>();
+            string streamed = session.Generate("ROMEO:", Options(60, 7), (token, text) => { pieces.Add(text); return true; });
+            Check("the same seed gives the same text; the streamed pieces make it", streamed == plain && string.Concat(pieces) == plain);
+
+            session.Reset();
+            int calls = 0;
+            session.Generate("ROMEO:", Options(60, 7), (token, text) => ++calls < 5);
+            Check("returning false stops generation", calls == 5 && session.Tokens.Length == 6 + 5, calls + " calls");
+
+            // A stop string: the text up to it, never the string itself.
+            int cut = plain.IndexOf('\n', 1);
+            string stop = plain.Substring(cut, 2);
+            session.Reset();
+            string stopped = session.Generate("ROMEO:", new Gpt2GenerateOptions { MaxNewTokens = 60, Seed = 7, Stop = new[] { "zzz", stop } });
+            Check("a stop string ends the text before it", stopped == plain.Substring(0, plain.IndexOf(stop)), "[" + stopped + "]");
+
+            // Banning every character that greedy decoding picks, by logit_bias and by on_logits.
+            session.Reset();
+            string greedy = session.Generate("ROMEO:", new Gpt2GenerateOptions { MaxNewTokens = 30, Temperature = 0 });
+            int banned = model.Tokenize(greedy.Substring(0, 1))[0];
+            session.Reset();
+            string biased = session.Generate("ROMEO:", new Gpt2GenerateOptions {
+                MaxNewTokens = 30, Temperature = 0,
+                LogitBias = new[] { new Gpt2Native.gpt2_logit_bias { token = banned, bias = float.NegativeInfinity } } });
+            session.Reset();
+            string hooked = session.Generate("ROMEO:", new Gpt2GenerateOptions {
+                MaxNewTokens = 30, Temperature = 0, OnLogits = logits => logits[banned] = float.NegativeInfinity });
+            string bannedText = greedy.Substring(0, 1);
+            Check("logit_bias bans a token", !biased.Contains(bannedText) && biased.Length == 30, "[" + biased + "]");
+            Check("on_logits edits the logits like logit_bias", hooked == biased, "[" + hooked + "]");
+
+            // An exception in a callback stops generation and reaches the caller, not native code.
+            session.Reset();
+            try
+            {
+                session.Generate("ROMEO:", Options(60, 7), (token, text) => { throw new InvalidOperationException("from the callback"); });
+                Check("an exception in on_token is rethrown", false);
+            }
+            catch (InvalidOperationException e)
+            {
+                Check("an exception in on_token is rethrown after generation stops",
+                      e.Message == "from the callback" && session.Tokens.Length == 7, session.Tokens.Length.ToString());
+            }
+
+            // Save, generate, load: the same continuation again.
+            session.Reset();
+            session.Generate("ROMEO:", Options(20, 7));
+            byte[] state = session.SaveState();
+            string first = session.Generate("", Options(20, 8));
+            session.LoadState(state);
+            string again = session.Generate("", Options(20, 8));
+            Check("a loaded state continues the same way", first == again && first.Length > 0);
+            try
+            {
+                session.LoadState(new byte[] { 1, 2, 3 });
+                Check("a damaged state throws", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("a damaged state throws Gpt2Exception", e.Code != gpt2_result.GPT2_OK, e.Message);
+            }
+        }
+        Console.WriteLine(failures == 0 ? "passed" : failures + " FAILED");
+        return failures == 0 ? 0 : 1;
+    }
+}
