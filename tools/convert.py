@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Converts a nanoGPT checkpoint (ckpt.pt, as saved by nanoGPT's train.py) to a GGUF model file
-for gpt2.h. Standard library only: PyTorch is not needed, and the checkpoint's pickle is read
-with an unpickler that refuses anything but tensors, dicts, lists, strings and numbers.
+"""Converts a nanoGPT checkpoint (ckpt.pt, as saved by nanoGPT's train.py) or a Hugging Face
+GPT-2 folder to a GGUF model file for gpt2.h. Standard library only: PyTorch is not needed, the
+checkpoint's pickle is read with an unpickler that refuses anything but tensors, dicts, lists,
+strings and numbers, and safetensors files with our own checked reader.
 
     python3 tools/convert.py out-shakespeare-char/ckpt.pt -o shakespeare.gguf
     python3 tools/convert.py out-gpt2/ckpt.pt -o gpt2.gguf --vocab gpt2-bpe/ --dtype f16
+    python3 tools/convert.py gpt2-medium/ -o gpt2-medium.gguf
+
+A Hugging Face folder holds config.json and model.safetensors or pytorch_model.bin, as
+save_pretrained writes them (keys transformer.h.0...) or as OpenAI's GPT-2 sizes are published
+(keys h.0...), and its vocab.json + merges.txt; shapes, layer_norm_epsilon and the GELU
+(activation_function) come from config.json.
 
 Vocabulary: a nanoGPT character vocabulary (meta.pkl) is taken from --meta, or found beside the
 checkpoint as NAME.meta.pkl or meta.pkl; a GPT-2 BPE vocabulary comes from --vocab DIR. Without
@@ -23,6 +30,7 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf  # noqa: E402
+import safetensors_reader  # noqa: E402
 import torch_checkpoint  # noqa: E402
 
 CONVERTER_VERSION = "0.1.0"
@@ -30,6 +38,9 @@ GPT2_VOCAB_SIZE = 50257      # OpenAI GPT-2 BPE tokens, <|endoftext|> last
 NANOGPT_PADDED_VOCAB = 50304  # nanoGPT's vocab_size for GPT-2, rounded up to a multiple of 64
 LAYER_NORM_EPS = 1e-5         # nanoGPT's F.layer_norm default
 CHUNK_ELEMENTS = 1 << 20      # elements converted at a time: bounds memory, keeps struct fast
+# Hugging Face activation_function -> the GELU gpt2.h runs (gelu_new and gelu_fast are the tanh
+# approximation OpenAI's GPT-2 was trained with, written two ways; "gelu" is the exact erf form).
+HF_GELU = {"gelu_new": "tanh", "gelu_fast": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "erf"}
 
 
 class ConvertError(Exception):
@@ -167,6 +178,96 @@ def read_model(ckpt_path):
     return state, ckpt["model_args"], ckpt
 
 
+def read_hf_folder(folder):
+    """A Hugging Face GPT-2 folder. Returns (state dict under nanoGPT's key names with the Conv1D
+    weights viewed as nn.Linear's (out, in), hyperparameters, {nanoGPT key: key in the file},
+    weights file)."""
+    config_path = os.path.join(folder, "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise ConvertError(f"{folder} is a folder but has no config.json (expected a Hugging Face GPT-2 "
+                           "folder, or give a nanoGPT ckpt.pt file)") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ConvertError(f"{config_path} is not JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(config, dict):
+        raise ConvertError(f"{config_path} is not a JSON object")
+    model_type = config.get("model_type")
+    if model_type != "gpt2":
+        raise ConvertError(f"{config_path}: model_type is {model_type!r:.40}, expected 'gpt2' (only GPT-2 "
+                           "models convert)")
+    hp = {}
+    for key, ours in (("n_layer", "n_layer"), ("n_head", "n_head"), ("n_embd", "n_embd"),
+                      ("n_positions", "block_size"), ("vocab_size", "vocab_size")):
+        v = config.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= 1 << 24:
+            raise ConvertError(f"{config_path}: {key} is {v!r:.40}, expected a positive integer")
+        hp[ours] = v
+    if hp["n_embd"] % hp["n_head"]:
+        raise ConvertError(f"{config_path}: n_embd {hp['n_embd']} is not a multiple of n_head {hp['n_head']}")
+    n_inner = config.get("n_inner")
+    if n_inner is not None and (not isinstance(n_inner, int) or isinstance(n_inner, bool) or not 0 < n_inner <= 1 << 24):
+        raise ConvertError(f"{config_path}: n_inner is {n_inner!r:.40}, expected a positive integer or null")
+    hp["n_ff"] = n_inner or 4 * hp["n_embd"]
+    hp["bias"] = True
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
+        raise ConvertError(f"{config_path}: layer_norm_epsilon is {eps!r:.40}, expected a small positive number")
+    hp["eps"] = float(eps)
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in HF_GELU:
+        raise ConvertError(f"{config_path}: activation_function is {activation!r:.40}; gpt2.h runs "
+                           f"{', '.join(sorted(HF_GELU))}")
+    hp["gelu"] = HF_GELU[activation]
+    # Options of transformers' GPT2Attention that change the arithmetic gpt2.h does.
+    for key, plain in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+        if config.get(key, plain) != plain:
+            raise ConvertError(f"{config_path}: {key} is {config[key]!r:.40}; gpt2.h runs GPT-2's "
+                               f"attention ({key} {json.dumps(plain)})")
+
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        weights = os.path.join(folder, name)
+        if os.path.isfile(weights):
+            break
+    else:
+        sharded = [n for n in ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+                   if os.path.exists(os.path.join(folder, n))]
+        if sharded:
+            raise ConvertError(f"{folder}: sharded weights ({sharded[0]}) are not supported; GPT-2 sizes "
+                               "up to 1.5B are published as one file")
+        raise ConvertError(f"{folder} holds no model.safetensors or pytorch_model.bin")
+    if name == "model.safetensors":
+        tensors, _ = safetensors_reader.load(weights)
+    else:
+        tensors = torch_checkpoint.load(weights)
+        if not isinstance(tensors, dict):
+            raise ConvertError(f"{weights} is not a state_dict (a dict of tensors)")
+    state, names = {}, {}
+    for key, value in tensors.items():
+        if not isinstance(key, str) or not isinstance(value, torch_checkpoint.Tensor):
+            raise ConvertError(f"{weights}: entry {key!r:.80} is not a tensor")
+        # The causal mask and its fill value: buffers of transformers' GPT2Attention, not weights.
+        if re.fullmatch(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", key):
+            continue
+        # save_pretrained names GPT2LMHeadModel's keys; OpenAI's published files GPT2Model's.
+        clean = key if key.startswith("transformer.") or key == "lm_head.weight" else "transformer." + key
+        if clean in state:
+            raise ConvertError(f"{weights}: {key} and {names[clean]} are the same weight")
+        state[clean], names[clean] = value, key
+    # transformers' Conv1D stores its weight (in, out); nn.Linear's (out, in) is a transposed view.
+    expected = {src: shape for src, _, shape in tensor_plan(hp)}
+    for clean, t in list(state.items()):
+        if re.fullmatch(r"transformer\.h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight", clean):
+            want = expected.get(clean)
+            if want is not None and t.shape != want[::-1]:
+                raise ConvertError(f"{names[clean]}: shape {_shape(t)}, expected {list(want[::-1])} (Conv1D: "
+                                   "in, out) from config.json")
+            if len(t.shape) == 2:
+                state[clean] = torch_checkpoint.Tensor(t.storage, t.offset, t.shape[::-1], t.stride[::-1])
+    return state, hp, names, weights
+
+
 def hyperparameters(model_args, state, ckpt_path):
     hp = {}
     for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
@@ -223,29 +324,38 @@ def find_meta(ckpt_path):
 
 
 def default_name(ckpt_path):
-    """nanoGPT saves OUT_DIR/ckpt.pt, so the folder names the run; otherwise the file does."""
+    """nanoGPT saves OUT_DIR/ckpt.pt, so the folder names the run; otherwise the file does (or
+    the Hugging Face folder)."""
+    if os.path.isdir(ckpt_path):
+        return os.path.basename(os.path.abspath(ckpt_path))
     stem = os.path.splitext(os.path.basename(ckpt_path))[0]
     if stem.startswith("ckpt"):
         return os.path.basename(os.path.dirname(os.path.abspath(ckpt_path)))
     return stem
 
 
-def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf", name=None,
+def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu=None, name=None,
             log=print):
-    """Converts ckpt_path to out_path. Raises ConvertError (one-line message) on bad input.
-    Returns a summary dict (n_vocab, tokenizer, tied, padded_vocab_size, tensors)."""
+    """Converts ckpt_path (a nanoGPT checkpoint, or a Hugging Face GPT-2 folder) to out_path.
+    Raises ConvertError (one-line message) on bad input. gelu: "erf" or "tanh"; None means
+    config.json's activation for a folder, erf (nanoGPT's nn.GELU()) for a checkpoint.
+    Returns a summary dict (n_vocab, tokenizer, tied, rows, tensors, meta)."""
     if dtype not in ("f32", "f16"):
         raise ConvertError(f"--dtype must be f32 or f16, not {dtype!r}")
-    if gelu not in ("erf", "tanh"):
+    if gelu not in (None, "erf", "tanh"):
         raise ConvertError(f"--gelu must be erf or tanh, not {gelu!r}")
     if meta and vocab:
         raise ConvertError("give either --meta (character vocabulary) or --vocab (GPT-2 BPE), not both")
-    if not os.path.isfile(ckpt_path):
+    hf = os.path.isdir(ckpt_path)
+    if not hf and not os.path.isfile(ckpt_path):
         raise ConvertError(f"{ckpt_path}: no such file")
     if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
         raise ConvertError(f"{out_path}: the output folder does not exist")
     if meta is None and vocab is None:
-        meta = find_meta(ckpt_path)
+        if not hf:
+            meta = find_meta(ckpt_path)
+        elif any(os.path.exists(os.path.join(ckpt_path, n)) for n in ("vocab.json", "encoder.json")):
+            vocab = ckpt_path
 
     chars = tokens = merges = None
     if meta:
@@ -254,22 +364,33 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf",
     elif vocab:
         tokens, merges = load_bpe_vocab(vocab)
 
-    state, model_args, ckpt = read_model(ckpt_path)
-    hp = hyperparameters(model_args, state, ckpt_path)
+    if hf:
+        state, hp, names, source = read_hf_folder(ckpt_path)
+        if gelu is not None and gelu != hp["gelu"]:
+            raise ConvertError(f"--gelu {gelu}: config.json's activation_function is the {hp['gelu']} GELU; "
+                               "leave --gelu out for a Hugging Face folder")
+        gelu, eps, model_args, ckpt = hp["gelu"], hp["eps"], None, {}
+        shape_source, kind_of_model = "config.json", "GPT-2"
+    else:
+        state, model_args, ckpt = read_model(ckpt_path)
+        hp = hyperparameters(model_args, state, ckpt_path)
+        names, source = {}, ckpt_path
+        gelu, eps = gelu or "erf", LAYER_NORM_EPS
+        shape_source, kind_of_model = "model_args", "nanoGPT GPT"
     plan = tensor_plan(hp)
     expected = {src for src, _, _ in plan} | {"lm_head.weight"}
     for key in state:
         if key not in expected:
-            raise ConvertError(f"{ckpt_path}: unexpected tensor {key} (not part of a nanoGPT GPT "
+            raise ConvertError(f"{source}: unexpected tensor {names.get(key, key)} (not part of a {kind_of_model} "
                                f"with bias={hp['bias']} and n_layer={hp['n_layer']})")
     for src, dst, shape in plan:
         t = state.get(src)
         if t is None:
-            raise ConvertError(f"{ckpt_path}: missing tensor {src} (for {dst})")
+            raise ConvertError(f"{source}: missing tensor {names.get(src, src) if hf else src} (for {dst})")
         if t.shape != shape:
-            raise ConvertError(f"{src}: shape {_shape(t)}, expected {list(shape)} from model_args")
+            raise ConvertError(f"{names.get(src, src)}: shape {_shape(t)}, expected {list(shape)} from {shape_source}")
         if t.dtype not in ("float32", "float16", "bfloat16", "float64"):
-            raise ConvertError(f"{src}: unsupported dtype {t.dtype}")
+            raise ConvertError(f"{names.get(src, src)}: unsupported dtype {t.dtype}")
 
     # Vocabulary: how many embedding rows are real tokens.
     rows = hp["vocab_size"]
@@ -285,6 +406,8 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf",
 
     head = state.get("lm_head.weight")
     wte = state["transformer.wte.weight"]
+    if head is not None and head.dtype not in ("float32", "float16", "bfloat16", "float64"):
+        raise ConvertError(f"lm_head.weight: unsupported dtype {head.dtype}")
     if head is not None and head.shape != wte.shape:
         raise ConvertError(f"lm_head.weight: shape {_shape(head)}, expected {list(wte.shape)}")
     tied = head is None or head.same_data(wte) or (head.dtype == wte.dtype and head.tobytes() == wte.tobytes())
@@ -299,7 +422,7 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf",
     w.add("gpt2.feed_forward_length", gguf.UINT32, hp["n_ff"])
     w.add("gpt2.block_count", gguf.UINT32, hp["n_layer"])
     w.add("gpt2.attention.head_count", gguf.UINT32, hp["n_head"])
-    w.add("gpt2.attention.layer_norm_epsilon", gguf.FLOAT32, LAYER_NORM_EPS)
+    w.add("gpt2.attention.layer_norm_epsilon", gguf.FLOAT32, eps)
     if kind == "gpt2":
         eos = tokens.index("<|endoftext|>") if "<|endoftext|>" in tokens else None
         w.add("tokenizer.ggml.model", gguf.STRING, "gpt2")
@@ -315,7 +438,8 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf",
     if kind == "char":
         w.add("gpt2h.tokenizer.kind", gguf.STRING, "char")
         w.add("gpt2h.tokenizer.chars", gguf.ARRAY, chars, gguf.STRING)
-    w.add("gpt2h.nanogpt.model_args", gguf.STRING, json.dumps(model_args, sort_keys=True, default=str))
+    if model_args is not None:
+        w.add("gpt2h.nanogpt.model_args", gguf.STRING, json.dumps(model_args, sort_keys=True, default=str))
     iter_num = ckpt.get("iter_num")
     if isinstance(iter_num, int) and not isinstance(iter_num, bool) and 0 <= iter_num < 1 << 64:
         w.add("gpt2h.nanogpt.iter_num", gguf.UINT64, iter_num)
@@ -362,7 +486,9 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu="erf",
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="convert.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="nanoGPT checkpoint (a torch.save zip file, e.g. out/ckpt.pt)")
+    parser.add_argument("checkpoint", help="nanoGPT checkpoint (a torch.save zip file, e.g. out/ckpt.pt), or a "
+                        "Hugging Face GPT-2 folder (config.json + model.safetensors or pytorch_model.bin; "
+                        "its vocab.json + merges.txt are used unless --vocab says otherwise)")
     parser.add_argument("-o", "--output", required=True, help="GGUF file to write (replaced only when "
                         "the conversion succeeds)")
     parser.add_argument("--meta", help="nanoGPT character vocabulary (meta.pkl from data/NAME/prepare.py); "
@@ -372,9 +498,10 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=("f32", "f16"), default="f32", help="storage of the weight "
                         "matrices: f32 (exact, default) or f16 (half the size, rounded to nearest even); "
                         "biases and LayerNorm weights are always f32")
-    parser.add_argument("--gelu", choices=("erf", "tanh"), default="erf", help="GELU the model was "
-                        "trained with: erf (exact, nanoGPT's nn.GELU(), default) or tanh (the "
-                        "approximation used by OpenAI's GPT-2)")
+    parser.add_argument("--gelu", choices=("erf", "tanh"), help="GELU the model was "
+                        "trained with: erf (exact, nanoGPT's nn.GELU(), the default for a checkpoint) or "
+                        "tanh (the approximation used by OpenAI's GPT-2); a Hugging Face folder's "
+                        "config.json says which (activation_function gelu_new: tanh, gelu: erf)")
     parser.add_argument("--name", help="general.name of the model (default: the checkpoint's folder name "
                         "for ckpt*.pt, nanoGPT's out_dir; else the file name without .pt)")
     try:
@@ -384,14 +511,14 @@ def main(argv=None):
     try:
         info = convert(args.checkpoint, args.output, meta=args.meta, vocab=args.vocab, dtype=args.dtype,
                        gelu=args.gelu, name=args.name, log=lambda msg: print(msg, file=sys.stderr))
-    except (ConvertError, torch_checkpoint.CheckpointError) as e:
+    except (ConvertError, torch_checkpoint.CheckpointError, safetensors_reader.SafetensorsError) as e:
         print(f"convert.py: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"convert.py: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
-    except (zipfile.BadZipFile, EOFError) as e:
+    except (zipfile.BadZipFile, EOFError, NotImplementedError) as e:  # NotImplementedError: zip flags we cannot read
         print(f"convert.py: error: {args.checkpoint}: corrupt checkpoint ({e})", file=sys.stderr)
         return 1
     vocab_text = {"char": "character vocabulary", "gpt2": "GPT-2 BPE vocabulary", "none": "no tokenizer"}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fuzzes tools/convert.py with mutated nanoGPT checkpoints: whatever the input, the converter
+"""Fuzzes tools/convert.py with mutated nanoGPT checkpoints and Hugging Face safetensors files:
+whatever the input, the converter
 must either succeed (exit 0, the output file written and nothing else left behind) or refuse it
 (exit 1, one line "convert.py: error: ..." last on stderr, no Python traceback, and no output
 file nor temporary file left behind). A crash, a traceback, a hang or a leftover file is a bug;
@@ -15,9 +16,18 @@ Mutations, applied to the small checkpoints of tests/data/checkpoints/:
           file) with its bytes mutated, truncated or extended, into an otherwise valid zip, so
           the unpickler and the tensor rebuilding see the damage rather than the zip reader
   pickle  change one opcode's argument in data.pkl (numbers: shapes, strides, offsets, sizes)
+
+and to the model.safetensors files of tests/data/hf/ (converted as a Hugging Face folder with
+that folder's config.json and vocabulary):
+  st-length  replace the 8-byte header length (0, off by a few, past the end, 2^63, 2^64 - 1)
+  st-header  change one field of one tensor in the JSON header (dtype, a shape size, a data
+             offset: small steps, swaps, huge values, wrong types) or drop / duplicate an entry,
+             then write the header back with its correct length
+  st-bytes   flip, overwrite, insert or delete bytes of the header text, or anywhere in the file
 """
 import argparse
 import io
+import json
 import os
 import random
 import shutil
@@ -30,6 +40,9 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONVERT = os.path.join(ROOT, "tools", "convert.py")
 CHECKPOINTS = os.path.join(ROOT, "tests", "data", "checkpoints")
+HF = os.path.join(ROOT, "tests", "data", "hf")
+# Hugging Face folders whose model.safetensors is mutated.
+HF_SEEDS = ["save_pretrained", "original"]
 # Small checkpoints that convert (with their vocabulary options), as seeds.
 SEEDS = [
     ("nobias.pt", []),
@@ -117,13 +130,74 @@ def mutate_entry_pickle(data, rng):
     return out.getvalue()
 
 
-def check(workdir, ckpt_bytes, options):
-    """Runs the converter on the bytes; returns None when it behaved, else what went wrong."""
-    src = os.path.join(workdir, "ckpt.pt")
+def _safetensors_parts(data):
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    return header, data[8 + n:]
+
+
+def _safetensors_join(header, rest):
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + rest
+
+
+def mutate_safetensors(data, rng):
+    kind = rng.choice(("st-length", "st-header", "st-header", "st-bytes"))
+    if kind == "st-length":
+        n = int.from_bytes(data[:8], "little")
+        value = rng.choice((0, 1, n - 1, n + 1, n + rng.randint(2, 64), len(data), 1 << 63, (1 << 64) - 1,
+                            rng.randrange(1 << 64)))
+        return kind, value.to_bytes(8, "little") + data[8:]
+    if kind == "st-bytes":
+        if rng.random() < 0.5:
+            return kind, mutate_bytes(data, rng)
+        n = int.from_bytes(data[:8], "little")
+        return kind, data[:8] + mutate_bytes(data[8:8 + n], rng) + data[8 + n:]
+    header, rest = _safetensors_parts(data)
+    names = [k for k in header if k != "__metadata__"]
+    name = rng.choice(names)
+    entry = dict(header[name])
+    field = rng.choice(("dtype", "shape", "data_offsets", "drop", "duplicate", "type"))
+    if field == "dtype":
+        entry["dtype"] = rng.choice(("F32", "F16", "BF16", "F64", "I32", "U8", "BOOL", "F8_E4M3", "X", ""))
+    elif field == "shape" and entry["shape"]:
+        i = rng.randrange(len(entry["shape"]))
+        entry["shape"] = list(entry["shape"])
+        entry["shape"][i] = rng.choice((0, 1, entry["shape"][i] + 1, entry["shape"][i] - 1, 1 << 40, -1))
+    elif field == "data_offsets":
+        offsets = list(entry["data_offsets"])
+        i = rng.randrange(2)
+        offsets[i] = rng.choice((0, offsets[i] + 4, offsets[i] - 4, offsets[1 - i], 1 << 63, len(rest), -8))
+        entry["data_offsets"] = offsets
+    elif field == "drop":
+        del header[name]
+        return kind, _safetensors_join(header, rest)
+    elif field == "duplicate":
+        header[name + ".copy"] = entry
+        return kind, _safetensors_join(header, rest)
+    else:
+        key = rng.choice(("dtype", "shape", "data_offsets"))
+        entry[key] = rng.choice((None, "1", 1.5, [], {}, [[1]], True))
+    header[name] = entry
+    return kind, _safetensors_join(header, rest)
+
+
+def check(workdir, ckpt_bytes, options, hf_folder=None):
+    """Runs the converter on the bytes (a checkpoint, or the model.safetensors of a copy of
+    hf_folder); returns None when it behaved, else what went wrong."""
     outdir = os.path.join(workdir, "out")
     shutil.rmtree(outdir, ignore_errors=True)
     os.makedirs(outdir)
-    with open(src, "wb") as f:
+    if hf_folder:
+        src = os.path.join(workdir, "hf")
+        shutil.rmtree(src, ignore_errors=True)
+        os.makedirs(src)
+        for name in ("config.json", "vocab.json", "merges.txt"):
+            shutil.copy(os.path.join(hf_folder, name), src)
+        target = os.path.join(src, "model.safetensors")
+    else:
+        src = target = os.path.join(workdir, "ckpt.pt")
+    with open(target, "wb") as f:
         f.write(ckpt_bytes)
     output = os.path.join(outdir, "model.gguf")
     try:
@@ -158,23 +232,27 @@ def main():
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int(time.time())
     rng = random.Random(seed)
-    seeds = [(name, open(os.path.join(CHECKPOINTS, name), "rb").read(), opts) for name, opts in SEEDS]
+    seeds = [(name, open(os.path.join(CHECKPOINTS, name), "rb").read(), opts, None) for name, opts in SEEDS]
+    for folder in HF_SEEDS:
+        with open(os.path.join(HF, folder, "model.safetensors"), "rb") as f:
+            seeds.append((f"hf-{folder}.safetensors", f.read(), [], os.path.join(HF, folder)))
     start = time.monotonic()
     runs = refused = failures = 0
     kinds = {}
     with tempfile.TemporaryDirectory(prefix="fuzz_convert.") as workdir:
         while time.monotonic() - start < args.seconds and (not args.iterations or runs < args.iterations):
-            name, data, opts = rng.choice(seeds)
-            kind, mutated = mutate(data, rng)
+            name, data, opts, hf_folder = rng.choice(seeds)
+            kind, mutated = mutate_safetensors(data, rng) if hf_folder else mutate(data, rng)
             kinds[kind] = kinds.get(kind, 0) + 1
-            problem = check(workdir, mutated, opts)
+            problem = check(workdir, mutated, opts, hf_folder)
             runs += 1
             if problem is None:
                 refused += 0 if os.path.exists(os.path.join(workdir, "out", "model.gguf")) else 1
                 continue
             failures += 1
             os.makedirs(args.failures, exist_ok=True)
-            path = os.path.join(args.failures, f"{os.path.splitext(name)[0]}-{kind}-{runs}.pt")
+            suffix = ".safetensors" if hf_folder else ".pt"
+            path = os.path.join(args.failures, f"{os.path.splitext(name)[0]}-{kind}-{runs}{suffix}")
             with open(path, "wb") as f:
                 f.write(mutated)
             print(f"FAIL ({name}, {kind} mutation, saved as {path}; options {opts}): {problem}")

@@ -94,6 +94,7 @@ def forward(path, ids):
     kv = r.kv
     C, H, L = kv["gpt2.embedding_length"], kv["gpt2.attention.head_count"], kv["gpt2.block_count"]
     eps = kv["gpt2.attention.layer_norm_epsilon"]
+    tanh_gelu = kv.get("gpt2h.gelu", "tanh") == "tanh"  # as gpt2.h decides
     t = {name: r.tensor_values(name) for name in r.tensors}
 
     def rows(name):
@@ -134,7 +135,10 @@ def forward(path, ids):
         xs = [[a + b for a, b in zip(x, linear(y, p + "attn_output"))] for x, y in zip(xs, ys)]
         for n, x in enumerate(xs):
             u = linear(layer_norm(x, p + "ffn_norm"), p + "ffn_up")
-            u = [0.5 * a * (1 + math.erf(a / math.sqrt(2))) for a in u]
+            if tanh_gelu:  # OpenAI GPT-2's approximation
+                u = [0.5 * a * (1 + math.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3))) for a in u]
+            else:
+                u = [0.5 * a * (1 + math.erf(a / math.sqrt(2))) for a in u]
             xs[n] = [a + b for a, b in zip(x, linear(u, p + "ffn_down"))]
     xs = [layer_norm(x, "output_norm") for x in xs]
     return [[sum(a * b for a, b in zip(row, x)) for row in head] for x in xs]

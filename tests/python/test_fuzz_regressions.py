@@ -44,6 +44,16 @@ class FuzzRegressions(unittest.TestCase):
         data = buf.getvalue().replace("\u00e9".encode(), b"\x80\x80")
         self.assert_refused(data)
 
+    def test_zip_entry_flagged_as_compressed_patched_data_is_refused_cleanly(self):
+        # zipfile raises NotImplementedError for general-purpose flag bit 5 when a member is opened.
+        with open(os.path.join(CKPTS, "nobias.pt"), "rb") as f:
+            data = bytearray(f.read())
+        start = data.index(b"PK\x01\x02")
+        for pos in range(start, len(data) - 4):
+            if data[pos:pos + 4] == b"PK\x01\x02":
+                data[pos + 8] |= 0x20
+        self.assert_refused(bytes(data))
+
     def test_pickle_memo_index_near_4g_is_refused_cleanly(self):
         # LONG_BINPUT with index 0xd5b90103: the unpickler grew its memo to match and raised MemoryError.
         pkl = b"\x80\x02N" + b"r" + (0xd5b90103).to_bytes(4, "little") + b"."
