@@ -405,6 +405,26 @@ GPT2_API gpt2_result gpt2_generate(gpt2_session* session, const int32_t* prompt,
 GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* prompt, const gpt2_generate_params* params,
                                         gpt2_error* err);
 
+/* ---- Many sessions in one pass ------------------------------------------------------------ */
+/* Appends n_tokens[i] tokens to sessions[i] for every i and runs them all in one pass over the
+   weights; afterwards gpt2_session_logits(sessions[i]) holds each one's prediction. All sessions
+   share one model; no session appears twice. Runs on the worker threads of sessions[0].
+   Each session makes room under its own context policy and gets the logits it would get alone
+   (the same tokens when sampled). Every session and token is checked first: on an error nothing
+   changes, and the message names the session ("sessions[2]: token 0 is ..."). sessions[0]'s
+   abort_fn is polled; an aborted batch leaves every session as it was. The CPU runs the batch in
+   one pass; a backend without one (CUDA, for now) runs the sessions one after another. */
+GPT2_API gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_t* const* tokens,
+                                     const size_t* n_tokens, size_t n_sessions, gpt2_error* err);
+/* Generates for every session at once, each with its own parameters (temperature, seed, stops,
+   callback...), one token per unfinished session per pass, until all are done. prompts[i] (UTF-8;
+   prompts or an entry may be NULL or empty: continue the context) and params[i] (params may be
+   NULL: the defaults for all) as gpt2_generate_text's; each session's tokens and callbacks are
+   those gpt2_generate_text would give it alone. A session whose on_token returns nonzero, or
+   that reaches a stop or max_new_tokens, finishes while the others go on. */
+GPT2_API gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts,
+                                         const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err);
+
 /* Draws one token from `logits` (n entries) with the given temperature/top_k; *rng_state is
    advanced. Exposed so callers can sample from gpt2_session_logits() themselves. */
 GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, int top_k, uint64_t* rng_state,
@@ -2282,6 +2302,12 @@ struct gpt2__backend {
     gpt2_result (*save_cache)(gpt2_session* s, int n, void* rows, gpt2_error* err);
     /* The reverse: rows [0, n) from host memory (n may be 0), and the logits when not NULL. */
     gpt2_result (*load_cache)(gpt2_session* s, int n, const void* rows, const float* logits, gpt2_error* err);
+    /* Optional (NULL: gpt2_batch_eval runs the sessions one after another through run): run for
+       every session of sessions[0..n), distinct sessions of one model, in one pass over the
+       weights, on the device resources (threads, scratch) of `runner`, a session of the same
+       model that need not be among them. Polls runner's abort_fn between layers; an aborted pass
+       returns GPT2_ERROR_ABORTED with every session's logits unchanged. */
+    gpt2_result (*run_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err);
 };
 
 enum { GPT2__MAX_DEVICES = 8 };
@@ -2367,6 +2393,18 @@ static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, s
     return GPT2_OK;
 }
 
+/* What gpt2__make_room does under GPT2_CONTEXT_DISCARD, changing nothing: keep the first *keep
+   tokens and drop the *drop after them; fails when that leaves no room for n more (never under
+   GPT2_CONTEXT_EXACT, for n <= n_ctx). */
+static gpt2_result gpt2__room_plan(const gpt2_session* s, size_t n, size_t* keep, size_t* drop, gpt2_error* err) {
+    const size_t needed = s->tokens.size() + n > (size_t)s->n_ctx ? s->tokens.size() + n - (size_t)s->n_ctx : 0;
+    *keep = std::min((size_t)s->n_keep, s->tokens.size());
+    *drop = needed ? std::min(s->tokens.size() - *keep, std::max(needed, (size_t)s->n_discard)) : 0;
+    if (s->context_policy == GPT2_CONTEXT_DISCARD && *drop < needed)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, *keep, s->n_ctx);
+    return GPT2_OK;
+}
+
 /* Makes room for n more tokens when the context would overflow. GPT2_CONTEXT_EXACT keeps the
    last n_ctx - n tokens, as nanoGPT's generate() crops its input (every position moves: the whole
    window is recomputed); GPT2_CONTEXT_DISCARD drops at least n_discard tokens after the first
@@ -2380,10 +2418,8 @@ static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
         s->n_cached = 0;
         return GPT2_OK;
     }
-    const size_t keep = std::min((size_t)s->n_keep, s->tokens.size()), others = s->tokens.size() - keep;
-    const size_t drop = std::min(others, std::max(needed, (size_t)s->n_discard));
-    if (drop < needed)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, keep, s->n_ctx);
+    size_t keep, drop;
+    GPT2__TRY(gpt2__room_plan(s, n, &keep, &drop, err));
     s->tokens.erase(s->tokens.begin() + (ptrdiff_t)keep, s->tokens.begin() + (ptrdiff_t)(keep + drop));
     s->n_cached = std::min(s->n_cached, (int)keep);
     return GPT2_OK;
@@ -2420,6 +2456,83 @@ static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, siz
     s->n_cached = (int)s->tokens.size();
     s->has_logits = true;
     return GPT2_OK;
+}
+
+/* Puts "sessions[i]: " before the message of a failure about one session of a batch. */
+static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
+    if (res != GPT2_OK && err) {
+        char prefix[48];
+        std::snprintf(prefix, sizeof prefix, "sessions[%zu]: ", i);
+        const gpt2__string message = gpt2__string(prefix) + err->message;
+        std::snprintf(err->message, sizeof err->message, "%s", message.c_str());
+    }
+    return res;
+}
+
+/* gpt2__session_append for several sessions at once (gpt2_batch_eval; the caller has checked
+   the sessions and the tokens): each makes room under its own context policy, then one pass
+   through the backend's run_batch on runner's threads, or, where it has none, the sessions one
+   after another through run (the same results, slower); runner's abort_fn is polled either
+   way. Nothing changes when a
+   session lacks room; an aborted pass leaves every session as it was; a pass that fails
+   otherwise leaves every context empty. */
+static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
+    for (size_t i = 0; i < n_sessions; i++) {
+        size_t keep, drop;
+        GPT2__TRY(gpt2__in_batch(gpt2__room_plan(sessions[i], n[i], &keep, &drop, err), i, err));
+    }
+    const bool abortable = runner->abort_fn != nullptr;
+    struct before {
+        gpt2__vector<int32_t> tokens;
+        gpt2__vector<float> logits; /* without run_batch: the logits a finished run replaced */
+        int n_cached, first_row;
+    };
+    gpt2__vector<before> was(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        gpt2_session* s = sessions[i];
+        if (abortable) was[i].tokens = s->tokens;
+        was[i].n_cached = s->n_cached;
+        GPT2__TRY(gpt2__make_room(s, n[i], err));
+        s->tokens.insert(s->tokens.end(), ids[i], ids[i] + n[i]);
+        was[i].first_row = s->n_cached;
+        s->first_written_row = std::min(s->first_written_row, s->n_cached);
+    }
+    gpt2_result res = GPT2_OK;
+    size_t ran = 0; /* without run_batch: the sessions run */
+    if (runner->backend->run_batch) {
+        res = runner->backend->run_batch(runner, sessions, n_sessions, err);
+    } else {
+        for (; ran < n_sessions && res == GPT2_OK; ran++) {
+            gpt2_session* s = sessions[ran];
+            if (abortable && s->has_logits) {
+                const float* logits = s->backend->logits(s);
+                if (logits) was[ran].logits.assign(logits, logits + s->model->n_vocab);
+            }
+            int (*abort_fn)(void*) = s->abort_fn;
+            void* abort_user = s->abort_user;
+            s->abort_fn = runner->abort_fn;
+            s->abort_user = runner->abort_user;
+            res = s->backend->run(s, err);
+            s->abort_fn = abort_fn;
+            s->abort_user = abort_user;
+        }
+    }
+    for (size_t i = 0; i < n_sessions; i++) {
+        gpt2_session* s = sessions[i];
+        if (res == GPT2_ERROR_ABORTED) {
+            if (i + 1 < ran && !was[i].logits.empty()) s->backend->load_cache(s, 0, nullptr, was[i].logits.data(), nullptr);
+            s->tokens.swap(was[i].tokens);
+            s->n_cached = std::min(was[i].n_cached, was[i].first_row);
+        } else if (res != GPT2_OK) {
+            s->tokens.clear();
+            s->n_cached = 0;
+            s->has_logits = false;
+        } else {
+            s->n_cached = (int)s->tokens.size();
+            s->has_logits = true;
+        }
+    }
+    return res;
 }
 
 /* What gpt2_generate needs to undo itself when aborted: the context, the logits, the streams. */
@@ -2746,12 +2859,16 @@ struct gpt2__matmul_args {
     const float* bias;         /* (W->rows) or NULL */
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
+    bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
+                                  streamed as one session's are, however many */
 };
 
 /* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
    float panels with tiles of tokens (prefill): q8_0 rows stream only against int8 activations.
-   The scalar and NEON sets always stream. */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return gpt2__is_decode(a.T) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
+   The scalar and NEON sets always stream. A batch of sessions streams all its decode rows at
+   once (decode_rows): each weight row is read from memory once and its dot products with every
+   row are those a lone session computes, so the batch gives the lone results bit for bit. */
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers. */
@@ -4246,6 +4363,22 @@ static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const
 /* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
+/* The activations of a batched pass (gpt2__forward_batch) over R rows, the new tokens of all its
+   sessions, and B sessions: grown on demand, freed with the session whose threads run it. */
+struct gpt2__batch_workspace {
+    size_t rows = 0, sessions = 0; /* R and B it has room for */
+    float* x = nullptr;        /* (R, C) */
+    float* xn = nullptr;       /* (R, C) */
+    float* qkv = nullptr;      /* (R, 3C) */
+    float* att = nullptr;      /* (R, C) */
+    float* fc = nullptr;       /* (R, F) */
+    float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
+    int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
+    float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
+    float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
+    float* logits = nullptr;   /* (B, V) */
+};
+
 /* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
@@ -4264,6 +4397,7 @@ struct gpt2__cpu_session : gpt2_session {
     float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
+    gpt2__batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's threads */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
@@ -4314,57 +4448,101 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     });
 }
 
-/* Causal self-attention of T new queries at positions pos0.. against the cache of one layer. */
+/* One session's causal self-attention in a pass: T new queries at positions pos0.. against the
+   cache of one layer, cut into tasks for the threads. A lone session runs its own tasks; a batch
+   (gpt2__forward_batch) runs every session's tasks in one parallel region. */
+struct gpt2__attention_job {
+    gpt2__cpu_session* s;
+    const float* qkv;  /* (T, 3C) */
+    float* att;        /* (T, C) */
+    float* parts;      /* decode: (T, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
+    int layer, T, pos0;
+    int ranges[gpt2__decode_max_tokens]; /* decode: the key ranges of each query */
+    int tasks;
+};
+
+/* Writes the job's keys and values to the cache and counts its tasks. */
 template <class KV>
-static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
-    const gpt2_model* m = s->model;
-    const int C = m->n_embd, H = m->n_head, D = C / H;
-    KV* k_cache = (KV*)s->k_cache + (size_t)layer * s->n_ctx * C;
-    KV* v_cache = (KV*)s->v_cache + (size_t)layer * s->n_ctx * C;
-    for (int t = 0; t < T; t++) {
-        const float* row = s->qkv + (size_t)t * 3 * C;
-        const size_t at = (size_t)(pos0 + t) * C;
+static void gpt2__attention_plan(gpt2__attention_job* j) {
+    gpt2__cpu_session* s = j->s;
+    const int C = s->model->n_embd;
+    KV* k_cache = (KV*)s->k_cache + (size_t)j->layer * s->n_ctx * C;
+    KV* v_cache = (KV*)s->v_cache + (size_t)j->layer * s->n_ctx * C;
+    for (int t = 0; t < j->T; t++) {
+        const float* row = j->qkv + (size_t)t * 3 * C;
+        const size_t at = (size_t)(j->pos0 + t) * C;
         for (int i = 0; i < C; i++) {
             gpt2__store_kv(k_cache, at + i, row[C + i]);
             gpt2__store_kv(v_cache, at + i, row[2 * C + i]);
         }
     }
-    void (*attend)(float*, size_t, const float*, size_t, const KV*, const KV*, size_t, int, int, int, float*);
-    void (*attend_rows)(float*, float*, const float*, const KV*, const KV*, int, int, int, float*);
-    if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32, attend_rows = s->kernels->attend_rows_f32;
-    else attend = s->kernels->attend_f16, attend_rows = s->kernels->attend_rows_f16;
-    const size_t scratch = gpt2__attention_scratch(H, s->n_ctx);
-    if (!gpt2__is_decode(T)) {
-        /* a task per (head, block of queries), from a counter, as later queries have more keys;
-           head by head, so consecutive tasks read the same head's keys and values, from L2 */
-        const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
-        gpt2__parallel_for(&s->pool, (int64_t)blocks * H, 1, [&](int64_t begin, int64_t end, int thread) {
-            float* scores = s->scores + (size_t)thread * scratch;
-            for (int64_t task = begin; task < end; task++) {
-                const int h = (int)(task / blocks), t = (int)(task % blocks) * gpt2__query_block;
-                attend(s->att + (size_t)t * C + (size_t)h * D, (size_t)C, s->qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, k_cache + (size_t)h * D,
-                       v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
-            }
-        });
+    if (!gpt2__is_decode(j->T)) {
+        /* a task per (head, block of queries), as later queries have more keys; head by head, so
+           consecutive tasks read the same head's keys and values, from L2 */
+        j->tasks = (j->T + gpt2__query_block - 1) / gpt2__query_block * s->model->n_head;
         return;
     }
-    const size_t part = (size_t)C + 2 * H;
-    int ranges[gpt2__decode_max_tokens], tasks = 0;
-    for (int t = 0; t < T; t++) {
-        const int n_keys = pos0 + t + 1;
-        tasks += ranges[t] = (n_keys + gpt2__key_range(n_keys) - 1) / gpt2__key_range(n_keys);
+    j->tasks = 0;
+    for (int t = 0; t < j->T; t++) {
+        const int n_keys = j->pos0 + t + 1;
+        j->tasks += j->ranges[t] = (n_keys + gpt2__key_range(n_keys) - 1) / gpt2__key_range(n_keys);
     }
-    gpt2__parallel_for(&s->pool, tasks, 1, [&](int64_t begin, int64_t end, int thread) {
-        float* scores = s->scores + (size_t)thread * scratch;
-        for (int64_t task = begin; task < end; task++) {
-            int t = 0, r = (int)task;
-            while (r >= ranges[t]) r -= ranges[t++];
-            const int range = gpt2__key_range(pos0 + t + 1), first = r * range, n_keys = std::min(range, pos0 + t + 1 - first);
-            float* dst = s->parts + ((size_t)t * gpt2__max_key_ranges + r) * part;
-            attend_rows(dst, dst + C, s->qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
-        }
+}
+
+template <class KV>
+static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
+    const gpt2__cpu_session* s = j.s;
+    const int C = s->model->n_embd, H = s->model->n_head, D = C / H, T = j.T, pos0 = j.pos0;
+    const KV* k_cache = (const KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
+    const KV* v_cache = (const KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
+    if (!gpt2__is_decode(T)) {
+        const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
+        const int h = task / blocks, t = task % blocks * gpt2__query_block;
+        gpt2__attend_fn<KV> attend;
+        if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
+        else attend = s->kernels->attend_f16;
+        attend(j.att + (size_t)t * C + (size_t)h * D, (size_t)C, j.qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, k_cache + (size_t)h * D,
+               v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
+        return;
+    }
+    gpt2__attend_rows_fn<KV> attend_rows;
+    if constexpr (sizeof(KV) == 4) attend_rows = s->kernels->attend_rows_f32;
+    else attend_rows = s->kernels->attend_rows_f16;
+    int t = 0, r = task;
+    while (r >= j.ranges[t]) r -= j.ranges[t++];
+    const int range = gpt2__key_range(pos0 + t + 1), first = r * range, n_keys = std::min(range, pos0 + t + 1 - first);
+    float* dst = j.parts + ((size_t)t * gpt2__max_key_ranges + r) * ((size_t)C + 2 * H);
+    attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
+}
+
+static void gpt2__attention_plan(gpt2__attention_job* j) {
+    if (j->s->kv_f16) gpt2__attention_plan<uint16_t>(j);
+    else gpt2__attention_plan<float>(j);
+}
+
+static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
+    if (j.s->kv_f16) gpt2__attention_task<uint16_t>(j, task, scores);
+    else gpt2__attention_task<float>(j, task, scores);
+}
+
+/* After the tasks: decode joins the key ranges of each query. */
+static void gpt2__attention_merge(const gpt2__attention_job& j) {
+    if (!gpt2__is_decode(j.T)) return;
+    const int C = j.s->model->n_embd, H = j.s->model->n_head;
+    const size_t part = (size_t)C + 2 * H;
+    for (int t = 0; t < j.T; t++) gpt2__merge_attention(j.att + (size_t)t * C, j.parts + (size_t)t * gpt2__max_key_ranges * part, j.ranges[t], H, C / H);
+}
+
+/* Causal self-attention of the session's T new queries at positions pos0.. against the cache of
+   one layer: s->qkv to s->att. */
+static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
+    gpt2__attention_job j{s, s->qkv, s->att, s->parts, layer, T, pos0, {}, 0};
+    gpt2__attention_plan(&j);
+    const size_t scratch = gpt2__attention_scratch(s->model->n_head, s->n_ctx);
+    gpt2__parallel_for(&s->pool, j.tasks, 1, [&](int64_t begin, int64_t end, int thread) {
+        for (int64_t task = begin; task < end; task++) gpt2__attention_task(j, (int)task, s->scores + (size_t)thread * scratch);
     });
-    for (int t = 0; t < T; t++) gpt2__merge_attention(s->att + (size_t)t * C, s->parts + (size_t)t * gpt2__max_key_ranges * part, ranges[t], H, D);
+    gpt2__attention_merge(j);
 }
 
 /* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
@@ -4395,8 +4573,7 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
         /* x = x + attn(ln_1(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
         gpt2__matmul(s, s->qkv, s->xn, L.c_attn, L.c_attn_bias, T);
-        if (s->kv_f16) gpt2__attention<uint16_t>(s, l, T, pos0);
-        else gpt2__attention<float>(s, l, T, pos0);
+        gpt2__attention(s, l, T, pos0);
         gpt2__matmul(s, s->x, s->att, L.c_proj, L.c_proj_bias, T, true);
         /* x = x + mlp(ln_2(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_2_weight, L.ln_2_bias, T);
@@ -4405,6 +4582,156 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
     }
     gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
     gpt2__head(s, s->xn + (size_t)(T - 1) * C, s->logits);
+    return GPT2_OK;
+}
+
+/* ---- Many sessions in one pass (gpt2_batch_eval) ------------------------------------------- */
+
+static void gpt2__batch_free(gpt2__batch_workspace* w) {
+    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->scores, w->logits};
+    for (void* b : buffers) gpt2__free_aligned(b);
+    *w = gpt2__batch_workspace();
+}
+
+/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
+static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t sessions, gpt2_error* err) {
+    gpt2__batch_workspace* w = &s->batch;
+    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
+    rows = std::max(rows, w->rows);
+    sessions = std::max(sessions, w->sessions);
+    gpt2__batch_free(w);
+    const gpt2_model* m = s->model;
+    const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
+    struct { void** p; size_t bytes; } plan[] = {
+        {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
+        {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
+        {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
+        {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
+        {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
+    };
+    for (auto& b : plan) {
+        *b.p = gpt2__malloc_aligned(b.bytes);
+        if (!*b.p) {
+            gpt2__batch_free(w);
+            return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a batch of %zu sessions and %zu new tokens", b.bytes, sessions, rows);
+        }
+    }
+    w->rows = rows;
+    w->sessions = sessions;
+    return GPT2_OK;
+}
+
+/* The rows of a batched pass, in this order: n_one rows of sessions adding one token, n_few rows
+   of sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
+struct gpt2__batch_rows {
+    int n_one = 0, n_few = 0, n_rows = 0;
+    gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
+};
+
+/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. Each row takes the
+   path its session's lone pass takes (gpt2__matmul), so the results are the lone ones bit for
+   bit: the decode rows stream W together (on q8_0 weights only single tokens, quantized to
+   int8: gpt2__int8_activations), each weight row read from memory once for all of them; the
+   other sessions multiply panels, each its own rows (a tile's sums depend on where its tokens
+   start). One parallel region for all of it. */
+static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
+                               bool accumulate = false, bool gelu = false) {
+    const gpt2__kernels* kernels = s->kernels;
+    const int n_streamed = W.type == GPT2_TYPE_Q8_0 ? r.n_one : r.n_one + r.n_few;
+    gpt2__vector<gpt2__matmul_args> parts;
+    if (n_streamed) {
+        parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
+        if (gpt2__int8_activations(1, W.type)) {
+            kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
+            parts.back().xq = s->batch.xq;
+            parts.back().xq_scale = s->batch.xq_scale;
+        }
+    }
+    for (const auto& [row, T] : r.several)
+        if (row >= n_streamed) parts.push_back({y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate});
+    const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
+    const bool gelu_tanh = s->model->gelu_tanh;
+    gpt2__parallel_for(&s->pool, W.rows, 16, [&](int64_t begin, int64_t end, int thread) {
+        for (const gpt2__matmul_args& a : parts) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+        if (gelu)
+            for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
+    });
+}
+
+/* The backend's run_batch: gpt2__forward for every session at once, on the threads and in the
+   workspace of `runner` (whose abort_fn it polls). The products run over the new rows of all sessions
+   together (gpt2__matmul_batch); attention runs per session against its own cache, all
+   sessions' tasks in one parallel region. Leaves each session's prediction in its logits. */
+static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    gpt2__cpu_session* s0 = gpt2__cpu(runner);
+    const gpt2_model* m = s0->model;
+    const int C = m->n_embd, V = m->n_vocab;
+    struct item {
+        gpt2__cpu_session* s;
+        int row, T, pos0; /* the session's new tokens are rows [row, row + T) of the pass, at positions pos0.. */
+    };
+    gpt2__vector<item> items;
+    items.reserve(n);
+    gpt2__batch_rows r;
+    int& rows = r.n_rows;
+    for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul_batch: one token, a few, prompts */
+        for (size_t i = 0; i < n; i++) {
+            gpt2__cpu_session* s = gpt2__cpu(sessions[i]);
+            const int T = (int)s->tokens.size() - s->n_cached;
+            if ((T == 1 ? 0 : gpt2__is_decode(T) ? 1 : 2) != kind) continue;
+            items.push_back({s, rows, T, s->n_cached});
+            rows += T;
+            if (kind == 0) r.n_one += T;
+            else if (kind == 1) r.n_few += T;
+            if (T > 1) r.several.push_back({rows - T, T});
+        }
+    GPT2__TRY(gpt2__batch_reserve(s0, (size_t)rows, n, err));
+    gpt2__batch_workspace* w = &s0->batch;
+    for (const item& it : items) /* x = wte[id] + wpe[pos] */
+        for (int t = 0; t < it.T; t++) {
+            float* x = w->x + (size_t)(it.row + t) * C;
+            gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
+            gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
+            gpt2__add(x, w->att, (size_t)C);
+        }
+    gpt2__vector<gpt2__attention_job> jobs(items.size());
+    gpt2__vector<int> first_task(items.size() + 1);
+    const size_t part = gpt2__max_key_ranges * ((size_t)C + 2 * m->n_head), scratch = gpt2__attention_scratch(m->n_head, m->n_ctx);
+    for (int l = 0; l < m->n_layer; l++) {
+        if (gpt2__abort_requested(s0)) return gpt2__aborted(err);
+        const gpt2__layer& L = m->layers[(size_t)l];
+        /* x = x + attn(ln_1(x)) */
+        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_1_weight, L.ln_1_bias, rows);
+        gpt2__matmul_batch(s0, w->qkv, w->xn, L.c_attn, L.c_attn_bias, r);
+        for (size_t i = 0; i < items.size(); i++) {
+            const item& it = items[i];
+            jobs[i] = {it.s, w->qkv + (size_t)it.row * 3 * C, w->att + (size_t)it.row * C, w->parts + (size_t)it.row * part, l, it.T, it.pos0, {}, 0};
+            gpt2__attention_plan(&jobs[i]);
+            first_task[i + 1] = first_task[i] + jobs[i].tasks;
+        }
+        gpt2__parallel_for(&s0->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
+            size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
+            for (int64_t task = begin; task < end; task++) {
+                while (task >= first_task[i + 1]) i++;
+                gpt2__attention_task(jobs[i], (int)task - first_task[i], w->scores + (size_t)thread * scratch);
+            }
+        });
+        for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
+        gpt2__matmul_batch(s0, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
+        /* x = x + mlp(ln_2(x)) */
+        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
+        gpt2__matmul_batch(s0, w->fc, w->xn, L.c_fc, L.c_fc_bias, r, false, true);
+        gpt2__matmul_batch(s0, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
+    }
+    /* the head over each session's last row: ln_f of row i of the pass's sessions in w->xn row i */
+    for (size_t i = 0; i < items.size(); i++)
+        gpt2__layer_norm(w->xn + i * C, w->x + (size_t)(items[i].row + items[i].T - 1) * C, m->ln_f_weight, m->ln_f_bias, C, m->layer_norm_eps);
+    gpt2__weight head = m->lm_head;
+    head.rows = V;
+    gpt2__batch_rows last;
+    last.n_one = last.n_rows = (int)items.size();
+    gpt2__matmul_batch(s0, w->logits, w->xn, head, nullptr, last);
+    for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
     return GPT2_OK;
 }
 
@@ -4520,6 +4847,7 @@ static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__pool_stop(&s->pool);
     void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
+    gpt2__batch_free(&s->batch);
     gpt2__session_delete(s);
 }
 
@@ -4611,7 +4939,7 @@ static void gpt2__cpu_model_release(gpt2_model*) {}
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache};
+                                        gpt2__cpu_load_cache, gpt2__forward_batch};
     return &table;
 }
 
@@ -5090,47 +5418,83 @@ static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_param
     return GPT2_OK;
 }
 
+/* One session's generation, a token at a time: gpt2_generate runs one alone, gpt2_generate_batch
+   many together. begin, then per token pick (sample it), deliver (hand its text on; true when
+   generation ends with it) and append it to the context (the caller: alone, or in a batch), and
+   end (what is still held back for the stop strings). */
+struct gpt2__generator {
+    gpt2_session* s = nullptr;
+    gpt2_generate_params p;
+    bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
+    gpt2__chain_buffers buffers;
+    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
+    bool at_stop = false;
+    int n_new = 0;     /* tokens delivered */
+    int32_t* out_tokens = nullptr;
+    size_t capacity = 0;
+    size_t* n_generated = nullptr;
+};
+
+static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt2_generate_params& p, int32_t* out_tokens, size_t capacity, size_t* n_generated) {
+    g->s = s;
+    g->p = p;
+    g->out_tokens = out_tokens;
+    g->capacity = capacity;
+    g->n_generated = n_generated;
+    s->rng_state = p.seed;
+    g->chain = gpt2__chain_on(p);
+    if (g->chain) {
+        const size_t V = (size_t)s->model->n_vocab;
+        g->buffers.logits.resize(V);
+        g->buffers.scratch.resize(V);
+        g->buffers.counts.assign(V, 0);
+    }
+}
+
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
+    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
+    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+}
+
+/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
+static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
+    const int i = g->n_new++;
+    if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
+    if (g->n_generated) *g->n_generated = (size_t)i + 1;
+    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
+}
+
+static void gpt2__generator_end(gpt2__generator* g) {
+    gpt2_session* s = g->s;
+    const gpt2_generate_params& p = g->p;
+    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
+    /* what is still held: bytes that never formed a character, text that did not become a stop string */
+    gpt2__utf8_stream_flush(&s->stream, &g->held);
+    g->held.resize(std::min(g->held.size(), gpt2__find_stop(g->held, p))); /* a stop string that is not UTF-8 text */
+    if (p.on_token && !g->held.empty()) {
+        s->text.assign(g->held);
+        p.on_token(p.user, -1, s->text.c_str(), s->text.size());
+    }
+}
+
 /* gpt2_generate after its checks. */
 static gpt2_result gpt2__generate(gpt2_session* s, const gpt2_generate_params& p, const int32_t* prompt, size_t n_prompt, int32_t* out_tokens, size_t capacity,
                                   size_t* n_generated, gpt2_error* err) {
     if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
-    s->rng_state = p.seed;
-    const gpt2_model* m = s->model;
-    const bool chain = gpt2__chain_on(p); /* off: the backend samples as nanoGPT does, on its device */
-    gpt2__chain_buffers buffers;
-    if (chain) {
-        buffers.logits.resize((size_t)m->n_vocab);
-        buffers.scratch.resize((size_t)m->n_vocab);
-        buffers.counts.assign((size_t)m->n_vocab, 0);
-    }
-    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
-    bool at_stop = false;
-    for (int i = 0; i < p.max_new_tokens; i++) {
+    gpt2__generator g;
+    gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
+    for (bool done = false; !done;) {
         int32_t token;
-        if (chain) GPT2__TRY(gpt2__sample_chain(s, p, &buffers, &token, err));
-        else GPT2__TRY(s->backend->sample(s, p.temperature, p.top_k, &token, err));
-        if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
-        if (n_generated) *n_generated = (size_t)i + 1;
-        const bool stop = gpt2__deliver(s, p, token, &held, &at_stop);
+        GPT2__TRY(gpt2__generator_pick(&g, &token, err));
+        done = gpt2__generator_deliver(&g, token);
         GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
-        if (stop) break;
     }
-    if (m->tokenizer.kind != GPT2_TOKENIZER_NONE && !at_stop) { /* what is still held: bytes that never formed a character, text that did not become a stop string */
-        gpt2__utf8_stream_flush(&s->stream, &held);
-        held.resize(std::min(held.size(), gpt2__find_stop(held, p))); /* a stop string that is not UTF-8 text */
-        if (p.on_token && !held.empty()) {
-            s->text.assign(held);
-            p.on_token(p.user, -1, s->text.c_str(), s->text.size());
-        }
-    }
+    gpt2__generator_end(&g);
     return gpt2__ok(err);
 }
 
-GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
-                                   size_t* n_generated, gpt2_error* err) {
-    if (n_generated) *n_generated = 0;
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
-    if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
+/* gpt2_generate's checks of its parameters (NULL: the defaults), filled in: *out. */
+static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_generate_params* params, gpt2_generate_params* out, gpt2_error* err) {
     gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
     GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
@@ -5139,6 +5503,17 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
                           gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
     if (p.max_new_tokens == 0) p.max_new_tokens = gpt2_generate_default_params().max_new_tokens;
+    *out = p;
+    return GPT2_OK;
+}
+
+GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
+                                   size_t* n_generated, gpt2_error* err) {
+    if (n_generated) *n_generated = 0;
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
+    gpt2_generate_params p;
+    GPT2__TRY(gpt2__check_generate(s, params, &p, err));
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
@@ -5157,6 +5532,115 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
     return gpt2_generate(s, ids.data(), ids.size(), params, nullptr, 0, nullptr, err);
+    GPT2__GUARD_END(err)
+}
+
+/* ---- Many sessions in one pass ------------------------------------------------------------ */
+
+/* The sessions of a batch: at least one, none NULL, one model, none twice. */
+static gpt2_result gpt2__check_batch(gpt2_session* const* sessions, size_t n_sessions, gpt2_error* err) {
+    if (!sessions || n_sessions == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no sessions: sessions is %s and n_sessions is %zu", sessions ? "set" : "NULL", n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        if (!sessions[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is NULL", i);
+        if (sessions[i]->model != sessions[0]->model)
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is a session of another model than sessions[0]; a batch runs one model", i);
+        for (size_t j = 0; j < i; j++)
+            if (sessions[j] == sessions[i])
+                return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] and sessions[%zu] are the same session; a session appears once in a batch", j, i);
+    }
+    return GPT2_OK;
+}
+
+/* n tokens for session i of a batch: within the vocabulary and the session's context. */
+static gpt2_result gpt2__check_batch_tokens(const gpt2_session* s, size_t i, const int32_t* ids, size_t n, gpt2_error* err) {
+    if (n > (size_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "sessions[%zu]: %zu tokens given at once, but the context holds %d; split them or use a shorter prompt", i, n, s->n_ctx);
+    return gpt2__in_batch(gpt2__check_tokens(s->model, ids, n, err), i, err);
+}
+
+GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_t* const* tokens, const size_t* n_tokens, size_t n_sessions, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
+    if (!tokens || !n_tokens) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens or n_tokens is NULL");
+    for (size_t i = 0; i < n_sessions; i++) {
+        if (n_tokens[i] == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens[%zu] is 0: every session of a batch evaluates at least one token", i);
+        if (!tokens[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens[%zu] is NULL", i);
+        GPT2__TRY(gpt2__check_batch_tokens(sessions[i], i, tokens[i], n_tokens[i], err));
+    }
+    GPT2__GUARD_BEGIN
+    GPT2__TRY(gpt2__batch_append(sessions[0], sessions, tokens, n_tokens, n_sessions, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+/* gpt2_generate_batch after its checks: the prompts in one pass, then a pass per token of every
+   unfinished session, all on the threads of `runner`. */
+static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* const* sessions, const gpt2__vector<gpt2__vector<int32_t>>& prompts,
+                                        const gpt2_generate_params* p, size_t n, gpt2_error* err) {
+    gpt2__vector<gpt2_session*> batch;
+    gpt2__vector<const int32_t*> ids;
+    gpt2__vector<size_t> counts;
+    for (size_t i = 0; i < n; i++)
+        if (!prompts[i].empty()) {
+            batch.push_back(sessions[i]);
+            ids.push_back(prompts[i].data());
+            counts.push_back(prompts[i].size());
+        }
+    if (!batch.empty()) GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+    gpt2__vector<gpt2__generator> generators(n);
+    gpt2__vector<size_t> active, finished;
+    gpt2__vector<int32_t> next(n);
+    for (size_t i = 0; i < n; i++) {
+        gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
+        active.push_back(i);
+    }
+    while (!active.empty()) {
+        batch.clear();
+        ids.clear();
+        finished.clear();
+        size_t kept = 0;
+        for (size_t i : active) {
+            GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
+            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
+            else active[kept++] = i;
+            batch.push_back(sessions[i]); /* the token joins the context either way */
+            ids.push_back(&next[i]);
+        }
+        counts.assign(batch.size(), 1);
+        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+        for (size_t i : finished) gpt2__generator_end(&generators[i]);
+        active.resize(kept);
+    }
+    return gpt2__ok(err);
+}
+
+GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts, const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
+    GPT2__GUARD_BEGIN
+    gpt2__vector<gpt2_generate_params> p(n_sessions);
+    gpt2__vector<gpt2__vector<int32_t>> ids(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        gpt2_session* s = sessions[i];
+        GPT2__TRY(gpt2__in_batch(gpt2__check_generate(s, params ? &params[i] : nullptr, &p[i], err), i, err));
+        if (prompts && prompts[i] && *prompts[i]) {
+            GPT2__TRY(gpt2__in_batch(gpt2__tokenize(s->model, prompts[i], std::strlen(prompts[i]), false, &ids[i], err), i, err));
+            GPT2__TRY(gpt2__check_batch_tokens(s, i, ids[i].data(), ids[i].size(), err));
+        }
+        if (ids[i].empty() && s->tokens.empty())
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu]: empty prompt: generation needs at least one token of context", i);
+    }
+    gpt2_session* runner = sessions[0];
+    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when runner's abort_fn stops it */
+    if (runner->abort_fn) {
+        before.resize(n_sessions);
+        for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__checkpoint_take(sessions[i], &before[i], err));
+    }
+    const gpt2_result res = gpt2__generate_batch(runner, sessions, ids, p.data(), n_sessions, err);
+    if (res != GPT2_ERROR_ABORTED) return res;
+    for (size_t i = 0; i < n_sessions; i++) {
+        const gpt2_result restored = gpt2__checkpoint_restore(sessions[i], &before[i], err);
+        if (restored != GPT2_ERROR_ABORTED) return restored;
+    }
+    return GPT2_ERROR_ABORTED;
     GPT2__GUARD_END(err)
 }
 

@@ -10,6 +10,7 @@ import sys
 
 KEYS = ["type", "threads", "prompt_tokens", "prefill_tok_s", "decode_ms_per_token", "bandwidth_gb_s",
         "decode_pct_of_limit", "decode_pct_of_limit_with_kv", "prefill_pct_of_limit", "peak_rss_mb", "kernels"]
+BATCH_KEYS = ["batch", "decode_tok_s", "decode_ms_per_step", "decode_pct_of_fma_limit"]
 
 
 def main():
@@ -28,6 +29,19 @@ def main():
         if run["type"] != weight_type or run["threads"] != 2:
             sys.exit(f"unexpected type/threads in {run}")
         print(json.dumps(run))
+    # --batch B: B sessions decoding together, their keys added to the same object
+    cmd = [sys.argv[1], "--random", "tiny", "--type", "q8_0", "-t", "2", "--prompt", "16", "--gen", "8",
+           "--repeat", "2", "--bandwidth-mb", "32", "--batch", "3", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()}")
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    missing = [k for k in KEYS + BATCH_KEYS if k not in run]
+    if missing:
+        sys.exit(f"missing keys {missing} in {run}")
+    if run["batch"] != 3 or run["decode_tok_s"] <= 0:
+        sys.exit(f"unexpected batch/decode_tok_s in {run}")
+    print(json.dumps(run))
     bad = [sys.argv[1], "--random", "tiny", "--bandwidth-mb", "0"]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=60)
     if out.returncode != 2 or "bandwidth-mb" not in out.stderr:

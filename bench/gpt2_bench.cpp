@@ -2,6 +2,7 @@
 //
 //   gpt2-bench --random 124M --type q8_0 -t 2 --prompt 128 --gen 32 --repeat 5 [--json]
 //   gpt2-bench -m model.gguf -t 2 --context 1024
+//   gpt2-bench --random 124M --type f16 -t 2 --batch 8 --json   (also B sessions decoding together)
 //
 // Limits: decode reads every weight once per token, so its floor is (bytes of weights read per
 // token) / (read bandwidth); prefill is arithmetic, so its ceiling is the fp32 FMA peak (every
@@ -300,6 +301,9 @@ static void usage() {
         "  --context N               context length before the decode is timed (default: --prompt)\n"
         "  --repeat N                timed repeats after one warm-up; medians are reported (default 5)\n"
         "  --kv-f16                  16-bit KV cache\n"
+        "  --batch B                 also decode B sessions together (gpt2_batch_eval), each at the\n"
+        "                            context, alternated with the single-session decode; adds the JSON keys\n"
+        "                            batch, decode_tok_s (all sessions), decode_ms_per_step, decode_pct_of_fma_limit\n"
         "  --kernels NAME            scalar|avx2|avx512|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --json                    one JSON object per run instead of text\n"
@@ -313,7 +317,7 @@ int main(int argc, char** argv) {
     const char* path = nullptr;
     const char* kernels_name = std::getenv("GPT2_KERNELS");
     uint32_t type = GPT2_TYPE_F32;
-    int threads = 2, prompt = 128, gen = 32, context = -1, repeat = 5, kv_f16 = 0;
+    int threads = 2, prompt = 128, gen = 32, context = -1, repeat = 5, kv_f16 = 0, batch = 0;
     size_t bandwidth_mb = 1024;
     bool json = false;
     int accuracy_steps = 0;
@@ -333,6 +337,10 @@ int main(int argc, char** argv) {
         else if (a == "--kernels" && has_value) kernels_name = argv[++i];
         else if (a == "--bandwidth-mb" && has_value) bandwidth_mb = (size_t)std::atol(argv[++i]);
         else if (a == "--kv-f16") kv_f16 = 1;
+        else if (a == "--batch" && has_value) {
+            batch = std::atoi(argv[++i]);
+            if (batch < 1 || batch > 1024) { std::fprintf(stderr, "gpt2-bench: --batch %s: expected 1 to 1024 sessions\n", argv[i]); return 2; }
+        }
         else if (a == "--json") json = true;
         else if (a == "--accuracy" && has_value) accuracy_steps = std::atoi(argv[++i]);
         else if (a == "--save" && has_value) save = argv[++i];
@@ -382,6 +390,13 @@ int main(int argc, char** argv) {
         cpu->kernels = k;
     }
     const char* kernels = cpu->kernels->name;
+    // --batch: B more sessions, each a copy of the timed session at the context, decoding together
+    std::vector<gpt2_session*> batch_sessions((size_t)batch);
+    sp.n_ctx = context + gen; // the KV caches of what they decode, not of the model's whole context
+    for (gpt2_session*& b : batch_sessions) {
+        if (gpt2_session_create(model, &sp, &b, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+        gpt2__cpu(b)->kernels = cpu->kernels;
+    }
 
     // What one decoded token reads: every matrix once (the head only its n_vocab rows).
     const gpt2_model* m = model;
@@ -400,7 +415,10 @@ int main(int argc, char** argv) {
     // One untimed warm-up run, then `repeat` timed runs. The machine's bandwidth drifts on a
     // shared host, so bandwidth passes are interleaved with the timed runs and the limit is
     // their median, the same statistic as the decode time it is compared with.
-    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s;
+    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s;
+    std::vector<int32_t> step_tokens((size_t)batch);
+    std::vector<const int32_t*> step_ids((size_t)batch);
+    const std::vector<size_t> ones((size_t)batch, 1);
     double peak_rss = 0;
     PageBuffer bandwidth_buffer;
     const size_t bandwidth_floats = bandwidth_mb * 1024 * 1024 / 4;
@@ -414,6 +432,21 @@ int main(int argc, char** argv) {
         const double c0 = cpu_s();
         for (int g = 0; g < gen; g++) gpt2_session_eval(session, &tokens[(size_t)(context + g)], 1, &err);
         const double decode = (now_s() - t0) / gen, decode_cpu = (cpu_s() - c0) / gen;
+        if (batch) { // the same decode for B sessions at once, right after the single session's
+            gpt2_session_truncate(session, (size_t)context, &err);
+            for (gpt2_session* b : batch_sessions) {
+                if (gpt2_session_copy(b, session, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+            }
+            t0 = now_s();
+            for (int g = 0; g < gen; g++) {
+                for (int i = 0; i < batch; i++) {
+                    step_tokens[(size_t)i] = tokens[(size_t)(context + (g + i) % gen)];
+                    step_ids[(size_t)i] = &step_tokens[(size_t)i];
+                }
+                if (gpt2_batch_eval(batch_sessions.data(), step_ids.data(), ones.data(), (size_t)batch, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+            }
+            if (r >= 0) batch_step_s.push_back((now_s() - t0) / gen);
+        }
         if (r < 0) { // after the warm-up: everything the run needs is resident; then the test buffer
             peak_rss = peak_rss_mb();
             bandwidth_buffer = alloc_pages(bandwidth_floats * 4);
@@ -437,14 +470,21 @@ int main(int argc, char** argv) {
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);
+    // --batch: tokens/s of all sessions, against the FMA limit of 2 flops per parameter per token
+    const double step_ms = batch ? 1e3 * median(batch_step_s) : 0.0, batch_tok_s = batch ? batch / (step_ms / 1e3) : 0.0;
+    const double fma_limit_tok_s = fma_gflops * 1e9 / (2.0 * (matrix_params + C * m->n_vocab));
     if (json) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
                     "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
-                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu}\n",
+                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
                     info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
                     weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, 100.0 * decode_limit_with_kv_ms / decode_ms, prefill_limit_tok_s,
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
+        if (batch)
+            std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f", batch, batch_tok_s, step_ms,
+                        100.0 * batch_tok_s / fma_limit_tok_s);
+        std::printf("}\n");
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
         std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s\n", bandwidth, fma_gflops);
@@ -454,7 +494,11 @@ int main(int argc, char** argv) {
                     decode_ms, decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6, 100.0 * decode_limit_with_kv_ms / decode_ms);
         std::printf("  decode CPU time %.3f ms/token over all threads\n", 1e3 * median(decode_cpu_s));
         std::printf("  peak RSS %.1f MB (model %.1f MB)\n", peak_rss, info.weight_bytes / 1e6);
+        if (batch)
+            std::printf("  batch:   %d sessions  %.3f ms/step  %.1f tok/s (single session %.1f tok/s, %.2fx)  %.1f%% of the FMA limit %.1f tok/s\n", batch, step_ms,
+                        batch_tok_s, 1e3 / decode_ms, batch_tok_s * decode_ms / 1e3, 100.0 * batch_tok_s / fma_limit_tok_s, fma_limit_tok_s);
     }
+    for (gpt2_session* b : batch_sessions) gpt2_session_free(b);
     gpt2_session_free(session);
     gpt2_model_free(model);
     free_pages(buffer);

@@ -404,6 +404,26 @@ GPT2_API gpt2_result gpt2_generate(gpt2_session* session, const int32_t* prompt,
 GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* prompt, const gpt2_generate_params* params,
                                         gpt2_error* err);
 
+/* ---- Many sessions in one pass ------------------------------------------------------------ */
+/* Appends n_tokens[i] tokens to sessions[i] for every i and runs them all in one pass over the
+   weights; afterwards gpt2_session_logits(sessions[i]) holds each one's prediction. All sessions
+   share one model; no session appears twice. Runs on the worker threads of sessions[0].
+   Each session makes room under its own context policy and gets the logits it would get alone
+   (the same tokens when sampled). Every session and token is checked first: on an error nothing
+   changes, and the message names the session ("sessions[2]: token 0 is ..."). sessions[0]'s
+   abort_fn is polled; an aborted batch leaves every session as it was. The CPU runs the batch in
+   one pass; a backend without one (CUDA, for now) runs the sessions one after another. */
+GPT2_API gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_t* const* tokens,
+                                     const size_t* n_tokens, size_t n_sessions, gpt2_error* err);
+/* Generates for every session at once, each with its own parameters (temperature, seed, stops,
+   callback...), one token per unfinished session per pass, until all are done. prompts[i] (UTF-8;
+   prompts or an entry may be NULL or empty: continue the context) and params[i] (params may be
+   NULL: the defaults for all) as gpt2_generate_text's; each session's tokens and callbacks are
+   those gpt2_generate_text would give it alone. A session whose on_token returns nonzero, or
+   that reaches a stop or max_new_tokens, finishes while the others go on. */
+GPT2_API gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts,
+                                         const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err);
+
 /* Draws one token from `logits` (n entries) with the given temperature/top_k; *rng_state is
    advanced. Exposed so callers can sample from gpt2_session_logits() themselves. */
 GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, int top_k, uint64_t* rng_state,

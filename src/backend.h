@@ -27,6 +27,12 @@ struct gpt2__backend {
     gpt2_result (*save_cache)(gpt2_session* s, int n, void* rows, gpt2_error* err);
     /* The reverse: rows [0, n) from host memory (n may be 0), and the logits when not NULL. */
     gpt2_result (*load_cache)(gpt2_session* s, int n, const void* rows, const float* logits, gpt2_error* err);
+    /* Optional (NULL: gpt2_batch_eval runs the sessions one after another through run): run for
+       every session of sessions[0..n), distinct sessions of one model, in one pass over the
+       weights, on the device resources (threads, scratch) of `runner`, a session of the same
+       model that need not be among them. Polls runner's abort_fn between layers; an aborted pass
+       returns GPT2_ERROR_ABORTED with every session's logits unchanged. */
+    gpt2_result (*run_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err);
 };
 
 enum { GPT2__MAX_DEVICES = 8 };

@@ -472,47 +472,83 @@ static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_param
     return GPT2_OK;
 }
 
+/* One session's generation, a token at a time: gpt2_generate runs one alone, gpt2_generate_batch
+   many together. begin, then per token pick (sample it), deliver (hand its text on; true when
+   generation ends with it) and append it to the context (the caller: alone, or in a batch), and
+   end (what is still held back for the stop strings). */
+struct gpt2__generator {
+    gpt2_session* s = nullptr;
+    gpt2_generate_params p;
+    bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
+    gpt2__chain_buffers buffers;
+    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
+    bool at_stop = false;
+    int n_new = 0;     /* tokens delivered */
+    int32_t* out_tokens = nullptr;
+    size_t capacity = 0;
+    size_t* n_generated = nullptr;
+};
+
+static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt2_generate_params& p, int32_t* out_tokens, size_t capacity, size_t* n_generated) {
+    g->s = s;
+    g->p = p;
+    g->out_tokens = out_tokens;
+    g->capacity = capacity;
+    g->n_generated = n_generated;
+    s->rng_state = p.seed;
+    g->chain = gpt2__chain_on(p);
+    if (g->chain) {
+        const size_t V = (size_t)s->model->n_vocab;
+        g->buffers.logits.resize(V);
+        g->buffers.scratch.resize(V);
+        g->buffers.counts.assign(V, 0);
+    }
+}
+
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
+    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
+    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+}
+
+/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
+static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
+    const int i = g->n_new++;
+    if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
+    if (g->n_generated) *g->n_generated = (size_t)i + 1;
+    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
+}
+
+static void gpt2__generator_end(gpt2__generator* g) {
+    gpt2_session* s = g->s;
+    const gpt2_generate_params& p = g->p;
+    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
+    /* what is still held: bytes that never formed a character, text that did not become a stop string */
+    gpt2__utf8_stream_flush(&s->stream, &g->held);
+    g->held.resize(std::min(g->held.size(), gpt2__find_stop(g->held, p))); /* a stop string that is not UTF-8 text */
+    if (p.on_token && !g->held.empty()) {
+        s->text.assign(g->held);
+        p.on_token(p.user, -1, s->text.c_str(), s->text.size());
+    }
+}
+
 /* gpt2_generate after its checks. */
 static gpt2_result gpt2__generate(gpt2_session* s, const gpt2_generate_params& p, const int32_t* prompt, size_t n_prompt, int32_t* out_tokens, size_t capacity,
                                   size_t* n_generated, gpt2_error* err) {
     if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
-    s->rng_state = p.seed;
-    const gpt2_model* m = s->model;
-    const bool chain = gpt2__chain_on(p); /* off: the backend samples as nanoGPT does, on its device */
-    gpt2__chain_buffers buffers;
-    if (chain) {
-        buffers.logits.resize((size_t)m->n_vocab);
-        buffers.scratch.resize((size_t)m->n_vocab);
-        buffers.counts.assign((size_t)m->n_vocab, 0);
-    }
-    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
-    bool at_stop = false;
-    for (int i = 0; i < p.max_new_tokens; i++) {
+    gpt2__generator g;
+    gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
+    for (bool done = false; !done;) {
         int32_t token;
-        if (chain) GPT2__TRY(gpt2__sample_chain(s, p, &buffers, &token, err));
-        else GPT2__TRY(s->backend->sample(s, p.temperature, p.top_k, &token, err));
-        if (out_tokens && (size_t)i < capacity) out_tokens[i] = token;
-        if (n_generated) *n_generated = (size_t)i + 1;
-        const bool stop = gpt2__deliver(s, p, token, &held, &at_stop);
+        GPT2__TRY(gpt2__generator_pick(&g, &token, err));
+        done = gpt2__generator_deliver(&g, token);
         GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
-        if (stop) break;
     }
-    if (m->tokenizer.kind != GPT2_TOKENIZER_NONE && !at_stop) { /* what is still held: bytes that never formed a character, text that did not become a stop string */
-        gpt2__utf8_stream_flush(&s->stream, &held);
-        held.resize(std::min(held.size(), gpt2__find_stop(held, p))); /* a stop string that is not UTF-8 text */
-        if (p.on_token && !held.empty()) {
-            s->text.assign(held);
-            p.on_token(p.user, -1, s->text.c_str(), s->text.size());
-        }
-    }
+    gpt2__generator_end(&g);
     return gpt2__ok(err);
 }
 
-GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
-                                   size_t* n_generated, gpt2_error* err) {
-    if (n_generated) *n_generated = 0;
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
-    if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
+/* gpt2_generate's checks of its parameters (NULL: the defaults), filled in: *out. */
+static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_generate_params* params, gpt2_generate_params* out, gpt2_error* err) {
     gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
     GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
@@ -521,6 +557,17 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
                           gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
     if (p.max_new_tokens == 0) p.max_new_tokens = gpt2_generate_default_params().max_new_tokens;
+    *out = p;
+    return GPT2_OK;
+}
+
+GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
+                                   size_t* n_generated, gpt2_error* err) {
+    if (n_generated) *n_generated = 0;
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
+    gpt2_generate_params p;
+    GPT2__TRY(gpt2__check_generate(s, params, &p, err));
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
@@ -539,5 +586,114 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
     return gpt2_generate(s, ids.data(), ids.size(), params, nullptr, 0, nullptr, err);
+    GPT2__GUARD_END(err)
+}
+
+/* ---- Many sessions in one pass ------------------------------------------------------------ */
+
+/* The sessions of a batch: at least one, none NULL, one model, none twice. */
+static gpt2_result gpt2__check_batch(gpt2_session* const* sessions, size_t n_sessions, gpt2_error* err) {
+    if (!sessions || n_sessions == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no sessions: sessions is %s and n_sessions is %zu", sessions ? "set" : "NULL", n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        if (!sessions[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is NULL", i);
+        if (sessions[i]->model != sessions[0]->model)
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is a session of another model than sessions[0]; a batch runs one model", i);
+        for (size_t j = 0; j < i; j++)
+            if (sessions[j] == sessions[i])
+                return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] and sessions[%zu] are the same session; a session appears once in a batch", j, i);
+    }
+    return GPT2_OK;
+}
+
+/* n tokens for session i of a batch: within the vocabulary and the session's context. */
+static gpt2_result gpt2__check_batch_tokens(const gpt2_session* s, size_t i, const int32_t* ids, size_t n, gpt2_error* err) {
+    if (n > (size_t)s->n_ctx)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "sessions[%zu]: %zu tokens given at once, but the context holds %d; split them or use a shorter prompt", i, n, s->n_ctx);
+    return gpt2__in_batch(gpt2__check_tokens(s->model, ids, n, err), i, err);
+}
+
+GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_t* const* tokens, const size_t* n_tokens, size_t n_sessions, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
+    if (!tokens || !n_tokens) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens or n_tokens is NULL");
+    for (size_t i = 0; i < n_sessions; i++) {
+        if (n_tokens[i] == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens[%zu] is 0: every session of a batch evaluates at least one token", i);
+        if (!tokens[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens[%zu] is NULL", i);
+        GPT2__TRY(gpt2__check_batch_tokens(sessions[i], i, tokens[i], n_tokens[i], err));
+    }
+    GPT2__GUARD_BEGIN
+    GPT2__TRY(gpt2__batch_append(sessions[0], sessions, tokens, n_tokens, n_sessions, err));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+/* gpt2_generate_batch after its checks: the prompts in one pass, then a pass per token of every
+   unfinished session, all on the threads of `runner`. */
+static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* const* sessions, const gpt2__vector<gpt2__vector<int32_t>>& prompts,
+                                        const gpt2_generate_params* p, size_t n, gpt2_error* err) {
+    gpt2__vector<gpt2_session*> batch;
+    gpt2__vector<const int32_t*> ids;
+    gpt2__vector<size_t> counts;
+    for (size_t i = 0; i < n; i++)
+        if (!prompts[i].empty()) {
+            batch.push_back(sessions[i]);
+            ids.push_back(prompts[i].data());
+            counts.push_back(prompts[i].size());
+        }
+    if (!batch.empty()) GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+    gpt2__vector<gpt2__generator> generators(n);
+    gpt2__vector<size_t> active, finished;
+    gpt2__vector<int32_t> next(n);
+    for (size_t i = 0; i < n; i++) {
+        gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
+        active.push_back(i);
+    }
+    while (!active.empty()) {
+        batch.clear();
+        ids.clear();
+        finished.clear();
+        size_t kept = 0;
+        for (size_t i : active) {
+            GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
+            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
+            else active[kept++] = i;
+            batch.push_back(sessions[i]); /* the token joins the context either way */
+            ids.push_back(&next[i]);
+        }
+        counts.assign(batch.size(), 1);
+        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+        for (size_t i : finished) gpt2__generator_end(&generators[i]);
+        active.resize(kept);
+    }
+    return gpt2__ok(err);
+}
+
+GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts, const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
+    GPT2__GUARD_BEGIN
+    gpt2__vector<gpt2_generate_params> p(n_sessions);
+    gpt2__vector<gpt2__vector<int32_t>> ids(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        gpt2_session* s = sessions[i];
+        GPT2__TRY(gpt2__in_batch(gpt2__check_generate(s, params ? &params[i] : nullptr, &p[i], err), i, err));
+        if (prompts && prompts[i] && *prompts[i]) {
+            GPT2__TRY(gpt2__in_batch(gpt2__tokenize(s->model, prompts[i], std::strlen(prompts[i]), false, &ids[i], err), i, err));
+            GPT2__TRY(gpt2__check_batch_tokens(s, i, ids[i].data(), ids[i].size(), err));
+        }
+        if (ids[i].empty() && s->tokens.empty())
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu]: empty prompt: generation needs at least one token of context", i);
+    }
+    gpt2_session* runner = sessions[0];
+    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when runner's abort_fn stops it */
+    if (runner->abort_fn) {
+        before.resize(n_sessions);
+        for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__checkpoint_take(sessions[i], &before[i], err));
+    }
+    const gpt2_result res = gpt2__generate_batch(runner, sessions, ids, p.data(), n_sessions, err);
+    if (res != GPT2_ERROR_ABORTED) return res;
+    for (size_t i = 0; i < n_sessions; i++) {
+        const gpt2_result restored = gpt2__checkpoint_restore(sessions[i], &before[i], err);
+        if (restored != GPT2_ERROR_ABORTED) return restored;
+    }
+    return GPT2_ERROR_ABORTED;
     GPT2__GUARD_END(err)
 }

@@ -60,6 +60,18 @@ static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, s
     return GPT2_OK;
 }
 
+/* What gpt2__make_room does under GPT2_CONTEXT_DISCARD, changing nothing: keep the first *keep
+   tokens and drop the *drop after them; fails when that leaves no room for n more (never under
+   GPT2_CONTEXT_EXACT, for n <= n_ctx). */
+static gpt2_result gpt2__room_plan(const gpt2_session* s, size_t n, size_t* keep, size_t* drop, gpt2_error* err) {
+    const size_t needed = s->tokens.size() + n > (size_t)s->n_ctx ? s->tokens.size() + n - (size_t)s->n_ctx : 0;
+    *keep = std::min((size_t)s->n_keep, s->tokens.size());
+    *drop = needed ? std::min(s->tokens.size() - *keep, std::max(needed, (size_t)s->n_discard)) : 0;
+    if (s->context_policy == GPT2_CONTEXT_DISCARD && *drop < needed)
+        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, *keep, s->n_ctx);
+    return GPT2_OK;
+}
+
 /* Makes room for n more tokens when the context would overflow. GPT2_CONTEXT_EXACT keeps the
    last n_ctx - n tokens, as nanoGPT's generate() crops its input (every position moves: the whole
    window is recomputed); GPT2_CONTEXT_DISCARD drops at least n_discard tokens after the first
@@ -73,10 +85,8 @@ static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
         s->n_cached = 0;
         return GPT2_OK;
     }
-    const size_t keep = std::min((size_t)s->n_keep, s->tokens.size()), others = s->tokens.size() - keep;
-    const size_t drop = std::min(others, std::max(needed, (size_t)s->n_discard));
-    if (drop < needed)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, keep, s->n_ctx);
+    size_t keep, drop;
+    GPT2__TRY(gpt2__room_plan(s, n, &keep, &drop, err));
     s->tokens.erase(s->tokens.begin() + (ptrdiff_t)keep, s->tokens.begin() + (ptrdiff_t)(keep + drop));
     s->n_cached = std::min(s->n_cached, (int)keep);
     return GPT2_OK;
@@ -113,6 +123,83 @@ static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, siz
     s->n_cached = (int)s->tokens.size();
     s->has_logits = true;
     return GPT2_OK;
+}
+
+/* Puts "sessions[i]: " before the message of a failure about one session of a batch. */
+static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
+    if (res != GPT2_OK && err) {
+        char prefix[48];
+        std::snprintf(prefix, sizeof prefix, "sessions[%zu]: ", i);
+        const gpt2__string message = gpt2__string(prefix) + err->message;
+        std::snprintf(err->message, sizeof err->message, "%s", message.c_str());
+    }
+    return res;
+}
+
+/* gpt2__session_append for several sessions at once (gpt2_batch_eval; the caller has checked
+   the sessions and the tokens): each makes room under its own context policy, then one pass
+   through the backend's run_batch on runner's threads, or, where it has none, the sessions one
+   after another through run (the same results, slower); runner's abort_fn is polled either
+   way. Nothing changes when a
+   session lacks room; an aborted pass leaves every session as it was; a pass that fails
+   otherwise leaves every context empty. */
+static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
+    for (size_t i = 0; i < n_sessions; i++) {
+        size_t keep, drop;
+        GPT2__TRY(gpt2__in_batch(gpt2__room_plan(sessions[i], n[i], &keep, &drop, err), i, err));
+    }
+    const bool abortable = runner->abort_fn != nullptr;
+    struct before {
+        gpt2__vector<int32_t> tokens;
+        gpt2__vector<float> logits; /* without run_batch: the logits a finished run replaced */
+        int n_cached, first_row;
+    };
+    gpt2__vector<before> was(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        gpt2_session* s = sessions[i];
+        if (abortable) was[i].tokens = s->tokens;
+        was[i].n_cached = s->n_cached;
+        GPT2__TRY(gpt2__make_room(s, n[i], err));
+        s->tokens.insert(s->tokens.end(), ids[i], ids[i] + n[i]);
+        was[i].first_row = s->n_cached;
+        s->first_written_row = std::min(s->first_written_row, s->n_cached);
+    }
+    gpt2_result res = GPT2_OK;
+    size_t ran = 0; /* without run_batch: the sessions run */
+    if (runner->backend->run_batch) {
+        res = runner->backend->run_batch(runner, sessions, n_sessions, err);
+    } else {
+        for (; ran < n_sessions && res == GPT2_OK; ran++) {
+            gpt2_session* s = sessions[ran];
+            if (abortable && s->has_logits) {
+                const float* logits = s->backend->logits(s);
+                if (logits) was[ran].logits.assign(logits, logits + s->model->n_vocab);
+            }
+            int (*abort_fn)(void*) = s->abort_fn;
+            void* abort_user = s->abort_user;
+            s->abort_fn = runner->abort_fn;
+            s->abort_user = runner->abort_user;
+            res = s->backend->run(s, err);
+            s->abort_fn = abort_fn;
+            s->abort_user = abort_user;
+        }
+    }
+    for (size_t i = 0; i < n_sessions; i++) {
+        gpt2_session* s = sessions[i];
+        if (res == GPT2_ERROR_ABORTED) {
+            if (i + 1 < ran && !was[i].logits.empty()) s->backend->load_cache(s, 0, nullptr, was[i].logits.data(), nullptr);
+            s->tokens.swap(was[i].tokens);
+            s->n_cached = std::min(was[i].n_cached, was[i].first_row);
+        } else if (res != GPT2_OK) {
+            s->tokens.clear();
+            s->n_cached = 0;
+            s->has_logits = false;
+        } else {
+            s->n_cached = (int)s->tokens.size();
+            s->has_logits = true;
+        }
+    }
+    return res;
 }
 
 /* What gpt2_generate needs to undo itself when aborted: the context, the logits, the streams. */

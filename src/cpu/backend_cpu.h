@@ -5,6 +5,7 @@ static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__pool_stop(&s->pool);
     void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
+    gpt2__batch_free(&s->batch);
     gpt2__session_delete(s);
 }
 
@@ -96,6 +97,6 @@ static void gpt2__cpu_model_release(gpt2_model*) {}
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache};
+                                        gpt2__cpu_load_cache, gpt2__forward_batch};
     return &table;
 }

@@ -1,6 +1,22 @@
 /* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
+/* The activations of a batched pass (gpt2__forward_batch) over R rows, the new tokens of all its
+   sessions, and B sessions: grown on demand, freed with the session whose threads run it. */
+struct gpt2__batch_workspace {
+    size_t rows = 0, sessions = 0; /* R and B it has room for */
+    float* x = nullptr;        /* (R, C) */
+    float* xn = nullptr;       /* (R, C) */
+    float* qkv = nullptr;      /* (R, 3C) */
+    float* att = nullptr;      /* (R, C) */
+    float* fc = nullptr;       /* (R, F) */
+    float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
+    int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
+    float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
+    float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
+    float* logits = nullptr;   /* (B, V) */
+};
+
 /* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
@@ -19,6 +35,7 @@ struct gpt2__cpu_session : gpt2_session {
     float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
+    gpt2__batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's threads */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
@@ -69,57 +86,101 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     });
 }
 
-/* Causal self-attention of T new queries at positions pos0.. against the cache of one layer. */
+/* One session's causal self-attention in a pass: T new queries at positions pos0.. against the
+   cache of one layer, cut into tasks for the threads. A lone session runs its own tasks; a batch
+   (gpt2__forward_batch) runs every session's tasks in one parallel region. */
+struct gpt2__attention_job {
+    gpt2__cpu_session* s;
+    const float* qkv;  /* (T, 3C) */
+    float* att;        /* (T, C) */
+    float* parts;      /* decode: (T, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
+    int layer, T, pos0;
+    int ranges[gpt2__decode_max_tokens]; /* decode: the key ranges of each query */
+    int tasks;
+};
+
+/* Writes the job's keys and values to the cache and counts its tasks. */
 template <class KV>
-static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
-    const gpt2_model* m = s->model;
-    const int C = m->n_embd, H = m->n_head, D = C / H;
-    KV* k_cache = (KV*)s->k_cache + (size_t)layer * s->n_ctx * C;
-    KV* v_cache = (KV*)s->v_cache + (size_t)layer * s->n_ctx * C;
-    for (int t = 0; t < T; t++) {
-        const float* row = s->qkv + (size_t)t * 3 * C;
-        const size_t at = (size_t)(pos0 + t) * C;
+static void gpt2__attention_plan(gpt2__attention_job* j) {
+    gpt2__cpu_session* s = j->s;
+    const int C = s->model->n_embd;
+    KV* k_cache = (KV*)s->k_cache + (size_t)j->layer * s->n_ctx * C;
+    KV* v_cache = (KV*)s->v_cache + (size_t)j->layer * s->n_ctx * C;
+    for (int t = 0; t < j->T; t++) {
+        const float* row = j->qkv + (size_t)t * 3 * C;
+        const size_t at = (size_t)(j->pos0 + t) * C;
         for (int i = 0; i < C; i++) {
             gpt2__store_kv(k_cache, at + i, row[C + i]);
             gpt2__store_kv(v_cache, at + i, row[2 * C + i]);
         }
     }
-    void (*attend)(float*, size_t, const float*, size_t, const KV*, const KV*, size_t, int, int, int, float*);
-    void (*attend_rows)(float*, float*, const float*, const KV*, const KV*, int, int, int, float*);
-    if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32, attend_rows = s->kernels->attend_rows_f32;
-    else attend = s->kernels->attend_f16, attend_rows = s->kernels->attend_rows_f16;
-    const size_t scratch = gpt2__attention_scratch(H, s->n_ctx);
-    if (!gpt2__is_decode(T)) {
-        /* a task per (head, block of queries), from a counter, as later queries have more keys;
-           head by head, so consecutive tasks read the same head's keys and values, from L2 */
-        const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
-        gpt2__parallel_for(&s->pool, (int64_t)blocks * H, 1, [&](int64_t begin, int64_t end, int thread) {
-            float* scores = s->scores + (size_t)thread * scratch;
-            for (int64_t task = begin; task < end; task++) {
-                const int h = (int)(task / blocks), t = (int)(task % blocks) * gpt2__query_block;
-                attend(s->att + (size_t)t * C + (size_t)h * D, (size_t)C, s->qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, k_cache + (size_t)h * D,
-                       v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
-            }
-        });
+    if (!gpt2__is_decode(j->T)) {
+        /* a task per (head, block of queries), as later queries have more keys; head by head, so
+           consecutive tasks read the same head's keys and values, from L2 */
+        j->tasks = (j->T + gpt2__query_block - 1) / gpt2__query_block * s->model->n_head;
         return;
     }
-    const size_t part = (size_t)C + 2 * H;
-    int ranges[gpt2__decode_max_tokens], tasks = 0;
-    for (int t = 0; t < T; t++) {
-        const int n_keys = pos0 + t + 1;
-        tasks += ranges[t] = (n_keys + gpt2__key_range(n_keys) - 1) / gpt2__key_range(n_keys);
+    j->tasks = 0;
+    for (int t = 0; t < j->T; t++) {
+        const int n_keys = j->pos0 + t + 1;
+        j->tasks += j->ranges[t] = (n_keys + gpt2__key_range(n_keys) - 1) / gpt2__key_range(n_keys);
     }
-    gpt2__parallel_for(&s->pool, tasks, 1, [&](int64_t begin, int64_t end, int thread) {
-        float* scores = s->scores + (size_t)thread * scratch;
-        for (int64_t task = begin; task < end; task++) {
-            int t = 0, r = (int)task;
-            while (r >= ranges[t]) r -= ranges[t++];
-            const int range = gpt2__key_range(pos0 + t + 1), first = r * range, n_keys = std::min(range, pos0 + t + 1 - first);
-            float* dst = s->parts + ((size_t)t * gpt2__max_key_ranges + r) * part;
-            attend_rows(dst, dst + C, s->qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
-        }
+}
+
+template <class KV>
+static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
+    const gpt2__cpu_session* s = j.s;
+    const int C = s->model->n_embd, H = s->model->n_head, D = C / H, T = j.T, pos0 = j.pos0;
+    const KV* k_cache = (const KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
+    const KV* v_cache = (const KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
+    if (!gpt2__is_decode(T)) {
+        const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
+        const int h = task / blocks, t = task % blocks * gpt2__query_block;
+        gpt2__attend_fn<KV> attend;
+        if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
+        else attend = s->kernels->attend_f16;
+        attend(j.att + (size_t)t * C + (size_t)h * D, (size_t)C, j.qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, k_cache + (size_t)h * D,
+               v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
+        return;
+    }
+    gpt2__attend_rows_fn<KV> attend_rows;
+    if constexpr (sizeof(KV) == 4) attend_rows = s->kernels->attend_rows_f32;
+    else attend_rows = s->kernels->attend_rows_f16;
+    int t = 0, r = task;
+    while (r >= j.ranges[t]) r -= j.ranges[t++];
+    const int range = gpt2__key_range(pos0 + t + 1), first = r * range, n_keys = std::min(range, pos0 + t + 1 - first);
+    float* dst = j.parts + ((size_t)t * gpt2__max_key_ranges + r) * ((size_t)C + 2 * H);
+    attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
+}
+
+static void gpt2__attention_plan(gpt2__attention_job* j) {
+    if (j->s->kv_f16) gpt2__attention_plan<uint16_t>(j);
+    else gpt2__attention_plan<float>(j);
+}
+
+static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
+    if (j.s->kv_f16) gpt2__attention_task<uint16_t>(j, task, scores);
+    else gpt2__attention_task<float>(j, task, scores);
+}
+
+/* After the tasks: decode joins the key ranges of each query. */
+static void gpt2__attention_merge(const gpt2__attention_job& j) {
+    if (!gpt2__is_decode(j.T)) return;
+    const int C = j.s->model->n_embd, H = j.s->model->n_head;
+    const size_t part = (size_t)C + 2 * H;
+    for (int t = 0; t < j.T; t++) gpt2__merge_attention(j.att + (size_t)t * C, j.parts + (size_t)t * gpt2__max_key_ranges * part, j.ranges[t], H, C / H);
+}
+
+/* Causal self-attention of the session's T new queries at positions pos0.. against the cache of
+   one layer: s->qkv to s->att. */
+static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
+    gpt2__attention_job j{s, s->qkv, s->att, s->parts, layer, T, pos0, {}, 0};
+    gpt2__attention_plan(&j);
+    const size_t scratch = gpt2__attention_scratch(s->model->n_head, s->n_ctx);
+    gpt2__parallel_for(&s->pool, j.tasks, 1, [&](int64_t begin, int64_t end, int thread) {
+        for (int64_t task = begin; task < end; task++) gpt2__attention_task(j, (int)task, s->scores + (size_t)thread * scratch);
     });
-    for (int t = 0; t < T; t++) gpt2__merge_attention(s->att + (size_t)t * C, s->parts + (size_t)t * gpt2__max_key_ranges * part, ranges[t], H, D);
+    gpt2__attention_merge(j);
 }
 
 /* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
@@ -150,8 +211,7 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
         /* x = x + attn(ln_1(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
         gpt2__matmul(s, s->qkv, s->xn, L.c_attn, L.c_attn_bias, T);
-        if (s->kv_f16) gpt2__attention<uint16_t>(s, l, T, pos0);
-        else gpt2__attention<float>(s, l, T, pos0);
+        gpt2__attention(s, l, T, pos0);
         gpt2__matmul(s, s->x, s->att, L.c_proj, L.c_proj_bias, T, true);
         /* x = x + mlp(ln_2(x)) */
         gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_2_weight, L.ln_2_bias, T);
@@ -160,5 +220,155 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
     }
     gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
     gpt2__head(s, s->xn + (size_t)(T - 1) * C, s->logits);
+    return GPT2_OK;
+}
+
+/* ---- Many sessions in one pass (gpt2_batch_eval) ------------------------------------------- */
+
+static void gpt2__batch_free(gpt2__batch_workspace* w) {
+    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->scores, w->logits};
+    for (void* b : buffers) gpt2__free_aligned(b);
+    *w = gpt2__batch_workspace();
+}
+
+/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
+static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t sessions, gpt2_error* err) {
+    gpt2__batch_workspace* w = &s->batch;
+    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
+    rows = std::max(rows, w->rows);
+    sessions = std::max(sessions, w->sessions);
+    gpt2__batch_free(w);
+    const gpt2_model* m = s->model;
+    const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
+    struct { void** p; size_t bytes; } plan[] = {
+        {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
+        {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
+        {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
+        {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
+        {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
+    };
+    for (auto& b : plan) {
+        *b.p = gpt2__malloc_aligned(b.bytes);
+        if (!*b.p) {
+            gpt2__batch_free(w);
+            return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a batch of %zu sessions and %zu new tokens", b.bytes, sessions, rows);
+        }
+    }
+    w->rows = rows;
+    w->sessions = sessions;
+    return GPT2_OK;
+}
+
+/* The rows of a batched pass, in this order: n_one rows of sessions adding one token, n_few rows
+   of sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
+struct gpt2__batch_rows {
+    int n_one = 0, n_few = 0, n_rows = 0;
+    gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
+};
+
+/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. Each row takes the
+   path its session's lone pass takes (gpt2__matmul), so the results are the lone ones bit for
+   bit: the decode rows stream W together (on q8_0 weights only single tokens, quantized to
+   int8: gpt2__int8_activations), each weight row read from memory once for all of them; the
+   other sessions multiply panels, each its own rows (a tile's sums depend on where its tokens
+   start). One parallel region for all of it. */
+static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
+                               bool accumulate = false, bool gelu = false) {
+    const gpt2__kernels* kernels = s->kernels;
+    const int n_streamed = W.type == GPT2_TYPE_Q8_0 ? r.n_one : r.n_one + r.n_few;
+    gpt2__vector<gpt2__matmul_args> parts;
+    if (n_streamed) {
+        parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
+        if (gpt2__int8_activations(1, W.type)) {
+            kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
+            parts.back().xq = s->batch.xq;
+            parts.back().xq_scale = s->batch.xq_scale;
+        }
+    }
+    for (const auto& [row, T] : r.several)
+        if (row >= n_streamed) parts.push_back({y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate});
+    const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
+    const bool gelu_tanh = s->model->gelu_tanh;
+    gpt2__parallel_for(&s->pool, W.rows, 16, [&](int64_t begin, int64_t end, int thread) {
+        for (const gpt2__matmul_args& a : parts) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+        if (gelu)
+            for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
+    });
+}
+
+/* The backend's run_batch: gpt2__forward for every session at once, on the threads and in the
+   workspace of `runner` (whose abort_fn it polls). The products run over the new rows of all sessions
+   together (gpt2__matmul_batch); attention runs per session against its own cache, all
+   sessions' tasks in one parallel region. Leaves each session's prediction in its logits. */
+static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    gpt2__cpu_session* s0 = gpt2__cpu(runner);
+    const gpt2_model* m = s0->model;
+    const int C = m->n_embd, V = m->n_vocab;
+    struct item {
+        gpt2__cpu_session* s;
+        int row, T, pos0; /* the session's new tokens are rows [row, row + T) of the pass, at positions pos0.. */
+    };
+    gpt2__vector<item> items;
+    items.reserve(n);
+    gpt2__batch_rows r;
+    int& rows = r.n_rows;
+    for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul_batch: one token, a few, prompts */
+        for (size_t i = 0; i < n; i++) {
+            gpt2__cpu_session* s = gpt2__cpu(sessions[i]);
+            const int T = (int)s->tokens.size() - s->n_cached;
+            if ((T == 1 ? 0 : gpt2__is_decode(T) ? 1 : 2) != kind) continue;
+            items.push_back({s, rows, T, s->n_cached});
+            rows += T;
+            if (kind == 0) r.n_one += T;
+            else if (kind == 1) r.n_few += T;
+            if (T > 1) r.several.push_back({rows - T, T});
+        }
+    GPT2__TRY(gpt2__batch_reserve(s0, (size_t)rows, n, err));
+    gpt2__batch_workspace* w = &s0->batch;
+    for (const item& it : items) /* x = wte[id] + wpe[pos] */
+        for (int t = 0; t < it.T; t++) {
+            float* x = w->x + (size_t)(it.row + t) * C;
+            gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
+            gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
+            gpt2__add(x, w->att, (size_t)C);
+        }
+    gpt2__vector<gpt2__attention_job> jobs(items.size());
+    gpt2__vector<int> first_task(items.size() + 1);
+    const size_t part = gpt2__max_key_ranges * ((size_t)C + 2 * m->n_head), scratch = gpt2__attention_scratch(m->n_head, m->n_ctx);
+    for (int l = 0; l < m->n_layer; l++) {
+        if (gpt2__abort_requested(s0)) return gpt2__aborted(err);
+        const gpt2__layer& L = m->layers[(size_t)l];
+        /* x = x + attn(ln_1(x)) */
+        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_1_weight, L.ln_1_bias, rows);
+        gpt2__matmul_batch(s0, w->qkv, w->xn, L.c_attn, L.c_attn_bias, r);
+        for (size_t i = 0; i < items.size(); i++) {
+            const item& it = items[i];
+            jobs[i] = {it.s, w->qkv + (size_t)it.row * 3 * C, w->att + (size_t)it.row * C, w->parts + (size_t)it.row * part, l, it.T, it.pos0, {}, 0};
+            gpt2__attention_plan(&jobs[i]);
+            first_task[i + 1] = first_task[i] + jobs[i].tasks;
+        }
+        gpt2__parallel_for(&s0->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
+            size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
+            for (int64_t task = begin; task < end; task++) {
+                while (task >= first_task[i + 1]) i++;
+                gpt2__attention_task(jobs[i], (int)task - first_task[i], w->scores + (size_t)thread * scratch);
+            }
+        });
+        for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
+        gpt2__matmul_batch(s0, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
+        /* x = x + mlp(ln_2(x)) */
+        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
+        gpt2__matmul_batch(s0, w->fc, w->xn, L.c_fc, L.c_fc_bias, r, false, true);
+        gpt2__matmul_batch(s0, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
+    }
+    /* the head over each session's last row: ln_f of row i of the pass's sessions in w->xn row i */
+    for (size_t i = 0; i < items.size(); i++)
+        gpt2__layer_norm(w->xn + i * C, w->x + (size_t)(items[i].row + items[i].T - 1) * C, m->ln_f_weight, m->ln_f_bias, C, m->layer_norm_eps);
+    gpt2__weight head = m->lm_head;
+    head.rows = V;
+    gpt2__batch_rows last;
+    last.n_one = last.n_rows = (int)items.size();
+    gpt2__matmul_batch(s0, w->logits, w->xn, head, nullptr, last);
+    for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
     return GPT2_OK;
 }

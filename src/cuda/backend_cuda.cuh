@@ -1435,7 +1435,8 @@ static gpt2_result gpt2__cuda_load_cache(gpt2_session* session, int n, const voi
 
 static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach, gpt2__cuda_model_release, gpt2__cuda_session_create, gpt2__cuda_session_free,
                                                  gpt2__cuda_run_session, gpt2__cuda_logits, gpt2__cuda_sample, gpt2__cuda_window_logprob,
-                                                 gpt2__cuda_save_cache, gpt2__cuda_load_cache};
+                                                 gpt2__cuda_save_cache, gpt2__cuda_load_cache,
+                                                 nullptr /* run_batch: not yet; gpt2_batch_eval runs the sessions one by one */};
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2_IMPLEMENTATION (CUDA) */

@@ -62,12 +62,16 @@ struct gpt2__matmul_args {
     const float* bias;         /* (W->rows) or NULL */
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
+    bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
+                                  streamed as one session's are, however many */
 };
 
 /* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
    float panels with tiles of tokens (prefill): q8_0 rows stream only against int8 activations.
-   The scalar and NEON sets always stream. */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return gpt2__is_decode(a.T) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
+   The scalar and NEON sets always stream. A batch of sessions streams all its decode rows at
+   once (decode_rows): each weight row is read from memory once and its dot products with every
+   row are those a lone session computes, so the batch gives the lone results bit for bit. */
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers. */

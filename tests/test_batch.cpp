@@ -1,0 +1,327 @@
+// Many sessions in one pass (gpt2_batch_eval, gpt2_generate_batch) against the same sessions run
+// one by one: the same logits (the batched pass takes each row down its lone path, so they are
+// equal bit for bit; the bound is 1e-4), the same tokens, every weight type, f32 and f16 caches,
+// 1 to 3 threads, every kernel set this CPU runs. This file holds a private copy of the
+// implementation to choose the kernel set.
+#define GPT2_IMPLEMENTATION
+#define GPT2_STATIC
+#include "helpers.h"
+#include "gguf_builder.h"
+#include "tools/gguf_write.h"
+#include <doctest/doctest.h>
+#include <memory>
+
+// A random 2-layer model (C 64, 4 heads of 16, 300 positions, so decode attention splits long
+// contexts into key ranges), tanh GELU, an untied head, a 77-character vocabulary, its matrices
+// in `type`: test_reference_forward.cpp's model.
+static std::vector<uint8_t> batch_model(uint32_t type) {
+    TinyModelShape shape;
+    shape.n_embd = 64;
+    shape.n_head = 4;
+    shape.n_ctx = 300;
+    shape.n_vocab_rows = 80;
+    GgufBuilder g = tiny_model(shape);
+    std::vector<std::string> chars;
+    for (int i = 0; i < 77; i++) chars.push_back(std::string(1, (char)('0' + i)));
+    g.set_strings("gpt2h.tokenizer.chars", chars);
+    g.set_string("gpt2h.gelu", "tanh");
+    g.add_f32("output.weight", {64, 80}, test_weights(64 * 80, 99, 1.0f));
+    for (GgufBuilder::Tensor& t : g.tensors) {
+        if (t.ne.size() != 2 || type == GPT2_TYPE_F32) continue;
+        const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.ne[1];
+        uint64_t row_bytes = 0;
+        REQUIRE(gpt2__type_row_bytes(type, (uint64_t)cols, &row_bytes));
+        std::vector<uint8_t> data((size_t)(row_bytes * (uint64_t)rows));
+        for (int64_t r = 0; r < rows; r++)
+            gguf_quantize_row(type, (const float*)(t.data.data() + (size_t)(r * cols * 4)), data.data() + (size_t)((uint64_t)r * row_bytes), cols);
+        t.data = std::move(data);
+        t.type = type;
+    }
+    return g.build();
+}
+
+static const struct {
+    const char* name;
+    uint32_t type;
+} weight_types[] = {{"f32", GPT2_TYPE_F32}, {"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}};
+
+static std::vector<int32_t> ids(int n, int seed) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; i++) v.push_back((int32_t)((i * 31 + seed * 17 + 7) % 77));
+    return v;
+}
+
+// A session with its own context length and policy (Session of helpers.h has neither).
+struct Owned {
+    gpt2_session* session = nullptr;
+    Owned(const gpt2_model* m, int threads, int kv_f16, int n_ctx, gpt2_context_policy policy, int n_keep) {
+        gpt2_session_params p = gpt2_session_default_params();
+        p.n_threads = threads;
+        p.kv_f16 = kv_f16;
+        p.n_ctx = n_ctx;
+        p.context_policy = policy;
+        p.n_keep = n_keep;
+        gpt2_error err;
+        REQUIRE_MESSAGE(gpt2_session_create(m, &p, &session, &err) == GPT2_OK, err.message);
+    }
+    ~Owned() { gpt2_session_free(session); }
+};
+
+static std::unique_ptr<Owned> session(const gpt2_model* m, int threads, int kv_f16, int n_ctx = 0, gpt2_context_policy policy = GPT2_CONTEXT_EXACT, int n_keep = 0) {
+    return std::make_unique<Owned>(m, threads, kv_f16, n_ctx, policy, n_keep);
+}
+
+// Rounds of evaluation: round r gives session i the tokens rounds[r][i] (none: left out of the
+// batch). `batched` runs each round as one gpt2_batch_eval, `alone` as gpt2_session_eval calls;
+// returns the largest logit difference over all rounds and sessions, and checks the contexts.
+using Rounds = std::vector<std::vector<std::vector<int32_t>>>;
+static float compare_rounds(const std::vector<gpt2_session*>& batched, const std::vector<gpt2_session*>& alone, const Rounds& rounds, int n_vocab) {
+    float worst = 0;
+    for (size_t r = 0; r < rounds.size(); r++) {
+        CAPTURE(r);
+        std::vector<gpt2_session*> in;
+        std::vector<const int32_t*> tokens;
+        std::vector<size_t> counts;
+        for (size_t i = 0; i < batched.size(); i++) {
+            if (rounds[r][i].empty()) continue;
+            in.push_back(batched[i]);
+            tokens.push_back(rounds[r][i].data());
+            counts.push_back(rounds[r][i].size());
+            gpt2_error err;
+            REQUIRE_MESSAGE(gpt2_session_eval(alone[i], rounds[r][i].data(), rounds[r][i].size(), &err) == GPT2_OK, err.message);
+        }
+        gpt2_error err;
+        REQUIRE_MESSAGE(gpt2_batch_eval(in.data(), tokens.data(), counts.data(), in.size(), &err) == GPT2_OK, err.message);
+        for (size_t i = 0; i < batched.size(); i++) {
+            CAPTURE(i);
+            REQUIRE(gpt2_session_n_tokens(batched[i]) == gpt2_session_n_tokens(alone[i]));
+            CHECK(std::equal(gpt2_session_tokens(batched[i]), gpt2_session_tokens(batched[i]) + gpt2_session_n_tokens(batched[i]), gpt2_session_tokens(alone[i])));
+            const float* a = gpt2_session_logits(batched[i]);
+            const float* b = gpt2_session_logits(alone[i]);
+            if (!a || !b) {
+                CHECK(a == b);
+                continue;
+            }
+            worst = std::max(worst, max_abs_diff(a, b, (size_t)n_vocab));
+        }
+    }
+    return worst;
+}
+
+// Sessions at different context lengths, some given a prompt (prefill rows), some 2 or 3 tokens
+// (decode rows that q8_0 weights run as prefill), some one (decode rows), in the same passes;
+// one session's context grows past 64 keys, where decode attention splits it into ranges.
+static Rounds ragged_rounds() {
+    Rounds r(6);
+    r[0] = {ids(7, 1), ids(2, 2), ids(1, 3), ids(150, 4), ids(3, 5)};
+    r[1] = {ids(1, 6), ids(3, 7), ids(5, 8), ids(1, 9), {}};
+    r[2] = {ids(1, 10), ids(1, 11), ids(1, 12), ids(1, 13), ids(40, 14)};
+    for (int k = 3; k < 6; k++) r[(size_t)k] = {ids(1, k), ids(1, k + 1), ids(k == 4 ? 2 : 1, k + 2), ids(1, k + 3), ids(1, k + 4)};
+    return r;
+}
+
+TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits: every weight type, kernel set, KV cache type, 1 to 3 threads") {
+    const gpt2__kernels* sets[4];
+    const int n_sets = gpt2__supported_kernels(sets);
+    const Rounds rounds = ragged_rounds();
+    for (const auto& t : weight_types) {
+        Loaded m(batch_model(t.type));
+        REQUIRE_MESSAGE(m.model, m.err.message);
+        float worst = 0;
+        for (int set = 0; set < n_sets; set++)
+            for (int kv_f16 : {0, 1})
+                for (int threads : {1, 2, 3}) {
+                    const std::string weights = t.name, kernels = sets[set]->name;
+                    CAPTURE(weights); CAPTURE(kernels); CAPTURE(kv_f16); CAPTURE(threads);
+                    std::vector<std::unique_ptr<Owned>> owned;
+                    std::vector<gpt2_session*> batched, alone;
+                    for (int i = 0; i < 5; i++) {
+                        owned.push_back(session(m.model, threads, kv_f16));
+                        batched.push_back(owned.back()->session);
+                        owned.push_back(session(m.model, threads, kv_f16));
+                        alone.push_back(owned.back()->session);
+                    }
+                    for (gpt2_session* s : batched) use_kernels(s, sets[set]);
+                    for (gpt2_session* s : alone) use_kernels(s, sets[set]);
+                    worst = std::max(worst, compare_rounds(batched, alone, rounds, m.model->n_vocab));
+                }
+        MESSAGE(std::string(t.name) << " weights: largest logit difference, batched against one by one: " << worst);
+        CHECK(worst <= 1e-4f);
+    }
+}
+
+TEST_CASE("sessions reaching their context limit mid-batch follow their own policies, as alone") {
+    Loaded m(batch_model(GPT2_TYPE_Q8_0));
+    REQUIRE_MESSAGE(m.model, m.err.message);
+    for (int threads : {1, 2}) {
+        CAPTURE(threads);
+        const auto make = [&](std::vector<std::unique_ptr<Owned>>* owned) {
+            owned->push_back(session(m.model, threads, 0, 12, GPT2_CONTEXT_EXACT));
+            owned->push_back(session(m.model, threads, 1, 16, GPT2_CONTEXT_DISCARD, 3));
+            owned->push_back(session(m.model, threads, 0)); // the model's 300 positions: never full here
+            std::vector<gpt2_session*> v;
+            for (auto& s : *owned) v.push_back(s->session);
+            return v;
+        };
+        std::vector<std::unique_ptr<Owned>> a, b;
+        const std::vector<gpt2_session*> batched = make(&a), alone = make(&b);
+        Rounds rounds(30);
+        rounds[0] = {ids(9, 1), ids(10, 2), ids(4, 3)};
+        for (int r = 1; r < 30; r++) rounds[(size_t)r] = {ids(r % 7 == 0 ? 3 : 1, r), ids(1, r + 1), ids(1, r + 2)};
+        const float worst = compare_rounds(batched, alone, rounds, m.model->n_vocab);
+        CHECK(gpt2_session_n_tokens(batched[0]) == 12);
+        CHECK(gpt2_session_n_tokens(batched[1]) <= 16);
+        MESSAGE("largest logit difference: " << worst);
+        CHECK(worst <= 1e-4f);
+    }
+}
+
+// What on_token saw, for a session generating alone or in a batch.
+struct Heard {
+    std::vector<int32_t> tokens;
+    std::string text;
+    int stop_after = -1; // return 1 (stop) once this many tokens have been heard
+};
+
+static int hear(void* user, int32_t token, const char* text, size_t len) {
+    Heard* h = (Heard*)user;
+    if (token >= 0) h->tokens.push_back(token);
+    h->text.append(text ? text : "", len);
+    return h->stop_after >= 0 && (int)h->tokens.size() >= h->stop_after;
+}
+
+TEST_CASE("gpt2_generate_batch gives each session the tokens and text it generates alone, with its own parameters") {
+    for (const auto& t : weight_types) {
+        CAPTURE(std::string(t.name));
+        Loaded m(batch_model(t.type));
+        REQUIRE_MESSAGE(m.model, m.err.message);
+        const char* stops[] = {"Z"};
+        const char* prompts[] = {"ABC", "", "0123456789", "K", "HELLO"};
+        const int n = 5;
+        std::vector<gpt2_generate_params> params(n, gpt2_generate_default_params());
+        params[0].temperature = 0.0f; // greedy
+        params[0].max_new_tokens = 20;
+        params[1].seed = 7;           // continues its context
+        params[1].max_new_tokens = 25;
+        params[2].temperature = 1.3f, params[2].top_k = 5, params[2].seed = 99, params[2].max_new_tokens = 30;
+        params[2].stop = stops, params[2].n_stop = 1;
+        params[3].top_p = 0.9f, params[3].repeat_penalty = 1.3f, params[3].max_new_tokens = 40; // the host's sampling chain
+        params[4].max_new_tokens = 30;                                                            // its callback stops after 4 tokens
+        std::vector<Heard> heard_batched(n), heard_alone(n);
+        heard_batched[4].stop_after = heard_alone[4].stop_after = 4;
+        std::vector<std::unique_ptr<Owned>> owned;
+        std::vector<gpt2_session*> batched, alone;
+        for (int i = 0; i < n; i++) {
+            owned.push_back(session(m.model, 2, i % 2, i == 3 ? 30 : 0, i == 3 ? GPT2_CONTEXT_DISCARD : GPT2_CONTEXT_EXACT)); // session 3 reaches its context
+            batched.push_back(owned.back()->session);
+            owned.push_back(session(m.model, 2, i % 2, i == 3 ? 30 : 0, i == 3 ? GPT2_CONTEXT_DISCARD : GPT2_CONTEXT_EXACT));
+            alone.push_back(owned.back()->session);
+        }
+        const std::vector<int32_t> context = ids(20, 3);
+        for (gpt2_session* s : {batched[1], alone[1]}) REQUIRE(gpt2_session_eval(s, context.data(), context.size(), nullptr) == GPT2_OK);
+        gpt2_error err;
+        for (int i = 0; i < n; i++) {
+            gpt2_generate_params p = params[(size_t)i];
+            p.on_token = hear, p.user = &heard_alone[(size_t)i];
+            REQUIRE_MESSAGE(gpt2_generate_text(alone[(size_t)i], prompts[i], &p, &err) == GPT2_OK, err.message);
+            params[(size_t)i].on_token = hear, params[(size_t)i].user = &heard_batched[(size_t)i];
+        }
+        REQUIRE_MESSAGE(gpt2_generate_batch(batched.data(), prompts, params.data(), n, &err) == GPT2_OK, err.message);
+        for (int i = 0; i < n; i++) {
+            CAPTURE(i);
+            CHECK(heard_batched[(size_t)i].tokens == heard_alone[(size_t)i].tokens);
+            CHECK(heard_batched[(size_t)i].text == heard_alone[(size_t)i].text);
+            CHECK(gpt2_session_n_tokens(batched[(size_t)i]) == gpt2_session_n_tokens(alone[(size_t)i]));
+            CHECK(max_abs_diff(gpt2_session_logits(batched[(size_t)i]), gpt2_session_logits(alone[(size_t)i]), (size_t)m.model->n_vocab) <= 1e-4f);
+        }
+        CHECK(heard_batched[4].tokens.size() == 4); // stopped early by its callback while the others went on
+        CHECK(heard_batched[3].tokens.size() == 40);
+    }
+}
+
+TEST_CASE("a bad batch fails with a clear error and changes no session") {
+    Loaded m(batch_model(GPT2_TYPE_F32)), other(batch_model(GPT2_TYPE_F16));
+    REQUIRE(m.model);
+    REQUIRE(other.model);
+    auto a = session(m.model, 1, 0), b = session(m.model, 1, 0), c = session(other.model, 1, 0);
+    auto small = session(m.model, 1, 0, 8, GPT2_CONTEXT_DISCARD, 6);
+    const std::vector<int32_t> prompt = ids(5, 1), one = ids(1, 2), bad = {3, 77};
+    for (gpt2_session* s : {a->session, b->session, small->session}) REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    const std::vector<float> logits_a(gpt2_session_logits(a->session), gpt2_session_logits(a->session) + 77);
+    const auto unchanged = [&] {
+        CHECK(gpt2_session_n_tokens(a->session) == 5);
+        CHECK(gpt2_session_n_tokens(b->session) == 5);
+        CHECK(gpt2_session_n_tokens(small->session) == 5);
+        CHECK(max_abs_diff(gpt2_session_logits(a->session), logits_a.data(), 77) == 0.0f);
+    };
+    gpt2_error err;
+    const auto eval = [&](std::vector<gpt2_session*> sessions, std::vector<std::vector<int32_t>> tokens) {
+        std::vector<const int32_t*> t;
+        std::vector<size_t> n;
+        for (const auto& v : tokens) t.push_back(v.data()), n.push_back(v.size());
+        return gpt2_batch_eval(sessions.data(), t.data(), n.data(), sessions.size(), &err);
+    };
+    CHECK(gpt2_batch_eval(nullptr, nullptr, nullptr, 0, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR(err, GPT2_ERROR_INVALID_ARGUMENT, "no sessions");
+    CHECK(eval({a->session, b->session, c->session}, {one, one, one}) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[2] is a session of another model");
+    unchanged();
+    CHECK(eval({a->session, b->session, a->session}, {one, one, one}) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[0] and sessions[2] are the same session");
+    unchanged();
+    CHECK(eval({a->session, nullptr}, {one, one}) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[1] is NULL");
+    unchanged();
+    CHECK(eval({a->session, b->session}, {one, bad}) == GPT2_ERROR_BAD_TOKEN);
+    CHECK_ERROR(err, GPT2_ERROR_BAD_TOKEN, "sessions[1]: token 1 is 77");
+    unchanged();
+    CHECK(eval({a->session, small->session}, {one, ids(4, 4)}) == GPT2_ERROR_CONTEXT_FULL); // 5 kept (n_keep 6) + 4 new > 8
+    CHECK_ERROR(err, GPT2_ERROR_CONTEXT_FULL, "sessions[1]: 4 new tokens and the 5 kept");
+    unchanged();
+    CHECK(eval({a->session, b->session}, {one, ids(301, 5)}) == GPT2_ERROR_CONTEXT_FULL);
+    CHECK_ERROR(err, GPT2_ERROR_CONTEXT_FULL, "sessions[1]: 301 tokens given at once");
+    unchanged();
+    CHECK(eval({a->session, b->session}, {one, {}}) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens[1] is 0");
+    unchanged();
+    gpt2_session* two[] = {a->session, c->session};
+    CHECK(gpt2_generate_batch(two, nullptr, nullptr, 2, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[1] is a session of another model");
+    unchanged();
+}
+
+static int abort_now(void* user) { return ++*(int*)user > 1; } // lets the first layer run
+
+TEST_CASE("an aborted batch leaves every session as it was") {
+    Loaded m(batch_model(GPT2_TYPE_F16));
+    REQUIRE(m.model);
+    int calls = 0;
+    gpt2_session_params p = gpt2_session_default_params();
+    p.n_threads = 2;
+    p.abort_fn = abort_now;
+    p.abort_user = &calls;
+    gpt2_session* runner = nullptr;
+    REQUIRE(gpt2_session_create(m.model, &p, &runner, nullptr) == GPT2_OK);
+    auto other = session(m.model, 1, 0);
+    const std::vector<int32_t> prompt = ids(6, 1), one = ids(1, 2), more = ids(4, 3);
+    calls = -1000;
+    for (gpt2_session* s : {runner, other->session}) REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    const std::vector<float> before(gpt2_session_logits(other->session), gpt2_session_logits(other->session) + 77);
+    calls = 0;
+    gpt2_session* sessions[] = {runner, other->session};
+    const int32_t* tokens[] = {one.data(), more.data()};
+    const size_t n[] = {1, 4};
+    gpt2_error err;
+    CHECK(gpt2_batch_eval(sessions, tokens, n, 2, &err) == GPT2_ERROR_ABORTED);
+    CHECK(gpt2_session_n_tokens(runner) == 6);
+    CHECK(gpt2_session_n_tokens(other->session) == 6);
+    CHECK(max_abs_diff(gpt2_session_logits(other->session), before.data(), 77) == 0.0f);
+    // and the sessions go on as if nothing happened
+    auto fresh = session(m.model, 1, 0);
+    const std::vector<int32_t> all = {prompt[0], prompt[1], prompt[2], prompt[3], prompt[4], prompt[5], more[0], more[1], more[2], more[3]};
+    REQUIRE(gpt2_session_eval(fresh->session, all.data(), all.size(), nullptr) == GPT2_OK);
+    calls = -1000;
+    REQUIRE(gpt2_batch_eval(sessions, tokens, n, 2, &err) == GPT2_OK);
+    CHECK(max_abs_diff(gpt2_session_logits(other->session), gpt2_session_logits(fresh->session), 77) <= 1e-4f);
+    gpt2_session_free(runner);
+}
