@@ -5010,49 +5010,26 @@ GPT2_DEF gpt2_result gpt2_check_abi(int version, size_t model_params_size, size_
     return gpt2__ok(err);
 }
 
+/* A zero-initialised struct means the defaults (src/api.h, PARAMETERS): these say so once. */
 GPT2_DEF gpt2_model_params gpt2_model_default_params(void) {
     gpt2_model_params p;
-    p.no_mmap = 0;
-    p.device = GPT2_DEVICE_CPU;
-    p.cuda_device_index = 0;
-    p.log = nullptr;
-    p.log_user = nullptr;
+    std::memset(&p, 0, sizeof p); /* mapped file, the CPU, no log */
     return p;
 }
 
 GPT2_DEF gpt2_session_params gpt2_session_default_params(void) {
     gpt2_session_params p;
-    p.n_threads = 0;
-    p.n_ctx = 0;
-    p.kv_f16 = 0;
-    p.context_policy = GPT2_CONTEXT_EXACT;
-    p.n_keep = 0;
-    p.n_discard = 0;
-    p.abort_fn = nullptr;
-    p.abort_user = nullptr;
+    std::memset(&p, 0, sizeof p); /* all cores, the model's n_ctx, f32 cache, GPT2_CONTEXT_EXACT, no abort_fn */
     return p;
 }
 
 GPT2_DEF gpt2_generate_params gpt2_generate_default_params(void) {
     gpt2_generate_params p;
+    std::memset(&p, 0, sizeof p); /* no callbacks; every control of the sampling chain off */
     p.max_new_tokens = 256;
     p.temperature = 0.8f; /* nanoGPT sample.py's defaults */
     p.top_k = 200;
     p.seed = 1337;
-    p.on_token = nullptr;
-    p.user = nullptr;
-    p.top_p = 0.0f; /* the chain's other controls: off */
-    p.min_p = 0.0f;
-    p.repeat_penalty = 0.0f;
-    p.repeat_last_n = 0;
-    p.presence_penalty = 0.0f;
-    p.frequency_penalty = 0.0f;
-    p.logit_bias = nullptr;
-    p.n_logit_bias = 0;
-    p.on_logits = nullptr;
-    p.stop = nullptr;
-    p.n_stop = 0;
-    p.stop_at_eos = 0;
     return p;
 }
 
