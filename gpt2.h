@@ -2434,8 +2434,9 @@ static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, siz
     if (n > (size_t)s->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
     if (n == 0) return GPT2_OK;
-    gpt2__vector<int32_t> before;
-    if (s->abort_fn) before = s->tokens;
+    gpt2__vector<int32_t> before; /* only when the abort_fn could need them and room drops some */
+    if (s->abort_fn && s->tokens.size() + n > (size_t)s->n_ctx) before = s->tokens;
+    const size_t size_before = s->tokens.size();
     const int cached_before = s->n_cached;
     GPT2__TRY(gpt2__make_room(s, n, err));
     s->tokens.insert(s->tokens.end(), ids, ids + n);
@@ -2443,7 +2444,8 @@ static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, siz
     s->first_written_row = std::min(s->first_written_row, first_row);
     const gpt2_result res = s->backend->run(s, err);
     if (res == GPT2_ERROR_ABORTED) {
-        s->tokens.swap(before);
+        if (before.empty()) s->tokens.resize(size_before); /* nothing was dropped: the new tokens go */
+        else s->tokens.swap(before);
         s->n_cached = std::min(cached_before, first_row);
         return res;
     }

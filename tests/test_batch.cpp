@@ -11,35 +11,6 @@
 #include <doctest/doctest.h>
 #include <memory>
 
-// A random 2-layer model (C 64, 4 heads of 16, 300 positions, so decode attention splits long
-// contexts into key ranges), tanh GELU, an untied head, a 77-character vocabulary, its matrices
-// in `type`: test_reference_forward.cpp's model.
-static std::vector<uint8_t> batch_model(uint32_t type) {
-    TinyModelShape shape;
-    shape.n_embd = 64;
-    shape.n_head = 4;
-    shape.n_ctx = 300;
-    shape.n_vocab_rows = 80;
-    GgufBuilder g = tiny_model(shape);
-    std::vector<std::string> chars;
-    for (int i = 0; i < 77; i++) chars.push_back(std::string(1, (char)('0' + i)));
-    g.set_strings("gpt2h.tokenizer.chars", chars);
-    g.set_string("gpt2h.gelu", "tanh");
-    g.add_f32("output.weight", {64, 80}, test_weights(64 * 80, 99, 1.0f));
-    for (GgufBuilder::Tensor& t : g.tensors) {
-        if (t.ne.size() != 2 || type == GPT2_TYPE_F32) continue;
-        const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.ne[1];
-        uint64_t row_bytes = 0;
-        REQUIRE(gpt2__type_row_bytes(type, (uint64_t)cols, &row_bytes));
-        std::vector<uint8_t> data((size_t)(row_bytes * (uint64_t)rows));
-        for (int64_t r = 0; r < rows; r++)
-            gguf_quantize_row(type, (const float*)(t.data.data() + (size_t)(r * cols * 4)), data.data() + (size_t)((uint64_t)r * row_bytes), cols);
-        t.data = std::move(data);
-        t.type = type;
-    }
-    return g.build();
-}
-
 static const struct {
     const char* name;
     uint32_t type;
@@ -125,7 +96,7 @@ TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits
     const int n_sets = gpt2__supported_kernels(sets);
     const Rounds rounds = ragged_rounds();
     for (const auto& t : weight_types) {
-        Loaded m(batch_model(t.type));
+        Loaded m(random_model(t.type));
         REQUIRE_MESSAGE(m.model, m.err.message);
         float worst = 0;
         for (int set = 0; set < n_sets; set++)
@@ -151,7 +122,7 @@ TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits
 }
 
 TEST_CASE("sessions reaching their context limit mid-batch follow their own policies, as alone") {
-    Loaded m(batch_model(GPT2_TYPE_Q8_0));
+    Loaded m(random_model(GPT2_TYPE_Q8_0));
     REQUIRE_MESSAGE(m.model, m.err.message);
     for (int threads : {1, 2}) {
         CAPTURE(threads);
@@ -193,7 +164,7 @@ static int hear(void* user, int32_t token, const char* text, size_t len) {
 TEST_CASE("gpt2_generate_batch gives each session the tokens and text it generates alone, with its own parameters") {
     for (const auto& t : weight_types) {
         CAPTURE(std::string(t.name));
-        Loaded m(batch_model(t.type));
+        Loaded m(random_model(t.type));
         REQUIRE_MESSAGE(m.model, m.err.message);
         const char* stops[] = {"Z"};
         const char* prompts[] = {"ABC", "", "0123456789", "K", "HELLO"};
@@ -240,7 +211,7 @@ TEST_CASE("gpt2_generate_batch gives each session the tokens and text it generat
 }
 
 TEST_CASE("a bad batch fails with a clear error and changes no session") {
-    Loaded m(batch_model(GPT2_TYPE_F32)), other(batch_model(GPT2_TYPE_F16));
+    Loaded m(random_model(GPT2_TYPE_F32)), other(random_model(GPT2_TYPE_F16));
     REQUIRE(m.model);
     REQUIRE(other.model);
     auto a = session(m.model, 1, 0), b = session(m.model, 1, 0), c = session(other.model, 1, 0);
@@ -293,7 +264,7 @@ TEST_CASE("a bad batch fails with a clear error and changes no session") {
 static int abort_now(void* user) { return ++*(int*)user > 1; } // lets the first layer run
 
 TEST_CASE("an aborted batch leaves every session as it was") {
-    Loaded m(batch_model(GPT2_TYPE_F16));
+    Loaded m(random_model(GPT2_TYPE_F16));
     REQUIRE(m.model);
     int calls = 0;
     gpt2_session_params p = gpt2_session_default_params();

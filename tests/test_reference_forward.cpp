@@ -31,38 +31,6 @@ static std::vector<int32_t> token_ids(int n, int n_vocab) {
     return ids;
 }
 
-// A random 2-layer model (C 64, 4 heads of 16) with room for 300 positions, where decode
-// attention splits a query's keys into up to 4 ranges; GPT-2's tanh GELU, biases, and an untied
-// head of 80 rows for a 77-character vocabulary (3 padding rows). Its matrices are in `type`.
-static std::vector<uint8_t> random_model(uint32_t type) {
-    TinyModelShape shape;
-    shape.n_embd = 64;
-    shape.n_head = 4;
-    shape.n_ctx = 300;
-    shape.n_vocab_rows = 80;
-    GgufBuilder g = tiny_model(shape);
-    std::vector<std::string> chars;
-    for (int i = 0; i < 77; i++) chars.push_back(std::string(1, (char)('0' + i)));
-    g.set_strings("gpt2h.tokenizer.chars", chars);
-    g.set_string("gpt2h.gelu", "tanh");
-    g.add_f32("output.weight", {64, 80}, test_weights(64 * 80, 99, 1.0f));
-    for (GgufBuilder::Tensor& t : g.tensors) {
-        if (t.ne.size() != 2 || type == GPT2_TYPE_F32) continue;
-        const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.ne[1];
-        uint64_t row_bytes = 0;
-        REQUIRE(gpt2__type_row_bytes(type, (uint64_t)cols, &row_bytes));
-        std::vector<uint8_t> data((size_t)(row_bytes * (uint64_t)rows));
-        std::vector<float> row((size_t)cols);
-        for (int64_t r = 0; r < rows; r++) {
-            std::memcpy(row.data(), t.data.data() + (size_t)(r * cols * 4), (size_t)cols * 4);
-            gguf_quantize_row(type, row.data(), data.data() + (size_t)((uint64_t)r * row_bytes), cols);
-        }
-        t.data = std::move(data);
-        t.type = type;
-    }
-    return g.build();
-}
-
 // The largest logit_error allowed for a weight type and KV cache type, with the largest measured
 // on x86-64 (AVX-512, AVX2 and scalar sets alike) in brackets.
 static float bound(uint32_t type, int kv_f16) {
