@@ -52,7 +52,27 @@ TEST_CASE("dispatch picks a kernel set this CPU supports, and the scalar set alw
     CHECK(gpt2__kernels_by_name("scalar") == &gpt2__kernels_scalar);
     CHECK(gpt2__kernels_by_name(gpt2__cpu_kernels().name) == &gpt2__cpu_kernels());
     CHECK(gpt2__kernels_by_name("no-such-kernels") == nullptr);
+#if defined(__wasm_simd128__) && !defined(GPT2_NO_SIMD)
+    CHECK(gpt2__kernels_by_name("wasm_simd128") == &gpt2__cpu_kernels()); // -msimd128 builds run it, so the tests below compare it
+#endif
 }
+
+#if defined(GPT2__WASM_SIMD128)
+TEST_CASE("WASM SIMD128 widens every f16 bit pattern exactly as the scalar conversion: subnormals, infinities, NaNs") {
+    for (uint32_t h = 0; h < 0x10000; h += 4) {
+        const uint16_t four[4] = {(uint16_t)h, (uint16_t)(h + 1), (uint16_t)(h + 2), (uint16_t)(h + 3)};
+        uint32_t got[4];
+        wasm_v128_store(got, gpt2__f16x4_to_f32_wasm((const uint8_t*)four));
+        for (int i = 0; i < 4; i++) {
+            const float want = gpt2__f16_to_f32(four[i]);
+            uint32_t want_bits;
+            std::memcpy(&want_bits, &want, 4);
+            CAPTURE(four[i]);
+            REQUIRE(got[i] == want_bits);
+        }
+    }
+}
+#endif
 
 TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {
     std::mt19937 rng(1234);
