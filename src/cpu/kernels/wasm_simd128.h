@@ -110,9 +110,38 @@ static float gpt2__dot_q8_wasm(const uint8_t* row, const int8_t* xq, const float
     return sum;
 }
 
+/* One row of f16, bf16 or q8_0 weights to float (exact), f16 four values at a time. */
+static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, int64_t n) {
+    if (type != GPT2_TYPE_F16) return gpt2__dequantize_row(type, row, out, n);
+    int64_t k = 0;
+    for (; k + 4 <= n; k += 4) wasm_v128_store(out + k, gpt2__f16x4_to_f32_wasm(row + 2 * k));
+    gpt2__dequantize_row(type, row + 2 * k, out + k, n - k);
+}
+
+/* Decode streams each row of W in its own type (gpt2__streams_rows). A prefill row of f16, bf16
+   or q8_0 weights is widened to float once, in `panel`, and every token's dot product reads the
+   floats: widening f16 costs more than the multiply-adds, and is paid once per row instead of
+   once per token. Widening is exact and the dot products add in the order of the streamed ones
+   (gpt2__dot_q8_float_wasm's pairs of four lanes are those of gpt2__dot_row16_wasm), so prefill
+   and decode give the same bits. Other types stream in prefill too. */
 static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    const uint32_t type = a.W->type;
+    const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
+    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
+    const float *x = a.x, *bias = a.bias;
+    float* y = a.y;
+    const int T = a.T;
+    const bool accumulate = a.accumulate;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        gpt2__widen_row_wasm(type, W.data + (size_t)o * W.row_bytes, panel, W.cols);
+        for (int t = 0; t < T; t++) {
+            float v = (bias ? bias[o] : 0.0f);
+            v += gpt2__dot_row16_wasm<GPT2_TYPE_F32>((const uint8_t*)panel, x + (size_t)t * W.cols, W.cols);
+            float* out = y + (size_t)t * W.rows + o;
+            *out = accumulate ? *out + v : v;
+        }
+    }
 }
 
 /* e^x as contract.h describes it (gpt2__exp_poly), four lanes; 2^n built in the exponent bits. */
