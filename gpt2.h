@@ -4123,44 +4123,52 @@ static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64
 #define GPT2__WASM_SIMD128 1
 #include <wasm_simd128.h>
 
-/* Four f16 values to float, exactly as gpt2__f16_to_f32: the exponent and mantissa shifted into
+/* Eight f16 values to float, exactly as gpt2__f16_to_f32: the exponent and mantissa shifted into
    float's fields and multiplied by 2^112 (the difference of the exponent biases), which is exact
-   for normal and subnormal values alike; infinities and NaNs get float's all-ones exponent. */
-static inline v128_t gpt2__f16x4_to_f32_wasm(const uint8_t* p) {
-    const v128_t h = wasm_u32x4_load16x4(p);
-    const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
-    const v128_t magnitude = wasm_v128_and(h, wasm_i32x4_splat(0x7fff));
-    v128_t f = wasm_f32x4_mul(wasm_i32x4_shl(magnitude, 13), wasm_f32x4_splat(0x1p112f));
-    const v128_t inf_or_nan = wasm_i32x4_gt(magnitude, wasm_i32x4_splat(0x7bff));
-    f = wasm_v128_or(f, wasm_v128_and(inf_or_nan, wasm_i32x4_splat(0x7f800000)));
-    return wasm_v128_or(f, sign);
+   for normal and subnormal values alike; the sign, and float's all-ones exponent for infinities
+   and NaNs, are made in 16-bit lanes and put in the high halves of the floats. */
+static inline void gpt2__f16x8_to_f32_wasm(const uint8_t* p, v128_t* lo, v128_t* hi) {
+    const v128_t h = wasm_v128_load(p);
+    const v128_t magnitude = wasm_v128_and(h, wasm_i16x8_splat(0x7fff));
+    const v128_t inf_or_nan = wasm_i16x8_gt(magnitude, wasm_i16x8_splat(0x7bff));
+    const v128_t high = wasm_v128_or(wasm_v128_and(h, wasm_i16x8_splat((int16_t)0x8000)), wasm_v128_and(inf_or_nan, wasm_i16x8_splat(0x7f80)));
+    const v128_t rebias = wasm_f32x4_splat(0x1p112f), zero = wasm_i16x8_splat(0);
+    *lo = wasm_f32x4_mul(wasm_i32x4_shl(wasm_u32x4_extend_low_u16x8(magnitude), 13), rebias);
+    *hi = wasm_f32x4_mul(wasm_i32x4_shl(wasm_u32x4_extend_high_u16x8(magnitude), 13), rebias);
+    *lo = wasm_v128_or(*lo, wasm_i16x8_shuffle(zero, high, 0, 8, 1, 9, 2, 10, 3, 11));
+    *hi = wasm_v128_or(*hi, wasm_i16x8_shuffle(zero, high, 4, 12, 5, 13, 6, 14, 7, 15));
 }
 
 static inline float gpt2__sum_f32x4_wasm(v128_t v) {
     return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) + (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
 }
 
-/* Four weights of a row of type TYPE, starting at value k, as floats. */
+/* Eight weights of a row of type TYPE, starting at value k, as floats. */
 template <uint32_t TYPE>
-static inline v128_t gpt2__load_weights4_wasm(const uint8_t* row, int64_t k) {
-    if constexpr (TYPE == GPT2_TYPE_F32) return wasm_v128_load(row + 4 * k);
-    else if constexpr (TYPE == GPT2_TYPE_F16) return gpt2__f16x4_to_f32_wasm(row + 2 * k);
-    else return wasm_i32x4_shl(wasm_u32x4_load16x4(row + 2 * k), 16); /* bf16: the high half of a float */
+static inline void gpt2__load_weights8_wasm(const uint8_t* row, int64_t k, v128_t* lo, v128_t* hi) {
+    if constexpr (TYPE == GPT2_TYPE_F32) {
+        *lo = wasm_v128_load(row + 4 * k);
+        *hi = wasm_v128_load(row + 4 * k + 16);
+    } else if constexpr (TYPE == GPT2_TYPE_F16) {
+        gpt2__f16x8_to_f32_wasm(row + 2 * k, lo, hi);
+    } else { /* bf16: the high half of a float */
+        const v128_t h = wasm_v128_load(row + 2 * k), zero = wasm_i16x8_splat(0);
+        *lo = wasm_i16x8_shuffle(zero, h, 0, 8, 1, 9, 2, 10, 3, 11);
+        *hi = wasm_i16x8_shuffle(zero, h, 4, 12, 5, 13, 6, 14, 7, 15);
+    }
 }
 
-/* Dot product of a row of f32, f16 or bf16 with x (n values): two accumulators of four lanes
-   hide the latency of the adds; the tail runs in scalar. */
+/* Dot product of a row of f32, f16 or bf16 with x (n values): eight values per step in two
+   accumulators of four lanes (which hide the latency of the adds); the tail runs in scalar. */
 template <uint32_t TYPE>
 static float gpt2__dot_row16_wasm(const uint8_t* row, const float* x, int64_t n) {
     v128_t acc0 = wasm_f32x4_splat(0.0f), acc1 = wasm_f32x4_splat(0.0f);
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
-        acc0 = wasm_f32x4_add(acc0, wasm_f32x4_mul(gpt2__load_weights4_wasm<TYPE>(row, k), wasm_v128_load(x + k)));
-        acc1 = wasm_f32x4_add(acc1, wasm_f32x4_mul(gpt2__load_weights4_wasm<TYPE>(row, k + 4), wasm_v128_load(x + k + 4)));
-    }
-    if (k + 4 <= n) {
-        acc0 = wasm_f32x4_add(acc0, wasm_f32x4_mul(gpt2__load_weights4_wasm<TYPE>(row, k), wasm_v128_load(x + k)));
-        k += 4;
+        v128_t lo, hi;
+        gpt2__load_weights8_wasm<TYPE>(row, k, &lo, &hi);
+        acc0 = wasm_f32x4_add(acc0, wasm_f32x4_mul(lo, wasm_v128_load(x + k)));
+        acc1 = wasm_f32x4_add(acc1, wasm_f32x4_mul(hi, wasm_v128_load(x + k + 4)));
     }
     float sum = gpt2__sum_f32x4_wasm(wasm_f32x4_add(acc0, acc1));
     for (; k < n; k++) {
@@ -4224,11 +4232,16 @@ static float gpt2__dot_q8_wasm(const uint8_t* row, const int8_t* xq, const float
     return sum;
 }
 
-/* One row of f16, bf16 or q8_0 weights to float (exact), f16 four values at a time. */
+/* One row of f16, bf16 or q8_0 weights to float (exact), f16 eight values at a time. */
 static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, int64_t n) {
     if (type != GPT2_TYPE_F16) return gpt2__dequantize_row(type, row, out, n);
     int64_t k = 0;
-    for (; k + 4 <= n; k += 4) wasm_v128_store(out + k, gpt2__f16x4_to_f32_wasm(row + 2 * k));
+    for (; k + 8 <= n; k += 8) {
+        v128_t lo, hi;
+        gpt2__f16x8_to_f32_wasm(row + 2 * k, &lo, &hi);
+        wasm_v128_store(out + k, lo);
+        wasm_v128_store(out + k + 4, hi);
+    }
     gpt2__dequantize_row(type, row + 2 * k, out + k, n - k);
 }
 

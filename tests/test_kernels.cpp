@@ -59,15 +59,19 @@ TEST_CASE("dispatch picks a kernel set this CPU supports, and the scalar set alw
 
 #if defined(GPT2__WASM_SIMD128)
 TEST_CASE("WASM SIMD128 widens every f16 bit pattern exactly as the scalar conversion: subnormals, infinities, NaNs") {
-    for (uint32_t h = 0; h < 0x10000; h += 4) {
-        const uint16_t four[4] = {(uint16_t)h, (uint16_t)(h + 1), (uint16_t)(h + 2), (uint16_t)(h + 3)};
-        uint32_t got[4];
-        wasm_v128_store(got, gpt2__f16x4_to_f32_wasm((const uint8_t*)four));
-        for (int i = 0; i < 4; i++) {
-            const float want = gpt2__f16_to_f32(four[i]);
+    for (uint32_t h = 0; h < 0x10000; h += 8) {
+        uint16_t eight[8];
+        for (int i = 0; i < 8; i++) eight[i] = (uint16_t)(h + i);
+        uint32_t got[8];
+        v128_t lo, hi;
+        gpt2__f16x8_to_f32_wasm((const uint8_t*)eight, &lo, &hi);
+        wasm_v128_store(got, lo);
+        wasm_v128_store(got + 4, hi);
+        for (int i = 0; i < 8; i++) {
+            const float want = gpt2__f16_to_f32(eight[i]);
             uint32_t want_bits;
             std::memcpy(&want_bits, &want, 4);
-            CAPTURE(four[i]);
+            CAPTURE(eight[i]);
             REQUIRE(got[i] == want_bits);
         }
     }

@@ -89,7 +89,7 @@ def main():
     parser.add_argument("--chromium", default="chromium", help="the Chromium program (default: chromium)")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for the page to finish (default 120)")
     parser.add_argument("--screenshot", help="save a PNG of the finished page here")
-    parser.add_argument("--size", default="820x640", help="window size WIDTHxHEIGHT of the screenshot (default 820x640)")
+    parser.add_argument("--size", default="900x600", help="window size WIDTHxHEIGHT of the screenshot (default 900x600)")
     args = parser.parse_args()
     binary = shutil.which(args.chromium)
     if not binary:
