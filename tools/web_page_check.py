@@ -32,8 +32,9 @@ class Chromium:
         # the dup2 calls that put them there.
         child_in, child_out = fcntl.fcntl(to_chromium_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_chromium_w, fcntl.F_DUPFD, 10)
         self.profile = tempfile.mkdtemp(prefix="gpt2-web-chromium-")
-        args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-pipe",
-                f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "about:blank"]
+        # --no-sandbox: CI runs as root; --disable-dev-shm-usage: containers have a small /dev/shm
+        args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                "--remote-debugging-pipe", f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "about:blank"]
 
         def give_pipes():
             os.dup2(child_in, 3)
