@@ -76,6 +76,27 @@ TEST_CASE("WASM SIMD128 widens every f16 bit pattern exactly as the scalar conve
         }
     }
 }
+
+TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the streamed dot products bit for bit") {
+    std::mt19937 rng(11);
+    for (uint32_t type : {GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0}) {
+        for (int64_t n : {96, 123}) { // 123: a tail past the steps of eight
+            if (type == GPT2_TYPE_Q8_0 && n % 32 != 0) continue;
+            CAPTURE(gpt2__type_name(type)); CAPTURE(n);
+            const int64_t rows = 9;
+            Matrix m(rng, type, rows, n);
+            const int T = 6;
+            std::vector<float> x = random_floats(rng, (size_t)(T * n), 1.0f), bias = random_floats(rng, rows, 1.0f);
+            std::vector<float> y((size_t)(T * rows)), panel(gpt2__panel_floats(n));
+            gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, false};
+            REQUIRE(!gpt2__streams_rows(a));
+            gpt2__matmul_wasm(a, 0, rows, panel.data());
+            for (int t = 0; t < T; t++)
+                for (int64_t o = 0; o < rows; o++)
+                    CHECK(y[(size_t)(t * rows + o)] == bias[(size_t)o] + gpt2__dot_row_wasm(type, m.w.data + o * m.w.row_bytes, x.data() + t * n, n));
+        }
+    }
+}
 #endif
 
 TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {

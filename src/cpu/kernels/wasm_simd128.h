@@ -1,8 +1,8 @@
 /* WebAssembly SIMD128 kernels (Emscripten with -msimd128, which defines __wasm_simd128__). A
    browser has no run-time query for SIMD support, so the set is chosen when compiling: a build
-   without -msimd128 runs the portable kernels. Kept plain as the NEON set is: row-by-row matmuls
-   with weights widened to float on the fly, GELU in four lanes; attention and the activation
-   quantization use the portable code. SIMD128 has no fused multiply-add, so products and sums
+   without -msimd128 runs the portable kernels. Kept plain as the NEON set is: matmuls row by row,
+   decode widening the weights to float on the fly and prefill once per row; GELU in four lanes;
+   attention and the activation quantization use the portable code. SIMD128 has no fused multiply-add, so products and sums
    round separately, as the scalar set's do. */
 
 #if !defined(GPT2_NO_SIMD) && defined(__wasm_simd128__)
