@@ -5,7 +5,7 @@
 #      threads lacks (listed in `excluded` below)
 #   3. generates with the web module under Node (examples/web/node_generate.js) and checks that
 #      its token ids and text equal the native program's for the same prompt, seed, temperature
-#      and top-k
+#      and top-k; the same for a build without -msimd128 (the portable kernels)
 #   4. serves examples/web/ on a free loopback port, opens the page in headless Chromium with the
 #      same prompt and seed, and checks that the text the page shows equals the native text;
 #      saves a screenshot (build-wasm/web_page.png; docs/web_example.png is a copy for the README)
@@ -28,14 +28,14 @@ step() { echo "web_test: $1 ($((SECONDS - step_start)) s)"; step_start=$SECONDS;
 # Emscripten 3.1.6's loader fetches the .wasm by its file path when Node has fetch (Node 18+).
 node_run() { node --no-experimental-fetch "$@"; }
 json_field() { python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)[sys.argv[1]]))' "$1"; }
-# same_fields WHAT KEYS JSON_A JSON_B: fails unless both objects hold the same non-empty values at KEYS.
+# same_fields WHAT KEYS WANT_JSON WASM_JSON: fails unless both objects hold the same non-empty values at KEYS.
 same_fields() {
     python3 - "$@" <<'EOF'
 import json, sys
 what, keys, a, b = sys.argv[1], sys.argv[2].split(","), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 for key in keys:
     if not a.get(key) or a.get(key) != b.get(key):
-        sys.exit(f"web_test: {what}: {key} differs (or is empty)\n  native: {json.dumps(a.get(key))}\n  wasm:   {json.dumps(b.get(key))}")
+        sys.exit(f"web_test: {what}: {key} differs (or is empty)\n  want: {json.dumps(a.get(key))}\n  wasm: {json.dumps(b.get(key))}")
 EOF
 }
 
@@ -50,16 +50,20 @@ step "doctest suite under Node passed (3 tests excluded: fork, threads)"
 
 # The same prompt, seed, temperature and top-k natively (one thread, the discard context policy
 # the web module uses) and under Node; 200 tokens run past the 128-token context.
-check_same() { # prompt n temperature top_k seed
+check_same() { # kernels prompt n temperature top_k seed
     local native_json wasm_json
-    native_json=$("$native" -m "$model" -p "$1" -n "$2" --temp "$3" --top-k "$4" --seed "$5" -t 1 --context-policy discard --json)
-    wasm_json=$(node_run examples/web/node_generate.js "$model" "$1" "$2" "$3" "$4" "$5")
-    same_fields "prompt '$1', seed $5, Node" ids,text "$native_json" "$wasm_json"
+    native_json=$("$native" -m "$model" -p "$2" -n "$3" --temp "$4" --top-k "$5" --seed "$6" -t 1 --context-policy discard --json)
+    wasm_json=$(node_run examples/web/node_generate.js "$model" "$2" "$3" "$4" "$5" "$6")
+    same_fields "prompt '$2', seed $6, Node" ids,text "$native_json" "$wasm_json"
+    same_fields "kernel set under Node" kernels "{\"kernels\": \"$1\"}" "$wasm_json"
     native_last=$native_json
 }
-check_same "JULIET:" 200 1.0 40 123
-check_same "ROMEO:" 200 0.8 200 7
+check_same wasm_simd128 "JULIET:" 200 1.0 40 123
+check_same wasm_simd128 "ROMEO:" 200 0.8 200 7
 step "Node generates the native token ids and text (2 prompts, 200 tokens each)"
+GPT2_WASM_SIMD=0 GPT2_WASM_OUT=build-wasm/scalar bash examples/web/build.sh
+GPT2_WEB_MODULE=build-wasm/scalar/gpt2_web.js check_same scalar "ROMEO:" 200 0.8 200 7
+step "built without -msimd128, Node generates the native tokens with the portable kernels"
 
 # The page, served as a user would serve it, in headless Chromium.
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

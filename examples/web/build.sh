@@ -4,7 +4,8 @@
 #   bash examples/web/build.sh           the page's module: examples/web/gpt2_web.js + .wasm
 #   bash examples/web/build.sh tests     also the doctest suite for Node: build-wasm/tests/gpt2-tests.js
 #
-# GPT2_WASM_SIMD=0 builds without -msimd128, so the portable (scalar) kernels run. No -pthread:
+# GPT2_WASM_SIMD=0 builds without -msimd128, so the portable (scalar) kernels run; GPT2_WASM_OUT=DIR
+# writes the module to DIR instead of examples/web. No -pthread:
 # threads would need a SharedArrayBuffer, which browsers give only to cross-origin isolated
 # pages, so every session runs on one thread (src/cpu/threadpool.h).
 set -euo pipefail
@@ -20,10 +21,12 @@ common=(-std=c++17 -O3 "${simd[@]}" -Wall -Wextra -I.)
 
 # The page's Web Worker and the Node driver load this one module: MODULARIZE makes it a factory,
 # createGpt2(), that resolves once the wasm is instantiated.
-em++ "${common[@]}" examples/web/gpt2_web.cpp -o examples/web/gpt2_web.js \
+module_dir="${GPT2_WASM_OUT:-examples/web}"
+mkdir -p "$module_dir"
+em++ "${common[@]}" examples/web/gpt2_web.cpp -o "$module_dir/gpt2_web.js" \
     -sMODULARIZE=1 -sEXPORT_NAME=createGpt2 -sENVIRONMENT=web,worker,node -sALLOW_MEMORY_GROWTH=1 \
     -sEXPORTED_FUNCTIONS=_malloc,_free -sEXPORTED_RUNTIME_METHODS=ccall,UTF8ToString
-echo "wrote examples/web/gpt2_web.js and gpt2_web.wasm"
+echo "wrote $module_dir/gpt2_web.js and gpt2_web.wasm"
 
 [ "${1:-}" = tests ] || exit 0
 

@@ -3,9 +3,10 @@
 // native program's output.
 //   node --no-experimental-fetch examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED
 // (--no-experimental-fetch: Emscripten 3.1.6 would fetch the .wasm by its file path under Node 18+.)
+// GPT2_WEB_MODULE=PATH loads another build of the module (build.sh's GPT2_WASM_OUT).
 const fs = require('fs');
 const path = require('path');
-const createGpt2 = require(path.join(__dirname, 'gpt2_web.js'));
+const createGpt2 = require(path.resolve(process.env.GPT2_WEB_MODULE || path.join(__dirname, 'gpt2_web.js')));
 
 const [model, prompt, n, temperature, topK, seed] = process.argv.slice(2);
 if (seed === undefined) {
