@@ -114,8 +114,10 @@
      GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
      GPT2_ASSERT             replace assert() for internal invariants
      GPT2_NO_SIMD            use the portable kernels only
-     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon") when the
-                             CPU has it; by default the best one is picked at run time (cpuid)
+     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon",
+                             "wasm_simd128") when the CPU has it; by default the best one is
+                             picked at run time (cpuid); WebAssembly's by the compiler flag
+                             (Emscripten's -msimd128 gives "wasm_simd128")
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
      GPT2_REFERENCE_FORWARD  compile gpt2__forward_reference, the plain forward pass the tests
                              compare every kernel set with (not for programs)
@@ -272,7 +274,8 @@ typedef struct gpt2_session gpt2_session;
 typedef enum gpt2_context_policy { GPT2_CONTEXT_EXACT = 0, GPT2_CONTEXT_DISCARD = 1 } gpt2_context_policy;
 
 typedef struct gpt2_session_params {
-    int n_threads;  /* worker threads for this session, including the caller; 0 = all cores */
+    int n_threads;  /* worker threads for this session, including the caller; 0 = all cores.
+                       WebAssembly built without Emscripten's -pthread runs on the caller alone */
     int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's.
                        On Linux, with the default allocator, the cache sits on huge pages
                        (faster to stream) and is resident from the first token: ask for less

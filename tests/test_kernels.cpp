@@ -52,7 +52,52 @@ TEST_CASE("dispatch picks a kernel set this CPU supports, and the scalar set alw
     CHECK(gpt2__kernels_by_name("scalar") == &gpt2__kernels_scalar);
     CHECK(gpt2__kernels_by_name(gpt2__cpu_kernels().name) == &gpt2__cpu_kernels());
     CHECK(gpt2__kernels_by_name("no-such-kernels") == nullptr);
+#if defined(__wasm_simd128__) && !defined(GPT2_NO_SIMD)
+    CHECK(gpt2__kernels_by_name("wasm_simd128") == &gpt2__cpu_kernels()); // -msimd128 builds run it, so the tests below compare it
+#endif
 }
+
+#if defined(GPT2__WASM_SIMD128)
+TEST_CASE("WASM SIMD128 widens every f16 bit pattern exactly as the scalar conversion: subnormals, infinities, NaNs") {
+    for (uint32_t h = 0; h < 0x10000; h += 8) {
+        uint16_t eight[8];
+        for (int i = 0; i < 8; i++) eight[i] = (uint16_t)(h + i);
+        uint32_t got[8];
+        v128_t lo, hi;
+        gpt2__f16x8_to_f32_wasm((const uint8_t*)eight, &lo, &hi);
+        wasm_v128_store(got, lo);
+        wasm_v128_store(got + 4, hi);
+        for (int i = 0; i < 8; i++) {
+            const float want = gpt2__f16_to_f32(eight[i]);
+            uint32_t want_bits;
+            std::memcpy(&want_bits, &want, 4);
+            CAPTURE(eight[i]);
+            REQUIRE(got[i] == want_bits);
+        }
+    }
+}
+
+TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the streamed dot products bit for bit") {
+    std::mt19937 rng(11);
+    for (uint32_t type : {GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0}) {
+        for (int64_t n : {96, 123}) { // 123: a tail past the steps of eight
+            if (type == GPT2_TYPE_Q8_0 && n % 32 != 0) continue;
+            CAPTURE(gpt2__type_name(type)); CAPTURE(n);
+            const int64_t rows = 9;
+            Matrix m(rng, type, rows, n);
+            const int T = 6;
+            std::vector<float> x = random_floats(rng, (size_t)(T * n), 1.0f), bias = random_floats(rng, rows, 1.0f);
+            std::vector<float> y((size_t)(T * rows)), panel(gpt2__panel_floats(n));
+            gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, false};
+            REQUIRE(!gpt2__streams_rows(a));
+            gpt2__matmul_wasm(a, 0, rows, panel.data());
+            for (int t = 0; t < T; t++)
+                for (int64_t o = 0; o < rows; o++)
+                    CHECK(y[(size_t)(t * rows + o)] == bias[(size_t)o] + gpt2__dot_row_wasm(type, m.w.data + o * m.w.row_bytes, x.data() + t * n, n));
+        }
+    }
+}
+#endif
 
 TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {
     std::mt19937 rng(1234);

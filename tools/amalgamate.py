@@ -31,6 +31,7 @@ OUTPUTS = {
         "src/cpu/kernels/avx2.h",        # AVX2 + FMA + F16C kernels
         "src/cpu/kernels/avx512.h",      # AVX-512 kernels
         "src/cpu/kernels/neon.h",        # Arm NEON kernels
+        "src/cpu/kernels/wasm_simd128.h", # WebAssembly SIMD128 kernels (Emscripten -msimd128)
         "src/cpu/dispatch.h",            # picks the kernels for this CPU, once
         "src/cpu/threadpool.h",          # per-session worker threads
         "src/cpu/forward.h",             # the transformer forward pass with KV cache

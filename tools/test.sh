@@ -14,6 +14,12 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DGPT2_BUILD_SHARED=ON >/dev
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 
+# ---- WebAssembly (examples/web/): the Emscripten build of the library (SIMD128 kernels) and of the
+# doctest suite, the suite under Node, and the web page in headless Chromium, each generating the
+# native program's tokens for the same seed (tools/web_test.sh; about 4 min on 2 cores) ----
+bash tools/install_deps.sh emscripten chromium
+GPT2_NATIVE_CLI=build-test/examples/gpt2 bash tools/web_test.sh
+
 # ---- the CUDA path, wherever nvcc is: the device run's every step up to the first GPU call
 # (tests/cuda/device_run.sh --dry-run builds the benchmark and the CUDA tests for sm_90 and makes
 # their models), then the CUDA tests, which skip their GPU cases without a GPU; the header for

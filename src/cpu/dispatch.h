@@ -1,11 +1,13 @@
 /* Kernel dispatch: the one place that decides which implementation runs on this CPU.
 
    One binary carries every kernel set its target allows (scalar everywhere; AVX2 and AVX-512
-   on x86-64; NEON on AArch64) and picks the best one the CPU and OS support, once per process:
-   cpuid for the instructions, xgetbv for the OS saving the wide registers.
+   on x86-64; NEON on AArch64; SIMD128 on WebAssembly built with -msimd128) and picks the best
+   one the CPU and OS support, once per process: cpuid for the instructions, xgetbv for the OS
+   saving the wide registers. WebAssembly cannot ask: its set is chosen by the compiler flag.
      GPT2_NO_SIMD                     compile the scalar kernels only
-     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon") when the
-                                      CPU supports it, else the best one it does */
+     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon",
+                                      "wasm_simd128") when the CPU supports it, else the best
+                                      one it does */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
@@ -59,6 +61,10 @@ static gpt2__x86_features gpt2__detect_x86() {
 static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                  gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #endif
+#if defined(GPT2__WASM_SIMD128)
+static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm};
+#endif
 
 /* The kernel sets this CPU can run, best first. */
 static int gpt2__supported_kernels(const gpt2__kernels** out) {
@@ -70,6 +76,9 @@ static int gpt2__supported_kernels(const gpt2__kernels** out) {
 #endif
 #if defined(GPT2__NEON)
     out[n++] = &gpt2__kernels_neon;
+#endif
+#if defined(GPT2__WASM_SIMD128)
+    out[n++] = &gpt2__kernels_wasm_simd128;
 #endif
     out[n++] = &gpt2__kernels_scalar;
     return n;

@@ -67,9 +67,21 @@ static void gpt2__pool_worker(gpt2__pool* pool, int index) {
     }
 }
 
+/* WebAssembly built by Emscripten without -pthread has no threads: a std::thread would abort,
+   and threads there need a SharedArrayBuffer, which browsers give only to pages served with
+   cross-origin isolation headers (COOP/COEP) that a plain static server does not send. There
+   every session runs on the calling thread alone, whatever n_threads asks for (results do not
+   depend on the thread count). */
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+#define GPT2__SINGLE_THREADED 1
+#endif
+
 /* Returns false when threads could not be started (the pool then runs everything inline). */
 static bool gpt2__pool_start(gpt2__pool* pool, int n_threads) {
     pool->n_threads = 1;
+#if defined(GPT2__SINGLE_THREADED)
+    n_threads = 1;
+#endif
 #if defined(__cpp_exceptions)
     try {
 #endif

@@ -218,7 +218,7 @@ static inline uint64_t gpt2__hash_bytes(const unsigned char* s, size_t n) {
     }
     uint64_t w = 0;
     std::memcpy(&w, s, n);
-    return gpt2__mix64(h ^ w ^ (n << 56));
+    return gpt2__mix64(h ^ w ^ ((uint64_t)n << 56)); /* uint64_t: size_t is 32 bits on wasm32 */
 }
 
 struct gpt2__tokenizer {

@@ -1,0 +1,74 @@
+// gpt2_web.cpp - the C API made callable from JavaScript (built by examples/web/build.sh with
+// Emscripten). One model and one session per module instance; the page's Web Worker and the Node
+// driver (examples/web/node_generate.js) are its two users. Each generated token's text goes to
+// the JavaScript function Module.onToken(id, text) as soon as it is sampled.
+#define GPT2_IMPLEMENTATION
+#include "gpt2.h"
+
+#include <emscripten.h>
+#include <cstdint>
+#include <cstdlib>
+
+// Hands one token to JavaScript. `text` is whole UTF-8 characters (gpt2_token_fn's promise), so
+// decoding each piece on its own never splits a character.
+EM_JS(void, web_emit_token, (int32_t id, const char* text, size_t len), {
+    if (Module.onToken) Module.onToken(id, UTF8ToString(text, len));
+});
+
+static gpt2_model* web_model;
+static gpt2_session* web_session;
+static void* web_model_bytes; // gpt2_model_load_memory reads the weights in place: kept while the model lives
+static gpt2_error web_error;
+
+static int web_on_token(void*, int32_t id, const char* text, size_t len) {
+    web_emit_token(id, text, len);
+    return 0;
+}
+
+extern "C" {
+
+// The message of the last failed call.
+EMSCRIPTEN_KEEPALIVE const char* web_last_error(void) { return web_error.message; }
+
+// The name of the kernel set the module runs: "wasm_simd128", or "scalar" when built without
+// -msimd128. The C API does not say; this file holds the implementation, so it asks dispatch.h.
+EMSCRIPTEN_KEEPALIVE const char* web_kernels(void) { return gpt2__cpu_kernels().name; }
+
+// Takes ownership of `bytes` (a GGUF file, allocated with malloc by the caller) and loads the
+// model from it with one session, replacing any loaded before. Returns a gpt2_result.
+EMSCRIPTEN_KEEPALIVE int web_load_model(void* bytes, size_t size) {
+    gpt2_session_free(web_session);
+    gpt2_model_free(web_model);
+    std::free(web_model_bytes);
+    web_session = nullptr;
+    web_model = nullptr;
+    web_model_bytes = bytes;
+    gpt2_result r = gpt2_model_load_memory(bytes, size, nullptr, &web_model, &web_error);
+    // As the REPL does: when the context is full, drop its older half at once (one recomputing
+    // pass per n_ctx / 2 tokens) instead of recomputing the whole window for every new token.
+    // The CLI gives the same tokens with --context-policy discard.
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.context_policy = GPT2_CONTEXT_DISCARD;
+    if (r == GPT2_OK) r = gpt2_session_create(web_model, &sp, &web_session, &web_error);
+    return r;
+}
+
+// Forgets the conversation, then generates up to n_tokens after `prompt` (UTF-8), sampling with
+// temperature, top_k and seed (a double: JavaScript numbers hold integers up to 2^53 exactly).
+// Returns a gpt2_result; web_last_error() says why on failure.
+EMSCRIPTEN_KEEPALIVE int web_generate(const char* prompt, int n_tokens, float temperature, int top_k, double seed) {
+    if (!web_session) {
+        gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "no model loaded: call web_load_model first");
+        return GPT2_ERROR_INVALID_ARGUMENT;
+    }
+    gpt2_session_reset(web_session);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = n_tokens;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.seed = (uint64_t)seed;
+    p.on_token = web_on_token;
+    return gpt2_generate_text(web_session, prompt, &p, &web_error);
+}
+
+} // extern "C"
