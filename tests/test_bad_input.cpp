@@ -273,8 +273,19 @@ TEST_CASE("a LayerNorm weight stored in f16 is refused: vectors are f32") {
 
 TEST_CASE("a matrix of a type this build cannot run is unsupported") {
     GgufBuilder g = tiny_model();
-    g.tensor("blk.1.attn_output.weight")->type = 2; // GGML q4_0
-    CHECK_ERROR(load_error(g), GPT2_ERROR_UNSUPPORTED, "blk.1.attn_output.weight: tensor type 2 is not supported");
+    g.tensor("blk.1.attn_output.weight")->type = 3; // GGML q4_1
+    CHECK_ERROR(load_error(g), GPT2_ERROR_UNSUPPORTED, "blk.1.attn_output.weight: tensor type 3 is not supported");
+}
+
+TEST_CASE("a q4_0 or q8_0 matrix whose rows are not whole blocks of 32 is refused") {
+    const struct { uint32_t type; const char* message; } cases[] = {
+        {GPT2_TYPE_Q4_0, "blk.0.attn_qkv.weight: rows of 8 values are not whole q4_0 blocks of 32"},
+        {GPT2_TYPE_Q8_0, "blk.0.attn_qkv.weight: rows of 8 values are not whole q8_0 blocks of 32"}};
+    for (const auto& c : cases) {
+        GgufBuilder g = tiny_model(); // rows of n_embd = 8 values
+        g.tensor("blk.0.attn_qkv.weight")->type = c.type;
+        CHECK_ERROR(load_error(g), GPT2_ERROR_BAD_FILE, c.message);
+    }
 }
 
 TEST_CASE("an integer key given as a string names the key and both types") {
