@@ -59,15 +59,15 @@ GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq
 }
 
 /* The int32 sums of two consecutive q4_0 blocks (at p) times their 64 quantized activations, laid
-   out as gpt2__dot2_q8_avx512's. The nibbles are unsigned bytes, as vpdpbusd takes its first
-   operand: it multiplies them as they are, and 8 times the sums of x come off after. */
+   out as gpt2__dot2_q8_avx512's. Each block's 16 bytes are broadcast to two 128-bit lanes (loads,
+   no shuffles), the second lane of each shifted to its high nibbles. The nibbles are unsigned
+   bytes, as vpdpbusd takes its first operand: it multiplies them as they are, and 8 times the sums
+   of x come off after. */
 GPT2__AVX512 static inline __m512i gpt2__dot2_q4_avx512(const uint8_t* p, const int8_t* xq) {
     static_assert(gpt2__q4_block_values == 32, "a block's values fill one 256-bit half");
-    const __m256i packed = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p))),
-                                                   _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p + gpt2__q4_block_bytes)), 1);
-    /* 128-bit lanes low nibbles of blocks 0, 1, high nibbles of 0, 1; reordered to 0 low, 0 high, 1 low, 1 high */
-    const __m512i nibbles = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
-    const __m512i w = _mm512_and_si512(_mm512_shuffle_i64x2(nibbles, nibbles, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(15));
+    const __m512i both = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p))), (__mmask16)0xff00,
+                                                     _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p + gpt2__q4_block_bytes)));
+    const __m512i w = _mm512_and_si512(_mm512_mask_srli_epi16(both, (__mmask32)0xff00ff00u, both, 4), _mm512_set1_epi8(15));
     const __m512i x = _mm512_loadu_si512(xq), zero = _mm512_setzero_si512();
     return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
 }
