@@ -190,6 +190,25 @@ TEST_CASE("a missing required key is named, for every required key of the key ta
     CHECK(checked == 6); // general.architecture, the 4 hyper-parameters, gpt2h.tokenizer.chars
 }
 
+TEST_CASE("tokenizer.ggml.model: 'none' and 'no_vocab' (llama.cpp's no vocabulary) mean token ids only, a character kind wins, others are refused") {
+    for (const char* none : {"none", "no_vocab"}) {
+        CAPTURE(none);
+        GgufBuilder ids = tiny_model(), chars = tiny_model();
+        ids.remove_key("gpt2h.tokenizer.kind");
+        ids.set_string("tokenizer.ggml.model", none);
+        chars.set_string("tokenizer.ggml.model", none); // what tools/convert.py writes for llama.cpp
+        Loaded a(ids.build()), b(chars.build());
+        REQUIRE_MESSAGE(a.model, a.err.message);
+        REQUIRE_MESSAGE(b.model, b.err.message);
+        CHECK(gpt2_model_get_info(a.model).tokenizer == GPT2_TOKENIZER_NONE);
+        CHECK(gpt2_model_get_info(b.model).tokenizer == GPT2_TOKENIZER_CHAR);
+    }
+    GgufBuilder g = tiny_model();
+    g.remove_key("gpt2h.tokenizer.kind");
+    g.set_string("tokenizer.ggml.model", "llama");
+    CHECK_ERROR(load_error(g), GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is 'llama', expected 'gpt2' or 'none'");
+}
+
 TEST_CASE("without its optional keys a model loads with the defaults docs/FORMAT.md gives") {
     GgufBuilder bare = tiny_model();
     for (const GgufKeyInfo& key : gguf_keys)

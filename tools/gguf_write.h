@@ -63,6 +63,7 @@ inline constexpr GgufKeyInfo gguf_keys[] = {
     {"gpt2.block_count",                   GGUF_REQUIRED, GGUF_UINT32},
     {"gpt2.attention.head_count",          GGUF_REQUIRED, GGUF_UINT32},
     {"gpt2.attention.layer_norm_epsilon",  GGUF_OPTIONAL, GGUF_FLOAT32},
+    {"gpt2.vocab_size",                    GGUF_NOT_READ, GGUF_UINT32},
     {"tokenizer.ggml.model",               GGUF_OPTIONAL, GGUF_STRING},
     {"tokenizer.ggml.pre",                 GGUF_NOT_READ, GGUF_STRING},
     {"tokenizer.ggml.tokens",              GGUF_REQUIRED, GGUF_ARRAY, GGUF_STRING},

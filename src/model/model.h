@@ -278,8 +278,8 @@ static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
         int64_t eos = -1;
         GPT2__TRY(gpt2__gguf_get_int(g, "tokenizer.ggml.eos_token_id", false, 0, (int64_t)tokens.size() - 1, &eos, err));
         GPT2__TRY(gpt2__tokenizer_init_bpe(&m->tokenizer, tokens.data(), tokens.size(), merges.data(), merges.size(), (int32_t)eos, err));
-    } else if (!bpe_model.empty()) {
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
+    } else if (!bpe_model.empty() && bpe_model != "none" && bpe_model != "no_vocab") { /* llama.cpp's names for no vocabulary: token ids only */
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2' or 'none'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
     }
     m->n_vocab = m->n_vocab_rows;
     if (m->tokenizer.kind != GPT2_TOKENIZER_NONE) {

@@ -202,7 +202,10 @@ class ConvertedModels(unittest.TestCase):
         self.assertEqual((kv["gpt2h.nanogpt.iter_num"], types["gpt2h.nanogpt.iter_num"][0]), (1234, gguf.UINT64))
         self.assertAlmostEqual(kv["gpt2h.nanogpt.best_val_loss"], 2.59, places=6)
         self.assertNotIn("gpt2h.nanogpt.padded_vocab_size", kv)
-        self.assertNotIn("tokenizer.ggml.model", kv)
+        # llama.cpp's "no vocabulary": it requires tokenizer.ggml.model, and takes n_vocab from gpt2.vocab_size
+        self.assertEqual(kv["tokenizer.ggml.model"], "none")
+        self.assertEqual((kv["gpt2.vocab_size"], types["gpt2.vocab_size"][0]), (len(kv["gpt2h.tokenizer.chars"]), gguf.UINT32))
+        self.assertNotIn("tokenizer.ggml.tokens", kv)
 
     def test_tensor_layout_with_bias(self):
         r = self.reader("bias_char")
@@ -234,9 +237,11 @@ class ConvertedModels(unittest.TestCase):
         self.assertEqual(r.tensors["output.weight"].dims, [16, 24])
         self.assertNotEqual(r.tensor_values("output.weight"), r.tensor_values("token_embd.weight"))
 
-    def test_ids_only_model_has_no_tokenizer_keys(self):
+    def test_ids_only_model_has_no_tokenizer_but_llama_cpps_no_vocabulary(self):
         kv = self.reader("nobias").kv
-        self.assertFalse([k for k in kv if k.startswith("tokenizer.") or k.startswith("gpt2h.tokenizer")])
+        self.assertEqual([k for k in kv if k.startswith("tokenizer.") or k.startswith("gpt2h.tokenizer")], ["tokenizer.ggml.model"])
+        rows = self.reader("nobias").tensors["token_embd.weight"].dims[1]
+        self.assertEqual((kv["tokenizer.ggml.model"], kv["gpt2.vocab_size"]), ("none", rows))
 
 
 # ---- the key table: docs/FORMAT.md, the converter, tools/gguf_write.h and the loader agree --------
