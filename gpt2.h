@@ -3940,9 +3940,11 @@ GPT2__AVX512 static float gpt2__dot_q4_avx512(const uint8_t* w, const int8_t* xq
     for (; b + 4 <= nb; b += 4) {
         const uint8_t* p = w + bytes * b;
         const __m512i d0 = gpt2__dot2_q4_avx512(p, xq + B * b), d1 = gpt2__dot2_q4_avx512(p + 2 * bytes, xq + B * (b + 2));
-        uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
-        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
+        __m128i h = _mm_cvtsi32_si128(gpt2__q8_scale_f16(p)); /* inserts: four 2-byte stores read back as 8 bytes stall the load */
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + bytes), 1);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * bytes), 2);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * bytes), 3);
+        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(xs + b)));
         acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
         acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
     }
