@@ -206,6 +206,7 @@ typedef void (*gpt2_log_fn)(void* user, gpt2_log_level level, const char* messag
 typedef enum gpt2_type {
     GPT2_TYPE_F32 = 0,
     GPT2_TYPE_F16 = 1,
+    GPT2_TYPE_Q4_0 = 2,
     GPT2_TYPE_Q8_0 = 8,
     GPT2_TYPE_BF16 = 30
 } gpt2_type;
@@ -1499,6 +1500,8 @@ struct gpt2__gguf {
 
 /* A q8_0 block: one f16 scale, then 32 signed bytes (gpt2__block_q8_0 in cpu/kernels/contract.h). */
 static const int gpt2__q8_block_values = 32, gpt2__q8_block_bytes = 34;
+/* A q4_0 block: one f16 scale, then 16 bytes of two 4-bit values each (gpt2__block_q4_0). */
+static const int gpt2__q4_block_values = 32, gpt2__q4_block_bytes = 18;
 
 /* Size in bytes of `n_elements` of a weight type, laid out in rows of `row_length`; false when
    the type is unknown or the row length does not fit its blocks. */
@@ -1510,6 +1513,10 @@ static bool gpt2__type_row_bytes(uint32_t type, uint64_t row_length, uint64_t* o
         if (row_length % gpt2__q8_block_values != 0) return false;
         *out = row_length / gpt2__q8_block_values * gpt2__q8_block_bytes;
         return true;
+    case GPT2_TYPE_Q4_0:
+        if (row_length % gpt2__q4_block_values != 0) return false;
+        *out = row_length / gpt2__q4_block_values * gpt2__q4_block_bytes;
+        return true;
     default: return false;
     }
 }
@@ -1520,6 +1527,7 @@ static const char* gpt2__type_name(uint32_t type) {
     case GPT2_TYPE_F16: return "f16";
     case GPT2_TYPE_BF16: return "bf16";
     case GPT2_TYPE_Q8_0: return "q8_0";
+    case GPT2_TYPE_Q4_0: return "q4_0";
     default: return "unknown";
     }
 }
@@ -1925,8 +1933,10 @@ static gpt2_result gpt2__bind_matrix(const gpt2_model* m, const char* name, int6
     if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: shape [%llu, %llu%s] expected [%lld, %lld]", name, (unsigned long long)t->ne[0],
                           (unsigned long long)t->ne[1], t->n_dims > 2 ? ", ..." : "", (long long)cols, (long long)rows);
+    if (t->n_bytes == 0 && std::strcmp(gpt2__type_name(t->type), "unknown") != 0) /* a block type, rows not whole blocks */
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: rows of %llu values are not whole %s blocks of 32", name, (unsigned long long)t->ne[0], gpt2__type_name(t->type));
     if (t->n_bytes == 0)
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "%s: tensor type %u is not supported (f32, f16, bf16, q8_0 are)", name, t->type);
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "%s: tensor type %u is not supported (f32, f16, bf16, q8_0, q4_0 are)", name, t->type);
     out->data = t->data;
     out->type = t->type;
     out->rows = rows;
@@ -2040,8 +2050,8 @@ static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
         int64_t eos = -1;
         GPT2__TRY(gpt2__gguf_get_int(g, "tokenizer.ggml.eos_token_id", false, 0, (int64_t)tokens.size() - 1, &eos, err));
         GPT2__TRY(gpt2__tokenizer_init_bpe(&m->tokenizer, tokens.data(), tokens.size(), merges.data(), merges.size(), (int32_t)eos, err));
-    } else if (!bpe_model.empty()) {
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
+    } else if (!bpe_model.empty() && bpe_model != "none" && bpe_model != "no_vocab") { /* llama.cpp's names for no vocabulary: token ids only */
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2' or 'none'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
     }
     m->n_vocab = m->n_vocab_rows;
     if (m->tokenizer.kind != GPT2_TOKENIZER_NONE) {
@@ -2827,10 +2837,14 @@ static gpt2_result gpt2__state_apply(gpt2_session* s, const gpt2__state_view& v,
 static const int gpt2__decode_max_tokens = 3;
 static inline bool gpt2__is_decode(int T) { return T <= gpt2__decode_max_tokens; }
 
-/* A q8_0 matmul over a single token first quantizes its activations to int8
+/* Weights in blocks of 32 integers with one f16 scale each (q8_0, q4_0) meet int8 activations in
+   blocks of the same 32 (gpt2__quantize_q8): a block's dot product is an exact integer sum. */
+static inline bool gpt2__int8_weights(uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 || weight_type == GPT2_TYPE_Q4_0; }
+
+/* A q8_0 or q4_0 matmul over a single token first quantizes its activations to int8
    (gpt2__matmul_args.xq) for integer dot products; the session holds one quantized row. With 2 or
-   3 tokens, q8_0 rows take the prefill path. */
-static inline bool gpt2__int8_activations(int T, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && T == 1; }
+   3 tokens, such rows take the prefill path. */
+static inline bool gpt2__int8_activations(int T, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && T == 1; }
 
 /* ---- Matrix products ------------------------------------------------------------------- */
 
@@ -2851,6 +2865,16 @@ static inline uint16_t gpt2__q8_scale_f16(const uint8_t* block) {
 }
 static inline const int8_t* gpt2__q8_values(const uint8_t* block) { return (const int8_t*)(block + 2); }
 
+/* A q4_0 block as GGUF (ggml's block_q4_0) lays it out: one f16 scale d, then 16 bytes; byte j
+   holds value j in its low nibble and value j + 16 in its high one; value = d * (nibble - 8).
+   Its scale is read with gpt2__q8_scale_f16, as both blocks start with it. */
+struct gpt2__block_q4_0 {
+    uint16_t scale;
+    uint8_t q[gpt2__q4_block_values / 2];
+};
+static_assert(sizeof(gpt2__block_q4_0) == gpt2__q4_block_bytes, "q4_0 blocks are 18 bytes");
+static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return block + 2; }
+
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
    session split the rows of W between them. Every output is computed in the same order
@@ -2859,7 +2883,7 @@ struct gpt2__matmul_args {
     float* y;                  /* (T, W->rows) */
     const float* x;            /* (T, W->cols) */
     const int8_t* xq;          /* x quantized by gpt2__quantize_q8 (gpt2__int8_activations): when set and W */
-    const float* xq_scale;     /*   is q8_0, the kernel uses integer dot products; else it reads x */
+    const float* xq_scale;     /*   is q8_0 or q4_0, the kernel uses integer dot products; else it reads x */
     const gpt2__weight* W;
     const float* bias;         /* (W->rows) or NULL */
     int T;
@@ -2869,11 +2893,12 @@ struct gpt2__matmul_args {
 };
 
 /* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
-   float panels with tiles of tokens (prefill): q8_0 rows stream only against int8 activations.
+   float panels with tiles of tokens (prefill): q8_0 and q4_0 rows stream only against int8
+   activations.
    The scalar and NEON sets always stream. A batch of sessions streams all its decode rows at
    once (decode_rows): each weight row is read from memory once and its dot products with every
    row are those a lone session computes, so the batch gives the lone results bit for bit. */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (!gpt2__int8_weights(a.W->type) || a.xq); }
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers. */
@@ -2971,6 +2996,18 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
             for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)block.q[i];
         }
         break;
+    case GPT2_TYPE_Q4_0:
+        for (int64_t b = 0; b < n / gpt2__q4_block_values; b++) {
+            gpt2__block_q4_0 block;
+            std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
+            const float scale = gpt2__f16_to_f32(block.scale);
+            float* o = out + gpt2__q4_block_values * b;
+            for (int j = 0; j < gpt2__q4_block_values / 2; j++) {
+                o[j] = scale * (float)((block.q[j] & 15) - 8);
+                o[j + gpt2__q4_block_values / 2] = scale * (float)((block.q[j] >> 4) - 8);
+            }
+        }
+        break;
     default:
         GPT2_ASSERT(!"unknown weight type");
     }
@@ -3001,11 +3038,14 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
     }
     case GPT2_TYPE_F16:
     case GPT2_TYPE_BF16:
-    case GPT2_TYPE_Q8_0: {
+    case GPT2_TYPE_Q8_0:
+    case GPT2_TYPE_Q4_0: {
         float buffer[256];
         for (int64_t start = 0; start < n; start += 256) {
             const int64_t len = std::min<int64_t>(256, n - start);
-            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / gpt2__q8_block_values * gpt2__q8_block_bytes : (size_t)start * 2;
+            const size_t offset = type == GPT2_TYPE_Q8_0   ? (size_t)start / gpt2__q8_block_values * gpt2__q8_block_bytes
+                                  : type == GPT2_TYPE_Q4_0 ? (size_t)start / gpt2__q4_block_values * gpt2__q4_block_bytes
+                                                           : (size_t)start * 2;
             gpt2__dequantize_row(type, row + offset, buffer, len);
             for (int64_t i = 0; i < len; i++) sum += buffer[i] * x[start + i];
         }
@@ -3032,9 +3072,27 @@ static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const flo
     return sum;
 }
 
-/* The matmul of any pair of row dot kernels, one output row at a time: the portable set below,
-   and the NEON set, whose speed lies in its dot kernels alone. */
-template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
+/* A q4_0 weight row against activations quantized by gpt2__quantize_q8, as gpt2__dot_q8_scalar:
+   per block the exact integer sum of (nibble - 8) x, scaled by both blocks' scales. */
+static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q4_block_values;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / B; b++) {
+        gpt2__block_q4_0 block;
+        std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
+        const int8_t* x = xq + B * b;
+        int32_t isum = 0;
+        for (int j = 0; j < B / 2; j++) isum += ((block.q[j] & 15) - 8) * (int32_t)x[j] + ((block.q[j] >> 4) - 8) * (int32_t)x[j + B / 2];
+        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
+    }
+    return sum;
+}
+
+/* The matmul of any row dot kernels (q8_0 and q4_0 rows against int8 activations, any row against
+   floats), one output row at a time: the portable set below, and the NEON set, whose speed lies
+   in its dot kernels alone. */
+template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotQ4)(const uint8_t*, const int8_t*, const float*, int64_t),
+          float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     /* a's fields copied once: the stores to y may alias them, so read through `a` they would be
        reloaded every row */
@@ -3043,12 +3101,13 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
     const int8_t* xq = a.xq;
     float* y = a.y;
     const int T = a.T;
-    const bool accumulate = a.accumulate, int8 = W.type == GPT2_TYPE_Q8_0 && xq;
+    const bool accumulate = a.accumulate, int8 = gpt2__int8_weights(W.type) && xq;
+    float (*const dot_int8)(const uint8_t*, const int8_t*, const float*, int64_t) = W.type == GPT2_TYPE_Q4_0 ? DotQ4 : DotQ8;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
         for (int t = 0; t < T; t++) {
             float v = (bias ? bias[o] : 0.0f);
-            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / gpt2__q8_block_values), W.cols)
+            v += int8 ? dot_int8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / gpt2__q8_block_values), W.cols)
                       : DotRow(W.type, row, x + (size_t)t * W.cols, W.cols);
             float* out = y + (size_t)t * W.rows + o;
             *out = accumulate ? *out + v : v;
@@ -3058,7 +3117,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
 
 static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
 
 /* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
@@ -3409,8 +3468,57 @@ GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, co
     return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
 
-/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+/* One q4_0 block (at p) times its 32 quantized activations, as 8 float partial sums. The nibbles
+   are unsigned bytes, as pmaddubsw takes its first operand, so it multiplies them as they are and
+   8 times the sums of x come off after (the pairs' sums fit in 16 bits: |15 x| + |15 x| < 2^15). */
+GPT2__AVX2 static inline __m256 gpt2__block_dot_q4_avx2(const uint8_t* p, const int8_t* xq) {
+    const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15)); /* values 0-15, then 16-31 */
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
+    const __m256i dot16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w, x), _mm256_maddubs_epi16(_mm256_set1_epi8(8), x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
+}
+
+/* gpt2__dot_q8_avx2 for q4_0 rows. */
+GPT2__AVX2 static float gpt2__dot_q4_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+    const int64_t nb = K / B;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + bytes * b;
+        uint16_t h[4];
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
+        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+    }
+    for (; b < nb; b++) {
+        const uint8_t* p = w + bytes * b;
+        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
+    }
+    return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
+GPT2__AVX2 static void gpt2__q4_to_float_avx2(float* dst, const uint8_t* row, int64_t K) {
+    const int B = gpt2__q4_block_values;
+    for (int64_t b = 0; b < K / B; b++) {
+        const uint8_t* block = row + gpt2__q4_block_bytes * b;
+        const __m256 scale = _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(block)), low4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        const __m128i half[2] = {_mm_sub_epi8(_mm_and_si128(packed, low4), eight), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), eight)};
+        for (int i = 0; i < 4; i++) {
+            const __m128i q = i & 1 ? _mm_srli_si128(half[i / 2], 8) : half[i / 2];
+            _mm256_storeu_ps(dst + B * b + 8 * i, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        }
+    }
+}
+
+/* One row of K weights (f16, bf16, q8_0 or q4_0) to floats, for a prefill panel. */
 GPT2__AVX2 static void gpt2__row_to_float_avx2(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q4_0) return gpt2__q4_to_float_avx2(dst, row, K);
     if (type == GPT2_TYPE_Q8_0) {
         const int B = gpt2__q8_block_values;
         for (int64_t b = 0; b < K / B; b++) {
@@ -3500,7 +3608,7 @@ struct gpt2__prefill_avx2 {
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_q4_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -3810,8 +3918,67 @@ GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq
     return sum;
 }
 
-/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+/* The int32 sums of two consecutive q4_0 blocks (at p) times their 64 quantized activations, laid
+   out as gpt2__dot2_q8_avx512's. Each block's 16 bytes are broadcast to two 128-bit lanes (loads,
+   no shuffles), the second lane of each shifted to its high nibbles. The nibbles are unsigned
+   bytes, as vpdpbusd takes its first operand: it multiplies them as they are, and 8 times the sums
+   of x come off after. */
+GPT2__AVX512 static inline __m512i gpt2__dot2_q4_avx512(const uint8_t* p, const int8_t* xq) {
+    static_assert(gpt2__q4_block_values == 32, "a block's values fill one 256-bit half");
+    const __m512i both = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p))), (__mmask16)0xff00,
+                                                     _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p + gpt2__q4_block_bytes)));
+    const __m512i w = _mm512_and_si512(_mm512_mask_srli_epi16(both, (__mmask32)0xff00ff00u, both, 4), _mm512_set1_epi8(15));
+    const __m512i x = _mm512_loadu_si512(xq), zero = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
+}
+
+/* gpt2__dot_q8_avx512 for q4_0 rows. */
+GPT2__AVX512 static float gpt2__dot_q4_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+    const int64_t nb = K / B;
+    const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + bytes * b;
+        const __m512i d0 = gpt2__dot2_q4_avx512(p, xq + B * b), d1 = gpt2__dot2_q4_avx512(p + 2 * bytes, xq + B * (b + 2));
+        __m128i h = _mm_cvtsi32_si128(gpt2__q8_scale_f16(p)); /* inserts: four 2-byte stores read back as 8 bytes stall the load */
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + bytes), 1);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * bytes), 2);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * bytes), 3);
+        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(xs + b)));
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; b < nb; b++) { /* up to three last blocks */
+        const uint8_t* p = w + bytes * b;
+        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+        const __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), zero = _mm256_setzero_si256();
+        const __m256i dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wv, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x));
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
+    }
+    return sum;
+}
+
+/* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
+GPT2__AVX512 static void gpt2__q4_to_float_avx512(float* dst, const uint8_t* row, int64_t K) {
+    const int B = gpt2__q4_block_values;
+    for (int64_t b = 0; b < K / B; b++) {
+        const uint8_t* block = row + gpt2__q4_block_bytes * b;
+        const __m512 scale = _mm512_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(block)), low4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(packed, low4), eight), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), eight);
+        _mm512_storeu_ps(dst + B * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+        _mm512_storeu_ps(dst + B * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+    }
+}
+
+/* One row of K weights (f16, bf16, q8_0 or q4_0) to floats, for a prefill panel. */
 GPT2__AVX512 static void gpt2__row_to_float_avx512(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q4_0) return gpt2__q4_to_float_avx512(dst, row, K);
     if (type == GPT2_TYPE_Q8_0) {
         const int B = gpt2__q8_block_values;
         for (int64_t b = 0; b < K / B; b++) {
@@ -3889,10 +4056,10 @@ struct gpt2__prefill_avx512 {
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels.
    Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
-   loads (it splits those in two anyway); q8_0 rows use 512-bit integer dot products. */
+   loads (it splits those in two anyway); q8_0 and q4_0 rows use 512-bit integer dot products. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_q4_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -4070,6 +4237,15 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
         }
         return vaddvq_f32(acc);
     }
+    if (type == GPT2_TYPE_Q4_0) { /* a block at a time through the portable conversion */
+        const int B = gpt2__q4_block_values;
+        float w[gpt2__q4_block_values];
+        for (int64_t b = 0; b < n / B; b++) {
+            gpt2__dequantize_row(type, row + gpt2__q4_block_bytes * b, w, B);
+            for (int i = 0; i < B; i += 4) acc = vfmaq_f32(acc, vld1q_f32(w + i), vld1q_f32(x + B * b + i));
+        }
+        return vaddvq_f32(acc);
+    }
     for (; k + 4 <= n; k += 4) {
         float32x4_t w;
         if (type == GPT2_TYPE_F32) w = vld1q_f32((const float*)row + k);
@@ -4104,9 +4280,28 @@ static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float
     return vaddvq_f32(acc);
 }
 
+/* gpt2__dot_q8_neon for q4_0 rows: the nibbles less 8 as signed bytes. */
+static float gpt2__dot_q4_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q4_block_values;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / B; b++) {
+        const uint8_t* block = row + gpt2__q4_block_bytes * b;
+        const uint8x16_t packed = vld1q_u8(gpt2__q4_nibbles(block));
+        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), vdupq_n_s8(8));
+        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+        const int8x16_t x0 = vld1q_s8(xq + B * b), x1 = vld1q_s8(xq + B * b + 16);
+        int32x4_t isum = vpaddlq_s16(vmull_s8(vget_low_s8(lo), vget_low_s8(x0)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(lo), vget_high_s8(x0)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(hi), vget_low_s8(x1)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(hi), vget_high_s8(x1)));
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
+    }
+    return vaddvq_f32(acc);
+}
+
 static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_q4_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
 #endif /* GPT2__NEON */
@@ -4199,8 +4394,9 @@ static float gpt2__dot_q8_float_wasm(const uint8_t* row, const float* x, int64_t
     return gpt2__sum_f32x4_wasm(wasm_f32x4_add(acc0, acc1));
 }
 
-/* Dot product of one weight row with float x. A weight type this set has no loop for (one added
-   after it was written) takes the portable dot product, so every type the loader accepts runs. */
+/* Dot product of one weight row with float x. A weight type this set has no loop for (q4_0, and
+   any added later) takes the portable dot product, so every type the loader accepts runs; q4_0
+   rows against int8 activations take gpt2__dot_q4_scalar (gpt2__matmul_wasm). */
 static float gpt2__dot_row_wasm(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
     switch (type) {
     case GPT2_TYPE_F32: return gpt2__dot_row16_wasm<GPT2_TYPE_F32>(row, x, n);
@@ -4254,7 +4450,7 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
 static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
     const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
     float* y = a.y;
@@ -4870,14 +5066,14 @@ struct gpt2__batch_rows {
 
 /* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. Each row takes the
    path its session's lone pass takes (gpt2__matmul), so the results are the lone ones bit for
-   bit: the decode rows stream W together (on q8_0 weights only single tokens, quantized to
+   bit: the decode rows stream W together (on q8_0 and q4_0 weights only single tokens, quantized to
    int8: gpt2__int8_activations), each weight row read from memory once for all of them; the
    other sessions multiply panels, each its own rows (a tile's sums depend on where its tokens
    start). One parallel region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
-    const int n_streamed = W.type == GPT2_TYPE_Q8_0 ? r.n_one : r.n_one + r.n_few;
+    const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
     gpt2__vector<gpt2__matmul_args> parts;
     if (n_streamed) {
         parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});

@@ -6,7 +6,7 @@
 //
 // Limits: decode reads every weight once per token, so its floor is (bytes of weights read per
 // token) / (read bandwidth); prefill is arithmetic, so its ceiling is the fp32 FMA peak (every
-// kernel set does prefill with fp32 FMAs: f16/bf16/q8_0 rows are converted to float panels
+// kernel set does prefill with fp32 FMAs: f16/bf16/q8_0/q4_0 rows are converted to float panels
 // first). Both are measured here with the same thread count: a streaming read over a buffer
 // far larger than the caches (passes interleaved with the timed runs; their median), and a
 // register-only FMA loop.
@@ -205,7 +205,8 @@ static PageBuffer build_random_model(const Shape& sh, uint32_t type, size_t* siz
     GgufWriter w;
     gguf_set_gpt2_keys(w, std::string("random-") + sh.name, s, "tanh");
     for (const GgufTensorShape& t : gguf_gpt2_tensors(s)) {
-        const uint32_t t_type = t.ne.size() == 2 ? type : (uint32_t)GPT2_TYPE_F32; // matrices in `type`, vectors f32
+        // matrices in `type` (q4_0: the tied head in q8_0, as gpt2-quantize writes it), vectors f32
+        const uint32_t t_type = t.ne.size() == 2 ? gguf_matrix_type(t.name, type, false) : (uint32_t)GPT2_TYPE_F32;
         w.add_tensor(t.name, t.ne, t_type, gguf_tensor_bytes(t_type, t.ne));
     }
     const uint64_t total = (w.layout() + 63) / 64 * 64;
@@ -233,25 +234,26 @@ static PageBuffer build_random_model(const Shape& sh, uint32_t type, size_t* siz
 }
 
 static bool parse_type(const char* s, uint32_t* type) {
-    const struct { const char* name; uint32_t type; } types[] = {{"f32", GPT2_TYPE_F32}, {"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}};
+    const struct { const char* name; uint32_t type; } types[] = {{"f32", GPT2_TYPE_F32}, {"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}, {"q4_0", GPT2_TYPE_Q4_0}};
     for (const auto& t : types)
         if (std::strcmp(s, t.name) == 0) { *type = t.type; return true; }
     return false;
 }
 
-// f16 / bf16 / q8_0 against float32 on random weights of one shape (the same random values,
-// converted): the f32 model's greedy tokens are fed to all four models for `steps` steps; per
+// f16 / bf16 / q8_0 / q4_0 against float32 on random weights of one shape (the same random values,
+// converted): the f32 model's greedy tokens are fed to all five models for `steps` steps; per
 // type: the largest logit difference, how often its argmax is the f32 token, and the mean
 // cross-entropy of the fed tokens against f32's.
 static int run_accuracy(const Shape& shape, int threads, int steps) {
-    const uint32_t types[4] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0};
-    PageBuffer buffers[4];
-    gpt2_model* models[4];
-    gpt2_session* sessions[4];
+    const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0};
+    constexpr int n_types = (int)(sizeof types / sizeof types[0]);
+    PageBuffer buffers[n_types];
+    gpt2_model* models[n_types];
+    gpt2_session* sessions[n_types];
     gpt2_error err;
     gpt2_session_params sp = gpt2_session_default_params();
     sp.n_threads = threads;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n_types; i++) {
         size_t size = 0;
         buffers[i] = build_random_model(shape, types[i], &size);
         if (!buffers[i].data) { std::fprintf(stderr, "gpt2-bench: out of memory for the random model\n"); return 1; }
@@ -263,14 +265,14 @@ static int run_accuracy(const Shape& shape, int threads, int steps) {
     }
     const int n_vocab = gpt2_model_get_info(models[0]).n_vocab;
     steps = std::min(steps, gpt2_model_get_info(models[0]).n_ctx - 1);
-    double max_diff[4] = {0}, ce[4] = {0};
-    int agree[4] = {0};
+    double max_diff[n_types] = {0}, ce[n_types] = {0};
+    int agree[n_types] = {0};
     int32_t token = 0;
     for (int step = 0; step < steps; step++) {
-        for (int i = 0; i < 4; i++) gpt2_session_eval(sessions[i], &token, 1, &err);
+        for (int i = 0; i < n_types; i++) gpt2_session_eval(sessions[i], &token, 1, &err);
         const float* ref = gpt2_session_logits(sessions[0]);
         const int32_t next = (int32_t)(std::max_element(ref, ref + n_vocab) - ref);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < n_types; i++) {
             const float* l = gpt2_session_logits(sessions[i]);
             for (int v = 0; v < n_vocab; v++) max_diff[i] = std::max(max_diff[i], (double)std::fabs(l[v] - ref[v]));
             agree[i] += (int32_t)(std::max_element(l, l + n_vocab) - l) == next;
@@ -278,12 +280,12 @@ static int run_accuracy(const Shape& shape, int threads, int steps) {
         }
         token = next;
     }
-    for (int i = 1; i < 4; i++)
+    for (int i = 1; i < n_types; i++)
         std::printf("{\"accuracy\": \"%s\", \"model\": \"random-%s\", \"steps\": %d, \"max_abs_logit_diff\": %.5f, \"greedy_agreement_pct\": %.1f, "
                     "\"cross_entropy\": %.5f, \"cross_entropy_f32\": %.5f, \"cross_entropy_rel_diff_pct\": %.3f}\n",
                     gpt2__type_name(types[i]), shape.name, steps, max_diff[i], 100.0 * agree[i] / steps, ce[i] / steps, ce[0] / steps,
                     100.0 * (ce[i] - ce[0]) / ce[0]);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n_types; i++) {
         gpt2_session_free(sessions[i]);
         gpt2_model_free(models[i]);
         free_pages(buffers[i]);
@@ -294,7 +296,8 @@ static int run_accuracy(const Shape& shape, int threads, int steps) {
 static void usage() {
     std::puts(
         "usage: gpt2-bench (--random 124M|355M|774M|1558M|tiny | -m MODEL.gguf) [options]\n"
-        "  --type f32|f16|bf16|q8_0  weight type of the random model (default f32)\n"
+        "  --type f32|f16|bf16|q8_0|q4_0  weight type of the random model's matrices (default f32;\n"
+        "                            q4_0 keeps the tied head in q8_0, as gpt2-quantize does)\n"
         "  -t, --threads N           threads of the session and of the limit measurements (default 2)\n"
         "  --prompt N                prompt tokens, timed as prefill (default 128)\n"
         "  --gen N                   decoded tokens per repeat (default 32)\n"
@@ -308,7 +311,7 @@ static void usage() {
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --json                    one JSON object per run instead of text\n"
         "  --save PATH               instead: write the random model as a GGUF file and exit\n"
-        "  --accuracy N              instead: f16/bf16/q8_0 against f32 on the random shape over N\n"
+        "  --accuracy N              instead: f16/bf16/q8_0/q4_0 against f32 on the random shape over N\n"
         "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)");
 }
 
@@ -328,7 +331,7 @@ int main(int argc, char** argv) {
         if (a == "--random" && has_value) random = argv[++i];
         else if (a == "-m" && has_value) path = argv[++i];
         else if (a == "--type" && has_value) {
-            if (!parse_type(argv[++i], &type)) { std::fprintf(stderr, "gpt2-bench: --type %s: expected f32, f16, bf16 or q8_0\n", argv[i]); return 2; }
+            if (!parse_type(argv[++i], &type)) { std::fprintf(stderr, "gpt2-bench: --type %s: expected f32, f16, bf16, q8_0 or q4_0\n", argv[i]); return 2; }
         } else if ((a == "-t" || a == "--threads") && has_value) threads = std::atoi(argv[++i]);
         else if (a == "--prompt" && has_value) prompt = std::atoi(argv[++i]);
         else if (a == "--gen" && has_value) gen = std::atoi(argv[++i]);

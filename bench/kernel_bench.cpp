@@ -1,7 +1,7 @@
 // gpt2-kernel-bench: one matrix product of the dispatched kernels, timed alone (min of many runs).
 //
 //   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS]]]
-//     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
+//     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 #define GPT2_IMPLEMENTATION
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     const int64_t rows = argc > 4 ? std::atol(argv[4]) : 3072, cols = argc > 5 ? std::atol(argv[5]) : 768;
     uint64_t rb = 0;
     if (!k || T < 1 || rows < 1 || !gpt2__type_row_bytes(type, (uint64_t)cols, &rb)) {
-        std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 needs COLS %% 32 == 0)\n");
+        std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
         return 2;
     }
     std::vector<uint8_t> W((size_t)(rb * rows));
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     for (int it = 0; it < iterations; it++) {
         const auto t0 = std::chrono::steady_clock::now();
         gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &w, nullptr, T, false};
-        if (type == GPT2_TYPE_Q8_0 && T == 1) {
+        if (gpt2__int8_activations(T, type)) {
             k->quantize_q8(xq.data(), xs.data(), x.data(), cols);
             a.xq = xq.data();
             a.xq_scale = xs.data();

@@ -205,6 +205,7 @@ typedef void (*gpt2_log_fn)(void* user, gpt2_log_level level, const char* messag
 typedef enum gpt2_type {
     GPT2_TYPE_F32 = 0,
     GPT2_TYPE_F16 = 1,
+    GPT2_TYPE_Q4_0 = 2,
     GPT2_TYPE_Q8_0 = 8,
     GPT2_TYPE_BF16 = 30
 } gpt2_type;

@@ -190,6 +190,25 @@ TEST_CASE("a missing required key is named, for every required key of the key ta
     CHECK(checked == 6); // general.architecture, the 4 hyper-parameters, gpt2h.tokenizer.chars
 }
 
+TEST_CASE("tokenizer.ggml.model: 'none' and 'no_vocab' (llama.cpp's no vocabulary) mean token ids only, a character kind wins, others are refused") {
+    for (const char* none : {"none", "no_vocab"}) {
+        CAPTURE(none);
+        GgufBuilder ids = tiny_model(), chars = tiny_model();
+        ids.remove_key("gpt2h.tokenizer.kind");
+        ids.set_string("tokenizer.ggml.model", none);
+        chars.set_string("tokenizer.ggml.model", none); // what tools/convert.py writes for llama.cpp
+        Loaded a(ids.build()), b(chars.build());
+        REQUIRE_MESSAGE(a.model, a.err.message);
+        REQUIRE_MESSAGE(b.model, b.err.message);
+        CHECK(gpt2_model_get_info(a.model).tokenizer == GPT2_TOKENIZER_NONE);
+        CHECK(gpt2_model_get_info(b.model).tokenizer == GPT2_TOKENIZER_CHAR);
+    }
+    GgufBuilder g = tiny_model();
+    g.remove_key("gpt2h.tokenizer.kind");
+    g.set_string("tokenizer.ggml.model", "llama");
+    CHECK_ERROR(load_error(g), GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is 'llama', expected 'gpt2' or 'none'");
+}
+
 TEST_CASE("without its optional keys a model loads with the defaults docs/FORMAT.md gives") {
     GgufBuilder bare = tiny_model();
     for (const GgufKeyInfo& key : gguf_keys)
@@ -273,8 +292,19 @@ TEST_CASE("a LayerNorm weight stored in f16 is refused: vectors are f32") {
 
 TEST_CASE("a matrix of a type this build cannot run is unsupported") {
     GgufBuilder g = tiny_model();
-    g.tensor("blk.1.attn_output.weight")->type = 2; // GGML q4_0
-    CHECK_ERROR(load_error(g), GPT2_ERROR_UNSUPPORTED, "blk.1.attn_output.weight: tensor type 2 is not supported");
+    g.tensor("blk.1.attn_output.weight")->type = 3; // GGML q4_1
+    CHECK_ERROR(load_error(g), GPT2_ERROR_UNSUPPORTED, "blk.1.attn_output.weight: tensor type 3 is not supported");
+}
+
+TEST_CASE("a q4_0 or q8_0 matrix whose rows are not whole blocks of 32 is refused") {
+    const struct { uint32_t type; const char* message; } cases[] = {
+        {GPT2_TYPE_Q4_0, "blk.0.attn_qkv.weight: rows of 8 values are not whole q4_0 blocks of 32"},
+        {GPT2_TYPE_Q8_0, "blk.0.attn_qkv.weight: rows of 8 values are not whole q8_0 blocks of 32"}};
+    for (const auto& c : cases) {
+        GgufBuilder g = tiny_model(); // rows of n_embd = 8 values
+        g.tensor("blk.0.attn_qkv.weight")->type = c.type;
+        CHECK_ERROR(load_error(g), GPT2_ERROR_BAD_FILE, c.message);
+    }
 }
 
 TEST_CASE("an integer key given as a string names the key and both types") {

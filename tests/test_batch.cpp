@@ -14,7 +14,7 @@
 static const struct {
     const char* name;
     uint32_t type;
-} weight_types[] = {{"f32", GPT2_TYPE_F32}, {"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}};
+} weight_types[] = {{"f32", GPT2_TYPE_F32}, {"f16", GPT2_TYPE_F16}, {"bf16", GPT2_TYPE_BF16}, {"q8_0", GPT2_TYPE_Q8_0}, {"q4_0", GPT2_TYPE_Q4_0}};
 
 static std::vector<int32_t> ids(int n, int seed) {
     std::vector<int32_t> v;

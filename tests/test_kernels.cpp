@@ -101,12 +101,12 @@ TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the st
 
 TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {
     std::mt19937 rng(1234);
-    const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0};
+    const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0};
     const int token_counts[] = {1, 2, 3, 4, 5, 9, 70};
     for (const gpt2__kernels* k : simd_kernels()) {
         for (uint32_t type : types) {
             for (int64_t cols : {32, 96, 77, 163, 800}) {
-                if (type == GPT2_TYPE_Q8_0 && cols % 32 != 0) continue;
+                if (gpt2__int8_weights(type) && cols % 32 != 0) continue;
                 const int64_t rows = 37;
                 Matrix m(rng, type, rows, cols);
                 std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
@@ -263,6 +263,62 @@ TEST_CASE("GELU kernels match float64 GELU within 2e-7 relative to max(1, |x|), 
                 worst = std::max(worst, std::fabs(y[i] - want) / std::max(1.0, std::fabs(v)));
             }
             CHECK(worst < 2e-7);
+        }
+    }
+}
+
+// ggml's q4_0 rules (quantize_row_q4_0_ref), checked on the blocks gpt2-quantize writes: d = m / -8
+// for m the value of largest magnitude, in f16; byte j holds value j in its low nibble, j + 16 in
+// its high one; m is nibble 0; every other value is the nearest of d * (nibble - 8) for nibbles
+// 0..15 (within float rounding), and dequantize_row gives d * (nibble - 8).
+TEST_CASE("q4_0 blocks follow ggml's layout and rounding: the largest value is nibble 0, the others their nearest level") {
+    std::mt19937 rng(11);
+    const int64_t n = 32 * 40;
+    std::vector<float> x = random_floats(rng, (size_t)n, 2.0f);
+    for (int i = 0; i < 32; i++) x[32 * 3 + (size_t)i] = 0.0f; // an all-zero block
+    x[32 * 4 + 7] = 5.0f;                                        // a positive largest value: d < 0
+    std::vector<uint8_t> q((size_t)(n / 32 * gpt2__q4_block_bytes));
+    gguf_quantize_row(GPT2_TYPE_Q4_0, x.data(), q.data(), n);
+    std::vector<float> back((size_t)n);
+    gpt2__dequantize_row(GPT2_TYPE_Q4_0, q.data(), back.data(), n);
+    for (int64_t b = 0; b < n / 32; b++) {
+        CAPTURE(b);
+        const float* xb = x.data() + 32 * b;
+        const uint8_t* block = q.data() + gpt2__q4_block_bytes * b;
+        int largest = 0;
+        for (int i = 1; i < 32; i++)
+            if (std::fabs(xb[i]) > std::fabs(xb[largest])) largest = i;
+        const float d = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
+        CHECK(d == gpt2__f16_to_f32(gpt2__f32_to_f16(xb[largest] / -8.0f)));
+        for (int i = 0; i < 32; i++) {
+            const int nibble = i < 16 ? block[2 + i] & 15 : block[2 + i - 16] >> 4;
+            CHECK(back[32 * b + i] == d * (float)(nibble - 8));
+            if (d == 0.0f) continue;
+            if (i == largest) CHECK(nibble == 0);
+            // the nearest level to x / d_exact (d before its f16 rounding), up to the rounding of x / d
+            const double t = (double)xb[i] / ((double)xb[largest] / -8.0) + 8.0;
+            CHECK(std::fabs(t - (double)nibble) <= 0.5 + 1e-5 + (t > 15.5 ? t - 15.5 : 0.0));
+        }
+    }
+}
+
+TEST_CASE("q4_0 and q8_0 integer dot products (scalar set) equal the float64 sums of the dequantized blocks") {
+    std::mt19937 rng(3);
+    for (uint32_t type : {(uint32_t)GPT2_TYPE_Q4_0, (uint32_t)GPT2_TYPE_Q8_0}) {
+        for (int64_t cols : {32, 96, 800}) {
+            CAPTURE(gpt2__type_name(type)); CAPTURE(cols);
+            Matrix m(rng, type, 1, cols);
+            std::vector<float> x = random_floats(rng, (size_t)cols, 3.0f), w((size_t)cols), xs((size_t)cols / 32);
+            std::vector<int8_t> xq((size_t)cols);
+            gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), cols);
+            gpt2__dequantize_row(type, m.w.data, w.data(), cols);
+            double want = 0, magnitude = 0;
+            for (int64_t i = 0; i < cols; i++) {
+                want += (double)w[i] * xq[i] * xs[i / 32];
+                magnitude += std::fabs((double)w[i] * xq[i] * xs[i / 32]);
+            }
+            const float got = type == GPT2_TYPE_Q4_0 ? gpt2__dot_q4_scalar(m.w.data, xq.data(), xs.data(), cols) : gpt2__dot_q8_scalar(m.w.data, xq.data(), xs.data(), cols);
+            CHECK(std::fabs(got - want) <= 1e-6 * magnitude);
         }
     }
 }

@@ -423,6 +423,11 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu=None, 
     w.add("gpt2.block_count", gguf.UINT32, hp["n_layer"])
     w.add("gpt2.attention.head_count", gguf.UINT32, hp["n_head"])
     w.add("gpt2.attention.layer_norm_epsilon", gguf.FLOAT32, eps)
+    if kind != "gpt2":
+        # llama.cpp requires tokenizer.ggml.model; "none" loads the model without a text vocabulary,
+        # its n_vocab taken from gpt2.vocab_size (docs/FORMAT.md: "Our files in llama.cpp")
+        w.add("gpt2.vocab_size", gguf.UINT32, n_vocab)
+        w.add("tokenizer.ggml.model", gguf.STRING, "none")
     if kind == "gpt2":
         eos = tokens.index("<|endoftext|>") if "<|endoftext|>" in tokens else None
         w.add("tokenizer.ggml.model", gguf.STRING, "gpt2")

@@ -25,9 +25,11 @@ TYPE_NAMES = {UINT8: "uint8", INT8: "int8", UINT16: "uint16", INT16: "int16", UI
               UINT64: "uint64", INT64: "int64", FLOAT64: "float64"}
 
 # Tensor types (ggml numbering) this project writes and reads: (name, values per block, bytes per
-# block). A q8_0 block is an f16 scale and 32 int8 values; a row holds whole blocks.
-F32, F16, Q8_0, BF16 = 0, 1, 8, 30
-TENSOR_TYPES = {F32: ("F32", 1, 4), F16: ("F16", 1, 2), Q8_0: ("Q8_0", 32, 34), BF16: ("BF16", 1, 2)}
+# block). A q8_0 block is an f16 scale and 32 int8 values; a q4_0 block an f16 scale d and 16
+# bytes, byte j holding value j in its low 4 bits and value j + 16 in its high 4 bits, each
+# d * (nibble - 8); a row holds whole blocks.
+F32, F16, Q4_0, Q8_0, BF16 = 0, 1, 2, 8, 30
+TENSOR_TYPES = {F32: ("F32", 1, 4), F16: ("F16", 1, 2), Q4_0: ("Q4_0", 32, 18), Q8_0: ("Q8_0", 32, 34), BF16: ("BF16", 1, 2)}
 
 
 class GGUFError(Exception):
@@ -194,8 +196,9 @@ class Reader:
         return self.data[info.offset:info.offset + info.nbytes]
 
     def tensor_values(self, name):
-        """All elements as Python floats, in file order (ne0 fastest); bf16 and q8_0 values as
-        gpt2.h reads them (a q8_0 value is its block's scale times the int8)."""
+        """All elements as Python floats, in file order (ne0 fastest); bf16, q8_0 and q4_0 values
+        as gpt2.h reads them (a q8_0 value is its block's scale times the int8, a q4_0 value its
+        block's scale times the nibble less 8)."""
         info = self.tensors[name]
         data = self.tensor_bytes(name)
         if info.type == F32:
@@ -206,6 +209,12 @@ class Reader:
             n = len(data) // 2
             return list(struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *(h << 16 for h in struct.unpack(f"<{n}H", data)))))
         values = []
+        if info.type == Q4_0:
+            for block in range(0, len(data), 18):
+                scale = struct.unpack_from("<e", data, block)[0]
+                packed = data[block + 2:block + 18]
+                values += [scale * ((b & 15) - 8) for b in packed] + [scale * ((b >> 4) - 8) for b in packed]
+            return values
         for block in range(0, len(data), 34):
             scale = struct.unpack_from("<e", data, block)[0]
             values += [scale * q for q in struct.unpack_from("<32b", data, block + 2)]

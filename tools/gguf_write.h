@@ -63,6 +63,7 @@ inline constexpr GgufKeyInfo gguf_keys[] = {
     {"gpt2.block_count",                   GGUF_REQUIRED, GGUF_UINT32},
     {"gpt2.attention.head_count",          GGUF_REQUIRED, GGUF_UINT32},
     {"gpt2.attention.layer_norm_epsilon",  GGUF_OPTIONAL, GGUF_FLOAT32},
+    {"gpt2.vocab_size",                    GGUF_NOT_READ, GGUF_UINT32},
     {"tokenizer.ggml.model",               GGUF_OPTIONAL, GGUF_STRING},
     {"tokenizer.ggml.pre",                 GGUF_NOT_READ, GGUF_STRING},
     {"tokenizer.ggml.tokens",              GGUF_REQUIRED, GGUF_ARRAY, GGUF_STRING},
@@ -318,6 +319,7 @@ inline uint64_t gguf_tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne
 inline uint32_t gguf_file_type(uint32_t type) {
     switch (type) {
     case GPT2_TYPE_F16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
+    case GPT2_TYPE_Q4_0: return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
     case GPT2_TYPE_Q8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
     case GPT2_TYPE_BF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
     default: return 0;              // LLAMA_FTYPE_ALL_F32
@@ -328,7 +330,7 @@ inline uint32_t gguf_file_type(uint32_t type) {
 inline uint32_t gguf_dominant_type(const GgufWriter& w) {
     uint32_t best = GPT2_TYPE_F32;
     uint64_t best_values = 0;
-    for (uint32_t type : {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0}) {
+    for (uint32_t type : {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0}) {
         uint64_t values = 0;
         for (const GgufWriter::Tensor& t : w.tensors)
             if (t.type == type) values += gguf_elements(t.ne);
@@ -340,8 +342,20 @@ inline uint32_t gguf_dominant_type(const GgufWriter& w) {
     return best;
 }
 
-// One row of n floats in a weight type (q8_0: n a multiple of its block), as ggml quantizes:
-// q8_0 scale = max|x| / 127 stored in f16, q = round(x / scale).
+// The type of the matrix `name` in a file whose matrices are to be `type`. As llama-quantize does
+// for a q4_0 file, the output head (output.weight, or token_embd.weight when the file has no
+// output.weight and the embedding is the head too) keeps more bits: llama.cpp gives it q6_K,
+// which gpt2.h does not run, or q8_0 when its rows are not whole q6_K blocks; q8_0 here.
+inline uint32_t gguf_matrix_type(const std::string& name, uint32_t type, bool has_output) {
+    const bool head = name == "output.weight" || (!has_output && name == "token_embd.weight");
+    return type == GPT2_TYPE_Q4_0 && head ? (uint32_t)GPT2_TYPE_Q8_0 : type;
+}
+
+// One row of n floats in a weight type (q8_0, q4_0: n a multiple of 32), as ggml's reference
+// quantizers do: q8_0 scale = max|x| / 127 stored in f16, q = round(x / scale); q4_0 scale
+// d = m / -8 for m the value of largest magnitude (its sign kept), stored in f16, and
+// nibble = min(15, trunc(x / d + 8.5)), so m itself is nibble 0 and decodes to m exactly up to
+// d's f16 rounding.
 inline void gguf_quantize_row(uint32_t type, const float* x, uint8_t* out, int64_t n) {
     switch (type) {
     case GPT2_TYPE_F32: std::memcpy(out, x, (size_t)n * 4); break;
@@ -371,13 +385,31 @@ inline void gguf_quantize_row(uint32_t type, const float* x, uint8_t* out, int64
         }
         break;
     }
+    case GPT2_TYPE_Q4_0: {
+        const int QK = gpt2__q4_block_values;
+        for (int64_t b = 0; b < n / QK; b++) {
+            const float* xb = x + QK * b;
+            float amax = 0.0f, m = 0.0f;
+            for (int i = 0; i < QK; i++)
+                if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), m = xb[i];
+            const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            const uint16_t h = gpt2__f32_to_f16(d);
+            uint8_t* block = out + gpt2__q4_block_bytes * b;
+            std::memcpy(block, &h, 2);
+            for (int j = 0; j < QK / 2; j++) {
+                const int lo = std::min(15, (int)(int8_t)(xb[j] * id + 8.5f)), hi = std::min(15, (int)(int8_t)(xb[j + QK / 2] * id + 8.5f));
+                block[2 + j] = (uint8_t)(lo | hi << 4);
+            }
+        }
+        break;
+    }
     }
 }
 
-// gpt2-quantize: rewrites the 2-D tensors of the GGUF file `in` in `type` (q8_0: those with rows
-// of a multiple of its block) and writes `out`; keys, 1-D tensors and alignment are kept, but
-// general.file_type, which names the type that now holds most of the weights. False with a
-// message on error.
+// gpt2-quantize: rewrites the 2-D tensors of the GGUF file `in` in `type` (q8_0, q4_0: those with
+// rows of a multiple of 32; q4_0: the head in q8_0, gguf_matrix_type) and writes `out`; keys, 1-D
+// tensors and alignment are kept, but general.file_type, which names the type that now holds
+// most of the weights. False with a message on error.
 inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, size_t* out_bytes, std::string* error) {
     gpt2__file file;
     gpt2__gguf g;
@@ -398,9 +430,11 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
         GgufKeyValues::put(value, kv.value, kv.value_size);
         w.add_raw(std::string(kv.key), kv.type, std::move(value));
     }
+    const bool has_output = gpt2__gguf_find_tensor(&g, "output.weight") != nullptr;
     for (const gpt2__gguf_tensor& t : g.tensors) {
-        const bool convertible = t.n_dims == 2 && t.n_bytes != 0 && (type != GPT2_TYPE_Q8_0 || t.ne[0] % gpt2__q8_block_values == 0);
-        const uint32_t new_type = convertible ? type : t.type;
+        const uint32_t matrix_type = gguf_matrix_type(std::string(t.name), type, has_output);
+        const bool convertible = t.n_dims == 2 && t.n_bytes != 0 && (!gpt2__int8_weights(matrix_type) || t.ne[0] % 32 == 0);
+        const uint32_t new_type = convertible ? matrix_type : t.type;
         std::vector<uint64_t> ne(t.ne, t.ne + t.n_dims);
         const uint64_t n_bytes = gguf_tensor_bytes(new_type, ne);
         w.add_tensor(std::string(t.name), std::move(ne), new_type, n_bytes);

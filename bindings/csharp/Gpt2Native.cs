@@ -28,7 +28,7 @@ namespace Gpt2
     }
 
     public enum gpt2_log_level { GPT2_LOG_ERROR, GPT2_LOG_WARNING, GPT2_LOG_INFO, GPT2_LOG_DEBUG }
-    public enum gpt2_type { GPT2_TYPE_F32 = 0, GPT2_TYPE_F16 = 1, GPT2_TYPE_Q8_0 = 8, GPT2_TYPE_BF16 = 30 }
+    public enum gpt2_type { GPT2_TYPE_F32 = 0, GPT2_TYPE_F16 = 1, GPT2_TYPE_Q4_0 = 2, GPT2_TYPE_Q8_0 = 8, GPT2_TYPE_BF16 = 30 }
     public enum gpt2_device { GPT2_DEVICE_CPU = 0, GPT2_DEVICE_CUDA = 1 }
     public enum gpt2_tokenizer_kind { GPT2_TOKENIZER_NONE = 0, GPT2_TOKENIZER_CHAR, GPT2_TOKENIZER_BPE }
     public enum gpt2_context_policy { GPT2_CONTEXT_EXACT = 0, GPT2_CONTEXT_DISCARD = 1 }

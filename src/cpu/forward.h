@@ -268,14 +268,14 @@ struct gpt2__batch_rows {
 
 /* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. Each row takes the
    path its session's lone pass takes (gpt2__matmul), so the results are the lone ones bit for
-   bit: the decode rows stream W together (on q8_0 weights only single tokens, quantized to
+   bit: the decode rows stream W together (on q8_0 and q4_0 weights only single tokens, quantized to
    int8: gpt2__int8_activations), each weight row read from memory once for all of them; the
    other sessions multiply panels, each its own rows (a tile's sums depend on where its tokens
    start). One parallel region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
-    const int n_streamed = W.type == GPT2_TYPE_Q8_0 ? r.n_one : r.n_one + r.n_few;
+    const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
     gpt2__vector<gpt2__matmul_args> parts;
     if (n_streamed) {
         parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});

@@ -18,7 +18,7 @@
 
    WHAT RUNS WHERE
      model    the weights as 16-bit floats on the GPU (bf16 when the file is bf16, else f16;
-              f32 and q8_0 files are converted while loading), biases and norms as f32.
+              f32, q8_0 and q4_0 files are converted while loading), biases and norms as f32.
      session  its own CUDA stream, cuBLAS handle, KV cache (16-bit) and scratch on the GPU, so
               sessions on one model run concurrently. A prompt runs as cuBLAS matrix products
               with our own kernels between them; each new token runs as one replay of a CUDA

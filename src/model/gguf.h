@@ -52,6 +52,8 @@ struct gpt2__gguf {
 
 /* A q8_0 block: one f16 scale, then 32 signed bytes (gpt2__block_q8_0 in cpu/kernels/contract.h). */
 static const int gpt2__q8_block_values = 32, gpt2__q8_block_bytes = 34;
+/* A q4_0 block: one f16 scale, then 16 bytes of two 4-bit values each (gpt2__block_q4_0). */
+static const int gpt2__q4_block_values = 32, gpt2__q4_block_bytes = 18;
 
 /* Size in bytes of `n_elements` of a weight type, laid out in rows of `row_length`; false when
    the type is unknown or the row length does not fit its blocks. */
@@ -63,6 +65,10 @@ static bool gpt2__type_row_bytes(uint32_t type, uint64_t row_length, uint64_t* o
         if (row_length % gpt2__q8_block_values != 0) return false;
         *out = row_length / gpt2__q8_block_values * gpt2__q8_block_bytes;
         return true;
+    case GPT2_TYPE_Q4_0:
+        if (row_length % gpt2__q4_block_values != 0) return false;
+        *out = row_length / gpt2__q4_block_values * gpt2__q4_block_bytes;
+        return true;
     default: return false;
     }
 }
@@ -73,6 +79,7 @@ static const char* gpt2__type_name(uint32_t type) {
     case GPT2_TYPE_F16: return "f16";
     case GPT2_TYPE_BF16: return "bf16";
     case GPT2_TYPE_Q8_0: return "q8_0";
+    case GPT2_TYPE_Q4_0: return "q4_0";
     default: return "unknown";
     }
 }

@@ -161,8 +161,10 @@ static gpt2_result gpt2__bind_matrix(const gpt2_model* m, const char* name, int6
     if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: shape [%llu, %llu%s] expected [%lld, %lld]", name, (unsigned long long)t->ne[0],
                           (unsigned long long)t->ne[1], t->n_dims > 2 ? ", ..." : "", (long long)cols, (long long)rows);
+    if (t->n_bytes == 0 && std::strcmp(gpt2__type_name(t->type), "unknown") != 0) /* a block type, rows not whole blocks */
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: rows of %llu values are not whole %s blocks of 32", name, (unsigned long long)t->ne[0], gpt2__type_name(t->type));
     if (t->n_bytes == 0)
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "%s: tensor type %u is not supported (f32, f16, bf16, q8_0 are)", name, t->type);
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "%s: tensor type %u is not supported (f32, f16, bf16, q8_0, q4_0 are)", name, t->type);
     out->data = t->data;
     out->type = t->type;
     out->rows = rows;
@@ -276,8 +278,8 @@ static gpt2_result gpt2__load_vocabulary(gpt2_model* m, gpt2_error* err) {
         int64_t eos = -1;
         GPT2__TRY(gpt2__gguf_get_int(g, "tokenizer.ggml.eos_token_id", false, 0, (int64_t)tokens.size() - 1, &eos, err));
         GPT2__TRY(gpt2__tokenizer_init_bpe(&m->tokenizer, tokens.data(), tokens.size(), merges.data(), merges.size(), (int32_t)eos, err));
-    } else if (!bpe_model.empty()) {
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
+    } else if (!bpe_model.empty() && bpe_model != "none" && bpe_model != "no_vocab") { /* llama.cpp's names for no vocabulary: token ids only */
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s', expected 'gpt2' or 'none'", (int)std::min<size_t>(bpe_model.size(), 64), bpe_model.data());
     }
     m->n_vocab = m->n_vocab_rows;
     if (m->tokenizer.kind != GPT2_TOKENIZER_NONE) {

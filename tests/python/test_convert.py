@@ -202,7 +202,10 @@ class ConvertedModels(unittest.TestCase):
         self.assertEqual((kv["gpt2h.nanogpt.iter_num"], types["gpt2h.nanogpt.iter_num"][0]), (1234, gguf.UINT64))
         self.assertAlmostEqual(kv["gpt2h.nanogpt.best_val_loss"], 2.59, places=6)
         self.assertNotIn("gpt2h.nanogpt.padded_vocab_size", kv)
-        self.assertNotIn("tokenizer.ggml.model", kv)
+        # llama.cpp's "no vocabulary": it requires tokenizer.ggml.model, and takes n_vocab from gpt2.vocab_size
+        self.assertEqual(kv["tokenizer.ggml.model"], "none")
+        self.assertEqual((kv["gpt2.vocab_size"], types["gpt2.vocab_size"][0]), (len(kv["gpt2h.tokenizer.chars"]), gguf.UINT32))
+        self.assertNotIn("tokenizer.ggml.tokens", kv)
 
     def test_tensor_layout_with_bias(self):
         r = self.reader("bias_char")
@@ -234,9 +237,11 @@ class ConvertedModels(unittest.TestCase):
         self.assertEqual(r.tensors["output.weight"].dims, [16, 24])
         self.assertNotEqual(r.tensor_values("output.weight"), r.tensor_values("token_embd.weight"))
 
-    def test_ids_only_model_has_no_tokenizer_keys(self):
+    def test_ids_only_model_has_no_tokenizer_but_llama_cpps_no_vocabulary(self):
         kv = self.reader("nobias").kv
-        self.assertFalse([k for k in kv if k.startswith("tokenizer.") or k.startswith("gpt2h.tokenizer")])
+        self.assertEqual([k for k in kv if k.startswith("tokenizer.") or k.startswith("gpt2h.tokenizer")], ["tokenizer.ggml.model"])
+        rows = self.reader("nobias").tensors["token_embd.weight"].dims[1]
+        self.assertEqual((kv["tokenizer.ggml.model"], kv["gpt2.vocab_size"]), ("none", rows))
 
 
 # ---- the key table: docs/FORMAT.md, the converter, tools/gguf_write.h and the loader agree --------
@@ -620,22 +625,27 @@ class CommandLine(unittest.TestCase):
 class GgufTool(unittest.TestCase):
     """tools/gguf.py reads every weight type gpt2.h runs, as gpt2.h reads it."""
 
-    def test_q8_0_and_bf16_values_are_read_as_gpt2_h_reads_them(self):
+    def test_q8_0_q4_0_and_bf16_values_are_read_as_gpt2_h_reads_them(self):
         path = os.path.join(scratch(), "types.gguf")
         q8_0 = struct.pack("<e32b", 0.5, *range(-16, 16)) + struct.pack("<e32b", -0.25, *([127] * 32))
+        # q4_0: byte j = value j (low nibble) and value j + 16 (high nibble), each scale * (nibble - 8)
+        q4_0 = struct.pack("<e", 0.5) + bytes(j | (15 - j) << 4 for j in range(16))
         bf16 = struct.pack("<3H", 0x3F80, 0xC040, 0x0001)  # 1, -3 and the smallest subnormal
         w = gguf.Writer()
         w.add_tensor("q", [32, 2], gguf.Q8_0, lambda: [q8_0])
+        w.add_tensor("n", [32], gguf.Q4_0, lambda: [q4_0])
         w.add_tensor("b", [3], gguf.BF16, lambda: [bf16])
         with open(path, "wb") as f:
             w.write(f)
         r = gguf.Reader(path)
         self.assertEqual(r.tensor_values("q"), [0.5 * q for q in range(-16, 16)] + [-0.25 * 127] * 32)
+        self.assertEqual(r.tensor_values("n"), [0.5 * (j - 8) for j in range(16)] + [0.5 * (7 - j) for j in range(16)])
         self.assertEqual(r.tensor_values("b"), [1.0, -3.0, struct.unpack("<f", struct.pack("<I", 0x10000))[0]])
         p = subprocess.run([sys.executable, os.path.join(TOOLS, "gguf.py"), "dump", path],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stdout, r"\bq +Q8_0 \[32, 2\]")
+        self.assertRegex(p.stdout, r"\bn +Q4_0 \[32\]")
         self.assertRegex(p.stdout, r"\bb +BF16 \[3\]")
 
     def test_q8_0_rows_that_are_not_whole_blocks_are_refused_in_one_line(self):
@@ -659,20 +669,24 @@ class GgufTool(unittest.TestCase):
         f32 = os.path.join(out, "shakespeare.gguf")
         convert_quietly(os.path.join(DATA, "shakespeare_char", "ckpt_slim.pt"), f32)
         want = gguf.Reader(f32).tensor_values("blk.0.ffn_up.weight")
-        for name, ttype, file_type in (("f16", gguf.F16, 1), ("q8_0", gguf.Q8_0, 7), ("bf16", gguf.BF16, 32)):
+        # q4_0: the tied head (token_embd.weight) stays q8_0, as llama-quantize keeps it at more bits;
+        # its values are within a level (1/8 of a block's largest) of the float32 ones, plus f16 rounding
+        for name, ttype, head_type, file_type, tolerance in (("f16", gguf.F16, gguf.F16, 1, 0.01), ("q8_0", gguf.Q8_0, gguf.Q8_0, 7, 0.01),
+                                                            ("bf16", gguf.BF16, gguf.BF16, 32, 0.01), ("q4_0", gguf.Q4_0, gguf.Q8_0, 2, 0.126)):
             with self.subTest(name):
                 path = os.path.join(out, f"shakespeare_{name}.gguf")
                 p = subprocess.run([QUANTIZE, f32, path, "--type", name], capture_output=True, text=True, timeout=60)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 r = gguf.Reader(path)
                 self.assertEqual(r.kv["general.file_type"], file_type)  # llama.cpp's llama_ftype
-                self.assertEqual(r.tensors["token_embd.weight"].type, ttype)
+                self.assertEqual(r.tensors["token_embd.weight"].type, head_type)
+                self.assertEqual(r.tensors["blk.0.ffn_up.weight"].type, ttype)
                 got = r.tensor_values("blk.0.ffn_up.weight")
-                self.assertLess(max(abs(a - b) for a, b in zip(got, want)), 0.01 * max(abs(b) for b in want))
+                self.assertLess(max(abs(a - b) for a, b in zip(got, want)), tolerance * max(abs(b) for b in want))
                 p = subprocess.run([sys.executable, os.path.join(TOOLS, "gguf.py"), "dump", path],
                                    capture_output=True, text=True, timeout=60)
                 self.assertEqual(p.returncode, 0, p.stderr)
-                self.assertRegex(p.stdout, r"token_embd\.weight +" + gguf.TENSOR_TYPES[ttype][0] + r" ")
+                self.assertRegex(p.stdout, r"token_embd\.weight +" + gguf.TENSOR_TYPES[head_type][0] + r" ")
 
 
 if __name__ == "__main__":

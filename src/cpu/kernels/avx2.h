@@ -88,8 +88,57 @@ GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, co
     return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
 
-/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+/* One q4_0 block (at p) times its 32 quantized activations, as 8 float partial sums. The nibbles
+   are unsigned bytes, as pmaddubsw takes its first operand, so it multiplies them as they are and
+   8 times the sums of x come off after (the pairs' sums fit in 16 bits: |15 x| + |15 x| < 2^15). */
+GPT2__AVX2 static inline __m256 gpt2__block_dot_q4_avx2(const uint8_t* p, const int8_t* xq) {
+    const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15)); /* values 0-15, then 16-31 */
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
+    const __m256i dot16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w, x), _mm256_maddubs_epi16(_mm256_set1_epi8(8), x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
+}
+
+/* gpt2__dot_q8_avx2 for q4_0 rows. */
+GPT2__AVX2 static float gpt2__dot_q4_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+    const int64_t nb = K / B;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + bytes * b;
+        uint16_t h[4];
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
+        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
+        GPT2__UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+    }
+    for (; b < nb; b++) {
+        const uint8_t* p = w + bytes * b;
+        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
+    }
+    return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
+GPT2__AVX2 static void gpt2__q4_to_float_avx2(float* dst, const uint8_t* row, int64_t K) {
+    const int B = gpt2__q4_block_values;
+    for (int64_t b = 0; b < K / B; b++) {
+        const uint8_t* block = row + gpt2__q4_block_bytes * b;
+        const __m256 scale = _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(block)), low4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        const __m128i half[2] = {_mm_sub_epi8(_mm_and_si128(packed, low4), eight), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), eight)};
+        for (int i = 0; i < 4; i++) {
+            const __m128i q = i & 1 ? _mm_srli_si128(half[i / 2], 8) : half[i / 2];
+            _mm256_storeu_ps(dst + B * b + 8 * i, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        }
+    }
+}
+
+/* One row of K weights (f16, bf16, q8_0 or q4_0) to floats, for a prefill panel. */
 GPT2__AVX2 static void gpt2__row_to_float_avx2(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q4_0) return gpt2__q4_to_float_avx2(dst, row, K);
     if (type == GPT2_TYPE_Q8_0) {
         const int B = gpt2__q8_block_values;
         for (int64_t b = 0; b < K / B; b++) {
@@ -179,7 +228,7 @@ struct gpt2__prefill_avx2 {
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_q4_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {

@@ -58,8 +58,67 @@ GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq
     return sum;
 }
 
-/* One row of K weights (f16, bf16 or q8_0) to floats, for a prefill panel. */
+/* The int32 sums of two consecutive q4_0 blocks (at p) times their 64 quantized activations, laid
+   out as gpt2__dot2_q8_avx512's. Each block's 16 bytes are broadcast to two 128-bit lanes (loads,
+   no shuffles), the second lane of each shifted to its high nibbles. The nibbles are unsigned
+   bytes, as vpdpbusd takes its first operand: it multiplies them as they are, and 8 times the sums
+   of x come off after. */
+GPT2__AVX512 static inline __m512i gpt2__dot2_q4_avx512(const uint8_t* p, const int8_t* xq) {
+    static_assert(gpt2__q4_block_values == 32, "a block's values fill one 256-bit half");
+    const __m512i both = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p))), (__mmask16)0xff00,
+                                                     _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p + gpt2__q4_block_bytes)));
+    const __m512i w = _mm512_and_si512(_mm512_mask_srli_epi16(both, (__mmask32)0xff00ff00u, both, 4), _mm512_set1_epi8(15));
+    const __m512i x = _mm512_loadu_si512(xq), zero = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
+}
+
+/* gpt2__dot_q8_avx512 for q4_0 rows. */
+GPT2__AVX512 static float gpt2__dot_q4_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+    const int64_t nb = K / B;
+    const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t* p = w + bytes * b;
+        const __m512i d0 = gpt2__dot2_q4_avx512(p, xq + B * b), d1 = gpt2__dot2_q4_avx512(p + 2 * bytes, xq + B * (b + 2));
+        __m128i h = _mm_cvtsi32_si128(gpt2__q8_scale_f16(p)); /* inserts: four 2-byte stores read back as 8 bytes stall the load */
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + bytes), 1);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * bytes), 2);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * bytes), 3);
+        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(xs + b)));
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; b < nb; b++) { /* up to three last blocks */
+        const uint8_t* p = w + bytes * b;
+        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+        const __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), zero = _mm256_setzero_si256();
+        const __m256i dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wv, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x));
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
+    }
+    return sum;
+}
+
+/* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
+GPT2__AVX512 static void gpt2__q4_to_float_avx512(float* dst, const uint8_t* row, int64_t K) {
+    const int B = gpt2__q4_block_values;
+    for (int64_t b = 0; b < K / B; b++) {
+        const uint8_t* block = row + gpt2__q4_block_bytes * b;
+        const __m512 scale = _mm512_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
+        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(block)), low4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(packed, low4), eight), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), eight);
+        _mm512_storeu_ps(dst + B * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+        _mm512_storeu_ps(dst + B * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+    }
+}
+
+/* One row of K weights (f16, bf16, q8_0 or q4_0) to floats, for a prefill panel. */
 GPT2__AVX512 static void gpt2__row_to_float_avx512(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
+    if (type == GPT2_TYPE_Q4_0) return gpt2__q4_to_float_avx512(dst, row, K);
     if (type == GPT2_TYPE_Q8_0) {
         const int B = gpt2__q8_block_values;
         for (int64_t b = 0; b < K / B; b++) {
@@ -137,10 +196,10 @@ struct gpt2__prefill_avx512 {
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels.
    Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
-   loads (it splits those in two anyway); q8_0 rows use 512-bit integer dot products. */
+   loads (it splits those in two anyway); q8_0 and q4_0 rows use 512-bit integer dot products. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_q4_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {

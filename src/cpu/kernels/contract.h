@@ -25,10 +25,14 @@
 static const int gpt2__decode_max_tokens = 3;
 static inline bool gpt2__is_decode(int T) { return T <= gpt2__decode_max_tokens; }
 
-/* A q8_0 matmul over a single token first quantizes its activations to int8
+/* Weights in blocks of 32 integers with one f16 scale each (q8_0, q4_0) meet int8 activations in
+   blocks of the same 32 (gpt2__quantize_q8): a block's dot product is an exact integer sum. */
+static inline bool gpt2__int8_weights(uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 || weight_type == GPT2_TYPE_Q4_0; }
+
+/* A q8_0 or q4_0 matmul over a single token first quantizes its activations to int8
    (gpt2__matmul_args.xq) for integer dot products; the session holds one quantized row. With 2 or
-   3 tokens, q8_0 rows take the prefill path. */
-static inline bool gpt2__int8_activations(int T, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && T == 1; }
+   3 tokens, such rows take the prefill path. */
+static inline bool gpt2__int8_activations(int T, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && T == 1; }
 
 /* ---- Matrix products ------------------------------------------------------------------- */
 
@@ -49,6 +53,16 @@ static inline uint16_t gpt2__q8_scale_f16(const uint8_t* block) {
 }
 static inline const int8_t* gpt2__q8_values(const uint8_t* block) { return (const int8_t*)(block + 2); }
 
+/* A q4_0 block as GGUF (ggml's block_q4_0) lays it out: one f16 scale d, then 16 bytes; byte j
+   holds value j in its low nibble and value j + 16 in its high one; value = d * (nibble - 8).
+   Its scale is read with gpt2__q8_scale_f16, as both blocks start with it. */
+struct gpt2__block_q4_0 {
+    uint16_t scale;
+    uint8_t q[gpt2__q4_block_values / 2];
+};
+static_assert(sizeof(gpt2__block_q4_0) == gpt2__q4_block_bytes, "q4_0 blocks are 18 bytes");
+static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return block + 2; }
+
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
    session split the rows of W between them. Every output is computed in the same order
@@ -57,7 +71,7 @@ struct gpt2__matmul_args {
     float* y;                  /* (T, W->rows) */
     const float* x;            /* (T, W->cols) */
     const int8_t* xq;          /* x quantized by gpt2__quantize_q8 (gpt2__int8_activations): when set and W */
-    const float* xq_scale;     /*   is q8_0, the kernel uses integer dot products; else it reads x */
+    const float* xq_scale;     /*   is q8_0 or q4_0, the kernel uses integer dot products; else it reads x */
     const gpt2__weight* W;
     const float* bias;         /* (W->rows) or NULL */
     int T;
@@ -67,11 +81,12 @@ struct gpt2__matmul_args {
 };
 
 /* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
-   float panels with tiles of tokens (prefill): q8_0 rows stream only against int8 activations.
+   float panels with tiles of tokens (prefill): q8_0 and q4_0 rows stream only against int8
+   activations.
    The scalar and NEON sets always stream. A batch of sessions streams all its decode rows at
    once (decode_rows): each weight row is read from memory once and its dot products with every
    row are those a lone session computes, so the batch gives the lone results bit for bit. */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (a.W->type != GPT2_TYPE_Q8_0 || a.xq); }
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (!gpt2__int8_weights(a.W->type) || a.xq); }
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers. */

@@ -25,6 +25,15 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
         }
         return vaddvq_f32(acc);
     }
+    if (type == GPT2_TYPE_Q4_0) { /* a block at a time through the portable conversion */
+        const int B = gpt2__q4_block_values;
+        float w[gpt2__q4_block_values];
+        for (int64_t b = 0; b < n / B; b++) {
+            gpt2__dequantize_row(type, row + gpt2__q4_block_bytes * b, w, B);
+            for (int i = 0; i < B; i += 4) acc = vfmaq_f32(acc, vld1q_f32(w + i), vld1q_f32(x + B * b + i));
+        }
+        return vaddvq_f32(acc);
+    }
     for (; k + 4 <= n; k += 4) {
         float32x4_t w;
         if (type == GPT2_TYPE_F32) w = vld1q_f32((const float*)row + k);
@@ -59,9 +68,28 @@ static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float
     return vaddvq_f32(acc);
 }
 
+/* gpt2__dot_q8_neon for q4_0 rows: the nibbles less 8 as signed bytes. */
+static float gpt2__dot_q4_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q4_block_values;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / B; b++) {
+        const uint8_t* block = row + gpt2__q4_block_bytes * b;
+        const uint8x16_t packed = vld1q_u8(gpt2__q4_nibbles(block));
+        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), vdupq_n_s8(8));
+        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+        const int8x16_t x0 = vld1q_s8(xq + B * b), x1 = vld1q_s8(xq + B * b + 16);
+        int32x4_t isum = vpaddlq_s16(vmull_s8(vget_low_s8(lo), vget_low_s8(x0)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(lo), vget_high_s8(x0)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(hi), vget_low_s8(x1)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(hi), vget_high_s8(x1)));
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
+    }
+    return vaddvq_f32(acc);
+}
+
 static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_q4_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
 #endif /* GPT2__NEON */

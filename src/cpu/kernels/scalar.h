@@ -30,6 +30,18 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
             for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)block.q[i];
         }
         break;
+    case GPT2_TYPE_Q4_0:
+        for (int64_t b = 0; b < n / gpt2__q4_block_values; b++) {
+            gpt2__block_q4_0 block;
+            std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
+            const float scale = gpt2__f16_to_f32(block.scale);
+            float* o = out + gpt2__q4_block_values * b;
+            for (int j = 0; j < gpt2__q4_block_values / 2; j++) {
+                o[j] = scale * (float)((block.q[j] & 15) - 8);
+                o[j + gpt2__q4_block_values / 2] = scale * (float)((block.q[j] >> 4) - 8);
+            }
+        }
+        break;
     default:
         GPT2_ASSERT(!"unknown weight type");
     }
@@ -60,11 +72,14 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
     }
     case GPT2_TYPE_F16:
     case GPT2_TYPE_BF16:
-    case GPT2_TYPE_Q8_0: {
+    case GPT2_TYPE_Q8_0:
+    case GPT2_TYPE_Q4_0: {
         float buffer[256];
         for (int64_t start = 0; start < n; start += 256) {
             const int64_t len = std::min<int64_t>(256, n - start);
-            const size_t offset = type == GPT2_TYPE_Q8_0 ? (size_t)start / gpt2__q8_block_values * gpt2__q8_block_bytes : (size_t)start * 2;
+            const size_t offset = type == GPT2_TYPE_Q8_0   ? (size_t)start / gpt2__q8_block_values * gpt2__q8_block_bytes
+                                  : type == GPT2_TYPE_Q4_0 ? (size_t)start / gpt2__q4_block_values * gpt2__q4_block_bytes
+                                                           : (size_t)start * 2;
             gpt2__dequantize_row(type, row + offset, buffer, len);
             for (int64_t i = 0; i < len; i++) sum += buffer[i] * x[start + i];
         }
@@ -91,9 +106,27 @@ static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const flo
     return sum;
 }
 
-/* The matmul of any pair of row dot kernels, one output row at a time: the portable set below,
-   and the NEON set, whose speed lies in its dot kernels alone. */
-template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
+/* A q4_0 weight row against activations quantized by gpt2__quantize_q8, as gpt2__dot_q8_scalar:
+   per block the exact integer sum of (nibble - 8) x, scaled by both blocks' scales. */
+static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+    const int B = gpt2__q4_block_values;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / B; b++) {
+        gpt2__block_q4_0 block;
+        std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
+        const int8_t* x = xq + B * b;
+        int32_t isum = 0;
+        for (int j = 0; j < B / 2; j++) isum += ((block.q[j] & 15) - 8) * (int32_t)x[j] + ((block.q[j] >> 4) - 8) * (int32_t)x[j + B / 2];
+        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
+    }
+    return sum;
+}
+
+/* The matmul of any row dot kernels (q8_0 and q4_0 rows against int8 activations, any row against
+   floats), one output row at a time: the portable set below, and the NEON set, whose speed lies
+   in its dot kernels alone. */
+template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotQ4)(const uint8_t*, const int8_t*, const float*, int64_t),
+          float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     /* a's fields copied once: the stores to y may alias them, so read through `a` they would be
        reloaded every row */
@@ -102,12 +135,13 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
     const int8_t* xq = a.xq;
     float* y = a.y;
     const int T = a.T;
-    const bool accumulate = a.accumulate, int8 = W.type == GPT2_TYPE_Q8_0 && xq;
+    const bool accumulate = a.accumulate, int8 = gpt2__int8_weights(W.type) && xq;
+    float (*const dot_int8)(const uint8_t*, const int8_t*, const float*, int64_t) = W.type == GPT2_TYPE_Q4_0 ? DotQ4 : DotQ8;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
         for (int t = 0; t < T; t++) {
             float v = (bias ? bias[o] : 0.0f);
-            v += int8 ? DotQ8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / gpt2__q8_block_values), W.cols)
+            v += int8 ? dot_int8(row, xq + (size_t)t * W.cols, xq_scale + (size_t)t * (W.cols / gpt2__q8_block_values), W.cols)
                       : DotRow(W.type, row, x + (size_t)t * W.cols, W.cols);
             float* out = y + (size_t)t * W.rows + o;
             *out = accumulate ? *out + v : v;
@@ -117,7 +151,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
 
 static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
 
 /* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */

@@ -85,8 +85,9 @@ static float gpt2__dot_q8_float_wasm(const uint8_t* row, const float* x, int64_t
     return gpt2__sum_f32x4_wasm(wasm_f32x4_add(acc0, acc1));
 }
 
-/* Dot product of one weight row with float x. A weight type this set has no loop for (one added
-   after it was written) takes the portable dot product, so every type the loader accepts runs. */
+/* Dot product of one weight row with float x. A weight type this set has no loop for (q4_0, and
+   any added later) takes the portable dot product, so every type the loader accepts runs; q4_0
+   rows against int8 activations take gpt2__dot_q4_scalar (gpt2__matmul_wasm). */
 static float gpt2__dot_row_wasm(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
     switch (type) {
     case GPT2_TYPE_F32: return gpt2__dot_row16_wasm<GPT2_TYPE_F32>(row, x, n);
@@ -140,7 +141,7 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
 static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
     const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
     float* y = a.y;
