@@ -335,11 +335,12 @@ def default_name(ckpt_path):
 
 
 def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu=None, name=None,
-            log=print):
+            zero_biases=False, log=print):
     """Converts ckpt_path (a nanoGPT checkpoint, or a Hugging Face GPT-2 folder) to out_path.
     Raises ConvertError (one-line message) on bad input. gelu: "erf" or "tanh"; None means
     config.json's activation for a folder, erf (nanoGPT's nn.GELU()) for a checkpoint.
-    Returns a summary dict (n_vocab, tokenizer, tied, rows, tensors, meta)."""
+    zero_biases: a model without biases gets zero bias tensors (the same model; llama.cpp's GPT-2
+    requires them). Returns a summary dict (n_vocab, tokenizer, tied, rows, tensors, meta)."""
     if dtype not in ("f32", "f16"):
         raise ConvertError(f"--dtype must be f32 or f16, not {dtype!r}")
     if gelu not in (None, "erf", "tanh"):
@@ -464,8 +465,14 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu=None, 
             w.add_tensor(dst, [t.shape[1], n_rows], out_type,
                          lambda: _float_chunks(t, n_rows * t.shape[1], out_type))
 
-    for src, dst, _ in plan:
-        add(dst, state[src], n_vocab if dst == "token_embd.weight" else None)
+    if zero_biases and not hp["bias"]:
+        # the plan of the same model with biases, its bias tensors all zeros: x + 0 is x
+        plan = [(src if src in state else None, dst, shape) for src, dst, shape in tensor_plan(dict(hp, bias=True))]
+    for src, dst, shape in plan:
+        if src is None:
+            w.add_tensor(dst, list(shape), gguf.F32, lambda n=shape[0]: [bytes(4 * n)])
+        else:
+            add(dst, state[src], n_vocab if dst == "token_embd.weight" else None)
     if not tied:
         add("output.weight", head, n_vocab)
 
@@ -507,6 +514,9 @@ def main(argv=None):
                         "trained with: erf (exact, nanoGPT's nn.GELU(), the default for a checkpoint) or "
                         "tanh (the approximation used by OpenAI's GPT-2); a Hugging Face folder's "
                         "config.json says which (activation_function gelu_new: tanh, gelu: erf)")
+    parser.add_argument("--zero-biases", action="store_true", help="for a model trained without biases "
+                        "(nanoGPT's bias=False): write zero bias tensors, which leave the model as it is but "
+                        "let llama.cpp load the file (its GPT-2 requires every bias; docs/FORMAT.md)")
     parser.add_argument("--name", help="general.name of the model (default: the checkpoint's folder name "
                         "for ckpt*.pt, nanoGPT's out_dir; else the file name without .pt)")
     try:
@@ -515,7 +525,7 @@ def main(argv=None):
         return 1 if e.code else 0
     try:
         info = convert(args.checkpoint, args.output, meta=args.meta, vocab=args.vocab, dtype=args.dtype,
-                       gelu=args.gelu, name=args.name, log=lambda msg: print(msg, file=sys.stderr))
+                       gelu=args.gelu, name=args.name, zero_biases=args.zero_biases, log=lambda msg: print(msg, file=sys.stderr))
     except (ConvertError, torch_checkpoint.CheckpointError, safetensors_reader.SafetensorsError) as e:
         print(f"convert.py: error: {e}", file=sys.stderr)
         return 1

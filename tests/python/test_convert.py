@@ -226,6 +226,18 @@ class ConvertedModels(unittest.TestCase):
         self.assertFalse([n for n in names if n.endswith(".bias")])
         self.assertIn("blk.1.ffn_norm.weight", names)
 
+    def test_zero_biases_add_every_bias_as_zeros_and_keep_the_logits(self):
+        out = os.path.join(scratch(), "nobias_zero.gguf")
+        convert_quietly(os.path.join(CKPTS, "nobias.pt"), out, zero_biases=True)
+        r, plain = gguf.Reader(out), self.reader("nobias")
+        biases = {n for n in r.tensors if n.endswith(".bias")}
+        self.assertEqual(set(r.tensors) - biases, set(plain.tensors))
+        self.assertEqual(biases, {n[:-len("weight")] + "bias" for n in plain.tensors
+                                  if n.startswith(("blk.", "output_norm"))})  # what llama.cpp's GPT-2 requires
+        self.assertTrue(all(v == 0.0 for n in biases for v in r.tensor_values(n)))
+        ids = reference("nobias")["ids"]
+        self.assertEqual(forward(out, ids), forward(self.files["nobias"], ids))
+
     def test_orig_mod_prefix_is_removed(self):
         names = set(self.reader("compiled").tensors)
         self.assertEqual(names, set(self.reader("nobias").tensors))
