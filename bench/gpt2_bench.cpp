@@ -133,10 +133,15 @@ static double bandwidth_pass(gpt2__pool* pool, const float* buf, size_t n) {
     return n * 4.0 / dt / 1e9;
 }
 
-// fp32 FMA peak in GFLOP/s for the widest vectors the given kernel set uses: the best of 7
+// Peaks are the best of many short passes (a few ms each): on a shared host, passes of tens of
+// ms rarely run undisturbed and measured the peak up to 3x low.
+static const long peak_iterations = 1000000;
+static const int peak_passes = 100;
+
+// fp32 FMA peak in GFLOP/s for the widest vectors the given kernel set uses: the best of the
 // passes, so a pass in which the host took a core away does not set the limit.
 static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
-    long iterations = 20000000;
+    const long iterations = peak_iterations;
     int lanes = 1;
 #if defined(GPT2__X86)
     lanes = std::strcmp(kernels, "avx512") == 0 ? 16 : std::strcmp(kernels, "avx2") == 0 ? 8 : 1;
@@ -146,7 +151,7 @@ static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
     if (lanes == 1) return 0.0; // no FMA loop for this set
     double best = 0;
     volatile float sink = 0;
-    for (int pass = 0; pass < 7; pass++) {
+    for (int pass = 0; pass < peak_passes; pass++) {
         const double t0 = now_s();
         float sums[64] = {0};
         gpt2__parallel_for(pool, pool->n_threads, 1, [&](int64_t, int64_t, int thread) {
@@ -162,13 +167,13 @@ static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
 }
 
 // The int8 dot-product peak (vpdpbusd, AVX-512 VNNI) in GOP/s (a multiply-add is 2 operations,
-// as for the FMA peak), the best of 7 passes; 0 where the kernel set has no int8 panels.
+// as for the FMA peak), the best of the passes; 0 where the kernel set has no int8 panels.
 static double measure_int8_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
     if (!kernels->quantize_q8_packed) return 0.0;
-    const long iterations = 20000000;
+    const long iterations = peak_iterations;
     double best = 0;
     volatile int sink = 0;
-    for (int pass = 0; pass < 7; pass++) {
+    for (int pass = 0; pass < peak_passes; pass++) {
         const double t0 = now_s();
         int sums[64] = {0};
         gpt2__parallel_for(pool, pool->n_threads, 1, [&](int64_t, int64_t, int thread) {
