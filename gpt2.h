@@ -413,8 +413,10 @@ GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* promp
 /* Appends n_tokens[i] tokens to sessions[i] for every i and runs them all in one pass over the
    weights; afterwards gpt2_session_logits(sessions[i]) holds each one's prediction. All sessions
    share one model; no session appears twice. Runs on the worker threads of sessions[0].
-   Each session makes room under its own context policy and gets the logits it would get alone
-   (the same tokens when sampled). Every session and token is checked first: on an error nothing
+   Each session makes room under its own context policy and gets the logits it would get alone,
+   to rounding (the products of 4 or more sessions are summed in another order; the tests bound
+   the difference at 1e-4), so the same tokens when sampled unless a draw falls within that
+   rounding of a boundary. Every session and token is checked first: on an error nothing
    changes, and the message names the session ("sessions[2]: token 0 is ..."). sessions[0]'s
    abort_fn is polled; an aborted batch leaves every session as it was. The CPU runs the batch in
    one pass; a backend without one (CUDA, for now) runs the sessions one after another. */
@@ -2874,6 +2876,19 @@ struct gpt2__block_q4_0 {
 };
 static_assert(sizeof(gpt2__block_q4_0) == gpt2__q4_block_bytes, "q4_0 blocks are 18 bytes");
 static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return block + 2; }
+/* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 weights
+   with many rows of int8 activations in integer dot products, the blocks regrouped so that the
+   products of a whole block add up in one 32-bit lane before they meet their scales. Rows of W
+   and of x are packed in groups of gpt2__q8_group_blocks blocks (zero blocks pad the last),
+   each group gpt2__q8_group_bytes of a weight row (panel scratch) or gpt2__q8_packed_x_bytes of
+   an activation row; the layout inside a group is the set's own. */
+static const int gpt2__q8_group_blocks = 8;
+static const size_t gpt2__q8_group_bytes = 384, gpt2__q8_packed_x_bytes = 320;
+static inline int64_t gpt2__q8_groups(int64_t cols) {
+    return (cols / gpt2__q8_block_values + gpt2__q8_group_blocks - 1) / gpt2__q8_group_blocks;
+}
+/* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
+static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)gpt2__q8_groups(cols) * gpt2__q8_packed_x_bytes; }
 
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
@@ -2889,23 +2904,39 @@ struct gpt2__matmul_args {
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
     bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
-                                  streamed as one session's are, however many */
+                                  each weight row read once for all of them */
+    const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is q8_0),
+                                  the kernel multiplies int8 panels */
 };
+
+/* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
+   many of them: each panel converted once serves them all, where streamed rows convert and
+   re-read every weight row once per session (124M, 2 threads: f16 streams faster at 2 and 3
+   rows, panels at 4 and 6 rows; q8_0 is even at 2 to 4 rows and faster as panels at 6). */
+static const int gpt2__panel_min_rows = 4;
 
 /* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
    float panels with tiles of tokens (prefill): q8_0 and q4_0 rows stream only against int8
    activations.
-   The scalar and NEON sets always stream. A batch of sessions streams all its decode rows at
-   once (decode_rows): each weight row is read from memory once and its dot products with every
-   row are those a lone session computes, so the batch gives the lone results bit for bit. */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (!gpt2__int8_weights(a.W->type) || a.xq); }
+   The scalar and NEON sets always stream. A batch of sessions streams its decode rows together
+   while they are fewer than gpt2__panel_min_rows (each weight row read from memory once, its
+   dot products with every row those a lone session computes, so bit for bit the lone results),
+   and multiplies panels with them from there on (the lone results to rounding): float panels, or
+   int8 panels against the same quantized activations where the set has them (xq_packed). */
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
+    if (gpt2__int8_weights(a.W->type)) return a.xq != nullptr;
+    return a.decode_rows ? a.T < gpt2__panel_min_rows : gpt2__is_decode(a.T);
+}
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers. */
 static const int gpt2__tile_rows = 4;
 
-/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
-static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * gpt2__tile_rows; }
+/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
+   gpt2__tile_rows rows as floats or packed as int8 groups. */
+static size_t gpt2__panel_floats(int64_t cols) {
+    return std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows;
+}
 
 /* ---- Attention --------------------------------------------------------------------------- */
 
@@ -2953,6 +2984,9 @@ struct gpt2__kernels {
     /* x (n, a multiple of gpt2__q8_block_values) to int8 blocks q and their scales, bit for bit
        as gpt2__quantize_q8_scalar */
     void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
+    /* NULL, or `rows` rows of x (rows, cols) quantized as quantize_q8 does and packed for the
+       set's int8 panels (gpt2__q8_packed_row_bytes each) */
+    void (*quantize_q8_packed)(uint8_t* dst, const float* x, int rows, int64_t cols);
     /* prefill attention, as gpt2__attend_scalar */
     gpt2__attend_fn<float> attend_f32;
     gpt2__attend_fn<uint16_t> attend_f16;
@@ -3270,32 +3304,48 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
 /* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <=
    gpt2__tile_rows and 1 <= n <= Set::NT, which are known only at run time. */
 template <class Set, int R>
-static void gpt2__tile_tokens(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+static void gpt2__tile_tokens(float* out, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
     switch (n) {
-    case 1: Set::template tile<R, 1>(out, w, ldw, x, ldx, K); break;
-    case 2: Set::template tile<R, 2>(out, w, ldw, x, ldx, K); break;
-    case 3: Set::template tile<R, 3>(out, w, ldw, x, ldx, K); break;
-    default: Set::template tile<R, Set::NT>(out, w, ldw, x, ldx, K); break;
+    case 1: Set::template tile<R, 1>(out, w, a, t, k0, kn); break;
+    case 2: Set::template tile<R, 2>(out, w, a, t, k0, kn); break;
+    case 3: Set::template tile<R, 3>(out, w, a, t, k0, kn); break;
+    default: Set::template tile<R, Set::NT>(out, w, a, t, k0, kn); break;
     }
 }
 
 template <class Set>
-static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
     switch (rows) {
-    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, ldw, x, ldx, K); break;
-    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, ldw, x, ldx, K); break;
-    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, ldw, x, ldx, K); break;
+    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, a, t, k0, kn); break;
+    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, a, t, k0, kn); break;
+    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, a, t, k0, kn); break;
+    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, a, t, k0, kn); break;
     }
 }
 
-/* Prefill, shared by the x86 kernel sets: for each group of gpt2__tile_rows rows (a float panel:
-   the f32 rows themselves, else rows converted by Set::row_to_float), tiles of Set::NT tokens,
-   over the tokens in chunks of about gpt2__chunk_tokens. K goes in blocks of at most
-   gpt2__k_block, so a tile's rows and tokens stay in L1, the partial sums of the chunk's tiles
-   adding up in `sums`.
-   Set::row_to_float(dst, type, row, K) converts a row; Set::tile<R, N>(out, w, ldw, x, ldx, K)
-   adds the products of R rows and N tokens to out[t * gpt2__tile_rows + r]. */
+/* A float panel: gpt2__tile_rows rows of W from row o, ldw floats apart: the f32 rows in place,
+   else the rows converted by RowToFloat(dst, type, row, K) into `scratch`. */
+struct gpt2__float_panel {
+    const float* w;
+    size_t ldw;
+};
+
+template <void (*RowToFloat)(float*, uint32_t, const uint8_t*, int64_t)>
+static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) {
+    const gpt2__weight* W = a.W;
+    if (W->type == GPT2_TYPE_F32) return {(const float*)(W->data + (size_t)o * W->row_bytes), W->row_bytes / 4};
+    for (int r = 0; r < rows; r++) RowToFloat(scratch + (size_t)r * W->cols, W->type, W->data + (size_t)(o + r) * W->row_bytes, W->cols);
+    return {scratch, (size_t)W->cols};
+}
+
+/* Prefill, shared by the x86 kernel sets and their panel types: for each group of
+   gpt2__tile_rows rows (Set::panel: a float panel, or q8_0 rows packed for integer products),
+   tiles of Set::NT tokens, over the tokens in chunks of about gpt2__chunk_tokens. K goes in
+   blocks of at most gpt2__k_block (starting at multiples of Set::k_align), so a tile's rows and
+   tokens stay in L1, the partial sums of the chunk's tiles adding up in `sums`.
+   Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
+   Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
+   over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
 static const int gpt2__chunk_tokens = 64, gpt2__k_block = 1024;
 
 template <class Set>
@@ -3303,23 +3353,16 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
     constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
-    const int64_t K = W->cols;
+    const int64_t K = W->cols, align = Set::k_align;
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
-    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
+    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + align - 1) / align * align;
     float sums[chunk / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
         for (int64_t o = o_begin; o < o_end; o += MR) {
             const int rows = (int)std::min<int64_t>(MR, o_end - o);
-            const float* w = panel;
-            size_t ldw = (size_t)K;
-            if (W->type == GPT2_TYPE_F32) {
-                w = (const float*)(W->data + (size_t)o * W->row_bytes);
-                ldw = W->row_bytes / 4;
-            } else {
-                for (int r = 0; r < rows; r++) Set::row_to_float(panel + (size_t)r * K, W->type, W->data + (size_t)(o + r) * W->row_bytes, K);
-            }
+            const typename Set::Panel w = Set::panel(a, o, rows, panel);
             /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
                spread prefetches of the next group's bytes over them. */
             const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
@@ -3332,7 +3375,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 for (int i = 0; i < n_tiles; i++) {
                     for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
                     const int t = t0 + i * NT;
-                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w, a, t, k0, kn);
                 }
             }
             for (int i = 0; i < n_tiles; i++) {
@@ -3600,9 +3643,14 @@ struct gpt2__prefill_avx2 {
     /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
        and one of 1, whose single token loads 5 vectors per 4 FMAs */
     static constexpr int NT = 3;
-    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx2(dst, type, row, K); }
+    static constexpr int64_t k_align = 16;
+    using Panel = gpt2__float_panel;
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx2>(a, o, rows, scratch); }
     template <int R, int N>
-    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx2<R, N>(out, w, ldw, x, ldx, K); }
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_avx2<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
+    }
 };
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
@@ -4049,15 +4097,118 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 struct gpt2__prefill_avx512 {
     static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
     static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
-    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx512(dst, type, row, K); }
+    static constexpr int64_t k_align = 16;
+    using Panel = gpt2__float_panel;
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512>(a, o, rows, scratch); }
     template <int R, int N>
-    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx512<R, N>(out, w, ldw, x, ldx, K); }
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_avx512<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
+    }
+};
+
+/* ---- Int8 panels: q8_0 weights times many rows of int8 activations (contract.h) ----------
+
+   vpdpbusd adds 4 byte products into each 32-bit lane, so 4 of them put a block's 32 products
+   into lanes: a group of 8 blocks is regrouped so that lanes j and j + 8 of vector i hold
+   4-byte words i and 4 + i of block j. After the group's 4 vpdpbusd a lane holds 16 products of
+   one block, exact in int32, and one conversion, one product of scales and one FMA per 16
+   lanes (8 blocks) bring them to float: 7 instructions per 256 multiply-adds of a (row, token)
+   pair, where fp32 FMAs take 16. vpdpbusd multiplies unsigned by signed bytes: the activations
+   are stored as x + 128 (unsigned), and each lane starts from -128 times the sum of its weights. */
+
+/* Regroups 8 blocks, z[k] = blocks 2k and 2k + 1 as they lie, into out[0..3]. */
+GPT2__AVX512 static inline void gpt2__regroup_q8_avx512(__m512i* out, const __m512i* z) {
+    for (int i = 0; i < 4; i++) {
+        const __m512i idx = _mm512_setr_epi32(i, 8 + i, 16 + i, 24 + i, i, 8 + i, 16 + i, 24 + i, 4 + i, 12 + i, 20 + i, 28 + i, 4 + i, 12 + i, 20 + i, 28 + i);
+        out[i] = _mm512_mask_blend_epi32(0xF0F0, _mm512_permutex2var_epi32(z[0], idx, z[1]), _mm512_permutex2var_epi32(z[2], idx, z[3]));
+    }
+}
+
+/* One q8_0 row of nb blocks packed for the int8 tiles: per group of 8 blocks, the 4 regrouped
+   vectors, the lanes' starting sums (-128 x the lane's weights) and the block scales (lanes j
+   and j + 8: block j's), gpt2__q8_group_bytes in all. */
+GPT2__AVX512 static void gpt2__pack_q8_row_avx512(uint8_t* dst, const uint8_t* row, int64_t nb) {
+    const int bytes = gpt2__q8_block_bytes;
+    for (int64_t b0 = 0; b0 < nb; b0 += gpt2__q8_group_blocks, dst += gpt2__q8_group_bytes) {
+        __m512i z[4], v[4];
+        uint16_t h[8];
+        for (int j = 0; j < 8; j++) h[j] = b0 + j < nb ? gpt2__q8_scale_f16(row + bytes * (b0 + j)) : 0;
+        for (int k = 0; k < 4; k++) {
+            const int64_t b = b0 + 2 * k;
+            const __m256i lo = b < nb ? _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row + bytes * b)) : _mm256_setzero_si256();
+            const __m256i hi = b + 1 < nb ? _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row + bytes * (b + 1))) : _mm256_setzero_si256();
+            z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+        gpt2__regroup_q8_avx512(v, z);
+        __m512i sums = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) {
+            _mm512_storeu_si512(dst + 64 * i, v[i]);
+            sums = _mm512_dpbusd_epi32(sums, _mm512_set1_epi8((char)0x80), v[i]);
+        }
+        _mm512_storeu_si512(dst + 256, _mm512_sub_epi32(_mm512_setzero_si512(), sums));
+        const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)h));
+        _mm512_storeu_ps(dst + 320, _mm512_insertf32x8(_mm512_castps256_ps512(scales), scales, 1));
+    }
+}
+
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile over groups [g0, g1): R packed
+   weight rows (ldw bytes apart) and N packed activation rows (ldx apart). */
+template <int R, int N>
+GPT2__AVX512 static void gpt2__tile_q8_avx512(float* out, const uint8_t* w, size_t ldw, const uint8_t* x, size_t ldx, int64_t g0, int64_t g1) {
+    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
+    __m512 acc[16];
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t* wg = w + g * gpt2__q8_group_bytes;
+        const uint8_t* xg = x + g * gpt2__q8_packed_x_bytes;
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const uint8_t* wr = wg + r * ldw;
+            const __m512i w0 = _mm512_loadu_si512(wr), w1 = _mm512_loadu_si512(wr + 64), w2 = _mm512_loadu_si512(wr + 128), w3 = _mm512_loadu_si512(wr + 192);
+            const __m512i start = _mm512_loadu_si512(wr + 256);
+            const __m512 w_scale = _mm512_loadu_ps(wr + 320);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) {
+                const uint8_t* xt = xg + t * ldx;
+                __m512i d = _mm512_dpbusd_epi32(start, _mm512_loadu_si512(xt), w0);
+                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 64), w1);
+                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 128), w2);
+                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 192), w3);
+                acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, _mm512_loadu_ps(xt + 256)), acc[t * gpt2__tile_rows + r]);
+            }
+        }
+    }
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
+}
+
+struct gpt2__prefill_q8_avx512 {
+    static constexpr int NT = 4;
+    static constexpr int64_t k_align = gpt2__q8_group_blocks * gpt2__q8_block_values; /* K blocks of whole groups */
+    struct Panel {
+        const uint8_t* w;
+        size_t ldw;
+    };
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) {
+        const gpt2__weight* W = a.W;
+        const size_t ldw = (size_t)gpt2__q8_groups(W->cols) * gpt2__q8_group_bytes;
+        uint8_t* dst = (uint8_t*)scratch;
+        for (int r = 0; r < rows; r++) gpt2__pack_q8_row_avx512(dst + r * ldw, W->data + (size_t)(o + r) * W->row_bytes, W->cols / gpt2__q8_block_values);
+        return {dst, ldw};
+    }
+    template <int R, int N>
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t ldx = gpt2__q8_packed_row_bytes(a.W->cols);
+        gpt2__tile_q8_avx512<R, N>(out, w.w, w.ldw, a.xq_packed + t * ldx, ldx, k0 / k_align, (k0 + kn + k_align - 1) / k_align);
+    }
 };
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels.
    Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
    loads (it splits those in two anyway); q8_0 and q4_0 rows use 512-bit integer dot products. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.xq_packed) return gpt2__prefill_x86<gpt2__prefill_q8_avx512>(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_q4_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
@@ -4073,6 +4224,31 @@ GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const
         _mm_storeu_si128((__m128i*)(q + B * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
         _mm_storeu_si128((__m128i*)(q + B * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
     }
+}
+
+/* Rows of x quantized as gpt2__quantize_q8_avx512 does, packed for gpt2__tile_q8_avx512: per
+   group of 8 blocks the 4 regrouped vectors of x + 128 and the block scales (lanes j and j + 8:
+   block j's); padding blocks are 0 with scale 0. */
+GPT2__AVX512 static void gpt2__quantize_q8_packed_avx512(uint8_t* dst, const float* x, int rows, int64_t cols) {
+    const int B = gpt2__q8_block_values, G = gpt2__q8_group_blocks;
+    const int64_t nb = cols / B;
+    alignas(64) int8_t q[G * B];
+    alignas(32) float scale[G];
+    for (int t = 0; t < rows; t++)
+        for (int64_t b0 = 0; b0 < nb; b0 += G, dst += gpt2__q8_packed_x_bytes) {
+            const int64_t blocks = std::min<int64_t>(G, nb - b0);
+            if (blocks < G) {
+                std::memset(q, 0, sizeof(q));
+                std::memset(scale, 0, sizeof(scale));
+            }
+            gpt2__quantize_q8_avx512(q, scale, x + (size_t)t * cols + B * b0, B * blocks);
+            __m512i z[4], v[4];
+            for (int k = 0; k < 4; k++) z[k] = _mm512_xor_si512(_mm512_load_si512(q + 64 * k), _mm512_set1_epi8((char)0x80));
+            gpt2__regroup_q8_avx512(v, z);
+            for (int i = 0; i < 4; i++) _mm512_storeu_si512(dst + 64 * i, v[i]);
+            const __m256 s = _mm256_load_ps(scale);
+            _mm512_storeu_ps(dst + 256, _mm512_insertf32x8(_mm512_castps256_ps512(s), s, 1));
+        }
 }
 
 /* e^x as contract.h describes it (gpt2__exp_poly), 16 lanes; 0 below gpt2__exp_min. */
@@ -4534,12 +4710,12 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
                                       one it does */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
-static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                    gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #if defined(GPT2__X86)
-static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
                                                  gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
+static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
@@ -4582,11 +4758,11 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                  gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar};
 #endif
 #if defined(GPT2__WASM_SIMD128)
-static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                          gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm};
 #endif
 
@@ -4811,6 +4987,7 @@ struct gpt2__batch_workspace {
     float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
     int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
     float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
+    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) decode rows packed for int8 panels */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -5024,7 +5201,7 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
 /* ---- Many sessions in one pass (gpt2_batch_eval) ------------------------------------------- */
 
 static void gpt2__batch_free(gpt2__batch_workspace* w) {
-    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->scores, w->logits};
+    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->scores, w->logits};
     for (void* b : buffers) gpt2__free_aligned(b);
     *w = gpt2__batch_workspace();
 }
@@ -5042,6 +5219,7 @@ static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
         {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
+        {(void**)&w->xq_packed, rows * gpt2__q8_packed_row_bytes((int64_t)widest)},
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
@@ -5064,12 +5242,13 @@ struct gpt2__batch_rows {
     gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
 };
 
-/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. Each row takes the
-   path its session's lone pass takes (gpt2__matmul), so the results are the lone ones bit for
-   bit: the decode rows stream W together (on q8_0 and q4_0 weights only single tokens, quantized to
-   int8: gpt2__int8_activations), each weight row read from memory once for all of them; the
-   other sessions multiply panels, each its own rows (a tile's sums depend on where its tokens
-   start). One parallel region for all of it. */
+/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. The decode rows go
+   together (on q8_0 and q4_0 weights only single tokens, quantized to int8 as a lone token is:
+   gpt2__int8_activations), each weight row read from memory once for all of them: streamed
+   while they are few, so bit for bit the lone results, else multiplied as panels
+   (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
+   rounding. The other sessions multiply panels, each its own rows (a tile's sums depend on
+   where its tokens start). One parallel region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
@@ -5077,7 +5256,10 @@ static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, c
     gpt2__vector<gpt2__matmul_args> parts;
     if (n_streamed) {
         parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
-        if (gpt2__int8_activations(1, W.type)) {
+        if (W.type == GPT2_TYPE_Q8_0 && kernels->quantize_q8_packed && n_streamed >= gpt2__panel_min_rows) { /* int8 panels are q8_0's */
+            kernels->quantize_q8_packed(s->batch.xq_packed, x, n_streamed, W.cols);
+            parts.back().xq_packed = s->batch.xq_packed;
+        } else if (gpt2__int8_activations(1, W.type)) {
             kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
             parts.back().xq = s->batch.xq;
             parts.back().xq_scale = s->batch.xq_scale;

@@ -1,7 +1,9 @@
 // gpt2-kernel-bench: one matrix product of the dispatched kernels, timed alone (min of many runs).
 //
-//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS]]]
+//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float]]]]
 //     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
+//     q8_0 with 4 or more tokens multiplies int8 panels where the set has them (as a batch's
+//     decode rows do, quantizing included), float panels with `float`
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 #define GPT2_IMPLEMENTATION
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 int main(int argc, char** argv) {
     const uint32_t type = argc > 1 ? (uint32_t)std::atoi(argv[1]) : (uint32_t)GPT2_TYPE_Q8_0;
@@ -23,6 +26,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
         return 2;
     }
+    const bool int8_panels = type == GPT2_TYPE_Q8_0 && T >= gpt2__panel_min_rows && k->quantize_q8_packed && !(argc > 6 && std::string(argv[6]) == "float");
     std::vector<uint8_t> W((size_t)(rb * rows));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
     for (float& v : x) v = u(rng);
     std::vector<int8_t> xq((size_t)cols);
     std::vector<float> xs((size_t)cols / 32 + 1);
+    std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
     double best = 1e9;
     const int iterations = rb * rows > (64u << 20) ? 10 : 200;
     for (int it = 0; it < iterations; it++) {
@@ -47,11 +52,15 @@ int main(int argc, char** argv) {
             a.xq = xq.data();
             a.xq_scale = xs.data();
         }
+        if (int8_panels) {
+            k->quantize_q8_packed(packed.data(), x.data(), T, cols);
+            a.xq_packed = packed.data();
+        }
         k->matmul(a, 0, rows, panel.data());
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     const double macs = (double)rows * cols * T;
-    std::printf("%s %s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights\n", k->name, gpt2__type_name(type), (long long)rows,
+    std::printf("%s %s%s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights\n", k->name, gpt2__type_name(type), int8_panels ? " (int8 panels)" : "", (long long)rows,
                 (long long)cols, T, best * 1e6, macs / best / 1e9, (double)rb * rows / best / 1e9);
     return 0;
 }

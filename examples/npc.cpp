@@ -1,9 +1,12 @@
-// npc.cpp - a game loop at 60 Hz while three characters "think" on worker threads.
+// npc.cpp - a game loop at 60 Hz while five characters "think" together on one worker thread.
 // One model is loaded and shared. The scene (what the player said) is evaluated once and forked
-// into each character's session (gpt2_session_copy), so no character reads it again. Each session
-// has n_threads = 1, so the game keeps its other cores; text reaches the main thread through a
-// locked queue. Mid-scene the game saves ROMEO (gpt2_session_save, as into a save game); at the
-// end it loads him into a new session (gpt2_session_load) and checks that he says the same.
+// into each character's session (gpt2_session_copy), so no character reads it again. The worker
+// generates all characters' speeches in one batch (gpt2_generate_batch: one pass over the
+// weights per token of every character, so five cost little more than one), each session with
+// n_threads = 1, so the game keeps its other cores; text reaches the main thread through a locked
+// queue. After the first speeches the game saves ROMEO (gpt2_session_save, as into a save game)
+// and asks him once more; at the end it loads him into a new session (gpt2_session_load) and
+// checks that he says the same.
 //     npc [MODEL.gguf]        (default: the model the repo ships)
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
@@ -53,6 +56,16 @@ static bool ok(gpt2_result result, const gpt2_error& err) {
     return result == GPT2_OK;
 }
 
+static double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+static void print_stats(const char* what, std::vector<double> ms) {
+    if (ms.empty()) ms.push_back(0);
+    std::sort(ms.begin(), ms.end());
+    double sum = 0;
+    for (double v : ms) sum += v;
+    std::printf("  %s: mean %.3f ms, median %.3f, p99 %.3f, max %.3f\n", what, sum / ms.size(), ms[ms.size() / 2], ms[ms.size() * 99 / 100], ms.back());
+}
+
 int main(int argc, char** argv) {
     const char* path = example_model_path(argc, argv);
     gpt2_model* model = nullptr;
@@ -67,7 +80,7 @@ int main(int argc, char** argv) {
     size_t n_scene = 0;
     if (!ok(gpt2_tokenize(model, scene, std::strlen(scene), 0, scene_tokens.data(), scene_tokens.size(), &n_scene, &err), err)) return 1;
     gpt2_session_params sp = gpt2_session_default_params();
-    sp.n_threads = 1; // one core per character
+    sp.n_threads = 1; // the batch runs on sessions[0]'s threads: the worker thread alone
     sp.kv_f16 = 1;    // half the memory, and half the save game
     sp.context_policy = GPT2_CONTEXT_DISCARD;
     sp.n_keep = (int)n_scene;
@@ -75,63 +88,72 @@ int main(int argc, char** argv) {
     if (!ok(gpt2_session_create(model, &sp, &shared, &err), err) || !ok(gpt2_session_eval(shared, scene_tokens.data(), n_scene, &err), err))
         return 1;
 
-    const std::vector<std::string> cast = {"ROMEO", "JULIET", "MERCUTIO"};
-    std::vector<gpt2_session*> sessions(cast.size(), nullptr);
+    const std::vector<std::string> cast = {"ROMEO", "JULIET", "MERCUTIO", "NURSE", "BENVOLIO"};
+    const size_t n = cast.size();
+    std::vector<gpt2_session*> sessions(n, nullptr);
     for (gpt2_session*& session : sessions)
         if (!ok(gpt2_session_create(model, &sp, &session, &err), err) || !ok(gpt2_session_copy(session, shared, &err), err)) return 1;
     gpt2_session_free(shared);
 
     Queue queue;
-    std::vector<Speech> lines = {{0, &queue, {}}, {1, &queue, {}}, {2, &queue, {}}, {3, &queue, {}}}; // line 3: Romeo again
+    std::vector<Speech> lines; // a line per character, then Romeo's answer to the player
+    for (size_t i = 0; i <= n; i++) lines.push_back({(int)i, &queue, {}});
     std::vector<std::string> said(lines.size());
     std::vector<unsigned char> save_game; // Romeo after his first speech
     const char* ask = "PLAYER:\nAnd what of Juliet?\n\nROMEO:\n"; // what the player says to him next
     std::string ask_prompt;
-    std::atomic<int> running{(int)cast.size()};
-    std::vector<std::thread> workers;
-    for (size_t i = 0; i < cast.size(); i++) workers.emplace_back([&, i] {
+    std::atomic<bool> running{true};
+    double batch_s = 0; // the first speeches, all characters together
+    std::thread worker([&] {
         gpt2_error e;
-        gpt2_generate_params gp = speech_params(1000 + i, &lines[i]);
-        if (ok(gpt2_generate_text(sessions[i], (cast[i] + ":\n").c_str(), &gp, &e), e) && i == 0) {
-            // Mid-scene the game saves Romeo (to memory here; a game writes the bytes to its save file).
-            size_t n = 0;
-            gpt2_session_save(sessions[0], nullptr, 0, &n, &e);
-            save_game.resize(n);
-            if (ok(gpt2_session_save(sessions[0], save_game.data(), n, &n, &e), e)) {
-                // The context ends with the stop string unless the speech ran to max_new_tokens.
-                const bool stopped = lines[0].tokens.size() < (size_t)gp.max_new_tokens;
-                ask_prompt = std::string(stopped ? "" : "\n\n") + ask;
-                gp = speech_params(2000, &lines[3]);
-                ok(gpt2_generate_text(sessions[0], ask_prompt.c_str(), &gp, &e), e);
-            } else {
-                save_game.clear();
-            }
+        std::vector<std::string> tags;
+        std::vector<const char*> prompts;
+        std::vector<gpt2_generate_params> params;
+        for (size_t i = 0; i < n; i++) tags.push_back(cast[i] + ":\n");
+        for (size_t i = 0; i < n; i++) prompts.push_back(tags[i].c_str()), params.push_back(speech_params(1000 + i, &lines[i]));
+        const auto t0 = Clock::now();
+        const bool spoke = ok(gpt2_generate_batch(sessions.data(), prompts.data(), params.data(), n, &e), e);
+        batch_s = ms_since(t0) / 1e3;
+        // The game saves Romeo (to memory here; a game writes the bytes to its save file).
+        size_t bytes = 0;
+        gpt2_session_save(sessions[0], nullptr, 0, &bytes, &e);
+        save_game.resize(bytes);
+        if (spoke && ok(gpt2_session_save(sessions[0], save_game.data(), bytes, &bytes, &e), e)) {
+            // The context ends with the stop string unless the speech ran to max_new_tokens.
+            const bool stopped = lines[0].tokens.size() < (size_t)params[0].max_new_tokens;
+            ask_prompt = std::string(stopped ? "" : "\n\n") + ask;
+            gpt2_generate_params gp = speech_params(2000, &lines[n]);
+            ok(gpt2_generate_text(sessions[0], ask_prompt.c_str(), &gp, &e), e);
+        } else {
+            save_game.clear();
         }
-        running--;
+        running = false;
     });
 
-    // The game loop: take what arrived, "update and draw", sleep to the next 1/60 s tick.
+    // The game loop: take what arrived, "update and draw", sleep to the next 1/60 s tick. The
+    // main thread's work per frame and the time between frames show what the text costs the game.
     const auto tick = std::chrono::microseconds(16667);
     auto drain = [&] {
         std::lock_guard<std::mutex> lock(queue.mutex);
-        for (auto& item : queue.items) said[item.first] += item.second;
+        for (auto& item : queue.items) said[(size_t)item.first] += item.second;
         queue.items.clear();
     };
-    std::vector<double> frame_ms;
+    std::vector<double> work_ms, frame_ms;
     auto next = Clock::now(), last = next;
-    while (running > 0) {
+    while (running) {
+        const auto start = Clock::now();
         drain();
+        work_ms.push_back(ms_since(start));
         next += tick;
         std::this_thread::sleep_until(next);
-        auto now = Clock::now();
-        frame_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
-        last = now;
+        frame_ms.push_back(ms_since(last));
+        last = Clock::now();
     }
-    for (std::thread& t : workers) t.join();
+    worker.join();
     drain();
     std::printf("%s", scene);
-    for (size_t i = 0; i < cast.size(); i++) std::printf("%s:\n%s\n\n", cast[i].c_str(), said[i].c_str());
-    std::printf("%s%s\n\n", ask, said[3].c_str());
+    for (size_t i = 0; i < n; i++) std::printf("%s:\n%s\n\n", cast[i].c_str(), said[i].c_str());
+    std::printf("%s%s\n\n", ask, said[n].c_str());
 
     // Load the save game into a new session (with the same params: the context policy is not
     // saved): Romeo must say exactly what he said after the save.
@@ -143,19 +165,19 @@ int main(int argc, char** argv) {
     if (!save_game.empty() && ok(gpt2_session_create(model, &sp, &restored, &err), err) &&
         ok(gpt2_session_load(restored, save_game.data(), save_game.size(), &err), err) &&
         ok(gpt2_generate_text(restored, ask_prompt.c_str(), &gp, &err), err)) {
-        status = again.tokens == lines[3].tokens ? 0 : 1;
+        status = again.tokens == lines[n].tokens ? 0 : 1;
         std::printf("Saved ROMEO after his first speech (%zu bytes) and loaded him into a new session: %s (%zu tokens).\n",
                     save_game.size(), status == 0 ? "he says the same" : "HE SAYS SOMETHING ELSE", again.tokens.size());
     }
     gpt2_session_free(restored);
 
-    if (frame_ms.empty()) frame_ms.push_back(0);
-    std::sort(frame_ms.begin(), frame_ms.end());
-    double sum = 0;
-    for (double ms : frame_ms) sum += ms;
-    std::printf("%zu frames at 60 Hz while generating: frame time mean %.2f ms, median %.2f, p99 %.2f, max %.2f\n",
-                frame_ms.size(), sum / frame_ms.size(), frame_ms[frame_ms.size() / 2],
-                frame_ms[frame_ms.size() * 99 / 100], frame_ms.back());
+    size_t tokens = 0;
+    for (size_t i = 0; i < n; i++) tokens += lines[i].tokens.size();
+    std::printf("%zu characters in one batch on one worker thread: %zu tokens in %.2f s, %.0f tokens/s together\n", n, tokens, batch_s,
+                batch_s > 0 ? tokens / batch_s : 0.0);
+    std::printf("%zu frames at 60 Hz while generating:\n", frame_ms.size());
+    print_stats("main thread's work per frame", work_ms);
+    print_stats("frame time (tick to tick)", frame_ms);
     for (gpt2_session* session : sessions) gpt2_session_free(session);
     gpt2_model_free(model); // after every session is freed
     return status;

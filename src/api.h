@@ -412,8 +412,10 @@ GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* promp
 /* Appends n_tokens[i] tokens to sessions[i] for every i and runs them all in one pass over the
    weights; afterwards gpt2_session_logits(sessions[i]) holds each one's prediction. All sessions
    share one model; no session appears twice. Runs on the worker threads of sessions[0].
-   Each session makes room under its own context policy and gets the logits it would get alone
-   (the same tokens when sampled). Every session and token is checked first: on an error nothing
+   Each session makes room under its own context policy and gets the logits it would get alone,
+   to rounding (the products of 4 or more sessions are summed in another order; the tests bound
+   the difference at 1e-4), so the same tokens when sampled unless a draw falls within that
+   rounding of a boundary. Every session and token is checked first: on an error nothing
    changes, and the message names the session ("sessions[2]: token 0 is ..."). sessions[0]'s
    abort_fn is polled; an aborted batch leaves every session as it was. The CPU runs the batch in
    one pass; a backend without one (CUDA, for now) runs the sessions one after another. */

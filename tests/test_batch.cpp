@@ -1,8 +1,8 @@
 // Many sessions in one pass (gpt2_batch_eval, gpt2_generate_batch) against the same sessions run
-// one by one: the same logits (the batched pass takes each row down its lone path, so they are
-// equal bit for bit; the bound is 1e-4), the same tokens, every weight type, f32 and f16 caches,
-// 1 to 3 threads, every kernel set this CPU runs. This file holds a private copy of the
-// implementation to choose the kernel set.
+// one by one: the same logits to 1e-4 (fewer than gpt2__panel_min_rows decode rows stream as a
+// lone session's do, bit for bit; more multiply panels, the same products in another order), the
+// same tokens, every weight type, f32 and f16 caches, 1 to 3 threads, every kernel set this CPU
+// runs. This file holds a private copy of the implementation to choose the kernel set.
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "helpers.h"
@@ -46,6 +46,7 @@ static std::unique_ptr<Owned> session(const gpt2_model* m, int threads, int kv_f
 // batch). `batched` runs each round as one gpt2_batch_eval, `alone` as gpt2_session_eval calls;
 // returns the largest logit difference over all rounds and sessions, and checks the contexts.
 using Rounds = std::vector<std::vector<std::vector<int32_t>>>;
+static float largest_logit = 0; // the scale the differences are measured against
 static float compare_rounds(const std::vector<gpt2_session*>& batched, const std::vector<gpt2_session*>& alone, const Rounds& rounds, int n_vocab) {
     float worst = 0;
     for (size_t r = 0; r < rounds.size(); r++) {
@@ -74,6 +75,7 @@ static float compare_rounds(const std::vector<gpt2_session*>& batched, const std
                 continue;
             }
             worst = std::max(worst, max_abs_diff(a, b, (size_t)n_vocab));
+            for (int v = 0; v < n_vocab; v++) largest_logit = std::max(largest_logit, std::fabs(b[v]));
         }
     }
     return worst;
@@ -98,7 +100,8 @@ TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits
     for (const auto& t : weight_types) {
         Loaded m(random_model(t.type));
         REQUIRE_MESSAGE(m.model, m.err.message);
-        float worst = 0;
+        float worst_by_cache[2] = {0, 0};
+        largest_logit = 0;
         for (int set = 0; set < n_sets; set++)
             for (int kv_f16 : {0, 1})
                 for (int threads : {1, 2, 3}) {
@@ -114,10 +117,14 @@ TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits
                     }
                     for (gpt2_session* s : batched) use_kernels(s, sets[set]);
                     for (gpt2_session* s : alone) use_kernels(s, sets[set]);
-                    worst = std::max(worst, compare_rounds(batched, alone, rounds, m.model->n_vocab));
+                    worst_by_cache[kv_f16] = std::max(worst_by_cache[kv_f16], compare_rounds(batched, alone, rounds, m.model->n_vocab));
                 }
-        MESSAGE(std::string(t.name) << " weights: largest logit difference, batched against one by one: " << worst);
-        CHECK(worst <= 1e-4f);
+        // f16 caches: where the batch's keys differ from the lone ones in the last bits, an f16
+        // rounding may go the other way, so those differences are larger
+        MESSAGE(std::string(t.name) << " weights: largest logit difference, batched against one by one: f32 cache " << worst_by_cache[0] << ", f16 cache "
+                                    << worst_by_cache[1] << " (largest |logit| " << largest_logit << ")");
+        CHECK(worst_by_cache[0] <= 1e-4f);
+        CHECK(worst_by_cache[1] <= 1e-4f);
     }
 }
 
@@ -143,7 +150,7 @@ TEST_CASE("sessions reaching their context limit mid-batch follow their own poli
         CHECK(gpt2_session_n_tokens(batched[0]) == 12);
         CHECK(gpt2_session_n_tokens(batched[1]) <= 16);
         MESSAGE("largest logit difference: " << worst);
-        CHECK(worst <= 1e-4f);
+        CHECK(worst == 0.0f); // at most 3 decode rows a pass (fewer than gpt2__panel_min_rows): streamed as alone
     }
 }
 

@@ -13,6 +13,7 @@ struct gpt2__batch_workspace {
     float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
     int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
     float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
+    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) decode rows packed for int8 panels */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -226,7 +227,7 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
 /* ---- Many sessions in one pass (gpt2_batch_eval) ------------------------------------------- */
 
 static void gpt2__batch_free(gpt2__batch_workspace* w) {
-    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->scores, w->logits};
+    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->scores, w->logits};
     for (void* b : buffers) gpt2__free_aligned(b);
     *w = gpt2__batch_workspace();
 }
@@ -244,6 +245,7 @@ static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
         {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
+        {(void**)&w->xq_packed, rows * gpt2__q8_packed_row_bytes((int64_t)widest)},
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
@@ -266,12 +268,13 @@ struct gpt2__batch_rows {
     gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
 };
 
-/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. Each row takes the
-   path its session's lone pass takes (gpt2__matmul), so the results are the lone ones bit for
-   bit: the decode rows stream W together (on q8_0 and q4_0 weights only single tokens, quantized to
-   int8: gpt2__int8_activations), each weight row read from memory once for all of them; the
-   other sessions multiply panels, each its own rows (a tile's sums depend on where its tokens
-   start). One parallel region for all of it. */
+/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. The decode rows go
+   together (on q8_0 and q4_0 weights only single tokens, quantized to int8 as a lone token is:
+   gpt2__int8_activations), each weight row read from memory once for all of them: streamed
+   while they are few, so bit for bit the lone results, else multiplied as panels
+   (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
+   rounding. The other sessions multiply panels, each its own rows (a tile's sums depend on
+   where its tokens start). One parallel region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
@@ -279,7 +282,10 @@ static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, c
     gpt2__vector<gpt2__matmul_args> parts;
     if (n_streamed) {
         parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
-        if (gpt2__int8_activations(1, W.type)) {
+        if (W.type == GPT2_TYPE_Q8_0 && kernels->quantize_q8_packed && n_streamed >= gpt2__panel_min_rows) { /* int8 panels are q8_0's */
+            kernels->quantize_q8_packed(s->batch.xq_packed, x, n_streamed, W.cols);
+            parts.back().xq_packed = s->batch.xq_packed;
+        } else if (gpt2__int8_activations(1, W.type)) {
             kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
             parts.back().xq = s->batch.xq;
             parts.back().xq_scale = s->batch.xq_scale;

@@ -220,9 +220,14 @@ struct gpt2__prefill_avx2 {
     /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
        and one of 1, whose single token loads 5 vectors per 4 FMAs */
     static constexpr int NT = 3;
-    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx2(dst, type, row, K); }
+    static constexpr int64_t k_align = 16;
+    using Panel = gpt2__float_panel;
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx2>(a, o, rows, scratch); }
     template <int R, int N>
-    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx2<R, N>(out, w, ldw, x, ldx, K); }
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_avx2<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
+    }
 };
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */

@@ -189,15 +189,118 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 struct gpt2__prefill_avx512 {
     static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
     static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
-    static void row_to_float(float* dst, uint32_t type, const uint8_t* row, int64_t K) { gpt2__row_to_float_avx512(dst, type, row, K); }
+    static constexpr int64_t k_align = 16;
+    using Panel = gpt2__float_panel;
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512>(a, o, rows, scratch); }
     template <int R, int N>
-    static void tile(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) { gpt2__tile_avx512<R, N>(out, w, ldw, x, ldx, K); }
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_avx512<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
+    }
+};
+
+/* ---- Int8 panels: q8_0 weights times many rows of int8 activations (contract.h) ----------
+
+   vpdpbusd adds 4 byte products into each 32-bit lane, so 4 of them put a block's 32 products
+   into lanes: a group of 8 blocks is regrouped so that lanes j and j + 8 of vector i hold
+   4-byte words i and 4 + i of block j. After the group's 4 vpdpbusd a lane holds 16 products of
+   one block, exact in int32, and one conversion, one product of scales and one FMA per 16
+   lanes (8 blocks) bring them to float: 7 instructions per 256 multiply-adds of a (row, token)
+   pair, where fp32 FMAs take 16. vpdpbusd multiplies unsigned by signed bytes: the activations
+   are stored as x + 128 (unsigned), and each lane starts from -128 times the sum of its weights. */
+
+/* Regroups 8 blocks, z[k] = blocks 2k and 2k + 1 as they lie, into out[0..3]. */
+GPT2__AVX512 static inline void gpt2__regroup_q8_avx512(__m512i* out, const __m512i* z) {
+    for (int i = 0; i < 4; i++) {
+        const __m512i idx = _mm512_setr_epi32(i, 8 + i, 16 + i, 24 + i, i, 8 + i, 16 + i, 24 + i, 4 + i, 12 + i, 20 + i, 28 + i, 4 + i, 12 + i, 20 + i, 28 + i);
+        out[i] = _mm512_mask_blend_epi32(0xF0F0, _mm512_permutex2var_epi32(z[0], idx, z[1]), _mm512_permutex2var_epi32(z[2], idx, z[3]));
+    }
+}
+
+/* One q8_0 row of nb blocks packed for the int8 tiles: per group of 8 blocks, the 4 regrouped
+   vectors, the lanes' starting sums (-128 x the lane's weights) and the block scales (lanes j
+   and j + 8: block j's), gpt2__q8_group_bytes in all. */
+GPT2__AVX512 static void gpt2__pack_q8_row_avx512(uint8_t* dst, const uint8_t* row, int64_t nb) {
+    const int bytes = gpt2__q8_block_bytes;
+    for (int64_t b0 = 0; b0 < nb; b0 += gpt2__q8_group_blocks, dst += gpt2__q8_group_bytes) {
+        __m512i z[4], v[4];
+        uint16_t h[8];
+        for (int j = 0; j < 8; j++) h[j] = b0 + j < nb ? gpt2__q8_scale_f16(row + bytes * (b0 + j)) : 0;
+        for (int k = 0; k < 4; k++) {
+            const int64_t b = b0 + 2 * k;
+            const __m256i lo = b < nb ? _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row + bytes * b)) : _mm256_setzero_si256();
+            const __m256i hi = b + 1 < nb ? _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row + bytes * (b + 1))) : _mm256_setzero_si256();
+            z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+        gpt2__regroup_q8_avx512(v, z);
+        __m512i sums = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) {
+            _mm512_storeu_si512(dst + 64 * i, v[i]);
+            sums = _mm512_dpbusd_epi32(sums, _mm512_set1_epi8((char)0x80), v[i]);
+        }
+        _mm512_storeu_si512(dst + 256, _mm512_sub_epi32(_mm512_setzero_si512(), sums));
+        const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)h));
+        _mm512_storeu_ps(dst + 320, _mm512_insertf32x8(_mm512_castps256_ps512(scales), scales, 1));
+    }
+}
+
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile over groups [g0, g1): R packed
+   weight rows (ldw bytes apart) and N packed activation rows (ldx apart). */
+template <int R, int N>
+GPT2__AVX512 static void gpt2__tile_q8_avx512(float* out, const uint8_t* w, size_t ldw, const uint8_t* x, size_t ldx, int64_t g0, int64_t g1) {
+    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
+    __m512 acc[16];
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t* wg = w + g * gpt2__q8_group_bytes;
+        const uint8_t* xg = x + g * gpt2__q8_packed_x_bytes;
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const uint8_t* wr = wg + r * ldw;
+            const __m512i w0 = _mm512_loadu_si512(wr), w1 = _mm512_loadu_si512(wr + 64), w2 = _mm512_loadu_si512(wr + 128), w3 = _mm512_loadu_si512(wr + 192);
+            const __m512i start = _mm512_loadu_si512(wr + 256);
+            const __m512 w_scale = _mm512_loadu_ps(wr + 320);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) {
+                const uint8_t* xt = xg + t * ldx;
+                __m512i d = _mm512_dpbusd_epi32(start, _mm512_loadu_si512(xt), w0);
+                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 64), w1);
+                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 128), w2);
+                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 192), w3);
+                acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, _mm512_loadu_ps(xt + 256)), acc[t * gpt2__tile_rows + r]);
+            }
+        }
+    }
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
+}
+
+struct gpt2__prefill_q8_avx512 {
+    static constexpr int NT = 4;
+    static constexpr int64_t k_align = gpt2__q8_group_blocks * gpt2__q8_block_values; /* K blocks of whole groups */
+    struct Panel {
+        const uint8_t* w;
+        size_t ldw;
+    };
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) {
+        const gpt2__weight* W = a.W;
+        const size_t ldw = (size_t)gpt2__q8_groups(W->cols) * gpt2__q8_group_bytes;
+        uint8_t* dst = (uint8_t*)scratch;
+        for (int r = 0; r < rows; r++) gpt2__pack_q8_row_avx512(dst + r * ldw, W->data + (size_t)(o + r) * W->row_bytes, W->cols / gpt2__q8_block_values);
+        return {dst, ldw};
+    }
+    template <int R, int N>
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t ldx = gpt2__q8_packed_row_bytes(a.W->cols);
+        gpt2__tile_q8_avx512<R, N>(out, w.w, w.ldw, a.xq_packed + t * ldx, ldx, k0 / k_align, (k0 + kn + k_align - 1) / k_align);
+    }
 };
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels.
    Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
    loads (it splits those in two anyway); q8_0 and q4_0 rows use 512-bit integer dot products. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.xq_packed) return gpt2__prefill_x86<gpt2__prefill_q8_avx512>(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_q4_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
@@ -213,6 +316,31 @@ GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const
         _mm_storeu_si128((__m128i*)(q + B * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
         _mm_storeu_si128((__m128i*)(q + B * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
     }
+}
+
+/* Rows of x quantized as gpt2__quantize_q8_avx512 does, packed for gpt2__tile_q8_avx512: per
+   group of 8 blocks the 4 regrouped vectors of x + 128 and the block scales (lanes j and j + 8:
+   block j's); padding blocks are 0 with scale 0. */
+GPT2__AVX512 static void gpt2__quantize_q8_packed_avx512(uint8_t* dst, const float* x, int rows, int64_t cols) {
+    const int B = gpt2__q8_block_values, G = gpt2__q8_group_blocks;
+    const int64_t nb = cols / B;
+    alignas(64) int8_t q[G * B];
+    alignas(32) float scale[G];
+    for (int t = 0; t < rows; t++)
+        for (int64_t b0 = 0; b0 < nb; b0 += G, dst += gpt2__q8_packed_x_bytes) {
+            const int64_t blocks = std::min<int64_t>(G, nb - b0);
+            if (blocks < G) {
+                std::memset(q, 0, sizeof(q));
+                std::memset(scale, 0, sizeof(scale));
+            }
+            gpt2__quantize_q8_avx512(q, scale, x + (size_t)t * cols + B * b0, B * blocks);
+            __m512i z[4], v[4];
+            for (int k = 0; k < 4; k++) z[k] = _mm512_xor_si512(_mm512_load_si512(q + 64 * k), _mm512_set1_epi8((char)0x80));
+            gpt2__regroup_q8_avx512(v, z);
+            for (int i = 0; i < 4; i++) _mm512_storeu_si512(dst + 64 * i, v[i]);
+            const __m256 s = _mm256_load_ps(scale);
+            _mm512_storeu_ps(dst + 256, _mm512_insertf32x8(_mm512_castps256_ps512(s), s, 1));
+        }
 }
 
 /* e^x as contract.h describes it (gpt2__exp_poly), 16 lanes; 0 below gpt2__exp_min. */

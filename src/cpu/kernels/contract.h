@@ -62,6 +62,19 @@ struct gpt2__block_q4_0 {
 };
 static_assert(sizeof(gpt2__block_q4_0) == gpt2__q4_block_bytes, "q4_0 blocks are 18 bytes");
 static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return block + 2; }
+/* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 weights
+   with many rows of int8 activations in integer dot products, the blocks regrouped so that the
+   products of a whole block add up in one 32-bit lane before they meet their scales. Rows of W
+   and of x are packed in groups of gpt2__q8_group_blocks blocks (zero blocks pad the last),
+   each group gpt2__q8_group_bytes of a weight row (panel scratch) or gpt2__q8_packed_x_bytes of
+   an activation row; the layout inside a group is the set's own. */
+static const int gpt2__q8_group_blocks = 8;
+static const size_t gpt2__q8_group_bytes = 384, gpt2__q8_packed_x_bytes = 320;
+static inline int64_t gpt2__q8_groups(int64_t cols) {
+    return (cols / gpt2__q8_block_values + gpt2__q8_group_blocks - 1) / gpt2__q8_group_blocks;
+}
+/* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
+static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)gpt2__q8_groups(cols) * gpt2__q8_packed_x_bytes; }
 
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
@@ -77,23 +90,39 @@ struct gpt2__matmul_args {
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
     bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
-                                  streamed as one session's are, however many */
+                                  each weight row read once for all of them */
+    const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is q8_0),
+                                  the kernel multiplies int8 panels */
 };
+
+/* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
+   many of them: each panel converted once serves them all, where streamed rows convert and
+   re-read every weight row once per session (124M, 2 threads: f16 streams faster at 2 and 3
+   rows, panels at 4 and 6 rows; q8_0 is even at 2 to 4 rows and faster as panels at 6). */
+static const int gpt2__panel_min_rows = 4;
 
 /* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
    float panels with tiles of tokens (prefill): q8_0 and q4_0 rows stream only against int8
    activations.
-   The scalar and NEON sets always stream. A batch of sessions streams all its decode rows at
-   once (decode_rows): each weight row is read from memory once and its dot products with every
-   row are those a lone session computes, so the batch gives the lone results bit for bit. */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) { return (gpt2__is_decode(a.T) || a.decode_rows) && (!gpt2__int8_weights(a.W->type) || a.xq); }
+   The scalar and NEON sets always stream. A batch of sessions streams its decode rows together
+   while they are fewer than gpt2__panel_min_rows (each weight row read from memory once, its
+   dot products with every row those a lone session computes, so bit for bit the lone results),
+   and multiplies panels with them from there on (the lone results to rounding): float panels, or
+   int8 panels against the same quantized activations where the set has them (xq_packed). */
+static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
+    if (gpt2__int8_weights(a.W->type)) return a.xq != nullptr;
+    return a.decode_rows ? a.T < gpt2__panel_min_rows : gpt2__is_decode(a.T);
+}
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers. */
 static const int gpt2__tile_rows = 4;
 
-/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`. */
-static size_t gpt2__panel_floats(int64_t cols) { return (size_t)cols * gpt2__tile_rows; }
+/* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
+   gpt2__tile_rows rows as floats or packed as int8 groups. */
+static size_t gpt2__panel_floats(int64_t cols) {
+    return std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows;
+}
 
 /* ---- Attention --------------------------------------------------------------------------- */
 
@@ -141,6 +170,9 @@ struct gpt2__kernels {
     /* x (n, a multiple of gpt2__q8_block_values) to int8 blocks q and their scales, bit for bit
        as gpt2__quantize_q8_scalar */
     void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
+    /* NULL, or `rows` rows of x (rows, cols) quantized as quantize_q8 does and packed for the
+       set's int8 panels (gpt2__q8_packed_row_bytes each) */
+    void (*quantize_q8_packed)(uint8_t* dst, const float* x, int rows, int64_t cols);
     /* prefill attention, as gpt2__attend_scalar */
     gpt2__attend_fn<float> attend_f32;
     gpt2__attend_fn<uint16_t> attend_f16;

@@ -44,32 +44,48 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
 /* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <=
    gpt2__tile_rows and 1 <= n <= Set::NT, which are known only at run time. */
 template <class Set, int R>
-static void gpt2__tile_tokens(float* out, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+static void gpt2__tile_tokens(float* out, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
     switch (n) {
-    case 1: Set::template tile<R, 1>(out, w, ldw, x, ldx, K); break;
-    case 2: Set::template tile<R, 2>(out, w, ldw, x, ldx, K); break;
-    case 3: Set::template tile<R, 3>(out, w, ldw, x, ldx, K); break;
-    default: Set::template tile<R, Set::NT>(out, w, ldw, x, ldx, K); break;
+    case 1: Set::template tile<R, 1>(out, w, a, t, k0, kn); break;
+    case 2: Set::template tile<R, 2>(out, w, a, t, k0, kn); break;
+    case 3: Set::template tile<R, 3>(out, w, a, t, k0, kn); break;
+    default: Set::template tile<R, Set::NT>(out, w, a, t, k0, kn); break;
     }
 }
 
 template <class Set>
-static void gpt2__tile_any(float* out, int rows, int n, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K) {
+static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
     switch (rows) {
-    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, ldw, x, ldx, K); break;
-    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, ldw, x, ldx, K); break;
-    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, ldw, x, ldx, K); break;
-    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, ldw, x, ldx, K); break;
+    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, a, t, k0, kn); break;
+    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, a, t, k0, kn); break;
+    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, a, t, k0, kn); break;
+    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, a, t, k0, kn); break;
     }
 }
 
-/* Prefill, shared by the x86 kernel sets: for each group of gpt2__tile_rows rows (a float panel:
-   the f32 rows themselves, else rows converted by Set::row_to_float), tiles of Set::NT tokens,
-   over the tokens in chunks of about gpt2__chunk_tokens. K goes in blocks of at most
-   gpt2__k_block, so a tile's rows and tokens stay in L1, the partial sums of the chunk's tiles
-   adding up in `sums`.
-   Set::row_to_float(dst, type, row, K) converts a row; Set::tile<R, N>(out, w, ldw, x, ldx, K)
-   adds the products of R rows and N tokens to out[t * gpt2__tile_rows + r]. */
+/* A float panel: gpt2__tile_rows rows of W from row o, ldw floats apart: the f32 rows in place,
+   else the rows converted by RowToFloat(dst, type, row, K) into `scratch`. */
+struct gpt2__float_panel {
+    const float* w;
+    size_t ldw;
+};
+
+template <void (*RowToFloat)(float*, uint32_t, const uint8_t*, int64_t)>
+static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) {
+    const gpt2__weight* W = a.W;
+    if (W->type == GPT2_TYPE_F32) return {(const float*)(W->data + (size_t)o * W->row_bytes), W->row_bytes / 4};
+    for (int r = 0; r < rows; r++) RowToFloat(scratch + (size_t)r * W->cols, W->type, W->data + (size_t)(o + r) * W->row_bytes, W->cols);
+    return {scratch, (size_t)W->cols};
+}
+
+/* Prefill, shared by the x86 kernel sets and their panel types: for each group of
+   gpt2__tile_rows rows (Set::panel: a float panel, or q8_0 rows packed for integer products),
+   tiles of Set::NT tokens, over the tokens in chunks of about gpt2__chunk_tokens. K goes in
+   blocks of at most gpt2__k_block (starting at multiples of Set::k_align), so a tile's rows and
+   tokens stay in L1, the partial sums of the chunk's tiles adding up in `sums`.
+   Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
+   Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
+   over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
 static const int gpt2__chunk_tokens = 64, gpt2__k_block = 1024;
 
 template <class Set>
@@ -77,23 +93,16 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
     constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
-    const int64_t K = W->cols;
+    const int64_t K = W->cols, align = Set::k_align;
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
-    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + 15) / 16 * 16;
+    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + align - 1) / align * align;
     float sums[chunk / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
         for (int64_t o = o_begin; o < o_end; o += MR) {
             const int rows = (int)std::min<int64_t>(MR, o_end - o);
-            const float* w = panel;
-            size_t ldw = (size_t)K;
-            if (W->type == GPT2_TYPE_F32) {
-                w = (const float*)(W->data + (size_t)o * W->row_bytes);
-                ldw = W->row_bytes / 4;
-            } else {
-                for (int r = 0; r < rows; r++) Set::row_to_float(panel + (size_t)r * K, W->type, W->data + (size_t)(o + r) * W->row_bytes, K);
-            }
+            const typename Set::Panel w = Set::panel(a, o, rows, panel);
             /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
                spread prefetches of the next group's bytes over them. */
             const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
@@ -106,7 +115,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 for (int i = 0; i < n_tiles; i++) {
                     for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
                     const int t = t0 + i * NT;
-                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w + k0, ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w, a, t, k0, kn);
                 }
             }
             for (int i = 0; i < n_tiles; i++) {
