@@ -133,6 +133,21 @@ TEST_CASE("a bad file loaded by path has the path in front of the message") {
     }
 }
 
+TEST_CASE("a path with characters outside ASCII loads: paths are UTF-8, on Windows too") {
+    TempDir dir;
+    // u8path: on Windows a plain std::string would be read in the ANSI code page.
+    const fs::path file = dir.path / fs::u8path("mod\xC3\xA8le \xE6\xA8\xA1\xE5\x9E\x8B.gguf"); // "modèle 模型.gguf"
+    const std::vector<uint8_t> bytes = tiny_model().build();
+    std::ofstream(file, std::ios::binary).write((const char*)bytes.data(), (std::streamsize)bytes.size());
+    REQUIRE(fs::file_size(file) == bytes.size());
+    for (int no_mmap : {0, 1}) {
+        gpt2_model_params params = gpt2_model_default_params();
+        params.no_mmap = no_mmap;
+        Model m(file.u8string(), params);
+        CHECK_MESSAGE(m.model, m.err.message);
+    }
+}
+
 TEST_CASE("a valid file loads by path with and without mmap") {
     TempDir dir;
     const std::string path = dir.write("tiny.gguf", tiny_model().build());
