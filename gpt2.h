@@ -232,7 +232,7 @@ typedef struct gpt2_model_params {
 
 GPT2_API gpt2_model_params gpt2_model_default_params(void);
 
-/* Loads a GGUF model file. params may be NULL (defaults). */
+/* Loads a GGUF model file. params may be NULL (defaults). path is UTF-8, on Windows too. */
 GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params,
                                           gpt2_model** out_model, gpt2_error* err);
 /* Loads from a buffer holding a whole GGUF file. A buffer aligned to 64 bytes is used in place
@@ -487,6 +487,17 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #define GPT2_ASSERT(x) assert(x)
 #endif
 
+/* printf-style checking of our message formats. MinGW's C++ runtime formats with its own
+   C99-conforming printf (libstdc++ turns on __USE_MINGW_ANSI_STDIO), which takes %zu; the plain
+   `printf` archetype there would mean msvcrt's, which does not. */
+#if defined(__MINGW32__) && defined(__MINGW_PRINTF_FORMAT)
+#define GPT2__PRINTF_LIKE(fmt, first) __attribute__((format(__MINGW_PRINTF_FORMAT, fmt, first)))
+#elif defined(__GNUC__)
+#define GPT2__PRINTF_LIKE(fmt, first) __attribute__((format(printf, fmt, first)))
+#else
+#define GPT2__PRINTF_LIKE(fmt, first)
+#endif
+
 #ifdef GPT2_STATIC
 #define GPT2_DEF [[maybe_unused]] static /* a program need not call every function */
 #else
@@ -552,11 +563,7 @@ using gpt2__vector = std::vector<T, gpt2__allocator<T>>;
 using gpt2__string = std::basic_string<char, std::char_traits<char>, gpt2__allocator<char>>;
 
 /* Fills `err` (when given) and returns its code, so call sites read `return gpt2__fail(...)`. */
-static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
 static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...) {
     if (err) {
         err->code = code;
@@ -1779,6 +1786,12 @@ static gpt2_result gpt2__gguf_get_strings(const gpt2__gguf* g, const char* key, 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
 #endif
+/* MSVC's windows.h defines min and max as macros, which would break every std::min( and
+   std::max( below (MinGW's does not in C++, so only an MSVC build would show it). A file that
+   includes windows.h before the implementation must define NOMINMAX itself. */
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
 #include <windows.h>
 #else
 #include <fcntl.h>
@@ -1837,11 +1850,7 @@ struct gpt2_model {
     mutable uint64_t fingerprint = 0;
 };
 
-static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) {
     if (!params.log) return;
     char message[1024];
@@ -1863,26 +1872,86 @@ static void gpt2__file_close(gpt2__file* f) {
     *f = gpt2__file();
 }
 
+#if defined(_WIN32)
+/* Why a Windows call failed, in the words docs/ERRORS.md gives for POSIX where those exist. */
+static void gpt2__windows_reason(DWORD code, char* out, size_t size) {
+    if (code == ERROR_FILE_NOT_FOUND || code == ERROR_PATH_NOT_FOUND) {
+        std::snprintf(out, size, "No such file or directory");
+        return;
+    }
+    DWORD n = FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, nullptr, code, 0, out, (DWORD)size, nullptr);
+    while (n > 0 && (out[n - 1] == '\r' || out[n - 1] == '\n' || out[n - 1] == '.')) out[--n] = '\0';
+    if (n == 0) std::snprintf(out, size, "error %lu", (unsigned long)code);
+}
+
+/* Paths are UTF-8, as everywhere else in the API; the ANSI code page is the fallback for a path
+   that is not valid UTF-8. */
+static HANDLE gpt2__windows_open(const char* path, DWORD* attributes) {
+    wchar_t wide[4096];
+    if (MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, 4096) > 0) {
+        *attributes = GetFileAttributesW(wide);
+        return CreateFileW(wide, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+    }
+    *attributes = GetFileAttributesA(path);
+    return CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+}
+#endif
+
 static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* f, gpt2_error* err) {
 #if defined(_WIN32)
-    HANDLE h = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
-    if (h == INVALID_HANDLE_VALUE) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open (error %lu)", path, (unsigned long)GetLastError());
+    DWORD attributes = INVALID_FILE_ATTRIBUTES;
+    HANDLE h = gpt2__windows_open(path, &attributes);
+    if (h == INVALID_HANDLE_VALUE) {
+        const DWORD code = GetLastError();
+        /* a directory cannot be opened as a file: say what it is, as on POSIX */
+        if (attributes != INVALID_FILE_ATTRIBUTES && (attributes & FILE_ATTRIBUTE_DIRECTORY)) return gpt2__fail(err, GPT2_ERROR_IO, "%s: not a regular file", path);
+        char reason[256];
+        gpt2__windows_reason(code, reason, sizeof reason);
+        return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open: %s", path, reason);
+    }
     LARGE_INTEGER size;
-    if (!GetFileSizeEx(h, &size) || size.QuadPart == 0) {
+    if (GetFileType(h) != FILE_TYPE_DISK || !GetFileSizeEx(h, &size)) {
         CloseHandle(h);
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: file is empty or not a regular file", path);
+        return gpt2__fail(err, GPT2_ERROR_IO, "%s: not a regular file", path);
+    }
+    if (size.QuadPart == 0) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: file is empty (0 bytes)", path);
+    }
+    if ((unsigned long long)size.QuadPart > (unsigned long long)SIZE_MAX) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: %llu bytes do not fit in this process's address space", path, (unsigned long long)size.QuadPart);
     }
     f->size = (size_t)size.QuadPart;
-    (void)use_mmap; /* Windows always maps */
-    f->mapping = CreateFileMappingA(h, nullptr, PAGE_READONLY, 0, 0, nullptr);
-    CloseHandle(h);
-    if (!f->mapping) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot map (error %lu)", path, (unsigned long)GetLastError());
-    f->data = (const uint8_t*)MapViewOfFile(f->mapping, FILE_MAP_READ, 0, 0, 0);
-    if (!f->data) {
-        gpt2__file_close(f);
-        return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot map", path);
+    if (use_mmap) {
+        f->mapping = CreateFileMappingA(h, nullptr, PAGE_READONLY, 0, 0, nullptr);
+        if (f->mapping) f->data = (const uint8_t*)MapViewOfFile(f->mapping, FILE_MAP_READ, 0, 0, 0);
+        if (f->data) {
+            CloseHandle(h);
+            f->mapped = true;
+            return GPT2_OK;
+        }
+        if (f->mapping) CloseHandle(f->mapping); /* as on POSIX, a file that cannot be mapped is read */
+        f->mapping = nullptr;
     }
-    f->mapped = true;
+    f->owned = GPT2_MALLOC(f->size);
+    if (!f->owned) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
+    }
+    size_t done = 0;
+    while (done < f->size) {
+        const DWORD chunk = (DWORD)std::min<size_t>(f->size - done, (size_t)1 << 30);
+        DWORD got = 0;
+        if (!ReadFile(h, (uint8_t*)f->owned + done, chunk, &got, nullptr) || got == 0) {
+            CloseHandle(h);
+            gpt2__file_close(f);
+            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
+        }
+        done += got;
+    }
+    CloseHandle(h);
+    f->data = (const uint8_t*)f->owned;
     return GPT2_OK;
 #else
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -4280,7 +4349,7 @@ GPT2__AVX512 static void gpt2__gelu_avx512(float* x, size_t n, bool tanh_form) {
             const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(gpt2__erf_p), z, _mm512_set1_ps(1.0f)));
             __m512 p = _mm512_set1_ps(gpt2__erf_poly[0]);
             GPT2__UNROLL
-            for (size_t i = 1; i < std::size(gpt2__erf_poly); i++) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(gpt2__erf_poly[i]));
+            for (size_t k = 1; k < std::size(gpt2__erf_poly); k++) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(gpt2__erf_poly[k]));
             p = _mm512_mul_ps(p, t);
             const __m512 e = gpt2__exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z)));
             const __m512 erf_abs = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0f));
@@ -4431,7 +4500,7 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
     }
     float sum = vaddvq_f32(acc);
     for (; k < n; k++) {
-        float w[1];
+        float w[1] = {0.0f}; /* set: gcc cannot see that every type reaching here fills it */
         gpt2__dequantize_row(type, row + (type == GPT2_TYPE_F32 ? 4 : 2) * k, w, 1);
         sum += w[0] * x[k];
     }

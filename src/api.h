@@ -231,7 +231,7 @@ typedef struct gpt2_model_params {
 
 GPT2_API gpt2_model_params gpt2_model_default_params(void);
 
-/* Loads a GGUF model file. params may be NULL (defaults). */
+/* Loads a GGUF model file. params may be NULL (defaults). path is UTF-8, on Windows too. */
 GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_params* params,
                                           gpt2_model** out_model, gpt2_error* err);
 /* Loads from a buffer holding a whole GGUF file. A buffer aligned to 64 bytes is used in place

@@ -43,6 +43,17 @@
 #define GPT2_ASSERT(x) assert(x)
 #endif
 
+/* printf-style checking of our message formats. MinGW's C++ runtime formats with its own
+   C99-conforming printf (libstdc++ turns on __USE_MINGW_ANSI_STDIO), which takes %zu; the plain
+   `printf` archetype there would mean msvcrt's, which does not. */
+#if defined(__MINGW32__) && defined(__MINGW_PRINTF_FORMAT)
+#define GPT2__PRINTF_LIKE(fmt, first) __attribute__((format(__MINGW_PRINTF_FORMAT, fmt, first)))
+#elif defined(__GNUC__)
+#define GPT2__PRINTF_LIKE(fmt, first) __attribute__((format(printf, fmt, first)))
+#else
+#define GPT2__PRINTF_LIKE(fmt, first)
+#endif
+
 #ifdef GPT2_STATIC
 #define GPT2_DEF [[maybe_unused]] static /* a program need not call every function */
 #else
@@ -108,11 +119,7 @@ using gpt2__vector = std::vector<T, gpt2__allocator<T>>;
 using gpt2__string = std::basic_string<char, std::char_traits<char>, gpt2__allocator<char>>;
 
 /* Fills `err` (when given) and returns its code, so call sites read `return gpt2__fail(...)`. */
-static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
 static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt, ...) {
     if (err) {
         err->code = code;

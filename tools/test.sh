@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds everything and runs all tests (CTest: doctest cases, converter tests, tool checks),
-# then the reliability checks (docs/RELIABILITY.md): the tests under ASan+UBSan, TSan and
+# the Windows (Wine) and aarch64 (qemu) cross builds' tests (tools/cross_test.sh), then the
+# reliability checks (docs/RELIABILITY.md): the tests under ASan+UBSan, TSan and
 # valgrind (tools/sanitize.sh), and short fuzzing runs of the loader, the tokenizer and the
-# converter. GPT2_TEST_FAST=1 skips the reliability checks; GPT2_FUZZ_SECONDS (default 30)
+# converter. GPT2_TEST_FAST=1 skips the cross builds and the reliability checks; GPT2_FUZZ_SECONDS (default 30)
 # sets how long each fuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,15 @@ ctest --test-dir build-test --output-on-failure -j"$(nproc)"
 # native program's tokens for the same seed (tools/web_test.sh; about 4 min on 2 cores) ----
 bash tools/install_deps.sh emscripten chromium
 GPT2_NATIVE_CLI=build-test/examples/gpt2 bash tools/web_test.sh
+
+# ---- Windows and ARM (tools/cross_test.sh): MinGW-w64 builds run under Wine and aarch64 builds
+# under qemu-user must pass the doctest suite (qemu: its instruction-set-dependent part) and print
+# the native build's token ids with every kernel set, NEON included. 9.8 min on 2 cores shared with
+# other builds (6.8 CPU-minutes; README, Platforms, has each part's time). ----
+if [ "$fast" != 1 ]; then
+    bash tools/install_deps.sh g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user
+    GPT2_NATIVE_BUILD=build-test bash tools/cross_test.sh
+fi
 
 # ---- the CUDA path, wherever nvcc is: the device run's every step up to the first GPU call
 # (tests/cuda/device_run.sh --dry-run builds the benchmark and the CUDA tests for sm_90 and makes

@@ -210,20 +210,39 @@ namespace Gpt2
         static readonly IntPtr TokenThunkPointer = Marshal.GetFunctionPointerForDelegate(TokenThunk);
         static readonly Gpt2Native.gpt2_logits_fn LogitsThunk = OnLogits;
         static readonly IntPtr LogitsThunkPointer = Marshal.GetFunctionPointerForDelegate(LogitsThunk);
+        static readonly Gpt2Native.gpt2_abort_fn AbortThunk = OnAbort;
+        static readonly IntPtr AbortThunkPointer = Marshal.GetFunctionPointerForDelegate(AbortThunk);
 
         IntPtr handle;
         readonly Gpt2Model model; // kept reachable while the session lives
+        readonly AbortState abort = new AbortState();
+        GCHandle abortHandle; // abort_user: the library polls OnAbort with it for the session's life
 
         public Gpt2Session(Gpt2Model model) : this(model, Gpt2Native.gpt2_session_default_params()) { }
 
+        /// <summary>A session with the given params; set ShouldAbort instead of p.abort_fn.</summary>
         public Gpt2Session(Gpt2Model model, Gpt2Native.gpt2_session_params p)
         {
             if (model == null) throw new ArgumentNullException("model");
-            if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("abort_fn is not supported by this wrapper; use Gpt2Native");
+            if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("set Gpt2Session.ShouldAbort instead of abort_fn");
             this.model = model;
+            abortHandle = GCHandle.Alloc(abort);
+            p.abort_fn = AbortThunkPointer;
+            p.abort_user = GCHandle.ToIntPtr(abortHandle);
             Gpt2Native.gpt2_error err;
             gpt2_result result = Gpt2Native.gpt2_session_create(model.Handle, ref p, out handle, out err);
+            if (result != gpt2_result.GPT2_OK) abortHandle.Free();
             Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        /// <summary>Polled between the layers of every pass, on the calling thread: return true to
+        /// cancel the call in progress (a player left: stop the long prompt). The call then throws
+        /// Gpt2Exception with GPT2_ERROR_ABORTED and the session is as it was before it. An exception
+        /// thrown here cancels the call too and is rethrown from it. Null (the default): never.</summary>
+        public Func<bool> ShouldAbort
+        {
+            get { return abort.ShouldAbort; }
+            set { abort.ShouldAbort = value; }
         }
 
         public IntPtr Handle
@@ -277,74 +296,233 @@ namespace Gpt2
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
+        /// <summary>Appends tokens to the context and runs the model over them (gpt2_session_eval);
+        /// Logits then holds the prediction after the last one.</summary>
+        public void Eval(int[] tokens)
+        {
+            if (tokens == null) throw new ArgumentNullException("tokens");
+            Gpt2Native.gpt2_error err;
+            gpt2_result result = Gpt2Native.gpt2_session_eval(Handle, tokens, (UIntPtr)tokens.Length, out err);
+            abort.RethrowFailure();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        /// <summary>A copy of the n_vocab logits after the last evaluated token; null before any.</summary>
+        public float[] Logits
+        {
+            get
+            {
+                IntPtr logits = Gpt2Native.gpt2_session_logits(Handle);
+                if (logits == IntPtr.Zero) return null;
+                float[] copy = new float[model.Info.n_vocab];
+                Marshal.Copy(logits, copy, 0, copy.Length);
+                return copy;
+            }
+        }
+
         /// <summary>Appends prompt to the context and generates (gpt2_generate_text). onToken (may be
         /// null) receives each token's text as soon as it is certain; returns all the generated text.</summary>
         public string Generate(string prompt, Gpt2GenerateOptions options = null, Gpt2TokenHandler onToken = null)
         {
             if (prompt == null) throw new ArgumentNullException("prompt");
-            if (options == null) options = new Gpt2GenerateOptions();
-            var call = new GenerateCall(onToken, options.OnLogits);
-            GCHandle callHandle = GCHandle.Alloc(call);
-            GCHandle biasHandle = default(GCHandle);
-            GCHandle stopHandle = default(GCHandle);
-            var stopStrings = new List<IntPtr>();
+            GenerateCall call;
+            gpt2_result result;
+            Gpt2Native.gpt2_error err;
+            using (var p = new GenerateCallParams(options, onToken))
+            {
+                call = p.Call;
+                result = Gpt2Native.gpt2_generate_text(Handle, Gpt2Native.Utf8z(prompt), ref p.Native, out err);
+            }
+            abort.RethrowFailure();
+            if (call.Failure != null) call.Failure.Throw();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return call.Text.ToString();
+        }
+
+        /// <summary>Appends tokens[i] to sessions[i] for every i in one pass over the weights
+        /// (gpt2_batch_eval): each session gets the logits it would get alone. The sessions share one
+        /// model; sessions[0]'s threads run the pass and its ShouldAbort is polled (an aborted batch
+        /// leaves every session as it was).</summary>
+        public static void EvalBatch(Gpt2Session[] sessions, int[][] tokens)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            if (tokens == null) throw new ArgumentNullException("tokens");
+            if (tokens.Length != sessions.Length) throw new ArgumentException("one token array per session: " + tokens.Length + " for " + sessions.Length + " sessions");
+            int n = sessions.Length;
+            IntPtr[] handles = Handles(sessions);
+            var pins = new GCHandle[n];
+            var pointers = new IntPtr[n];
+            var counts = new UIntPtr[n];
             gpt2_result result;
             Gpt2Native.gpt2_error err;
             try
             {
-                Gpt2Native.gpt2_generate_params p = Gpt2Native.gpt2_generate_default_params();
-                p.max_new_tokens = options.MaxNewTokens;
-                p.temperature = options.Temperature;
-                p.top_k = options.TopK;
-                p.seed = options.Seed;
-                p.top_p = options.TopP;
-                p.min_p = options.MinP;
-                p.repeat_penalty = options.RepeatPenalty;
-                p.repeat_last_n = options.RepeatLastN;
-                p.presence_penalty = options.PresencePenalty;
-                p.frequency_penalty = options.FrequencyPenalty;
-                p.stop_at_eos = options.StopAtEos ? 1 : 0;
-                p.on_token = TokenThunkPointer;
-                p.user = GCHandle.ToIntPtr(callHandle);
-                if (options.OnLogits != null) p.on_logits = LogitsThunkPointer;
-                if (options.LogitBias != null && options.LogitBias.Length > 0)
+                for (int i = 0; i < n; i++)
                 {
-                    biasHandle = GCHandle.Alloc(options.LogitBias, GCHandleType.Pinned);
-                    p.logit_bias = biasHandle.AddrOfPinnedObject();
-                    p.n_logit_bias = (UIntPtr)options.LogitBias.Length;
+                    if (tokens[i] == null) throw new ArgumentNullException("tokens[" + i + "]");
+                    pins[i] = GCHandle.Alloc(tokens[i], GCHandleType.Pinned);
+                    pointers[i] = pins[i].AddrOfPinnedObject();
+                    counts[i] = (UIntPtr)tokens[i].Length;
                 }
-                if (options.Stop != null && options.Stop.Length > 0)
-                {
-                    foreach (string s in options.Stop)
-                    {
-                        byte[] bytes = Gpt2Native.Utf8z(s);
-                        IntPtr copy = Marshal.AllocHGlobal(bytes.Length);
-                        stopStrings.Add(copy);
-                        Marshal.Copy(bytes, 0, copy, bytes.Length);
-                    }
-                    IntPtr[] pointers = stopStrings.ToArray();
-                    stopHandle = GCHandle.Alloc(pointers, GCHandleType.Pinned);
-                    p.stop = stopHandle.AddrOfPinnedObject();
-                    p.n_stop = (UIntPtr)pointers.Length;
-                }
-                result = Gpt2Native.gpt2_generate_text(Handle, Gpt2Native.Utf8z(prompt), ref p, out err);
+                result = Gpt2Native.gpt2_batch_eval(handles, pointers, counts, (UIntPtr)n, out err);
             }
             finally
             {
-                callHandle.Free();
-                if (biasHandle.IsAllocated) biasHandle.Free();
-                if (stopHandle.IsAllocated) stopHandle.Free();
-                foreach (IntPtr s in stopStrings) Marshal.FreeHGlobal(s);
+                foreach (GCHandle pin in pins)
+                    if (pin.IsAllocated) pin.Free();
             }
-            if (call.Failure != null) call.Failure.Throw();
+            if (n > 0) sessions[0].abort.RethrowFailure();
             Gpt2Exception.ThrowIfFailed(result, ref err);
-            return call.Text.ToString();
+        }
+
+        /// <summary>Generates for every session at once (gpt2_generate_batch), one token per unfinished
+        /// session per pass. prompts[i] (prompts or an entry may be null or "": continue the context),
+        /// options[i] (null: the defaults) and onToken[i] (null: none) are those of Generate, and each
+        /// session gets the text Generate would give it alone; returns the texts.</summary>
+        public static string[] GenerateBatch(Gpt2Session[] sessions, string[] prompts, Gpt2GenerateOptions[] options = null,
+                                             Gpt2TokenHandler[] onToken = null)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            int n = sessions.Length;
+            if (prompts != null && prompts.Length != n) throw new ArgumentException("one prompt per session: " + prompts.Length + " for " + n + " sessions");
+            if (options != null && options.Length != n) throw new ArgumentException("one options per session: " + options.Length + " for " + n + " sessions");
+            if (onToken != null && onToken.Length != n) throw new ArgumentException("one onToken per session: " + onToken.Length + " for " + n + " sessions");
+            IntPtr[] handles = Handles(sessions);
+            var calls = new GenerateCallParams[n];
+            var nativeParams = new Gpt2Native.gpt2_generate_params[n];
+            var promptPointers = new IntPtr[n];
+            gpt2_result result;
+            Gpt2Native.gpt2_error err;
+            try
+            {
+                for (int i = 0; i < n; i++)
+                {
+                    calls[i] = new GenerateCallParams(options == null ? null : options[i], onToken == null ? null : onToken[i]);
+                    nativeParams[i] = calls[i].Native;
+                    if (prompts == null || prompts[i] == null) continue;
+                    byte[] bytes = Gpt2Native.Utf8z(prompts[i]);
+                    promptPointers[i] = Marshal.AllocHGlobal(bytes.Length);
+                    Marshal.Copy(bytes, 0, promptPointers[i], bytes.Length);
+                }
+                result = Gpt2Native.gpt2_generate_batch(handles, promptPointers, nativeParams, (UIntPtr)n, out err);
+            }
+            finally
+            {
+                foreach (GenerateCallParams call in calls)
+                    if (call != null) call.Dispose();
+                foreach (IntPtr prompt in promptPointers)
+                    if (prompt != IntPtr.Zero) Marshal.FreeHGlobal(prompt);
+            }
+            foreach (Gpt2Session session in sessions) session.abort.RethrowFailure();
+            var texts = new string[n];
+            for (int i = 0; i < n; i++)
+            {
+                if (calls[i].Call.Failure != null) calls[i].Call.Failure.Throw();
+                texts[i] = calls[i].Call.Text.ToString();
+            }
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return texts;
+        }
+
+        static IntPtr[] Handles(Gpt2Session[] sessions)
+        {
+            var handles = new IntPtr[sessions.Length];
+            for (int i = 0; i < sessions.Length; i++)
+            {
+                if (sessions[i] == null) throw new ArgumentNullException("sessions[" + i + "]");
+                handles[i] = sessions[i].Handle;
+            }
+            return handles;
         }
 
         public void Dispose()
         {
             if (handle != IntPtr.Zero) Gpt2Native.gpt2_session_free(handle);
             handle = IntPtr.Zero;
+            if (abortHandle.IsAllocated) abortHandle.Free();
+        }
+
+        // What OnAbort needs: the caller's predicate, and an exception it threw, to rethrow.
+        sealed class AbortState
+        {
+            public Func<bool> ShouldAbort;
+            public ExceptionDispatchInfo Failure;
+
+            public void RethrowFailure()
+            {
+                ExceptionDispatchInfo failure = Failure;
+                Failure = null;
+                if (failure != null) failure.Throw();
+            }
+        }
+
+        // gpt2_generate_params for one call: the options' values, the callbacks pointed at one
+        // GenerateCall, and the pinned and unmanaged memory they refer to, until Dispose.
+        sealed class GenerateCallParams : IDisposable
+        {
+            public Gpt2Native.gpt2_generate_params Native;
+            public readonly GenerateCall Call;
+            GCHandle callHandle, biasHandle, stopHandle;
+            readonly List<IntPtr> stopStrings = new List<IntPtr>();
+
+            public GenerateCallParams(Gpt2GenerateOptions options, Gpt2TokenHandler onToken)
+            {
+                if (options == null) options = new Gpt2GenerateOptions();
+                Call = new GenerateCall(onToken, options.OnLogits);
+                try
+                {
+                    callHandle = GCHandle.Alloc(Call);
+                    Native = Gpt2Native.gpt2_generate_default_params();
+                    Native.max_new_tokens = options.MaxNewTokens;
+                    Native.temperature = options.Temperature;
+                    Native.top_k = options.TopK;
+                    Native.seed = options.Seed;
+                    Native.top_p = options.TopP;
+                    Native.min_p = options.MinP;
+                    Native.repeat_penalty = options.RepeatPenalty;
+                    Native.repeat_last_n = options.RepeatLastN;
+                    Native.presence_penalty = options.PresencePenalty;
+                    Native.frequency_penalty = options.FrequencyPenalty;
+                    Native.stop_at_eos = options.StopAtEos ? 1 : 0;
+                    Native.on_token = TokenThunkPointer;
+                    Native.user = GCHandle.ToIntPtr(callHandle);
+                    if (options.OnLogits != null) Native.on_logits = LogitsThunkPointer;
+                    if (options.LogitBias != null && options.LogitBias.Length > 0)
+                    {
+                        biasHandle = GCHandle.Alloc(options.LogitBias, GCHandleType.Pinned);
+                        Native.logit_bias = biasHandle.AddrOfPinnedObject();
+                        Native.n_logit_bias = (UIntPtr)options.LogitBias.Length;
+                    }
+                    if (options.Stop != null && options.Stop.Length > 0)
+                    {
+                        foreach (string s in options.Stop)
+                        {
+                            byte[] bytes = Gpt2Native.Utf8z(s);
+                            IntPtr copy = Marshal.AllocHGlobal(bytes.Length);
+                            stopStrings.Add(copy);
+                            Marshal.Copy(bytes, 0, copy, bytes.Length);
+                        }
+                        IntPtr[] pointers = stopStrings.ToArray();
+                        stopHandle = GCHandle.Alloc(pointers, GCHandleType.Pinned);
+                        Native.stop = stopHandle.AddrOfPinnedObject();
+                        Native.n_stop = (UIntPtr)pointers.Length;
+                    }
+                }
+                catch
+                {
+                    Dispose();
+                    throw;
+                }
+            }
+
+            public void Dispose()
+            {
+                if (callHandle.IsAllocated) callHandle.Free();
+                if (biasHandle.IsAllocated) biasHandle.Free();
+                if (stopHandle.IsAllocated) stopHandle.Free();
+                foreach (IntPtr s in stopStrings) Marshal.FreeHGlobal(s);
+                stopStrings.Clear();
+            }
         }
 
         // What the static callbacks need during one Generate call.
@@ -377,6 +555,24 @@ namespace Gpt2
             catch (Exception e)
             {
                 call.Failure = ExceptionDispatchInfo.Capture(e);
+                return 1;
+            }
+        }
+
+        [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_abort_fn))]
+        static int OnAbort(IntPtr user)
+        {
+            var state = (AbortState)GCHandle.FromIntPtr(user).Target;
+            if (state.Failure != null) return 1;
+            Func<bool> shouldAbort = state.ShouldAbort;
+            if (shouldAbort == null) return 0;
+            try
+            {
+                return shouldAbort() ? 1 : 0;
+            }
+            catch (Exception e)
+            {
+                state.Failure = ExceptionDispatchInfo.Capture(e); // rethrown when the call returns
                 return 1;
             }
         }

@@ -213,6 +213,18 @@ namespace Gpt2
                                                        int[] out_tokens, UIntPtr capacity, out UIntPtr n_generated, out gpt2_error err);
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_generate_text(IntPtr session, byte[] prompt, ref gpt2_generate_params p, out gpt2_error err);
+
+        // ---- Many sessions in one pass ----
+        // sessions: the sessions' handles; tokens[i]: a pointer to n_tokens[i] ids (pinned by the caller).
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_batch_eval(IntPtr[] sessions, IntPtr[] tokens, UIntPtr[] n_tokens, UIntPtr n_sessions,
+                                                         out gpt2_error err);
+        // prompts[i]: a NUL-terminated UTF-8 string or IntPtr.Zero (continue the context); p: one
+        // gpt2_generate_params per session, or null for the defaults.
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_generate_batch(IntPtr[] sessions, IntPtr[] prompts, gpt2_generate_params[] p,
+                                                             UIntPtr n_sessions, out gpt2_error err);
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_sample(float[] logits, int n, float temperature, int top_k, ref ulong rng_state,
                                                      out int out_token, out gpt2_error err);

@@ -5,6 +5,12 @@
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
 #endif
+/* MSVC's windows.h defines min and max as macros, which would break every std::min( and
+   std::max( below (MinGW's does not in C++, so only an MSVC build would show it). A file that
+   includes windows.h before the implementation must define NOMINMAX itself. */
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
 #include <windows.h>
 #else
 #include <fcntl.h>
@@ -63,11 +69,7 @@ struct gpt2_model {
     mutable uint64_t fingerprint = 0;
 };
 
-static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) {
     if (!params.log) return;
     char message[1024];
@@ -89,26 +91,86 @@ static void gpt2__file_close(gpt2__file* f) {
     *f = gpt2__file();
 }
 
+#if defined(_WIN32)
+/* Why a Windows call failed, in the words docs/ERRORS.md gives for POSIX where those exist. */
+static void gpt2__windows_reason(DWORD code, char* out, size_t size) {
+    if (code == ERROR_FILE_NOT_FOUND || code == ERROR_PATH_NOT_FOUND) {
+        std::snprintf(out, size, "No such file or directory");
+        return;
+    }
+    DWORD n = FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, nullptr, code, 0, out, (DWORD)size, nullptr);
+    while (n > 0 && (out[n - 1] == '\r' || out[n - 1] == '\n' || out[n - 1] == '.')) out[--n] = '\0';
+    if (n == 0) std::snprintf(out, size, "error %lu", (unsigned long)code);
+}
+
+/* Paths are UTF-8, as everywhere else in the API; the ANSI code page is the fallback for a path
+   that is not valid UTF-8. */
+static HANDLE gpt2__windows_open(const char* path, DWORD* attributes) {
+    wchar_t wide[4096];
+    if (MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, 4096) > 0) {
+        *attributes = GetFileAttributesW(wide);
+        return CreateFileW(wide, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+    }
+    *attributes = GetFileAttributesA(path);
+    return CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+}
+#endif
+
 static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* f, gpt2_error* err) {
 #if defined(_WIN32)
-    HANDLE h = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
-    if (h == INVALID_HANDLE_VALUE) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open (error %lu)", path, (unsigned long)GetLastError());
+    DWORD attributes = INVALID_FILE_ATTRIBUTES;
+    HANDLE h = gpt2__windows_open(path, &attributes);
+    if (h == INVALID_HANDLE_VALUE) {
+        const DWORD code = GetLastError();
+        /* a directory cannot be opened as a file: say what it is, as on POSIX */
+        if (attributes != INVALID_FILE_ATTRIBUTES && (attributes & FILE_ATTRIBUTE_DIRECTORY)) return gpt2__fail(err, GPT2_ERROR_IO, "%s: not a regular file", path);
+        char reason[256];
+        gpt2__windows_reason(code, reason, sizeof reason);
+        return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open: %s", path, reason);
+    }
     LARGE_INTEGER size;
-    if (!GetFileSizeEx(h, &size) || size.QuadPart == 0) {
+    if (GetFileType(h) != FILE_TYPE_DISK || !GetFileSizeEx(h, &size)) {
         CloseHandle(h);
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: file is empty or not a regular file", path);
+        return gpt2__fail(err, GPT2_ERROR_IO, "%s: not a regular file", path);
+    }
+    if (size.QuadPart == 0) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "%s: file is empty (0 bytes)", path);
+    }
+    if ((unsigned long long)size.QuadPart > (unsigned long long)SIZE_MAX) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: %llu bytes do not fit in this process's address space", path, (unsigned long long)size.QuadPart);
     }
     f->size = (size_t)size.QuadPart;
-    (void)use_mmap; /* Windows always maps */
-    f->mapping = CreateFileMappingA(h, nullptr, PAGE_READONLY, 0, 0, nullptr);
-    CloseHandle(h);
-    if (!f->mapping) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot map (error %lu)", path, (unsigned long)GetLastError());
-    f->data = (const uint8_t*)MapViewOfFile(f->mapping, FILE_MAP_READ, 0, 0, 0);
-    if (!f->data) {
-        gpt2__file_close(f);
-        return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot map", path);
+    if (use_mmap) {
+        f->mapping = CreateFileMappingA(h, nullptr, PAGE_READONLY, 0, 0, nullptr);
+        if (f->mapping) f->data = (const uint8_t*)MapViewOfFile(f->mapping, FILE_MAP_READ, 0, 0, 0);
+        if (f->data) {
+            CloseHandle(h);
+            f->mapped = true;
+            return GPT2_OK;
+        }
+        if (f->mapping) CloseHandle(f->mapping); /* as on POSIX, a file that cannot be mapped is read */
+        f->mapping = nullptr;
     }
-    f->mapped = true;
+    f->owned = GPT2_MALLOC(f->size);
+    if (!f->owned) {
+        CloseHandle(h);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
+    }
+    size_t done = 0;
+    while (done < f->size) {
+        const DWORD chunk = (DWORD)std::min<size_t>(f->size - done, (size_t)1 << 30);
+        DWORD got = 0;
+        if (!ReadFile(h, (uint8_t*)f->owned + done, chunk, &got, nullptr) || got == 0) {
+            CloseHandle(h);
+            gpt2__file_close(f);
+            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
+        }
+        done += got;
+    }
+    CloseHandle(h);
+    f->data = (const uint8_t*)f->owned;
     return GPT2_OK;
 #else
     int fd = open(path, O_RDONLY | O_CLOEXEC);

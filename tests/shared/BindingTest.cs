@@ -1,6 +1,7 @@
 // BindingTest.cs - the C# binding's wrapper (bindings/csharp/Gpt2.cs) against the shared library:
 // each check names the behaviour, exercises one part of the marshalling (strings, arrays, the
-// callbacks, errors) and compares with what the library does without C#.
+// callbacks, errors, the batch calls, the abort callback) and compares with what the library does
+// without C#, or with the same calls one session at a time.
 //     mono BindingTest.exe MODEL.gguf
 using System;
 using System.Collections.Generic;
@@ -14,6 +15,14 @@ static class BindingTest
     {
         Console.WriteLine("{0} {1}{2}", ok ? "ok  " : "FAIL", name, ok || detail.Length == 0 ? "" : ": " + detail);
         if (!ok) failures++;
+    }
+
+    static bool Same<T>(T[] a, T[] b)
+    {
+        if (a == null || b == null || a.Length != b.Length) return false;
+        for (int i = 0; i < a.Length; i++)
+            if (!a[i].Equals(b[i])) return false;
+        return true;
     }
 
     static Gpt2GenerateOptions Options(int n, ulong seed)
@@ -112,6 +121,87 @@ static class BindingTest
             catch (Gpt2Exception e)
             {
                 Check("a damaged state throws Gpt2Exception", e.Code != gpt2_result.GPT2_OK, e.Message);
+            }
+
+            // Many sessions in one pass: each gets the logits and the text it gets alone.
+            int[] romeo = model.Tokenize("ROMEO:"), juliet = model.Tokenize("JULIET: good night");
+            using (var a = new Gpt2Session(model))
+            using (var b = new Gpt2Session(model))
+            {
+                Gpt2Session.EvalBatch(new[] { a, b }, new[] { romeo, juliet });
+                float[] batchedA = a.Logits, batchedB = b.Logits;
+                a.Reset();
+                b.Reset();
+                a.Eval(romeo);
+                b.Eval(juliet);
+                Check("EvalBatch gives each session the logits Eval gives it alone", Same(batchedA, a.Logits) && Same(batchedB, b.Logits));
+
+                a.Reset();
+                b.Reset();
+                string aloneA = a.Generate("ROMEO:", Options(40, 7)), aloneB = b.Generate("JULIET:", Options(40, 8));
+                a.Reset();
+                b.Reset();
+                var piecesB = new List<string>();
+                string[] texts = Gpt2Session.GenerateBatch(new[] { a, b }, new[] { "ROMEO:", "JULIET:" }, new[] { Options(40, 7), Options(40, 8) },
+                                                           new Gpt2TokenHandler[] { null, (token, text) => { piecesB.Add(text); return true; } });
+                Check("GenerateBatch gives each session the text Generate gives it alone, streamed to its own handler",
+                      texts[0] == aloneA && texts[1] == aloneB && string.Concat(piecesB) == aloneB, "[" + texts[0] + "] [" + texts[1] + "]");
+                try
+                {
+                    Gpt2Session.EvalBatch(new[] { a, a }, new[] { romeo, romeo });
+                    Check("a session twice in a batch throws", false);
+                }
+                catch (Gpt2Exception e)
+                {
+                    Check("a session twice in a batch throws Gpt2Exception with the library's message",
+                          e.Code == gpt2_result.GPT2_ERROR_INVALID_ARGUMENT && e.Message.Contains("same session"), e.Code + " " + e.Message);
+                }
+            }
+
+            // ShouldAbort (abort_fn): polled between layers; a cancelled call throws and changes nothing.
+            using (var s = new Gpt2Session(model))
+            using (var other = new Gpt2Session(model))
+            {
+                s.Generate("ROMEO:", Options(10, 7));
+                byte[] before = s.SaveState();
+                int polls = 0;
+                s.ShouldAbort = () => ++polls == 4;
+                try
+                {
+                    s.Generate(" and JULIET", Options(50, 7));
+                    Check("ShouldAbort cancels generation", false);
+                }
+                catch (Gpt2Exception e)
+                {
+                    Check("ShouldAbort cancels at the first true: GPT2_ERROR_ABORTED, the session as before the call",
+                          e.Code == gpt2_result.GPT2_ERROR_ABORTED && polls == 4 && Same(s.SaveState(), before), e.Code + " after " + polls + " polls");
+                }
+                s.ShouldAbort = () => { throw new InvalidOperationException("from ShouldAbort"); };
+                try
+                {
+                    s.Generate(" and JULIET", Options(50, 7));
+                    Check("an exception in ShouldAbort is rethrown", false);
+                }
+                catch (InvalidOperationException e)
+                {
+                    Check("an exception in ShouldAbort cancels the call and is rethrown", e.Message == "from ShouldAbort" && Same(s.SaveState(), before));
+                }
+                s.ShouldAbort = () => true;
+                try
+                {
+                    Gpt2Session.EvalBatch(new[] { s, other }, new[] { romeo, juliet });
+                    Check("sessions[0]'s ShouldAbort cancels a batch", false);
+                }
+                catch (Gpt2Exception e)
+                {
+                    Check("sessions[0]'s ShouldAbort cancels a batch and leaves every session as it was",
+                          e.Code == gpt2_result.GPT2_ERROR_ABORTED && Same(s.SaveState(), before) && other.Tokens.Length == 0, e.Code + " " + e.Message);
+                }
+                s.ShouldAbort = null;
+                s.LoadState(before);
+                string continued = s.Generate("", Options(20, 8));
+                s.LoadState(before);
+                Check("after the aborts the session continues as it would have", continued.Length > 0 && s.Generate("", Options(20, 8)) == continued);
             }
         }
         Console.WriteLine(failures == 0 ? "passed" : failures + " FAILED");

@@ -372,7 +372,7 @@ GPT2__AVX512 static void gpt2__gelu_avx512(float* x, size_t n, bool tanh_form) {
             const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(gpt2__erf_p), z, _mm512_set1_ps(1.0f)));
             __m512 p = _mm512_set1_ps(gpt2__erf_poly[0]);
             GPT2__UNROLL
-            for (size_t i = 1; i < std::size(gpt2__erf_poly); i++) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(gpt2__erf_poly[i]));
+            for (size_t k = 1; k < std::size(gpt2__erf_poly); k++) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(gpt2__erf_poly[k]));
             p = _mm512_mul_ps(p, t);
             const __m512 e = gpt2__exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z)));
             const __m512 erf_abs = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0f));

@@ -43,7 +43,7 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
     }
     float sum = vaddvq_f32(acc);
     for (; k < n; k++) {
-        float w[1];
+        float w[1] = {0.0f}; /* set: gcc cannot see that every type reaching here fills it */
         gpt2__dequantize_row(type, row + (type == GPT2_TYPE_F32 ? 4 : 2) * k, w, 1);
         sum += w[0] * x[k];
     }
