@@ -11,7 +11,7 @@ BENCH=${1:-build/bench/gpt2-bench}
 OUT=${2:-bench-results.jsonl}
 HERE=$(dirname "$0")
 : > "$OUT"
-for type in f32 f16 bf16 q8_0; do
+for type in f32 f16 bf16 q8_0 q4_0; do
     for threads in 1 2; do
         "$BENCH" --random 124M --type $type -t $threads --prompt 128 --gen 32 --repeat 5 --json | tee -a "$OUT"
     done
