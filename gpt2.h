@@ -3556,30 +3556,6 @@ GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const 
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
-/* Four blocks per step: their weight scales times the activation scales in one vector, each
-   broadcast by one permutation. */
-GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
-    static_assert(gpt2__q8_block_values == 32, "a block's values fill one 256-bit register");
-    const int64_t nb = K / B;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
-        uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
-        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++)
-            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
-    }
-    for (; b < nb; b++) {
-        const uint8_t* p = w + bytes * b;
-        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
-    }
-    return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
-}
-
 /* One q4_0 block (at p) times its 32 quantized activations, as 8 float partial sums. The nibbles
    are unsigned bytes, as pmaddubsw takes its first operand, so it multiplies them as they are and
    8 times the sums of x come off after (the pairs' sums fit in 16 bits: |15 x| + |15 x| < 2^15). */
@@ -3591,24 +3567,29 @@ GPT2__AVX2 static inline __m256 gpt2__block_dot_q4_avx2(const uint8_t* p, const 
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
-/* gpt2__dot_q8_avx2 for q4_0 rows. */
-GPT2__AVX2 static float gpt2__dot_q4_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+/* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each, BlockDot giving one block's
+   8 partial sums) against x quantized by gpt2__quantize_q8 (xs: its block scales): four blocks
+   per step, their weight scales times the activation scales in one vector, each broadcast by one
+   permutation. */
+template <int BYTES, __m256 (*BlockDot)(const uint8_t*, const int8_t*)>
+GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q8_block_values;
+    static_assert(gpt2__q8_block_values == 32 && gpt2__q4_block_values == 32, "a block's values fill one 256-bit register");
     const int64_t nb = K / B;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
+        const uint8_t* p = w + BYTES * b;
         uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + BYTES * i);
         const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
         GPT2__UNROLL
         for (int i = 0; i < 4; i++)
-            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+            acc[i & 1] = _mm256_fmadd_ps(BlockDot(p + BYTES * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
     }
     for (; b < nb; b++) {
-        const uint8_t* p = w + bytes * b;
-        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
+        const uint8_t* p = w + BYTES * b;
+        acc[b & 1] = _mm256_fmadd_ps(BlockDot(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
     }
     return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
@@ -3725,7 +3706,8 @@ struct gpt2__prefill_avx2 {
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_q4_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
+                         gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -4007,32 +3989,10 @@ GPT2__AVX512 static inline __m512i gpt2__dot2_q8_avx512(const uint8_t* p, const 
     return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), zero, x));
 }
 
-/* row . x for one q8_0 row against x quantized by gpt2__quantize_q8 (xs: its block scales):
-   four blocks per step, their four weight scales times the activation scales in one vector. */
-GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
-    const int64_t nb = K / B;
-    const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
-        const __m512i d0 = gpt2__dot2_q8_avx512(p, xq + B * b), d1 = gpt2__dot2_q8_avx512(p + 2 * bytes, xq + B * (b + 2));
-        uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
-        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
-    }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    for (; b < nb; b++) { /* up to three last blocks */
-        const uint8_t* p = w + bytes * b;
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), wv = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_mask_sub_epi8(x, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), x));
-        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
-    }
-    return sum;
+/* The int32 sums of one q8_0 block times its 32 quantized activations, 8 lanes. */
+GPT2__AVX512 static inline __m256i gpt2__dot1_q8_avx512(const uint8_t* p, const int8_t* xq) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq), w = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p)), zero = _mm256_setzero_si256();
+    return _mm256_dpbusd_epi32(zero, _mm256_abs_epi8(w), _mm256_mask_sub_epi8(x, _mm256_movepi8_mask(w), zero, x));
 }
 
 /* The int32 sums of two consecutive q4_0 blocks (at p) times their 64 quantized activations, laid
@@ -4049,33 +4009,41 @@ GPT2__AVX512 static inline __m512i gpt2__dot2_q4_avx512(const uint8_t* p, const 
     return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
 }
 
-/* gpt2__dot_q8_avx512 for q4_0 rows. */
-GPT2__AVX512 static float gpt2__dot_q4_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+/* The int32 sums of one q4_0 block times its 32 quantized activations, 8 lanes. */
+GPT2__AVX512 static inline __m256i gpt2__dot1_q4_avx512(const uint8_t* p, const int8_t* xq) {
+    const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq), zero = _mm256_setzero_si256();
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, w, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x));
+}
+
+/* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each) against x quantized by
+   gpt2__quantize_q8 (xs: its block scales): four blocks per step (Dot2 gives two blocks' sums),
+   their four weight scales times the activation scales in one vector; Dot1 takes up to three
+   last blocks one by one. */
+template <int BYTES, __m512i (*Dot2)(const uint8_t*, const int8_t*), __m256i (*Dot1)(const uint8_t*, const int8_t*)>
+GPT2__AVX512 static float gpt2__dot_blocks_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q8_block_values;
     const int64_t nb = K / B;
     const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
-        const __m512i d0 = gpt2__dot2_q4_avx512(p, xq + B * b), d1 = gpt2__dot2_q4_avx512(p + 2 * bytes, xq + B * (b + 2));
+        const uint8_t* p = w + BYTES * b;
+        const __m512i d0 = Dot2(p, xq + B * b), d1 = Dot2(p + 2 * BYTES, xq + B * (b + 2));
         __m128i h = _mm_cvtsi32_si128(gpt2__q8_scale_f16(p)); /* inserts: four 2-byte stores read back as 8 bytes stall the load */
-        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + bytes), 1);
-        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * bytes), 2);
-        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * bytes), 3);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + BYTES), 1);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * BYTES), 2);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * BYTES), 3);
         const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(xs + b)));
         acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
         acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    for (; b < nb; b++) { /* up to three last blocks */
-        const uint8_t* p = w + bytes * b;
-        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
-        const __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), zero = _mm256_setzero_si256();
-        const __m256i dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wv, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x));
-        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
+    for (; b < nb; b++) {
+        const uint8_t* p = w + BYTES * b;
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(Dot1(p, xq + B * b))) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
     }
     return sum;
 }
@@ -4279,7 +4247,8 @@ struct gpt2__prefill_q8_avx512 {
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.xq_packed) return gpt2__prefill_x86<gpt2__prefill_q8_avx512>(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_q4_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx512<gpt2__q8_block_bytes, gpt2__dot2_q8_avx512, gpt2__dot1_q8_avx512>,
+                         gpt2__dot_blocks_avx512<gpt2__q4_block_bytes, gpt2__dot2_q4_avx512, gpt2__dot1_q4_avx512>, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -4507,46 +4476,48 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
     return sum;
 }
 
-static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+/* One q8_0 block (at p) times its 32 quantized activations, as 4 int32 partial sums. */
+static inline int32x4_t gpt2__block_dot_q8_neon(const uint8_t* p, const int8_t* xq) {
+    const int8_t* q = gpt2__q8_values(p);
+    int32x4_t isum = vdupq_n_s32(0);
+    for (int i = 0; i < gpt2__q8_block_values; i += 16) {
+        const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + i);
+        isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
+    }
+    return isum;
+}
+
+/* One q4_0 block (at p) times its 32 quantized activations: the nibbles less 8 as signed bytes. */
+static inline int32x4_t gpt2__block_dot_q4_neon(const uint8_t* p, const int8_t* xq) {
+    const uint8x16_t packed = vld1q_u8(gpt2__q4_nibbles(p));
+    const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), vdupq_n_s8(8));
+    const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+    int32x4_t isum = vpaddlq_s16(vmull_s8(vget_low_s8(lo), vget_low_s8(x0)));
+    isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(lo), vget_high_s8(x0)));
+    isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(hi), vget_low_s8(x1)));
+    return vpadalq_s16(isum, vmull_s8(vget_high_s8(hi), vget_high_s8(x1)));
+}
+
+/* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each) against x quantized by
+   gpt2__quantize_q8 (xscale: its block scales): exact integer sums per block, scaled by both
+   blocks' scales. */
+template <int BYTES, int32x4_t (*BlockDot)(const uint8_t*, const int8_t*)>
+static float gpt2__dot_blocks_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
     const int B = gpt2__q8_block_values;
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < n / B; b++) {
-        const uint8_t* block = row + gpt2__q8_block_bytes * b;
-        const float w_scale = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
-        const int8_t* q = gpt2__q8_values(block);
-        int32x4_t isum = vdupq_n_s32(0);
-        for (int i = 0; i < B; i += 16) {
-            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + B * b + i);
-            isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
-            isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
-        }
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), w_scale * xscale[b]);
-    }
-    return vaddvq_f32(acc);
-}
-
-/* gpt2__dot_q8_neon for q4_0 rows: the nibbles less 8 as signed bytes. */
-static float gpt2__dot_q4_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
-    const int B = gpt2__q4_block_values;
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < n / B; b++) {
-        const uint8_t* block = row + gpt2__q4_block_bytes * b;
-        const uint8x16_t packed = vld1q_u8(gpt2__q4_nibbles(block));
-        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), vdupq_n_s8(8));
-        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
-        const int8x16_t x0 = vld1q_s8(xq + B * b), x1 = vld1q_s8(xq + B * b + 16);
-        int32x4_t isum = vpaddlq_s16(vmull_s8(vget_low_s8(lo), vget_low_s8(x0)));
-        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(lo), vget_high_s8(x0)));
-        isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(hi), vget_low_s8(x1)));
-        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(hi), vget_high_s8(x1)));
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
+        const uint8_t* block = row + BYTES * b;
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(BlockDot(block, xq + B * b)), gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
     }
     return vaddvq_f32(acc);
 }
 
 static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_q4_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_blocks_neon<gpt2__q8_block_bytes, gpt2__block_dot_q8_neon>,
+                         gpt2__dot_blocks_neon<gpt2__q4_block_bytes, gpt2__block_dot_q4_neon>, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
 #endif /* GPT2__NEON */

@@ -64,30 +64,6 @@ GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const 
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
-/* Four blocks per step: their weight scales times the activation scales in one vector, each
-   broadcast by one permutation. */
-GPT2__AVX2 static float gpt2__dot_q8_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
-    static_assert(gpt2__q8_block_values == 32, "a block's values fill one 256-bit register");
-    const int64_t nb = K / B;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
-        uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
-        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++)
-            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
-    }
-    for (; b < nb; b++) {
-        const uint8_t* p = w + bytes * b;
-        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q8_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
-    }
-    return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
-}
-
 /* One q4_0 block (at p) times its 32 quantized activations, as 8 float partial sums. The nibbles
    are unsigned bytes, as pmaddubsw takes its first operand, so it multiplies them as they are and
    8 times the sums of x come off after (the pairs' sums fit in 16 bits: |15 x| + |15 x| < 2^15). */
@@ -99,24 +75,29 @@ GPT2__AVX2 static inline __m256 gpt2__block_dot_q4_avx2(const uint8_t* p, const 
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
-/* gpt2__dot_q8_avx2 for q4_0 rows. */
-GPT2__AVX2 static float gpt2__dot_q4_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+/* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each, BlockDot giving one block's
+   8 partial sums) against x quantized by gpt2__quantize_q8 (xs: its block scales): four blocks
+   per step, their weight scales times the activation scales in one vector, each broadcast by one
+   permutation. */
+template <int BYTES, __m256 (*BlockDot)(const uint8_t*, const int8_t*)>
+GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q8_block_values;
+    static_assert(gpt2__q8_block_values == 32 && gpt2__q4_block_values == 32, "a block's values fill one 256-bit register");
     const int64_t nb = K / B;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
+        const uint8_t* p = w + BYTES * b;
         uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
+        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + BYTES * i);
         const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
         GPT2__UNROLL
         for (int i = 0; i < 4; i++)
-            acc[i & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p + bytes * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+            acc[i & 1] = _mm256_fmadd_ps(BlockDot(p + BYTES * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
     }
     for (; b < nb; b++) {
-        const uint8_t* p = w + bytes * b;
-        acc[b & 1] = _mm256_fmadd_ps(gpt2__block_dot_q4_avx2(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
+        const uint8_t* p = w + BYTES * b;
+        acc[b & 1] = _mm256_fmadd_ps(BlockDot(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
     }
     return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
@@ -233,7 +214,8 @@ struct gpt2__prefill_avx2 {
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx2, gpt2__dot_q4_avx2, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
+                         gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {

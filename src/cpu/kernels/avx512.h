@@ -30,32 +30,10 @@ GPT2__AVX512 static inline __m512i gpt2__dot2_q8_avx512(const uint8_t* p, const 
     return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), zero, x));
 }
 
-/* row . x for one q8_0 row against x quantized by gpt2__quantize_q8 (xs: its block scales):
-   four blocks per step, their four weight scales times the activation scales in one vector. */
-GPT2__AVX512 static float gpt2__dot_q8_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q8_block_values, bytes = gpt2__q8_block_bytes;
-    const int64_t nb = K / B;
-    const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
-        const __m512i d0 = gpt2__dot2_q8_avx512(p, xq + B * b), d1 = gpt2__dot2_q8_avx512(p + 2 * bytes, xq + B * (b + 2));
-        uint16_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + bytes * i);
-        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
-    }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    for (; b < nb; b++) { /* up to three last blocks */
-        const uint8_t* p = w + bytes * b;
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), wv = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_mask_sub_epi8(x, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), x));
-        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
-    }
-    return sum;
+/* The int32 sums of one q8_0 block times its 32 quantized activations, 8 lanes. */
+GPT2__AVX512 static inline __m256i gpt2__dot1_q8_avx512(const uint8_t* p, const int8_t* xq) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq), w = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p)), zero = _mm256_setzero_si256();
+    return _mm256_dpbusd_epi32(zero, _mm256_abs_epi8(w), _mm256_mask_sub_epi8(x, _mm256_movepi8_mask(w), zero, x));
 }
 
 /* The int32 sums of two consecutive q4_0 blocks (at p) times their 64 quantized activations, laid
@@ -72,33 +50,41 @@ GPT2__AVX512 static inline __m512i gpt2__dot2_q4_avx512(const uint8_t* p, const 
     return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
 }
 
-/* gpt2__dot_q8_avx512 for q4_0 rows. */
-GPT2__AVX512 static float gpt2__dot_q4_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    const int B = gpt2__q4_block_values, bytes = gpt2__q4_block_bytes;
+/* The int32 sums of one q4_0 block times its 32 quantized activations, 8 lanes. */
+GPT2__AVX512 static inline __m256i gpt2__dot1_q4_avx512(const uint8_t* p, const int8_t* xq) {
+    const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq), zero = _mm256_setzero_si256();
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, w, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x));
+}
+
+/* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each) against x quantized by
+   gpt2__quantize_q8 (xs: its block scales): four blocks per step (Dot2 gives two blocks' sums),
+   their four weight scales times the activation scales in one vector; Dot1 takes up to three
+   last blocks one by one. */
+template <int BYTES, __m512i (*Dot2)(const uint8_t*, const int8_t*), __m256i (*Dot1)(const uint8_t*, const int8_t*)>
+GPT2__AVX512 static float gpt2__dot_blocks_avx512(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    const int B = gpt2__q8_block_values;
     const int64_t nb = K / B;
     const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(2));
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t* p = w + bytes * b;
-        const __m512i d0 = gpt2__dot2_q4_avx512(p, xq + B * b), d1 = gpt2__dot2_q4_avx512(p + 2 * bytes, xq + B * (b + 2));
+        const uint8_t* p = w + BYTES * b;
+        const __m512i d0 = Dot2(p, xq + B * b), d1 = Dot2(p + 2 * BYTES, xq + B * (b + 2));
         __m128i h = _mm_cvtsi32_si128(gpt2__q8_scale_f16(p)); /* inserts: four 2-byte stores read back as 8 bytes stall the load */
-        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + bytes), 1);
-        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * bytes), 2);
-        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * bytes), 3);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + BYTES), 1);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 2 * BYTES), 2);
+        h = _mm_insert_epi16(h, gpt2__q8_scale_f16(p + 3 * BYTES), 3);
         const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(xs + b)));
         acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(first_pair, scales), acc0);
         acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(second_pair, scales), acc1);
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    for (; b < nb; b++) { /* up to three last blocks */
-        const uint8_t* p = w + bytes * b;
-        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
-        const __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + B * b)), zero = _mm256_setzero_si256();
-        const __m256i dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wv, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x));
-        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(dot)) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
+    for (; b < nb; b++) {
+        const uint8_t* p = w + BYTES * b;
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(Dot1(p, xq + B * b))) * (_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]);
     }
     return sum;
 }
@@ -302,7 +288,8 @@ struct gpt2__prefill_q8_avx512 {
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.xq_packed) return gpt2__prefill_x86<gpt2__prefill_q8_avx512>(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    gpt2__matmul_by_rows<gpt2__dot_q8_avx512, gpt2__dot_q4_avx512, gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx512<gpt2__q8_block_bytes, gpt2__dot2_q8_avx512, gpt2__dot1_q8_avx512>,
+                         gpt2__dot_blocks_avx512<gpt2__q4_block_bytes, gpt2__dot2_q4_avx512, gpt2__dot1_q4_avx512>, gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {

@@ -50,46 +50,48 @@ static float gpt2__dot_row_neon(uint32_t type, const uint8_t* row, const float* 
     return sum;
 }
 
-static float gpt2__dot_q8_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+/* One q8_0 block (at p) times its 32 quantized activations, as 4 int32 partial sums. */
+static inline int32x4_t gpt2__block_dot_q8_neon(const uint8_t* p, const int8_t* xq) {
+    const int8_t* q = gpt2__q8_values(p);
+    int32x4_t isum = vdupq_n_s32(0);
+    for (int i = 0; i < gpt2__q8_block_values; i += 16) {
+        const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + i);
+        isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
+        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
+    }
+    return isum;
+}
+
+/* One q4_0 block (at p) times its 32 quantized activations: the nibbles less 8 as signed bytes. */
+static inline int32x4_t gpt2__block_dot_q4_neon(const uint8_t* p, const int8_t* xq) {
+    const uint8x16_t packed = vld1q_u8(gpt2__q4_nibbles(p));
+    const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), vdupq_n_s8(8));
+    const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+    int32x4_t isum = vpaddlq_s16(vmull_s8(vget_low_s8(lo), vget_low_s8(x0)));
+    isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(lo), vget_high_s8(x0)));
+    isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(hi), vget_low_s8(x1)));
+    return vpadalq_s16(isum, vmull_s8(vget_high_s8(hi), vget_high_s8(x1)));
+}
+
+/* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each) against x quantized by
+   gpt2__quantize_q8 (xscale: its block scales): exact integer sums per block, scaled by both
+   blocks' scales. */
+template <int BYTES, int32x4_t (*BlockDot)(const uint8_t*, const int8_t*)>
+static float gpt2__dot_blocks_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
     const int B = gpt2__q8_block_values;
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < n / B; b++) {
-        const uint8_t* block = row + gpt2__q8_block_bytes * b;
-        const float w_scale = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
-        const int8_t* q = gpt2__q8_values(block);
-        int32x4_t isum = vdupq_n_s32(0);
-        for (int i = 0; i < B; i += 16) {
-            const int8x16_t w = vld1q_s8(q + i), xv = vld1q_s8(xq + B * b + i);
-            isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(w), vget_low_s8(xv)));
-            isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(w), vget_high_s8(xv)));
-        }
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), w_scale * xscale[b]);
-    }
-    return vaddvq_f32(acc);
-}
-
-/* gpt2__dot_q8_neon for q4_0 rows: the nibbles less 8 as signed bytes. */
-static float gpt2__dot_q4_neon(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
-    const int B = gpt2__q4_block_values;
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < n / B; b++) {
-        const uint8_t* block = row + gpt2__q4_block_bytes * b;
-        const uint8x16_t packed = vld1q_u8(gpt2__q4_nibbles(block));
-        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), vdupq_n_s8(8));
-        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
-        const int8x16_t x0 = vld1q_s8(xq + B * b), x1 = vld1q_s8(xq + B * b + 16);
-        int32x4_t isum = vpaddlq_s16(vmull_s8(vget_low_s8(lo), vget_low_s8(x0)));
-        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(lo), vget_high_s8(x0)));
-        isum = vpadalq_s16(isum, vmull_s8(vget_low_s8(hi), vget_low_s8(x1)));
-        isum = vpadalq_s16(isum, vmull_s8(vget_high_s8(hi), vget_high_s8(x1)));
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
+        const uint8_t* block = row + BYTES * b;
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(BlockDot(block, xq + B * b)), gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
     }
     return vaddvq_f32(acc);
 }
 
 static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_q8_neon, gpt2__dot_q4_neon, gpt2__dot_row_neon>(a, o_begin, o_end);
+    gpt2__matmul_by_rows<gpt2__dot_blocks_neon<gpt2__q8_block_bytes, gpt2__block_dot_q8_neon>,
+                         gpt2__dot_blocks_neon<gpt2__q4_block_bytes, gpt2__block_dot_q4_neon>, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
 #endif /* GPT2__NEON */
