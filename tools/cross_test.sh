@@ -142,6 +142,10 @@ cross() {
     timed "$platform: programs" programs
 }
 
+# Every emulated program gets at most this long (the slowest, the doctest suite under qemu, takes
+# 1-2 min): a hang fails the run instead of holding CI until its own limit.
+program_limit="${GPT2_CROSS_PROGRAM_SECONDS:-600}"
+
 for platform in "${platforms[@]}"; do
     case "$platform" in
     mingw)
@@ -152,11 +156,11 @@ for platform in "${platforms[@]}"; do
         # through WINEPATH, as through PATH on Windows.
         export WINEPREFIX="$root/build-cross-mingw/wineprefix" WINEDEBUG=-all WINEPATH="Z:$(tr / '\\' <<<"$root/build-cross-mingw")"
         mkdir -p "$WINEPREFIX"
-        cross mingw mingw-w64-x86_64.cmake .exe "$wine"
+        cross mingw mingw-w64-x86_64.cmake .exe timeout "$program_limit" "$wine"
         "$(dirname "$wine")/wineserver" -k 2>/dev/null || true # stop the prefix's server
         ;;
     aarch64)
-        cross aarch64 aarch64-linux-gnu.cmake "" qemu-aarch64 -L /usr/aarch64-linux-gnu
+        cross aarch64 aarch64-linux-gnu.cmake "" timeout "$program_limit" qemu-aarch64 -L /usr/aarch64-linux-gnu
         ;;
     *) fail "unknown platform '$platform' (mingw or aarch64)" ;;
     esac

@@ -126,7 +126,11 @@ static void gpt2__pool_run(gpt2__pool* pool, gpt2__pool::job_fn job, void* conte
     job(context, 0, pool->n_threads);
     if (!gpt2__spin_until([&] { return pool->pending.load(std::memory_order_acquire) == 0; })) {
         std::unique_lock<std::mutex> lock(pool->mutex);
-        pool->caller_sleeping.store(true);
+        /* an exchange, not a store: as a read-modify-write it is ordered before the load of
+           `pending` on every target, emulators included (qemu-user runs an AArch64 store-release
+           and a later load-acquire as plain x86 moves, which the store buffer reorders: the
+           last worker then misses the flag, and both sides sleep for ever) */
+        pool->caller_sleeping.exchange(true);
         pool->done.wait(lock, [&] { return pool->pending.load() == 0; });
         pool->caller_sleeping.store(false);
     }
