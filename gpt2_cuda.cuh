@@ -32,6 +32,14 @@
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
 
+   BUILD OPTION (define it where the implementation is compiled, e.g. nvcc -DGPT2_CUDA_BATCH)
+     GPT2_CUDA_BATCH              gpt2_batch_eval and gpt2_generate_batch run all sessions in one
+                                  pass: their new tokens as the rows of one activation matrix, so
+                                  each weight product is one cuBLAS GEMM for all of them, attention
+                                  per session against its own cache. Without it (the default) they
+                                  run the sessions one by one. Not yet run on a GPU: see
+                                  bench/cuda_results.md; tests/cuda/test_cuda.cu is built with it.
+
    ENVIRONMENT (read when a model loads; for measuring, not for users)
      GPT2_CUDA_DECODE=persistent  decode each token with one cooperative kernel instead of the
                                   graph of one-token kernels (the default, "graph"). Not yet run
@@ -894,17 +902,21 @@ __global__ void gpt2__log_prob_kernel(const float* logits, int V, const int32_t*
 
 /* ---- Model upload ------------------------------------------------------------------------- */
 
-static gpt2_result gpt2__cuda_alloc(gpt2__cuda_model* dm, size_t bytes, void** out, const char* what, gpt2_error* err) {
+/* cudaMalloc, failing with a message that says what for and how much the device has left. */
+static gpt2_result gpt2__cuda_malloc(void** out, size_t bytes, int device, const char* what, gpt2_error* err) {
+    const cudaError_t e = cudaMalloc(out, bytes);
+    if (e == cudaSuccess) return GPT2_OK;
     *out = nullptr;
-    cudaError_t e = cudaMalloc(out, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        size_t free_bytes = 0, total = 0;
-        cudaMemGetInfo(&free_bytes, &total);
-        return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
-                          "CUDA: cannot allocate %zu bytes for %s on device %d (%zu of %zu bytes free): %s", bytes, what, dm->device, free_bytes, total,
-                          cudaGetErrorString(e));
-    }
+    cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
+                      "CUDA: cannot allocate %zu bytes for %s on device %d (%zu of %zu bytes free): %s", bytes, what, device, free_bytes, total,
+                      cudaGetErrorString(e));
+}
+
+static gpt2_result gpt2__cuda_alloc(gpt2__cuda_model* dm, size_t bytes, void** out, const char* what, gpt2_error* err) {
+    GPT2__TRY(gpt2__cuda_malloc(out, bytes, dm->device, what, err));
     dm->allocations.push_back(*out);
     dm->bytes += bytes;
     return GPT2_OK;
@@ -1070,6 +1082,24 @@ static void gpt2__cuda_model_release(gpt2_model* m) {
 
 enum { GPT2__SCORE_ROWS = 64 }; /* rows of logits computed at once when scoring */
 
+/* The activations of a pass through the cuBLAS path (gpt2__cuda_forward_rows) over R rows, the
+   new tokens of one session or of a batch of them. */
+struct gpt2__cuda_rows {
+    float *x = nullptr, *qkv = nullptr, *fc = nullptr;                     /* (R, C) residual stream, (R, 3C), (R, F) */
+    void *xn16 = nullptr, *q16 = nullptr, *att16 = nullptr, *fc16 = nullptr; /* (R, C) LayerNorm output, (R, C), (R, C), (R, F) */
+    int32_t* ids = nullptr;                                                /* (R) the tokens */
+};
+
+/* gpt2_batch_eval's activations, held by the session whose stream runs the pass: R rows of B
+   sessions, grown on demand, freed with the session. */
+struct gpt2__cuda_batch_workspace {
+    size_t rows = 0, sessions = 0; /* R and B it has room for */
+    gpt2__cuda_rows a;
+    void* last16 = nullptr;        /* (B, C) each session's last row after ln_f: the head's input */
+    float* logits = nullptr;       /* (B, V) */
+    gpt2__vector<void*> allocations;
+};
+
 struct gpt2__cuda_session : gpt2_session {
     gpt2__cuda_model* dm = nullptr;
     cudaStream_t stream = nullptr;
@@ -1096,9 +1126,24 @@ struct gpt2__cuda_session : gpt2_session {
     int32_t pending_token = 0;
     int pending_pos = 0;  /* the position that pass computes */
     float* logits = nullptr; /* (V) host copy of logits_d */
+    gpt2__cuda_batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's stream */
 };
 
 static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
+
+/* The session's own prompt buffers (n_ctx rows) as the rows of a pass. */
+static gpt2__cuda_rows gpt2__cuda_own_rows(gpt2__cuda_session* s) {
+    gpt2__cuda_rows a;
+    a.x = s->x; a.qkv = s->qkv; a.fc = s->fc;
+    a.xn16 = s->xn16; a.q16 = s->q16; a.att16 = s->att16; a.fc16 = s->fc16;
+    a.ids = s->ids_d;
+    return a;
+}
+
+static void gpt2__cuda_batch_free(gpt2__cuda_batch_workspace* w) {
+    for (void* p : w->allocations) cudaFree(p);
+    *w = gpt2__cuda_batch_workspace();
+}
 
 static void gpt2__cuda_session_destroy(gpt2__cuda_session* s) {
     if (s->dm) cudaSetDevice(s->dm->device);
@@ -1109,6 +1154,7 @@ static void gpt2__cuda_session_destroy(gpt2__cuda_session* s) {
     if (s->token_ready) cudaEventDestroy(s->token_ready);
     if (s->stream) cudaStreamDestroy(s->stream);
     for (void* p : s->allocations) cudaFree(p);
+    gpt2__cuda_batch_free(&s->batch);
     if (s->token_h) cudaFreeHost(s->token_h);
     cudaGetLastError();
     GPT2_FREE(s->logits);
@@ -1135,16 +1181,10 @@ static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* e
         {(void**)&s->logp_d, ctx * 8}, {(void**)&s->q1, C * 4}, {(void**)&s->att1, C * 4}, {(void**)&s->fc1, F * 4},
         {(void**)&s->part, H * (size_t)s->n_splits * (D + 2) * 4}, {(void**)&s->tickets, H * 4}, {(void**)&s->grid_bar, 16},
     };
+    char what[48];
+    std::snprintf(what, sizeof what, "the session (n_ctx %d)", s->n_ctx);
     for (auto& b : plan) {
-        cudaError_t e = cudaMalloc(b.p, b.bytes);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            size_t free_bytes = 0, total = 0;
-            cudaMemGetInfo(&free_bytes, &total);
-            return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
-                              "CUDA: cannot allocate %zu bytes for the session (n_ctx %d) on device %d (%zu of %zu bytes free): %s", b.bytes, s->n_ctx, dm->device,
-                              free_bytes, total, cudaGetErrorString(e));
-        }
+        GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
         s->allocations.push_back(*b.p);
     }
     GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
@@ -1207,48 +1247,69 @@ static cudaError_t gpt2__launch(bool pdl, void (*kernel)(Params...), dim3 grid, 
 
 static int gpt2__cuda_grid(size_t n, int threads) { return (int)std::min<size_t>((n + threads - 1) / threads, 65535); }
 
-/* T tokens ids_d[0..T) at positions pos0.. through the whole model with cuBLAS: the prompt
-   path (any T). Leaves the final LayerNorm of every position in xn16 (T, C). */
+/* Rows [row, row + T) of a pass through the cuBLAS path: one session's new tokens, at positions
+   pos0.. of its KV cache. */
+struct gpt2__cuda_part {
+    gpt2__cuda_session* s;
+    int row, T, pos0;
+};
+
+/* The R tokens a.ids[0..R) through the whole model with cuBLAS, on the stream and cuBLAS handle
+   of `r`: the prompt path (any T), and the batched pass (gpt2__cuda_run_batch). Each weight
+   product is one GEMM over all R rows and LayerNorm, bias and GELU one launch each; embedding
+   and attention go part by part, each part against its own session's cache, in that session's
+   attention scratch (scores, probs16). A prompt is one part. Leaves the final LayerNorm of every
+   row in a.xn16 (R, C). */
 template <class TT>
-static gpt2_result gpt2__cuda_forward_prompt(gpt2__cuda_session* s, int T, int pos0, gpt2_error* err) {
-    const gpt2_model* m = s->model;
-    const gpt2__cuda_model* dm = s->dm;
-    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H, Lk = pos0 + T;
+static gpt2_result gpt2__cuda_forward_rows(gpt2__cuda_session* r, const gpt2__cuda_rows& a, const gpt2__cuda_part* parts, size_t n_parts, int R, gpt2_error* err) {
+    const gpt2_model* m = r->model;
+    const gpt2__cuda_model* dm = r->dm;
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     const float eps = m->layer_norm_eps;
-    cudaStream_t st = s->stream;
+    cudaStream_t st = r->stream;
     const size_t ln_smem = (size_t)C * 4;
-    gpt2__embed_kernel<TT><<<T, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->ids_d, nullptr, pos0, C);
-    GPT2__LAUNCHED("embed");
+    for (size_t i = 0; i < n_parts; i++) {
+        const gpt2__cuda_part& p = parts[i];
+        gpt2__embed_kernel<TT><<<p.T, 256, 0, st>>>(a.x + (size_t)p.row * C, (const TT*)dm->wte, (const TT*)dm->wpe, a.ids + p.row, nullptr, p.pos0, C);
+        GPT2__LAUNCHED("embed");
+    }
     const float* pending_bias = nullptr; /* the bias of the last residual product, added with the next LayerNorm */
     const cudaDataType_t t16 = gpt2__cuda_type(dm);
     for (int l = 0; l < m->n_layer; l++) {
         const gpt2__cuda_layer& G = dm->layers[(size_t)l];
-        TT* kc = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
-        TT* vc = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
-        gpt2__add_layer_norm_kernel<TT><<<T, 256, ln_smem, st>>>(s->x, pending_bias, G.ln_1_w, G.ln_1_b, (TT*)s->xn16, C, eps);
+        gpt2__add_layer_norm_kernel<TT><<<R, 256, ln_smem, st>>>(a.x, pending_bias, G.ln_1_w, G.ln_1_b, (TT*)a.xn16, C, eps);
         GPT2__LAUNCHED("layer norm");
-        GPT2__TRY(gpt2__cuda_linear(s, G.c_attn, s->xn16, s->qkv, false, 3 * C, T, C, 0.0f, err));
-        gpt2__qkv_split_kernel<TT><<<gpt2__cuda_grid((size_t)T * 3 * C, 256), 256, 0, st>>>(s->qkv, G.c_attn_b, (TT*)s->q16, kc, vc, T, C, pos0);
-        GPT2__LAUNCHED("qkv split");
-        /* scores_h (T, Lk) = q_h k_h^T; column-major: S^T (Lk, T) = K_h (Lk, D) x Q_h^T */
-        const float one = 1.0f, zero = 0.0f;
-        GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, Lk, T, D, &one, kc, t16, C, D, s->q16, t16, C, D, &zero, s->scores, CUDA_R_32F,
-                                                    Lk, (long long)T * Lk, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        gpt2__causal_softmax_kernel<TT><<<H * T, 256, 0, st>>>(s->scores, (TT*)s->probs16, T, Lk, pos0, 1.0f / std::sqrt((float)D));
-        GPT2__LAUNCHED("softmax");
-        /* att_h (T, D) = P_h (T, Lk) v_h (Lk, D); column-major: O^T (D, T) = V^T (D, Lk) P^T (Lk, T) */
-        GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, D, T, Lk, &one, vc, t16, C, D, s->probs16, t16, Lk, (long long)T * Lk, &zero,
-                                                    s->att16, t16, C, D, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        GPT2__TRY(gpt2__cuda_linear(s, G.c_proj, s->att16, s->x, false, C, T, C, 1.0f, err)); /* x += att W^T */
-        gpt2__add_layer_norm_kernel<TT><<<T, 256, ln_smem, st>>>(s->x, G.c_proj_b, G.ln_2_w, G.ln_2_b, (TT*)s->xn16, C, eps);
+        GPT2__TRY(gpt2__cuda_linear(r, G.c_attn, a.xn16, a.qkv, false, 3 * C, R, C, 0.0f, err));
+        for (size_t i = 0; i < n_parts; i++) {
+            const gpt2__cuda_part& p = parts[i];
+            gpt2__cuda_session* s = p.s;
+            const int T = p.T, Lk = p.pos0 + T;
+            TT* kc = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
+            TT* vc = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
+            TT* q16 = (TT*)a.q16 + (size_t)p.row * C;
+            TT* att16 = (TT*)a.att16 + (size_t)p.row * C;
+            gpt2__qkv_split_kernel<TT><<<gpt2__cuda_grid((size_t)T * 3 * C, 256), 256, 0, st>>>(a.qkv + (size_t)p.row * 3 * C, G.c_attn_b, q16, kc, vc, T, C, p.pos0);
+            GPT2__LAUNCHED("qkv split");
+            /* scores_h (T, Lk) = q_h k_h^T; column-major: S^T (Lk, T) = K_h (Lk, D) x Q_h^T */
+            const float one = 1.0f, zero = 0.0f;
+            GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, Lk, T, D, &one, kc, t16, C, D, q16, t16, C, D, &zero, s->scores, CUDA_R_32F,
+                                                        Lk, (long long)T * Lk, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            gpt2__causal_softmax_kernel<TT><<<H * T, 256, 0, st>>>(s->scores, (TT*)s->probs16, T, Lk, p.pos0, 1.0f / std::sqrt((float)D));
+            GPT2__LAUNCHED("softmax");
+            /* att_h (T, D) = P_h (T, Lk) v_h (Lk, D); column-major: O^T (D, T) = V^T (D, Lk) P^T (Lk, T) */
+            GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(r->blas, CUBLAS_OP_N, CUBLAS_OP_N, D, T, Lk, &one, vc, t16, C, D, s->probs16, t16, Lk, (long long)T * Lk, &zero,
+                                                        att16, t16, C, D, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        GPT2__TRY(gpt2__cuda_linear(r, G.c_proj, a.att16, a.x, false, C, R, C, 1.0f, err)); /* x += att W^T */
+        gpt2__add_layer_norm_kernel<TT><<<R, 256, ln_smem, st>>>(a.x, G.c_proj_b, G.ln_2_w, G.ln_2_b, (TT*)a.xn16, C, eps);
         GPT2__LAUNCHED("layer norm");
-        GPT2__TRY(gpt2__cuda_linear(s, G.c_fc, s->xn16, s->fc, false, F, T, C, 0.0f, err));
-        gpt2__bias_gelu_kernel<TT><<<gpt2__cuda_grid((size_t)T * F, 256), 256, 0, st>>>(s->fc, G.c_fc_b, (TT*)s->fc16, (size_t)T * F, F, m->gelu_tanh ? 1 : 0);
+        GPT2__TRY(gpt2__cuda_linear(r, G.c_fc, a.xn16, a.fc, false, F, R, C, 0.0f, err));
+        gpt2__bias_gelu_kernel<TT><<<gpt2__cuda_grid((size_t)R * F, 256), 256, 0, st>>>(a.fc, G.c_fc_b, (TT*)a.fc16, (size_t)R * F, F, m->gelu_tanh ? 1 : 0);
         GPT2__LAUNCHED("gelu");
-        GPT2__TRY(gpt2__cuda_linear(s, G.mlp_proj, s->fc16, s->x, false, C, T, F, 1.0f, err));
+        GPT2__TRY(gpt2__cuda_linear(r, G.mlp_proj, a.fc16, a.x, false, C, R, F, 1.0f, err));
         pending_bias = G.mlp_proj_b;
     }
-    gpt2__add_layer_norm_kernel<TT><<<T, 256, ln_smem, st>>>(s->x, pending_bias, dm->ln_f_w, dm->ln_f_b, (TT*)s->xn16, C, eps);
+    gpt2__add_layer_norm_kernel<TT><<<R, 256, ln_smem, st>>>(a.x, pending_bias, dm->ln_f_w, dm->ln_f_b, (TT*)a.xn16, C, eps);
     GPT2__LAUNCHED("layer norm");
     return GPT2_OK;
 }
@@ -1364,12 +1425,22 @@ static gpt2_result gpt2__cuda_run(gpt2__cuda_session* s, gpt2_error* err) {
         GPT2__TRY(gpt2__cuda_launch_token(s, err));
     } else {
         GPT2__CUDA_TRY(cudaMemcpyAsync(s->ids_d, s->tokens.data() + pos0, (size_t)T * 4, cudaMemcpyHostToDevice, s->stream));
-        GPT2__TRY(s->dm->bf16 ? gpt2__cuda_forward_prompt<__nv_bfloat16>(s, T, pos0, err) : gpt2__cuda_forward_prompt<__half>(s, T, pos0, err));
+        const gpt2__cuda_rows own = gpt2__cuda_own_rows(s);
+        const gpt2__cuda_part prompt{s, 0, T, pos0};
+        GPT2__TRY(s->dm->bf16 ? gpt2__cuda_forward_rows<__nv_bfloat16>(s, own, &prompt, 1, T, err) : gpt2__cuda_forward_rows<__half>(s, own, &prompt, 1, T, err));
         const size_t C = (size_t)m->n_embd;
         const void* last = (const uint8_t*)s->xn16 + (size_t)(T - 1) * C * 2;
         GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, last, s->logits_d, false, m->n_vocab, 1, (int)C, 0.0f, err));
     }
     return GPT2_OK;
+}
+
+/* True when the pass gpt2__cuda_sample queued computes what is to run now: the one new token, at
+   the position it was queued for. The queued pass is spent either way. */
+static bool gpt2__cuda_take_pending(gpt2__cuda_session* s) {
+    if (!s->pending) return false;
+    s->pending = false;
+    return s->tokens.size() == (size_t)s->n_cached + 1 && s->n_cached == s->pending_pos && s->tokens.back() == s->pending_token;
 }
 
 /* The backend's run: the shared part appended the tokens; n_cached says where they start. */
@@ -1382,13 +1453,84 @@ static gpt2_result gpt2__cuda_run_session(gpt2_session* session, gpt2_error* err
         return gpt2__aborted(err);
     }
     s->logits_on_host = false;
-    if (s->pending) { /* gpt2__cuda_sample already queued this token's pass */
-        s->pending = false;
-        if (s->tokens.size() == (size_t)s->n_cached + 1 && s->n_cached == s->pending_pos && s->tokens.back() == s->pending_token) return GPT2_OK;
-    }
+    if (gpt2__cuda_take_pending(s)) return GPT2_OK;
     GPT2__TRY(gpt2__cuda_run(s, err));
     const cudaError_t e = cudaStreamSynchronize(s->stream);
     return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the forward pass");
+}
+
+/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
+static gpt2_result gpt2__cuda_batch_reserve(gpt2__cuda_session* s, size_t rows, size_t sessions, gpt2_error* err) {
+    gpt2__cuda_batch_workspace* w = &s->batch;
+    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
+    rows = std::max(rows, w->rows);
+    sessions = std::max(sessions, w->sessions);
+    gpt2__cuda_batch_free(w);
+    const size_t C = (size_t)s->model->n_embd, F = (size_t)s->model->n_ff, V = (size_t)s->model->n_vocab;
+    gpt2__cuda_rows& a = w->a;
+    struct { void** p; size_t bytes; } plan[] = {
+        {(void**)&a.x, rows * C * 4}, {(void**)&a.qkv, rows * 3 * C * 4}, {(void**)&a.fc, rows * F * 4}, {&a.xn16, rows * C * 2}, {&a.q16, rows * C * 2},
+        {&a.att16, rows * C * 2}, {&a.fc16, rows * F * 2}, {(void**)&a.ids, rows * 4}, {&w->last16, sessions * C * 2}, {(void**)&w->logits, sessions * V * 4},
+    };
+    char what[96];
+    std::snprintf(what, sizeof what, "a batch of %zu sessions and %zu new tokens", sessions, rows);
+    for (auto& b : plan) {
+        GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, s->dm->device, what, err));
+        w->allocations.push_back(*b.p);
+    }
+    w->rows = rows;
+    w->sessions = sessions;
+    return GPT2_OK;
+}
+
+/* Queues the batched pass on r's stream: the parts' tokens `ids` through gpt2__cuda_forward_rows
+   in r's batch workspace, then the head over each part's last row as one GEMM, and each
+   session's logits to its logits_d. */
+static gpt2_result gpt2__cuda_batch_pass(gpt2__cuda_session* r, const gpt2__vector<gpt2__cuda_part>& parts, const gpt2__vector<int32_t>& ids, gpt2_error* err) {
+    const gpt2_model* m = r->model;
+    gpt2__cuda_batch_workspace* w = &r->batch;
+    const size_t C = (size_t)m->n_embd, V = (size_t)m->n_vocab, R = ids.size(), B = parts.size();
+    cudaStream_t st = r->stream;
+    GPT2__CUDA_TRY(cudaMemcpyAsync(w->a.ids, ids.data(), R * 4, cudaMemcpyHostToDevice, st));
+    GPT2__TRY(r->dm->bf16 ? gpt2__cuda_forward_rows<__nv_bfloat16>(r, w->a, parts.data(), B, (int)R, err)
+                          : gpt2__cuda_forward_rows<__half>(r, w->a, parts.data(), B, (int)R, err));
+    for (size_t i = 0; i < B; i++) {
+        const size_t last = (size_t)(parts[i].row + parts[i].T - 1);
+        GPT2__CUDA_TRY(cudaMemcpyAsync((uint8_t*)w->last16 + i * C * 2, (const uint8_t*)w->a.xn16 + last * C * 2, C * 2, cudaMemcpyDeviceToDevice, st));
+    }
+    GPT2__TRY(gpt2__cuda_linear(r, r->dm->lm_head, w->last16, w->logits, false, (int)V, (int)B, (int)C, 0.0f, err));
+    for (size_t i = 0; i < B; i++) GPT2__CUDA_TRY(cudaMemcpyAsync(parts[i].s->logits_d, w->logits + i * V, V * 4, cudaMemcpyDeviceToDevice, st));
+    return GPT2_OK;
+}
+
+/* The backend's run_batch (only when built with GPT2_CUDA_BATCH: see the table): run for every
+   session at once, on the stream, cuBLAS handle and batch workspace of `runner`. The new tokens
+   of all sessions are the rows of one pass (gpt2__cuda_forward_rows, a part per session), so
+   each weight product reads the weights once for all of them; attention goes session by
+   session against its own cache. A session whose token the sampler's queued pass already
+   computed takes that pass, as run does. Polls runner's abort_fn once, before the pass, as run
+   does; the logits change only at the end. */
+[[maybe_unused]] static gpt2_result gpt2__cuda_run_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    gpt2__cuda_session* r = gpt2__cuda(runner);
+    GPT2__CUDA_TRY(cudaSetDevice(r->dm->device));
+    cudaGetLastError();
+    if (gpt2__abort_requested(r)) return gpt2__aborted(err);
+    gpt2__vector<gpt2__cuda_part> parts;
+    gpt2__vector<int32_t> ids; /* the new tokens of all sessions, in row order */
+    for (size_t i = 0; i < n; i++) {
+        gpt2__cuda_session* s = gpt2__cuda(sessions[i]);
+        GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream)); /* its own passes are done before r's stream uses its cache */
+        s->logits_on_host = false;
+        if (gpt2__cuda_take_pending(s)) continue;
+        parts.push_back({s, (int)ids.size(), (int)s->tokens.size() - s->n_cached, s->n_cached});
+        ids.insert(ids.end(), s->tokens.begin() + s->n_cached, s->tokens.end());
+    }
+    if (parts.empty()) return GPT2_OK;
+    GPT2__TRY(gpt2__cuda_batch_reserve(r, ids.size(), parts.size(), err));
+    const gpt2_result res = gpt2__cuda_batch_pass(r, parts, ids, err);
+    const cudaError_t e = cudaStreamSynchronize(r->stream); /* after a failure too: nothing may write the caches once we return */
+    if (res != GPT2_OK) return res;
+    return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the batched forward pass");
 }
 
 static const float* gpt2__cuda_logits(gpt2_session* session) {
@@ -1489,7 +1631,14 @@ static gpt2_result gpt2__cuda_load_cache(gpt2_session* session, int n, const voi
 static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach, gpt2__cuda_model_release, gpt2__cuda_session_create, gpt2__cuda_session_free,
                                                  gpt2__cuda_run_session, gpt2__cuda_logits, gpt2__cuda_sample, gpt2__cuda_window_logprob,
                                                  gpt2__cuda_save_cache, gpt2__cuda_load_cache,
-                                                 nullptr /* run_batch: not yet; gpt2_batch_eval runs the sessions one by one */};
+/* run_batch is opt-in until a GPU has run tests/cuda/test_cuda.cu's batch cases; without it
+   gpt2_batch_eval runs the sessions one by one */
+#ifdef GPT2_CUDA_BATCH
+                                                 gpt2__cuda_run_batch
+#else
+                                                 nullptr
+#endif
+};
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2_IMPLEMENTATION (CUDA) */

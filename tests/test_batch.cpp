@@ -5,11 +5,10 @@
 // runs. This file holds a private copy of the implementation to choose the kernel set.
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
-#include "helpers.h"
+#include "batch_helpers.h"
 #include "gguf_builder.h"
 #include "tools/gguf_write.h"
 #include <doctest/doctest.h>
-#include <memory>
 
 static const struct {
     const char* name;
@@ -20,65 +19,6 @@ static std::vector<int32_t> ids(int n, int seed) {
     std::vector<int32_t> v;
     for (int i = 0; i < n; i++) v.push_back((int32_t)((i * 31 + seed * 17 + 7) % 77));
     return v;
-}
-
-// A session with its own context length and policy (Session of helpers.h has neither).
-struct Owned {
-    gpt2_session* session = nullptr;
-    Owned(const gpt2_model* m, int threads, int kv_f16, int n_ctx, gpt2_context_policy policy, int n_keep) {
-        gpt2_session_params p = gpt2_session_default_params();
-        p.n_threads = threads;
-        p.kv_f16 = kv_f16;
-        p.n_ctx = n_ctx;
-        p.context_policy = policy;
-        p.n_keep = n_keep;
-        gpt2_error err;
-        REQUIRE_MESSAGE(gpt2_session_create(m, &p, &session, &err) == GPT2_OK, err.message);
-    }
-    ~Owned() { gpt2_session_free(session); }
-};
-
-static std::unique_ptr<Owned> session(const gpt2_model* m, int threads, int kv_f16, int n_ctx = 0, gpt2_context_policy policy = GPT2_CONTEXT_EXACT, int n_keep = 0) {
-    return std::make_unique<Owned>(m, threads, kv_f16, n_ctx, policy, n_keep);
-}
-
-// Rounds of evaluation: round r gives session i the tokens rounds[r][i] (none: left out of the
-// batch). `batched` runs each round as one gpt2_batch_eval, `alone` as gpt2_session_eval calls;
-// returns the largest logit difference over all rounds and sessions, and checks the contexts.
-using Rounds = std::vector<std::vector<std::vector<int32_t>>>;
-static float largest_logit = 0; // the scale the differences are measured against
-static float compare_rounds(const std::vector<gpt2_session*>& batched, const std::vector<gpt2_session*>& alone, const Rounds& rounds, int n_vocab) {
-    float worst = 0;
-    for (size_t r = 0; r < rounds.size(); r++) {
-        CAPTURE(r);
-        std::vector<gpt2_session*> in;
-        std::vector<const int32_t*> tokens;
-        std::vector<size_t> counts;
-        for (size_t i = 0; i < batched.size(); i++) {
-            if (rounds[r][i].empty()) continue;
-            in.push_back(batched[i]);
-            tokens.push_back(rounds[r][i].data());
-            counts.push_back(rounds[r][i].size());
-            gpt2_error err;
-            REQUIRE_MESSAGE(gpt2_session_eval(alone[i], rounds[r][i].data(), rounds[r][i].size(), &err) == GPT2_OK, err.message);
-        }
-        gpt2_error err;
-        REQUIRE_MESSAGE(gpt2_batch_eval(in.data(), tokens.data(), counts.data(), in.size(), &err) == GPT2_OK, err.message);
-        for (size_t i = 0; i < batched.size(); i++) {
-            CAPTURE(i);
-            REQUIRE(gpt2_session_n_tokens(batched[i]) == gpt2_session_n_tokens(alone[i]));
-            CHECK(std::equal(gpt2_session_tokens(batched[i]), gpt2_session_tokens(batched[i]) + gpt2_session_n_tokens(batched[i]), gpt2_session_tokens(alone[i])));
-            const float* a = gpt2_session_logits(batched[i]);
-            const float* b = gpt2_session_logits(alone[i]);
-            if (!a || !b) {
-                CHECK(a == b);
-                continue;
-            }
-            worst = std::max(worst, max_abs_diff(a, b, (size_t)n_vocab));
-            for (int v = 0; v < n_vocab; v++) largest_logit = std::max(largest_logit, std::fabs(b[v]));
-        }
-    }
-    return worst;
 }
 
 // Sessions at different context lengths, some given a prompt (prefill rows), some 2 or 3 tokens
@@ -100,8 +40,7 @@ TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits
     for (const auto& t : weight_types) {
         Loaded m(random_model(t.type));
         REQUIRE_MESSAGE(m.model, m.err.message);
-        float worst_by_cache[2] = {0, 0};
-        largest_logit = 0;
+        float worst_by_cache[2] = {0, 0}, largest_logit = 0;
         for (int set = 0; set < n_sets; set++)
             for (int kv_f16 : {0, 1})
                 for (int threads : {1, 2, 3}) {
@@ -117,7 +56,7 @@ TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits
                     }
                     for (gpt2_session* s : batched) use_kernels(s, sets[set]);
                     for (gpt2_session* s : alone) use_kernels(s, sets[set]);
-                    worst_by_cache[kv_f16] = std::max(worst_by_cache[kv_f16], compare_rounds(batched, alone, rounds, m.model->n_vocab));
+                    worst_by_cache[kv_f16] = std::max(worst_by_cache[kv_f16], compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit));
                 }
         // f16 caches: where the batch's keys differ from the lone ones in the last bits, an f16
         // rounding may go the other way, so those differences are larger
@@ -146,7 +85,8 @@ TEST_CASE("sessions reaching their context limit mid-batch follow their own poli
         Rounds rounds(30);
         rounds[0] = {ids(9, 1), ids(10, 2), ids(4, 3)};
         for (int r = 1; r < 30; r++) rounds[(size_t)r] = {ids(r % 7 == 0 ? 3 : 1, r), ids(1, r + 1), ids(1, r + 2)};
-        const float worst = compare_rounds(batched, alone, rounds, m.model->n_vocab);
+        float largest_logit = 0;
+        const float worst = compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit);
         CHECK(gpt2_session_n_tokens(batched[0]) == 12);
         CHECK(gpt2_session_n_tokens(batched[1]) <= 16);
         MESSAGE("largest logit difference: " << worst);

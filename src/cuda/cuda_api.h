@@ -31,6 +31,14 @@
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
 
+   BUILD OPTION (define it where the implementation is compiled, e.g. nvcc -DGPT2_CUDA_BATCH)
+     GPT2_CUDA_BATCH              gpt2_batch_eval and gpt2_generate_batch run all sessions in one
+                                  pass: their new tokens as the rows of one activation matrix, so
+                                  each weight product is one cuBLAS GEMM for all of them, attention
+                                  per session against its own cache. Without it (the default) they
+                                  run the sessions one by one. Not yet run on a GPU: see
+                                  bench/cuda_results.md; tests/cuda/test_cuda.cu is built with it.
+
    ENVIRONMENT (read when a model loads; for measuring, not for users)
      GPT2_CUDA_DECODE=persistent  decode each token with one cooperative kernel instead of the
                                   graph of one-token kernels (the default, "graph"). Not yet run

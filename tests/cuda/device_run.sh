@@ -3,6 +3,8 @@
 # the benchmark (first, on its own), make the test models, build the CUDA tests, run the tests for
 # both decode paths, the benchmarks (124M prefill and decode, 1558M decode) and Hugging Face's
 # generate() on the same GPU; one table at the end. Logs go to $OUT (default /tmp/gpt2-device-out).
+# The CUDA tests are built with GPT2_CUDA_BATCH (tests/cuda/CMakeLists.txt): their
+# "gpt2_batch_eval on the GPU" cases check the opt-in batched pass against one by one.
 #
 #   tests/cuda/device_run.sh --prepare   on this machine, before lending: copies doctest's header
 #                                        into .thirdparty/ (git ignores it; carry it to the device)

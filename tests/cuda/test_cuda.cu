@@ -9,7 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "../../bench/cuda_random_model.h"
-#include "../helpers.h"
+#include "../batch_helpers.h"
 #include <cstdlib>
 #include <thread>
 
@@ -71,8 +71,8 @@ static std::vector<float> reference_logits(const gpt2_model* m, const std::vecto
     return logits;
 }
 
-// Greedy steps on the CPU through gpt2_session_eval, recording each step's top-2 logit gap.
-static std::vector<int32_t> cpu_greedy(gpt2_model* model, const std::vector<int32_t>& prompt, int n, std::vector<float>* gaps) {
+// Greedy steps through gpt2_session_eval (on the model's device), recording each step's top-2 logit gap.
+static std::vector<int32_t> greedy(gpt2_model* model, const std::vector<int32_t>& prompt, int n, std::vector<float>* gaps) {
     gpt2_session* s = nullptr;
     gpt2_session_params sp = gpt2_session_default_params();
     sp.n_threads = 0;
@@ -168,7 +168,7 @@ TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens
         CAPTURE(prompt["name"].string);
         std::vector<int32_t> ids = prompt["ids"].ints();
         std::vector<float> gaps;
-        std::vector<int32_t> want = cpu_greedy(cpu.model, ids, 200, &gaps);
+        std::vector<int32_t> want = greedy(cpu.model, ids, 200, &gaps);
         Session g(gpu);
         std::vector<int32_t> got = generate(g.session, ids, 200, 0.0f, 0, 0);
         check_greedy_agrees(got, want, gaps, 1e-3f);
@@ -185,7 +185,7 @@ TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logi
     std::vector<int32_t> prompt;
     for (int i = 0; i < 32; i++) prompt.push_back((i * 7919 + 13) % 50257);
     std::vector<float> gaps;
-    std::vector<int32_t> want = cpu_greedy(cpu.model, prompt, 200, &gaps);
+    std::vector<int32_t> want = greedy(cpu.model, prompt, 200, &gaps);
     gpt2_session* g = nullptr;
     REQUIRE(gpt2_session_create(gpu.model, nullptr, &g, nullptr) == GPT2_OK);
     std::vector<int32_t> got = generate(g, prompt, 200, 0.0f, 0, 0);
@@ -302,4 +302,152 @@ TEST_CASE("prompt log-probability on the GPU within 1e-2 of the reference forwar
         REQUIRE(gpt2_score(g.session, ids.data(), ids.size(), &got, nullptr) == GPT2_OK);
         CHECK(std::fabs(want - got) <= 1e-2 * std::max(1.0, std::fabs(want) / 100));
     }
+}
+
+// ---- gpt2_batch_eval: the batched pass (run_batch; tests/cuda/CMakeLists.txt builds this file
+// with GPT2_CUDA_BATCH, which switches it on) against the same sessions run one by one ----------
+
+static void say_which_batch() {
+    const char* which = gpt2__cuda_backend.run_batch ? "gpt2_batch_eval runs the CUDA run_batch (GPT2_CUDA_BATCH)"
+                                                     : "built without GPT2_CUDA_BATCH: gpt2_batch_eval runs the sessions one by one, so these cases compare that with itself";
+    MESSAGE(which);
+}
+
+static std::vector<int32_t> ids(int n, int seed, int n_vocab) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; i++) v.push_back((int32_t)((i * 31 + seed * 17 + 7) % n_vocab));
+    return v;
+}
+
+// Five sessions: two of the model's context, one of 12 positions (GPT2_CONTEXT_EXACT: reaching it
+// recomputes the whole window), one of 16 that discards after 3 kept tokens, one more of the
+// model's; prompts, 2 or 3 tokens and single tokens in the same passes, at different context
+// lengths; sessions[0] (the runner, whose stream and workspace run the pass) left out of some
+// rounds, and one round that needs a larger workspace than the first.
+static void check_ragged_batches(gpt2_model* model) {
+    const int V = gpt2_model_get_info(model).n_vocab;
+    /* one by one through the same cuBLAS path as the batch: no one-token kernels */
+    gpt2__cuda_model_of(model)->fast_decode = false;
+    const auto make = [&](std::vector<std::unique_ptr<Owned>>* owned) {
+        owned->push_back(session(model, 0, 0));
+        owned->push_back(session(model, 0, 0));
+        owned->push_back(session(model, 0, 0, 12, GPT2_CONTEXT_EXACT));
+        owned->push_back(session(model, 0, 0, 16, GPT2_CONTEXT_DISCARD, 3));
+        owned->push_back(session(model, 0, 0));
+        std::vector<gpt2_session*> v;
+        for (auto& s : *owned) v.push_back(s->session);
+        return v;
+    };
+    std::vector<std::unique_ptr<Owned>> a, b;
+    const std::vector<gpt2_session*> batched = make(&a), alone = make(&b);
+    Rounds rounds(24);
+    rounds[0] = {ids(7, 1, V), ids(2, 2, V), ids(9, 3, V), ids(10, 4, V), ids(150, 5, V)};
+    rounds[1] = {{}, ids(3, 6, V), ids(1, 7, V), ids(1, 8, V), ids(1, 9, V)};
+    rounds[2] = {ids(1, 10, V), {}, ids(2, 11, V), ids(1, 12, V), ids(40, 13, V)};
+    for (int r = 3; r < 24; r++)
+        rounds[(size_t)r] = {ids(r == 9 ? 200 : 1, r, V), ids(1, r + 1, V), ids(r % 5 == 0 ? 3 : 1, r + 2, V), ids(1, r + 3, V), ids(r % 7 == 0 ? 2 : 1, r + 4, V)};
+    float largest_logit = 0;
+    const float worst = compare_rounds(batched, alone, rounds, V, &largest_logit);
+    CHECK(gpt2_session_n_tokens(batched[2]) == 12);
+    CHECK(gpt2_session_n_tokens(batched[3]) <= 16);
+    MESSAGE("largest logit difference, batched against one by one: " << worst << " (largest |logit| " << largest_logit << ")");
+    CHECK(worst <= 1e-4f * std::max(1.0f, largest_logit));
+}
+
+TEST_CASE("gpt2_batch_eval on the GPU: a ragged batch gets the logits of one by one through the same cuBLAS path, sessions at their context limit included") {
+    REQUIRE_GPU();
+    say_which_batch();
+    {
+        Model gpu(sc_path(), cuda_params());
+        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+        check_ragged_batches(gpu.model);
+    }
+    LoadedFile gpu(random_124m(), cuda_params());
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    check_ragged_batches(gpu.model);
+}
+
+TEST_CASE("gpt2_batch_eval on the GPU: greedy decoding in batches gives one by one's tokens (one-token kernels alone), also past n_ctx") {
+    REQUIRE_GPU();
+    say_which_batch();
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    const int V = gpu.info().n_vocab, steps = 100;
+    std::vector<std::vector<int32_t>> prompts;
+    for (const Json& prompt : reference()["prompts"].array) prompts.push_back(prompt["ids"].ints());
+    prompts.push_back(ids(200, 1, V)); /* reaches the 256 positions of the model after 56 steps */
+    std::vector<std::vector<int32_t>> want, got(prompts.size());
+    std::vector<std::vector<float>> gaps(prompts.size());
+    for (size_t i = 0; i < prompts.size(); i++) want.push_back(greedy(gpu.model, prompts[i], steps, &gaps[i]));
+    std::vector<std::unique_ptr<Owned>> owned;
+    std::vector<gpt2_session*> batch;
+    std::vector<const int32_t*> tokens;
+    std::vector<size_t> counts;
+    for (const auto& p : prompts) {
+        owned.push_back(session(gpu.model, 0, 0));
+        batch.push_back(owned.back()->session);
+        tokens.push_back(p.data());
+        counts.push_back(p.size());
+    }
+    std::vector<int32_t> next(prompts.size());
+    for (int step = 0; step <= steps; step++) {
+        gpt2_error err;
+        REQUIRE_MESSAGE(gpt2_batch_eval(batch.data(), tokens.data(), counts.data(), batch.size(), &err) == GPT2_OK, err.message);
+        if (step == steps) break;
+        for (size_t i = 0; i < batch.size(); i++) {
+            const float* l = gpt2_session_logits(batch[i]);
+            REQUIRE(l);
+            next[i] = (int32_t)(std::max_element(l, l + V) - l);
+            got[i].push_back(next[i]);
+            tokens[i] = &next[i];
+            counts[i] = 1;
+        }
+    }
+    // the batch multiplies 16-bit activations where a lone token's kernels keep them f32: a
+    // near-tie (each path is within 2e-2 of the reference forward pass) may go either way
+    for (size_t i = 0; i < prompts.size(); i++) {
+        CAPTURE(i);
+        check_greedy_agrees(got[i], want[i], gaps[i], 4e-2f);
+    }
+}
+
+static int abort_now(void* user) { return *(int*)user; }
+
+TEST_CASE("gpt2_batch_eval on the GPU: an aborted batch leaves every session as it was, and they go on") {
+    REQUIRE_GPU();
+    say_which_batch();
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    const int V = gpu.info().n_vocab;
+    gpt2__cuda_model_of(gpu.model)->fast_decode = false; /* the lone session below takes the batch's cuBLAS path */
+    int stop = 0;
+    gpt2_session_params p = gpt2_session_default_params();
+    p.abort_fn = abort_now;
+    p.abort_user = &stop;
+    gpt2_session* runner = nullptr;
+    REQUIRE(gpt2_session_create(gpu.model, &p, &runner, nullptr) == GPT2_OK);
+    Session other(gpu);
+    const std::vector<int32_t> prompt = ids(6, 1, V), one = ids(1, 2, V), more = ids(4, 3, V);
+    for (gpt2_session* s : {runner, other.session}) REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    const std::vector<float> before(gpt2_session_logits(other.session), gpt2_session_logits(other.session) + V);
+    gpt2_session* sessions[] = {runner, other.session};
+    const int32_t* tokens[] = {one.data(), more.data()};
+    const size_t n[] = {1, 4};
+    gpt2_error err;
+    stop = 1;
+    CHECK(gpt2_batch_eval(sessions, tokens, n, 2, &err) == GPT2_ERROR_ABORTED);
+    CHECK(gpt2_session_n_tokens(runner) == 6);
+    CHECK(gpt2_session_n_tokens(other.session) == 6);
+    CHECK(max_abs_diff(gpt2_session_logits(other.session), before.data(), (size_t)V) == 0.0f);
+    stop = 0;
+    REQUIRE_MESSAGE(gpt2_batch_eval(sessions, tokens, n, 2, &err) == GPT2_OK, err.message);
+    Session lone(gpu);
+    REQUIRE(gpt2_session_eval(lone.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_eval(lone.session, more.data(), more.size(), nullptr) == GPT2_OK);
+    const float* want = gpt2_session_logits(lone.session);
+    float largest_logit = 1;
+    for (int v = 0; v < V; v++) largest_logit = std::max(largest_logit, std::fabs(want[v]));
+    CHECK(gpt2_session_n_tokens(other.session) == 10);
+    CHECK(max_abs_diff(gpt2_session_logits(other.session), want, (size_t)V) <= 1e-4f * largest_logit);
+    gpt2_session_free(runner);
 }
