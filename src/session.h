@@ -92,39 +92,57 @@ static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
     return GPT2_OK;
 }
 
-/* Appends tokens to the context window and runs the model over what the cache lacks (after
-   gpt2__make_room). A run the caller aborts leaves the tokens as they were (the cache rows it
-   wrote are no longer counted); a run that fails otherwise leaves an empty context (a device
-   may hold part of a pass). */
+/* What appending tokens changed, kept to undo it when the pass is aborted. */
+struct gpt2__append_undo {
+    gpt2__vector<int32_t> tokens; /* the context before, only when making room dropped some and an abort may need them */
+    size_t n_tokens = 0;          /* else its length: the new tokens are cut off again */
+    int n_cached = 0, first_row = 0; /* n_cached before, and the first cache row the pass writes */
+};
+
+/* Makes room for n tokens (gpt2__make_room) and appends them, so that tokens[n_cached..) is what
+   the pass runs; *undo keeps what an aborted pass needs put back (`abortable`: an abort_fn will
+   be polled). Nothing changes when it fails. */
+static gpt2_result gpt2__append_begin(gpt2_session* s, const int32_t* ids, size_t n, bool abortable, gpt2__append_undo* undo, gpt2_error* err) {
+    if (abortable && s->tokens.size() + n > (size_t)s->n_ctx) undo->tokens = s->tokens;
+    undo->n_tokens = s->tokens.size();
+    undo->n_cached = s->n_cached;
+    GPT2__TRY(gpt2__make_room(s, n, err));
+    s->tokens.insert(s->tokens.end(), ids, ids + n);
+    undo->first_row = s->n_cached;
+    s->first_written_row = std::min(s->first_written_row, s->n_cached);
+    return GPT2_OK;
+}
+
+/* The pass's result on the session: aborted, the tokens as they were (the cache rows it wrote are
+   no longer counted); failed otherwise, an empty context (a device may hold part of a pass); done,
+   every token cached and the logits valid. */
+static void gpt2__append_end(gpt2_session* s, gpt2_result res, gpt2__append_undo* undo) {
+    if (res == GPT2_ERROR_ABORTED) {
+        if (undo->tokens.empty()) s->tokens.resize(undo->n_tokens);
+        else s->tokens.swap(undo->tokens);
+        s->n_cached = std::min(undo->n_cached, undo->first_row);
+    } else if (res != GPT2_OK) {
+        s->tokens.clear();
+        s->n_cached = 0;
+        s->has_logits = false;
+    } else {
+        s->n_cached = (int)s->tokens.size();
+        s->has_logits = true;
+    }
+}
+
+/* Appends tokens to the context window and runs the model over what the cache lacks, with
+   gpt2__append_begin and gpt2__append_end. */
 static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
     GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
     if (n > (size_t)s->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
     if (n == 0) return GPT2_OK;
-    gpt2__vector<int32_t> before; /* only when the abort_fn could need them and room drops some */
-    if (s->abort_fn && s->tokens.size() + n > (size_t)s->n_ctx) before = s->tokens;
-    const size_t size_before = s->tokens.size();
-    const int cached_before = s->n_cached;
-    GPT2__TRY(gpt2__make_room(s, n, err));
-    s->tokens.insert(s->tokens.end(), ids, ids + n);
-    const int first_row = s->n_cached;
-    s->first_written_row = std::min(s->first_written_row, first_row);
+    gpt2__append_undo undo;
+    GPT2__TRY(gpt2__append_begin(s, ids, n, s->abort_fn != nullptr, &undo, err));
     const gpt2_result res = s->backend->run(s, err);
-    if (res == GPT2_ERROR_ABORTED) {
-        if (before.empty()) s->tokens.resize(size_before); /* nothing was dropped: the new tokens go */
-        else s->tokens.swap(before);
-        s->n_cached = std::min(cached_before, first_row);
-        return res;
-    }
-    if (res != GPT2_OK) {
-        s->tokens.clear();
-        s->n_cached = 0;
-        s->has_logits = false;
-        return res;
-    }
-    s->n_cached = (int)s->tokens.size();
-    s->has_logits = true;
-    return GPT2_OK;
+    gpt2__append_end(s, res, &undo);
+    return res;
 }
 
 /* Puts "sessions[i]: " before the message of a failure about one session of a batch. */
@@ -142,32 +160,19 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
    after another through run (the same results, slower); runner's abort_fn is polled either
-   way. Nothing changes when a
-   session lacks room; an aborted pass leaves every session as it was; a pass that fails
-   otherwise leaves every context empty. */
+   way. Nothing changes when a session lacks room; an aborted pass leaves every session as it
+   was; a pass that fails otherwise leaves every context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
     for (size_t i = 0; i < n_sessions; i++) {
         size_t keep, drop;
         GPT2__TRY(gpt2__in_batch(gpt2__room_plan(sessions[i], n[i], &keep, &drop, err), i, err));
     }
     const bool abortable = runner->abort_fn != nullptr;
-    struct before {
-        gpt2__vector<int32_t> tokens;
-        gpt2__vector<float> logits; /* without run_batch: the logits a finished run replaced */
-        int n_cached, first_row;
-    };
-    gpt2__vector<before> was(n_sessions);
-    for (size_t i = 0; i < n_sessions; i++) {
-        gpt2_session* s = sessions[i];
-        if (abortable) was[i].tokens = s->tokens;
-        was[i].n_cached = s->n_cached;
-        GPT2__TRY(gpt2__make_room(s, n[i], err));
-        s->tokens.insert(s->tokens.end(), ids[i], ids[i] + n[i]);
-        was[i].first_row = s->n_cached;
-        s->first_written_row = std::min(s->first_written_row, s->n_cached);
-    }
+    gpt2__vector<gpt2__append_undo> undo(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i], err));
     gpt2_result res = GPT2_OK;
     size_t ran = 0; /* without run_batch: the sessions run */
+    gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
     if (runner->backend->run_batch) {
         res = runner->backend->run_batch(runner, sessions, n_sessions, err);
     } else {
@@ -175,7 +180,7 @@ static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const*
             gpt2_session* s = sessions[ran];
             if (abortable && s->has_logits) {
                 const float* logits = s->backend->logits(s);
-                if (logits) was[ran].logits.assign(logits, logits + s->model->n_vocab);
+                if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
             }
             int (*abort_fn)(void*) = s->abort_fn;
             void* abort_user = s->abort_user;
@@ -188,18 +193,8 @@ static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const*
     }
     for (size_t i = 0; i < n_sessions; i++) {
         gpt2_session* s = sessions[i];
-        if (res == GPT2_ERROR_ABORTED) {
-            if (i + 1 < ran && !was[i].logits.empty()) s->backend->load_cache(s, 0, nullptr, was[i].logits.data(), nullptr);
-            s->tokens.swap(was[i].tokens);
-            s->n_cached = std::min(was[i].n_cached, was[i].first_row);
-        } else if (res != GPT2_OK) {
-            s->tokens.clear();
-            s->n_cached = 0;
-            s->has_logits = false;
-        } else {
-            s->n_cached = (int)s->tokens.size();
-            s->has_logits = true;
-        }
+        if (res == GPT2_ERROR_ABORTED && i + 1 < ran && !replaced[i].empty()) s->backend->load_cache(s, 0, nullptr, replaced[i].data(), nullptr);
+        gpt2__append_end(s, res, &undo[i]);
     }
     return res;
 }
