@@ -115,9 +115,9 @@
      GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
      GPT2_ASSERT             replace assert() for internal invariants
      GPT2_NO_SIMD            use the portable kernels only
-     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon",
-                             "wasm_simd128") when the CPU has it; by default the best one is
-                             picked at run time (cpuid); WebAssembly's by the compiler flag
+     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "avx512_bf16",
+                             "neon", "wasm_simd128") when the CPU has it; by default the best
+                             one is picked at run time (cpuid); WebAssembly's by the compiler flag
                              (Emscripten's -msimd128 gives "wasm_simd128")
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
      GPT2_REFERENCE_FORWARD  compile gpt2__forward_reference, the plain forward pass the tests
@@ -2877,10 +2877,11 @@ static gpt2_result gpt2__state_apply(gpt2_session* s, const gpt2__state_view& v,
 }
 
 /* ---- src/cpu/kernels/contract.h ---- */
-/* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, neon.h) shares and what
-   the forward pass may rely on. A set is a table of the functions below (gpt2__kernels) that gives
-   the scalar set's results, to rounding (bit for bit where a comment says so); dispatch.h picks
-   one per process. Adding a set: write its functions, fill one table, list it in dispatch.h. */
+/* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, avx512_bf16.h, neon.h)
+   shares and what the forward pass may rely on. A set is a table of the functions below
+   (gpt2__kernels) that gives the scalar set's results, to rounding (bit for bit where a comment
+   says so; avx512_bf16.h rounds a bf16 prompt's activations to bf16 first); dispatch.h picks one
+   per process. Adding a set: write its functions, fill one table, list it in dispatch.h. */
 
 /* Fully unrolled loops over accumulators keep them in registers. */
 #if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
@@ -2994,13 +2995,15 @@ static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
 }
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
-   with tiles of a few tokens, whose products stay in registers. */
-static const int gpt2__tile_rows = 4;
+   with tiles of a few tokens, whose products stay in registers, over chunks of about
+   gpt2__chunk_tokens tokens. */
+static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
 
 /* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
-   gpt2__tile_rows rows as floats or packed as int8 groups. */
+   gpt2__tile_rows rows as floats or packed as int8 groups, or a chunk of tokens rounded to bf16
+   (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
-    return std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows;
+    return std::max(std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows, (size_t)cols * gpt2__chunk_tokens / 2);
 }
 
 /* ---- Attention --------------------------------------------------------------------------- */
@@ -3323,10 +3326,11 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 }
 
 /* ---- src/cpu/kernels/x86_prefill.h ---- */
-/* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C) and avx512.h (AVX-512 F, BW, VL, DQ,
-   VNNI), share: the target macros, the prefill matmul driver and prefill attention's query
-   blocks. Each kernel carries its instruction set in a target attribute, so the library builds
-   without -m flags and the dispatcher (dispatch.h) runs only what the CPU has.
+/* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
+   and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
+   and prefill attention's query blocks. Each kernel carries its instruction set in a target
+   attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
+   what the CPU has.
 
    A matrix product takes one of two shapes (gpt2__streams_rows):
    - decode: every weight is read once, straight from the (mapped) file, in its own type, one row
@@ -3346,12 +3350,14 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 #include <intrin.h>
 #define GPT2__AVX2
 #define GPT2__AVX512
+#define GPT2__AVX512_BF16
 #else
 #include <cpuid.h>
 #define GPT2__AVX2 __attribute__((target("avx2,fma,f16c")))
 #define GPT2__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define GPT2__AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c")))
 /* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through), which
-   this driver's AVX-512 instances inline too; popped at the end of avx512.h, the last x86 part. */
+   this driver's AVX-512 instances inline too; popped at the end of avx512_bf16.h, the last x86 part. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
@@ -3411,7 +3417,7 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
    Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
    Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
    over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
-static const int gpt2__chunk_tokens = 64, gpt2__k_block = 1024;
+static const int gpt2__k_block = 1024;
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
@@ -4414,6 +4420,108 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     }
 }
 
+#endif /* GPT2__X86 */
+
+/* ---- src/cpu/kernels/avx512_bf16.h ---- */
+/* The AVX-512 set with the bf16 unit (AVX512_BF16, an extra runtime check: dispatch.h): bf16
+   weights' products over a prompt's tokens run on vdpbf16ps; everything else is the AVX-512
+   set's, a batch's decode rows too (gpt2__matmul_avx512_bf16 says why).
+
+   vdpbf16ps adds the products of 16 pairs of bf16 values into 16 float lanes: 32 multiply-adds
+   per instruction where an fp32 FMA does 16. A pair is two consecutive values of a row, as a
+   bf16 row lies in memory, so the weights need no panel: the tiles read them in place. Each
+   thread rounds a chunk of tokens to bf16 once (to nearest even) and multiplies it with the
+   shared driver's tiles of 4 rows x 4 tokens. The activations so lose their low 16 bits, as the
+   weights already have: see docs/PERFORMANCE.md for what that costs in accuracy. Zen 5, one
+   thread, 3072 x 768 times 64 tokens: 141-145 GMAC/s, where the float panels give 97. */
+
+#if defined(GPT2__X86)
+
+/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile of bf16 rows: R weight rows (ldw
+   apart) and N tokens (ldx apart), K values each. The last values go masked after the loop, as
+   in gpt2__tile_avx512: with masked loads (or a shared step function) in the loop, GCC 12
+   stores the 16 sums to memory at every step, and the tile runs at half speed. */
+template <int R, int N>
+GPT2__AVX512_BF16 static void gpt2__tile_bf16_avx512(float* out, const uint16_t* w, size_t ldw, const uint16_t* x, size_t ldx, int64_t K) {
+    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
+    __m512 acc[16];
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512bh xv[N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) xv[t] = (__m512bh)_mm512_loadu_si512(x + t * ldx + k);
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_dpbf16_ps(acc[t * gpt2__tile_rows + r], wv, xv[t]);
+        }
+    }
+    if (k < K) {
+        const __mmask32 m = (__mmask32)((1u << (K - k)) - 1);
+        __m512bh xv[N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) xv[t] = (__m512bh)_mm512_maskz_loadu_epi16(m, x + t * ldx + k);
+        GPT2__UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * ldw + k);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_dpbf16_ps(acc[t * gpt2__tile_rows + r], wv, xv[t]);
+        }
+    }
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
+}
+
+/* The panel of gpt2__prefill_x86 for bf16 rows: the rows in place, and the chunk's tokens
+   rounded to bf16 (gpt2__matmul_avx512_bf16), K apart from the chunk's first. */
+struct gpt2__prefill_bf16_avx512 {
+    static constexpr int NT = 4;
+    static constexpr int64_t k_align = 32; /* one vdpbf16ps */
+    struct Panel {
+        const uint16_t* w;
+        size_t ldw;
+        const uint16_t* x;
+    };
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int, float* scratch) {
+        const gpt2__weight* W = a.W;
+        return {(const uint16_t*)(W->data + (size_t)o * W->row_bytes), W->row_bytes / 2, (const uint16_t*)scratch};
+    }
+    template <int R, int N>
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_bf16_avx512<R, N>(out, w.w + k0, w.ldw, w.x + t * K + k0, K, kn);
+    }
+};
+
+/* n rows of K floats (x) rounded to bf16, to nearest even, into dst. */
+GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float* x, int n, int64_t K) {
+    for (size_t i = 0, end = (size_t)n * K; i < end; i += 16) {
+        const __mmask16 m = gpt2__mask16((int64_t)i, (int64_t)end);
+        _mm256_mask_storeu_epi16(dst + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* bf16 weights' products over a prompt's tokens on the bf16 unit, the rest as
+   gpt2__matmul_avx512: per chunk of gpt2__chunk_tokens tokens, the thread rounds them to bf16 in
+   `panel` once, then runs the driver over its rows. A token's sums do not depend on its chunk or
+   tile. A batch's decode rows keep float panels: they must give what each session gets alone,
+   where a single token streams with float activations, to rounding (tests/test_batch.cpp: 1e-4;
+   on the bf16 unit they differ by 0.05). */
+GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.W->type != GPT2_TYPE_BF16 || a.decode_rows || gpt2__streams_rows(a)) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
+    const int64_t K = a.W->cols;
+    for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
+        gpt2__matmul_args chunk = a;
+        chunk.T = std::min(gpt2__chunk_tokens, a.T - t0);
+        chunk.x = a.x + (size_t)t0 * K;
+        chunk.y = a.y + (size_t)t0 * a.W->rows;
+        gpt2__round_bf16_avx512((uint16_t*)panel, chunk.x, chunk.T, K);
+        gpt2__prefill_x86<gpt2__prefill_bf16_avx512>(chunk, o_begin, o_end, panel);
+    }
+}
+
 #if !defined(_MSC_VER) || defined(__clang__)
 #pragma GCC diagnostic pop /* pushed in x86_prefill.h */
 #endif
@@ -4736,14 +4844,15 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 /* ---- src/cpu/dispatch.h ---- */
 /* Kernel dispatch: the one place that decides which implementation runs on this CPU.
 
-   One binary carries every kernel set its target allows (scalar everywhere; AVX2 and AVX-512
-   on x86-64; NEON on AArch64; SIMD128 on WebAssembly built with -msimd128) and picks the best
-   one the CPU and OS support, once per process: cpuid for the instructions, xgetbv for the OS
-   saving the wide registers. WebAssembly cannot ask: its set is chosen by the compiler flag.
+   One binary carries every kernel set its target allows (scalar everywhere; AVX2, AVX-512 and
+   AVX-512 with the bf16 unit on x86-64; NEON on AArch64; SIMD128 on WebAssembly built with
+   -msimd128) and picks the best one the CPU and OS support, once per process: cpuid for the
+   instructions, xgetbv for the OS saving the wide registers. WebAssembly cannot ask: its set is
+   chosen by the compiler flag.
      GPT2_NO_SIMD                     compile the scalar kernels only
-     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon",
-                                      "wasm_simd128") when the CPU supports it, else the best
-                                      one it does */
+     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "avx512_bf16",
+                                      "neon", "wasm_simd128") when the CPU supports it, else the
+                                      best one it does */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
@@ -4753,14 +4862,16 @@ static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2
                                                  gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2};
 static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
+static const gpt2__kernels gpt2__kernels_avx512_bf16 = {"avx512_bf16", gpt2__matmul_avx512_bf16, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>,
+                                                        gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
-    bool avx2 = false, avx512 = false;
+    bool avx2 = false, avx512 = false, avx512_bf16 = false;
 };
 
 static gpt2__x86_features gpt2__detect_x86() {
     gpt2__x86_features f;
-    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0};
+    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0}, r7_1[4] = {0, 0, 0, 0};
 #if defined(_MSC_VER) && !defined(__clang__)
     int regs[4];
     __cpuidex(regs, 0, 0);
@@ -4770,11 +4881,16 @@ static gpt2__x86_features gpt2__detect_x86() {
     if (max_leaf >= 7) {
         __cpuidex(regs, 7, 0);
         for (int i = 0; i < 4; i++) r7[i] = (unsigned)regs[i];
+        __cpuidex(regs, 7, 1);
+        for (int i = 0; i < 4; i++) r7_1[i] = (unsigned)regs[i];
     }
 #else
     const unsigned max_leaf = __get_cpuid_max(0, nullptr);
     __cpuid_count(1, 0, r1[0], r1[1], r1[2], r1[3]);
-    if (max_leaf >= 7) __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
+        __cpuid_count(7, 1, r7_1[0], r7_1[1], r7_1[2], r7_1[3]);
+    }
 #endif
     const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2];
     const bool osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1, fma = (ecx1 >> 12) & 1, f16c = (ecx1 >> 29) & 1;
@@ -4790,6 +4906,7 @@ static gpt2__x86_features gpt2__detect_x86() {
     f.avx2 = ymm && avx && fma && f16c && ((ebx7 >> 5) & 1);
     const bool avx512f = (ebx7 >> 16) & 1, dq = (ebx7 >> 17) & 1, bw = (ebx7 >> 30) & 1, vl = (ebx7 >> 31) & 1, vnni = (ecx7 >> 11) & 1;
     f.avx512 = f.avx2 && zmm && avx512f && dq && bw && vl && vnni;
+    f.avx512_bf16 = f.avx512 && ((r7_1[0] >> 5) & 1); /* leaf 7, sub-leaf 1, EAX */
     return f;
 }
 #endif
@@ -4807,6 +4924,7 @@ static int gpt2__supported_kernels(const gpt2__kernels** out) {
     int n = 0;
 #if defined(GPT2__X86)
     const gpt2__x86_features f = gpt2__detect_x86();
+    if (f.avx512_bf16) out[n++] = &gpt2__kernels_avx512_bf16;
     if (f.avx512) out[n++] = &gpt2__kernels_avx512;
     if (f.avx2) out[n++] = &gpt2__kernels_avx2;
 #endif

@@ -6,11 +6,12 @@
 //
 // Limits: decode reads every weight once per token, so its floor is (bytes of weights read per
 // token) / (read bandwidth); prefill is arithmetic, so its ceiling is the peak of the unit that
-// multiplies: fp32 FMA (every kernel set prefills with fp32 FMAs: f16/bf16/q8_0/q4_0 rows
-// are converted to float panels first), and for a batch of q8_0 decode rows on a set with int8
-// panels the int8 dot-product unit (vpdpbusd). All are measured here with the same thread
-// count: a streaming read over a buffer far larger than the caches (passes interleaved with
-// the timed runs; their median), and register-only FMA and vpdpbusd loops.
+// multiplies: fp32 FMA (f16/bf16/q8_0/q4_0 rows are converted to float panels first), for a
+// batch of q8_0 decode rows on a set with int8 panels the int8 dot-product unit (vpdpbusd), and
+// for a bf16 prompt on the avx512_bf16 set the bf16 unit (vdpbf16ps; attention stays on FMAs).
+// All are measured here with the same thread count: a streaming read over a buffer far larger
+// than the caches (passes interleaved with the timed runs; their median), and register-only FMA,
+// vpdpbusd and vdpbf16ps loops.
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
 #include "tools/gguf_write.h"
@@ -101,6 +102,20 @@ GPT2__AVX512 static int dpbusd_loop_avx512(long iterations) {
     }
     return sum;
 }
+// 12 independent vdpbf16ps chains: 32 bf16 multiply-adds each per instruction.
+GPT2__AVX512_BF16 static float dpbf16_loop_avx512(long iterations) {
+    __m512 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380); // 1 and 6e-8
+    for (long it = 0; it < iterations; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    float out[16], sum = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm512_storeu_ps(out, acc[i]);
+        for (float v : out) sum += v;
+    }
+    return sum;
+}
 GPT2__AVX2 static float fma_loop_avx2(long iterations) {
     __m256 acc[12];
     for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
@@ -138,56 +153,63 @@ static double bandwidth_pass(gpt2__pool* pool, const float* buf, size_t n) {
 static const long peak_iterations = 1000000;
 static const int peak_passes = 100;
 
-// fp32 FMA peak in GFLOP/s for the widest vectors the given kernel set uses: the best of the
-// passes, so a pass in which the host took a core away does not set the limit.
-static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
-    const long iterations = peak_iterations;
-    int lanes = 1;
-#if defined(GPT2__X86)
-    lanes = std::strcmp(kernels, "avx512") == 0 ? 16 : std::strcmp(kernels, "avx2") == 0 ? 8 : 1;
-#else
-    (void)kernels;
-#endif
-    if (lanes == 1) return 0.0; // no FMA loop for this set
+// The best of the passes of loop(peak_iterations) on every thread, in G operations per second
+// at `ops` per iteration (a multiply-add is 2): a pass in which the host took a core away does
+// not set the limit.
+static double best_of_passes(gpt2__pool* pool, float (*loop)(long), double ops) {
     double best = 0;
     volatile float sink = 0;
     for (int pass = 0; pass < peak_passes; pass++) {
         const double t0 = now_s();
         float sums[64] = {0};
-        gpt2__parallel_for(pool, pool->n_threads, 1, [&](int64_t, int64_t, int thread) {
-#if defined(GPT2__X86)
-            sums[thread] = lanes == 16 ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
-#endif
-        });
+        gpt2__parallel_for(pool, pool->n_threads, 1, [&](int64_t, int64_t, int thread) { sums[thread] = loop(peak_iterations); });
         const double dt = now_s() - t0;
         sink = sink + sums[0];
-        best = std::max(best, pool->n_threads * (double)iterations * 12 * lanes * 2 / dt / 1e9);
+        best = std::max(best, pool->n_threads * (double)peak_iterations * ops / dt / 1e9);
     }
     return best;
 }
 
-// The int8 dot-product peak (vpdpbusd, AVX-512 VNNI) in GOP/s (a multiply-add is 2 operations,
-// as for the FMA peak), the best of the passes; 0 where the kernel set has no int8 panels.
-static double measure_int8_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
-    if (!kernels->quantize_q8_packed) return 0.0;
-    const long iterations = peak_iterations;
-    double best = 0;
-    volatile int sink = 0;
-    for (int pass = 0; pass < peak_passes; pass++) {
-        const double t0 = now_s();
-        int sums[64] = {0};
-        gpt2__parallel_for(pool, pool->n_threads, 1, [&](int64_t, int64_t, int thread) {
+// fp32 FMA peak in GFLOP/s for the widest vectors the given kernel set uses (avx512 and
+// avx512_bf16: 512 bits); 0 where there is no FMA loop for the set.
+static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
 #if defined(GPT2__X86)
-            sums[thread] = dpbusd_loop_avx512(iterations);
-#else
-            (void)thread;
+    if (std::strncmp(kernels, "avx512", 6) == 0) return best_of_passes(pool, fma_loop_avx512, 12 * 16 * 2);
+    if (std::strcmp(kernels, "avx2") == 0) return best_of_passes(pool, fma_loop_avx2, 12 * 8 * 2);
 #endif
-        });
-        const double dt = now_s() - t0;
-        sink = sink + sums[0];
-        best = std::max(best, pool->n_threads * (double)iterations * 12 * 64 * 2 / dt / 1e9);
-    }
-    return best;
+    (void)kernels;
+    return 0.0;
+}
+
+// The int8 dot-product peak (vpdpbusd, AVX-512 VNNI) in GOP/s; 0 where the kernel set has no int8
+// panels.
+static double measure_int8_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
+#if defined(GPT2__X86)
+    if (kernels->quantize_q8_packed) return best_of_passes(pool, [](long n) { return (float)dpbusd_loop_avx512(n); }, 12 * 64 * 2);
+#endif
+    (void)pool;
+    (void)kernels;
+    return 0.0;
+}
+
+// Whether the set multiplies bf16 weights' products over a prompt on the bf16 unit.
+static bool uses_bf16_unit(const gpt2__kernels* kernels) {
+#if defined(GPT2__X86)
+    return kernels == &gpt2__kernels_avx512_bf16;
+#else
+    (void)kernels;
+    return false;
+#endif
+}
+
+// The bf16 dot-product peak (vdpbf16ps) in GFLOP/s; 0 where the set does not use the unit.
+static double measure_bf16_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
+#if defined(GPT2__X86)
+    if (uses_bf16_unit(kernels)) return best_of_passes(pool, dpbf16_loop_avx512, 12 * 32 * 2);
+#endif
+    (void)pool;
+    (void)kernels;
+    return 0.0;
 }
 
 // Large buffers (the random models, the bandwidth test) go on transparent huge pages where the
@@ -352,7 +374,7 @@ static void usage() {
         "                            context, alternated with the single-session decode; adds the JSON keys\n"
         "                            batch, decode_tok_s (all sessions), decode_ms_per_step, decode_pct_of_fma_limit\n"
         "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops)\n"
-        "  --kernels NAME            scalar|avx2|avx512|neon (also env GPT2_KERNELS); default: best for this CPU\n"
+        "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --json                    one JSON object per run instead of text\n"
         "  --save PATH               instead: write the random model as a GGUF file and exit\n"
@@ -456,7 +478,7 @@ int main(int argc, char** argv) {
             matrix_params += (double)W->rows * W->cols;
         }
     const double C = m->n_embd;
-    const double prefill_flops = 2.0 * matrix_params * prompt + 2.0 * C * m->n_vocab + m->n_layer * 4.0 * C * prompt * (prompt + 1) / 2.0;
+    const double product_flops = 2.0 * matrix_params * prompt + 2.0 * C * m->n_vocab, attention_flops = m->n_layer * 4.0 * C * prompt * (prompt + 1) / 2.0;
 
     std::vector<int32_t> tokens((size_t)(context + gen));
     for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
@@ -513,11 +535,17 @@ int main(int argc, char** argv) {
     // a batch of q8_0 decode rows multiplies int8 panels where the set has them (src/cpu/forward.h)
     const bool batch_int8 = batch >= gpt2__panel_min_rows && info.weight_type == GPT2_TYPE_Q8_0 && cpu->kernels->quantize_q8_packed;
     const double int8_gops = batch_int8 ? measure_int8_peak(&cpu->pool, cpu->kernels) : 0.0;
+    // a bf16 prompt's products run on the bf16 unit where the set has it (src/cpu/kernels/avx512_bf16.h)
+    const bool prefill_bf16 = info.weight_type == GPT2_TYPE_BF16 && !gpt2__is_decode(prompt) && uses_bf16_unit(cpu->kernels);
+    const double bf16_gflops = prefill_bf16 ? measure_bf16_peak(&cpu->pool, cpu->kernels) : 0.0;
 
     const double prefill_tok_s = prompt / median(prefill_s);
     const double decode_ms = 1e3 * median(decode_s);
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
-    const double prefill_limit_tok_s = fma_gflops > 0 ? fma_gflops * 1e9 / (prefill_flops / prompt) : 0.0;
+    // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
+    const char* prefill_unit = prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
+    const double prefill_limit_s = product_flops / ((prefill_bf16 ? bf16_gflops : fma_gflops) * 1e9) + attention_flops / (fma_gflops * 1e9);
+    const double prefill_limit_tok_s = fma_gflops > 0 ? prompt / prefill_limit_s : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);
@@ -531,18 +559,20 @@ int main(int argc, char** argv) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
                     "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
-                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
+                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"prefill_limit_unit\": \"%s\", \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
                     info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
                     weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, 100.0 * decode_limit_with_kv_ms / decode_ms, prefill_limit_tok_s,
-                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
+                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
         if (batch)
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
                         "\"batch_limit_gops\": %.1f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_unit_gops);
         std::printf("}\n");
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
-        std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s\n", bandwidth, fma_gflops);
-        std::printf("  prefill: %d tokens  %.1f tok/s  (limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_limit_tok_s,
+        std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s", bandwidth, fma_gflops);
+        if (prefill_bf16) std::printf(", bf16 vdpbf16ps %.1f GFLOP/s", bf16_gflops);
+        std::printf("\n");
+        std::printf("  prefill: %d tokens  %.1f tok/s  (%s limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_unit, prefill_limit_tok_s,
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);
         std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; with the %.1f MB of KV cache read, %.1f%%)\n", context,
                     decode_ms, decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6, 100.0 * decode_limit_with_kv_ms / decode_ms);

@@ -114,9 +114,9 @@
      GPT2_MALLOC / GPT2_FREE replace the allocator (both or neither)
      GPT2_ASSERT             replace assert() for internal invariants
      GPT2_NO_SIMD            use the portable kernels only
-     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "neon",
-                             "wasm_simd128") when the CPU has it; by default the best one is
-                             picked at run time (cpuid); WebAssembly's by the compiler flag
+     GPT2_FORCE_KERNELS "avx2"  use this kernel set ("scalar", "avx2", "avx512", "avx512_bf16",
+                             "neon", "wasm_simd128") when the CPU has it; by default the best
+                             one is picked at run time (cpuid); WebAssembly's by the compiler flag
                              (Emscripten's -msimd128 gives "wasm_simd128")
      GPT2_SPIN_MICROSECONDS  how long idle worker threads spin before sleeping (default 50)
      GPT2_REFERENCE_FORWARD  compile gpt2__forward_reference, the plain forward pass the tests

@@ -30,6 +30,7 @@ OUTPUTS = {
         "src/cpu/kernels/x86_prefill.h", # x86 target macros and the prefill driver AVX2 and AVX-512 share
         "src/cpu/kernels/avx2.h",        # AVX2 + FMA + F16C kernels
         "src/cpu/kernels/avx512.h",      # AVX-512 kernels
+        "src/cpu/kernels/avx512_bf16.h", # AVX-512 with the bf16 unit: bf16 weights' many-row products
         "src/cpu/kernels/neon.h",        # Arm NEON kernels
         "src/cpu/kernels/wasm_simd128.h", # WebAssembly SIMD128 kernels (Emscripten -msimd128)
         "src/cpu/dispatch.h",            # picks the kernels for this CPU, once

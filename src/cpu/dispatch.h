@@ -1,13 +1,14 @@
 /* Kernel dispatch: the one place that decides which implementation runs on this CPU.
 
-   One binary carries every kernel set its target allows (scalar everywhere; AVX2 and AVX-512
-   on x86-64; NEON on AArch64; SIMD128 on WebAssembly built with -msimd128) and picks the best
-   one the CPU and OS support, once per process: cpuid for the instructions, xgetbv for the OS
-   saving the wide registers. WebAssembly cannot ask: its set is chosen by the compiler flag.
+   One binary carries every kernel set its target allows (scalar everywhere; AVX2, AVX-512 and
+   AVX-512 with the bf16 unit on x86-64; NEON on AArch64; SIMD128 on WebAssembly built with
+   -msimd128) and picks the best one the CPU and OS support, once per process: cpuid for the
+   instructions, xgetbv for the OS saving the wide registers. WebAssembly cannot ask: its set is
+   chosen by the compiler flag.
      GPT2_NO_SIMD                     compile the scalar kernels only
-     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "neon",
-                                      "wasm_simd128") when the CPU supports it, else the best
-                                      one it does */
+     GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "avx512_bf16",
+                                      "neon", "wasm_simd128") when the CPU supports it, else the
+                                      best one it does */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
@@ -17,14 +18,16 @@ static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2
                                                  gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2};
 static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
+static const gpt2__kernels gpt2__kernels_avx512_bf16 = {"avx512_bf16", gpt2__matmul_avx512_bf16, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>,
+                                                        gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512};
 
 struct gpt2__x86_features {
-    bool avx2 = false, avx512 = false;
+    bool avx2 = false, avx512 = false, avx512_bf16 = false;
 };
 
 static gpt2__x86_features gpt2__detect_x86() {
     gpt2__x86_features f;
-    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0};
+    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0}, r7_1[4] = {0, 0, 0, 0};
 #if defined(_MSC_VER) && !defined(__clang__)
     int regs[4];
     __cpuidex(regs, 0, 0);
@@ -34,11 +37,16 @@ static gpt2__x86_features gpt2__detect_x86() {
     if (max_leaf >= 7) {
         __cpuidex(regs, 7, 0);
         for (int i = 0; i < 4; i++) r7[i] = (unsigned)regs[i];
+        __cpuidex(regs, 7, 1);
+        for (int i = 0; i < 4; i++) r7_1[i] = (unsigned)regs[i];
     }
 #else
     const unsigned max_leaf = __get_cpuid_max(0, nullptr);
     __cpuid_count(1, 0, r1[0], r1[1], r1[2], r1[3]);
-    if (max_leaf >= 7) __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
+        __cpuid_count(7, 1, r7_1[0], r7_1[1], r7_1[2], r7_1[3]);
+    }
 #endif
     const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2];
     const bool osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1, fma = (ecx1 >> 12) & 1, f16c = (ecx1 >> 29) & 1;
@@ -54,6 +62,7 @@ static gpt2__x86_features gpt2__detect_x86() {
     f.avx2 = ymm && avx && fma && f16c && ((ebx7 >> 5) & 1);
     const bool avx512f = (ebx7 >> 16) & 1, dq = (ebx7 >> 17) & 1, bw = (ebx7 >> 30) & 1, vl = (ebx7 >> 31) & 1, vnni = (ecx7 >> 11) & 1;
     f.avx512 = f.avx2 && zmm && avx512f && dq && bw && vl && vnni;
+    f.avx512_bf16 = f.avx512 && ((r7_1[0] >> 5) & 1); /* leaf 7, sub-leaf 1, EAX */
     return f;
 }
 #endif
@@ -71,6 +80,7 @@ static int gpt2__supported_kernels(const gpt2__kernels** out) {
     int n = 0;
 #if defined(GPT2__X86)
     const gpt2__x86_features f = gpt2__detect_x86();
+    if (f.avx512_bf16) out[n++] = &gpt2__kernels_avx512_bf16;
     if (f.avx512) out[n++] = &gpt2__kernels_avx512;
     if (f.avx2) out[n++] = &gpt2__kernels_avx2;
 #endif

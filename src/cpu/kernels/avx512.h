@@ -459,7 +459,4 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     }
 }
 
-#if !defined(_MSC_VER) || defined(__clang__)
-#pragma GCC diagnostic pop /* pushed in x86_prefill.h */
-#endif
 #endif /* GPT2__X86 */

@@ -1,7 +1,8 @@
-/* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, neon.h) shares and what
-   the forward pass may rely on. A set is a table of the functions below (gpt2__kernels) that gives
-   the scalar set's results, to rounding (bit for bit where a comment says so); dispatch.h picks
-   one per process. Adding a set: write its functions, fill one table, list it in dispatch.h. */
+/* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, avx512_bf16.h, neon.h)
+   shares and what the forward pass may rely on. A set is a table of the functions below
+   (gpt2__kernels) that gives the scalar set's results, to rounding (bit for bit where a comment
+   says so; avx512_bf16.h rounds a bf16 prompt's activations to bf16 first); dispatch.h picks one
+   per process. Adding a set: write its functions, fill one table, list it in dispatch.h. */
 
 /* Fully unrolled loops over accumulators keep them in registers. */
 #if defined(__CUDACC__) /* nvcc's front end rejects "GCC unroll" in host code */
@@ -115,13 +116,15 @@ static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
 }
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
-   with tiles of a few tokens, whose products stay in registers. */
-static const int gpt2__tile_rows = 4;
+   with tiles of a few tokens, whose products stay in registers, over chunks of about
+   gpt2__chunk_tokens tokens. */
+static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
 
 /* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
-   gpt2__tile_rows rows as floats or packed as int8 groups. */
+   gpt2__tile_rows rows as floats or packed as int8 groups, or a chunk of tokens rounded to bf16
+   (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
-    return std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows;
+    return std::max(std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows, (size_t)cols * gpt2__chunk_tokens / 2);
 }
 
 /* ---- Attention --------------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
-/* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C) and avx512.h (AVX-512 F, BW, VL, DQ,
-   VNNI), share: the target macros, the prefill matmul driver and prefill attention's query
-   blocks. Each kernel carries its instruction set in a target attribute, so the library builds
-   without -m flags and the dispatcher (dispatch.h) runs only what the CPU has.
+/* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
+   and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
+   and prefill attention's query blocks. Each kernel carries its instruction set in a target
+   attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
+   what the CPU has.
 
    A matrix product takes one of two shapes (gpt2__streams_rows):
    - decode: every weight is read once, straight from the (mapped) file, in its own type, one row
@@ -21,12 +22,14 @@
 #include <intrin.h>
 #define GPT2__AVX2
 #define GPT2__AVX512
+#define GPT2__AVX512_BF16
 #else
 #include <cpuid.h>
 #define GPT2__AVX2 __attribute__((target("avx2,fma,f16c")))
 #define GPT2__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define GPT2__AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c")))
 /* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through), which
-   this driver's AVX-512 instances inline too; popped at the end of avx512.h, the last x86 part. */
+   this driver's AVX-512 instances inline too; popped at the end of avx512_bf16.h, the last x86 part. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
@@ -86,7 +89,7 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
    Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
    Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
    over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
-static const int gpt2__chunk_tokens = 64, gpt2__k_block = 1024;
+static const int gpt2__k_block = 1024;
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
