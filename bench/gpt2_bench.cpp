@@ -456,7 +456,7 @@ int main(int argc, char** argv) {
             matrix_params += (double)W->rows * W->cols;
         }
     const double C = m->n_embd;
-    const double prefill_flops = 2.0 * matrix_params * prompt + 2.0 * C * m->n_vocab + m->n_layer * 4.0 * C * prompt * (prompt + 1) / 2.0;
+    const double product_flops = 2.0 * matrix_params * prompt + 2.0 * C * m->n_vocab, attention_flops = m->n_layer * 4.0 * C * prompt * (prompt + 1) / 2.0;
 
     std::vector<int32_t> tokens((size_t)(context + gen));
     for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
@@ -510,14 +510,19 @@ int main(int argc, char** argv) {
     free_pages(bandwidth_buffer);
     const double bandwidth = median(bandwidth_gb_s);
     const double fma_gflops = measure_fma_peak(&cpu->pool, kernels);
-    // a batch of q8_0 decode rows multiplies int8 panels where the set has them (src/cpu/forward.h)
-    const bool batch_int8 = batch >= gpt2__panel_min_rows && info.weight_type == GPT2_TYPE_Q8_0 && cpu->kernels->quantize_q8_packed;
-    const double int8_gops = batch_int8 ? measure_int8_peak(&cpu->pool, cpu->kernels) : 0.0;
+    // q8_0 products of many rows (a prompt, a batch of decode rows from gpt2__panel_min_rows)
+    // multiply int8 panels where the set has them (src/cpu/forward.h)
+    const bool int8_panels = info.weight_type == GPT2_TYPE_Q8_0 && cpu->kernels->quantize_q8_packed;
+    const bool prefill_int8 = int8_panels && prompt >= 2, batch_int8 = int8_panels && batch >= gpt2__panel_min_rows;
+    const double int8_gops = prefill_int8 || batch_int8 ? measure_int8_peak(&cpu->pool, cpu->kernels) : 0.0;
 
     const double prefill_tok_s = prompt / median(prefill_s);
     const double decode_ms = 1e3 * median(decode_s);
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
-    const double prefill_limit_tok_s = fma_gflops > 0 ? fma_gflops * 1e9 / (prefill_flops / prompt) : 0.0;
+    // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
+    const char* prefill_unit = prefill_int8 ? "int8 vpdpbusd" : "fp32 FMA";
+    const double prefill_limit_s = product_flops / ((prefill_int8 ? int8_gops : fma_gflops) * 1e9) + attention_flops / (fma_gflops * 1e9);
+    const double prefill_limit_tok_s = fma_gflops > 0 ? prompt / prefill_limit_s : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);
@@ -531,10 +536,10 @@ int main(int argc, char** argv) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
                     "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
-                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
+                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"prefill_limit_unit\": \"%s\", \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
                     info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
                     weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, 100.0 * decode_limit_with_kv_ms / decode_ms, prefill_limit_tok_s,
-                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
+                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
         if (batch)
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
                         "\"batch_limit_gops\": %.1f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_unit_gops);
@@ -542,7 +547,7 @@ int main(int argc, char** argv) {
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
         std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s\n", bandwidth, fma_gflops);
-        std::printf("  prefill: %d tokens  %.1f tok/s  (limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_limit_tok_s,
+        std::printf("  prefill: %d tokens  %.1f tok/s  (%s limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_unit, prefill_limit_tok_s,
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);
         std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; with the %.1f MB of KV cache read, %.1f%%)\n", context,
                     decode_ms, decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6, 100.0 * decode_limit_with_kv_ms / decode_ms);
