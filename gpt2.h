@@ -3338,7 +3338,7 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
      q8_0 x q8_0.
    - prefill: a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
      with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
-     the limit.
+     the limit. (q8_0 on the AVX-512 set: int8 panels instead, avx512.h.)
    A result never depends on where its row falls in a thread's range: decode computes each row
    alone, and prefill reduces every tile the same way. */
 
