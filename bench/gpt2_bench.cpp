@@ -532,9 +532,11 @@ int main(int argc, char** argv) {
     free_pages(bandwidth_buffer);
     const double bandwidth = median(bandwidth_gb_s);
     const double fma_gflops = measure_fma_peak(&cpu->pool, kernels);
-    // a batch of q8_0 decode rows multiplies int8 panels where the set has them (src/cpu/forward.h)
-    const bool batch_int8 = batch >= gpt2__panel_min_rows && info.weight_type == GPT2_TYPE_Q8_0 && cpu->kernels->quantize_q8_packed;
-    const double int8_gops = batch_int8 ? measure_int8_peak(&cpu->pool, cpu->kernels) : 0.0;
+    // q8_0 products of many rows (a prompt, a batch of decode rows from gpt2__panel_min_rows)
+    // multiply int8 panels where the set has them (src/cpu/forward.h)
+    const bool int8_panels = info.weight_type == GPT2_TYPE_Q8_0 && cpu->kernels->quantize_q8_packed;
+    const bool prefill_int8 = int8_panels && prompt >= 2, batch_int8 = int8_panels && batch >= gpt2__panel_min_rows;
+    const double int8_gops = prefill_int8 || batch_int8 ? measure_int8_peak(&cpu->pool, cpu->kernels) : 0.0;
     // a bf16 prompt's products run on the bf16 unit where the set has it (src/cpu/kernels/avx512_bf16.h)
     const bool prefill_bf16 = info.weight_type == GPT2_TYPE_BF16 && !gpt2__is_decode(prompt) && uses_bf16_unit(cpu->kernels);
     const double bf16_gflops = prefill_bf16 ? measure_bf16_peak(&cpu->pool, cpu->kernels) : 0.0;
@@ -543,8 +545,9 @@ int main(int argc, char** argv) {
     const double decode_ms = 1e3 * median(decode_s);
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
     // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
-    const char* prefill_unit = prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
-    const double prefill_limit_s = product_flops / ((prefill_bf16 ? bf16_gflops : fma_gflops) * 1e9) + attention_flops / (fma_gflops * 1e9);
+    const char* prefill_unit = prefill_int8 ? "int8 vpdpbusd" : prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
+    const double prefill_unit_peak = prefill_int8 ? int8_gops : prefill_bf16 ? bf16_gflops : fma_gflops;
+    const double prefill_limit_s = product_flops / (prefill_unit_peak * 1e9) + attention_flops / (fma_gflops * 1e9);
     const double prefill_limit_tok_s = fma_gflops > 0 ? prompt / prefill_limit_s : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too

@@ -2,8 +2,8 @@
 //
 //   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float]]]]
 //     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
-//     q8_0 with 4 or more tokens multiplies int8 panels where the set has them (as a batch's
-//     decode rows do, quantizing included), float panels with `float`
+//     q8_0 with 2 or more tokens multiplies int8 panels where the set has them (as a prompt and a
+//     batch's decode rows do, quantizing included), float panels with `float`
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 #define GPT2_IMPLEMENTATION
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
         return 2;
     }
-    const bool int8_panels = type == GPT2_TYPE_Q8_0 && T >= gpt2__panel_min_rows && k->quantize_q8_packed && !(argc > 6 && std::string(argv[6]) == "float");
+    const bool int8_panels = type == GPT2_TYPE_Q8_0 && T >= 2 && k->quantize_q8_packed && !(argc > 6 && std::string(argv[6]) == "float");
     std::vector<uint8_t> W((size_t)(rb * rows));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);

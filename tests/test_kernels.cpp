@@ -154,16 +154,16 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
     }
 }
 
-TEST_CASE("int8 panels (many q8_0 decode rows of a batch) equal the scalar set's rows against the same quantized activations") {
+TEST_CASE("int8 panels (q8_0 prompts, many decode rows of a batch) equal the scalar set's rows against the same quantized activations") {
     std::mt19937 rng(4321);
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
         if (!k->quantize_q8_packed) continue;
-        for (int64_t cols : {32, 256, 800, 3072}) { // one block; one group; a partial last group; K blocks of 1,024
-            const int64_t rows = 37;
+        for (int64_t cols : {32, 256, 800, 3072}) {
+            const int64_t rows = 37; // a panel of 32 rows and one of 5; split at 13: one of 13, one of 24
             Matrix m(rng, GPT2_TYPE_Q8_0, rows, cols);
             std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
-            for (int T : {gpt2__panel_min_rows, 5, 9, 70}) {
+            for (int T : {2, gpt2__panel_min_rows, 5, 9, 70}) {
                 CAPTURE(k->name); CAPTURE(cols); CAPTURE(T);
                 std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
                 x[3] = 40.0f; // a block whose scale is set by one large value

@@ -3,10 +3,20 @@
 static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->logits, s->probs};
+    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->xq_packed, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
     gpt2__batch_free(&s->batch);
     gpt2__session_delete(s);
+}
+
+/* Whether a kernel set this CPU runs has int8 panels: a session's set may be swapped for another
+   after it is made (tests, gpt2-bench --kernels), so its buffers are sized for any of them. */
+static bool gpt2__cpu_has_int8_panels() {
+    const gpt2__kernels* sets[4];
+    const int n = gpt2__supported_kernels(sets);
+    for (int i = 0; i < n; i++)
+        if (sets[i]->quantize_q8_packed) return true;
+    return false;
 }
 
 static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err) {
@@ -21,9 +31,11 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
         {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
         {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
+        {(void**)&s->xq_packed, gpt2__cpu_has_int8_panels() ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {
+        if (!b.bytes) continue; /* a buffer no kernel set of this CPU uses */
         *b.p = gpt2__malloc_aligned(b.bytes);
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }

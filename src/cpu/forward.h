@@ -13,7 +13,7 @@ struct gpt2__batch_workspace {
     float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
     int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
     float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
-    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) decode rows packed for int8 panels */
+    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -34,6 +34,7 @@ struct gpt2__cpu_session : gpt2_session {
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
     int8_t* xq = nullptr;     /* (F) one activation row quantized for q8_0 weights */
     float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
+    uint8_t* xq_packed = nullptr; /* (n_ctx, gpt2__q8_packed_row_bytes(F)) rows packed for int8 panels, where the kernels have them */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
     gpt2__batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's threads */
@@ -54,10 +55,14 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
+/* Whether q8_0 products of many rows multiply int8 panels: where the kernel set has them. */
+static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && kernels->quantize_q8_packed; }
+
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
    One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
-   to int8, so the kernel can use integer dot products against q8_0 weights. */
+   to int8, so the kernel can use integer dot products against q8_0 weights; more rows against
+   q8_0 weights are quantized and packed for int8 panels where the set has them. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
@@ -65,6 +70,9 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
         kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
         a.xq = s->xq;
         a.xq_scale = s->xq_scale;
+    } else if (gpt2__int8_panels(kernels, W.type)) {
+        kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
+        a.xq_packed = s->xq_packed;
     }
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
@@ -273,17 +281,21 @@ struct gpt2__batch_rows {
    gpt2__int8_activations), each weight row read from memory once for all of them: streamed
    while they are few, so bit for bit the lone results, else multiplied as panels
    (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
-   rounding. The other sessions multiply panels, each its own rows (a tile's sums depend on
-   where its tokens start). One parallel region for all of it. */
+   rounding. The other sessions multiply panels, each its own rows (a float tile's sums depend on
+   where its tokens start); on q8_0 weights int8 panels where the set has them, as a lone
+   session's prompt. One parallel region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
+    const bool int8_panels = gpt2__int8_panels(kernels, W.type);
+    const int first_packed = int8_panels && n_streamed >= gpt2__panel_min_rows ? 0 : n_streamed; /* rows from here on multiply int8 panels */
+    const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
+    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(s->batch.xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     gpt2__vector<gpt2__matmul_args> parts;
     if (n_streamed) {
         parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
-        if (W.type == GPT2_TYPE_Q8_0 && kernels->quantize_q8_packed && n_streamed >= gpt2__panel_min_rows) { /* int8 panels are q8_0's */
-            kernels->quantize_q8_packed(s->batch.xq_packed, x, n_streamed, W.cols);
+        if (first_packed == 0) {
             parts.back().xq_packed = s->batch.xq_packed;
         } else if (gpt2__int8_activations(1, W.type)) {
             kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
@@ -292,7 +304,10 @@ static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, c
         }
     }
     for (const auto& [row, T] : r.several)
-        if (row >= n_streamed) parts.push_back({y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate});
+        if (row >= n_streamed) {
+            parts.push_back({y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate});
+            if (int8_panels) parts.back().xq_packed = s->batch.xq_packed + row * ldx;
+        }
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     gpt2__parallel_for(&s->pool, W.rows, 16, [&](int64_t begin, int64_t end, int thread) {

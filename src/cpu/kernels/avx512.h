@@ -187,106 +187,188 @@ struct gpt2__prefill_avx512 {
 
 /* ---- Int8 panels: q8_0 weights times many rows of int8 activations (contract.h) ----------
 
-   vpdpbusd adds 4 byte products into each 32-bit lane, so 4 of them put a block's 32 products
-   into lanes: a group of 8 blocks is regrouped so that lanes j and j + 8 of vector i hold
-   4-byte words i and 4 + i of block j. After the group's 4 vpdpbusd a lane holds 16 products of
-   one block, exact in int32, and one conversion, one product of scales and one FMA per 16
-   lanes (8 blocks) bring them to float: 7 instructions per 256 multiply-adds of a (row, token)
-   pair, where fp32 FMAs take 16. vpdpbusd multiplies unsigned by signed bytes: the activations
-   are stored as x + 128 (unsigned), and each lane starts from -128 times the sum of its weights. */
+   vpdpbusd adds 4 byte products into each of 16 int32 lanes. A lane per weight row and an
+   activation's 4 bytes broadcast to all, 8 of them give the dot products of 16 rows with one
+   32-value block of a token, exact in int32; one conversion, one product of scales and one FMA
+   bring the 16 sums to float. A panel of 32 rows (two vectors) times a tile of 6 tokens keeps
+   24 block sums and 24 float sums in registers, each weight vector loaded once for 6 tokens and
+   each broadcast once for 2 vectors. vpdpbusd multiplies unsigned by signed bytes: the weights
+   are stored as w + 128, and a token's block sum starts from -128 times the sum of its values
+   (gpt2__quantize_q8_packed_avx512). Every output is its own lane and its own sum over the
+   blocks in order, so no result depends on the panel or tile it falls in. */
+static const int gpt2__q8_lane_rows = 16, gpt2__q8_tile_tokens = 6;
+static const size_t gpt2__q8_vector_bytes = 8 * 64 + 64; /* 16 rows' block: 8 vectors of 4-byte words, then 16 scales */
+static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_vector_bytes == gpt2__q8_lane_rows * gpt2__q8_panel_row_block_bytes, "a panel is two vectors");
 
-/* Regroups 8 blocks, z[k] = blocks 2k and 2k + 1 as they lie, into out[0..3]. */
-GPT2__AVX512 static inline void gpt2__regroup_q8_avx512(__m512i* out, const __m512i* z) {
-    for (int i = 0; i < 4; i++) {
-        const __m512i idx = _mm512_setr_epi32(i, 8 + i, 16 + i, 24 + i, i, 8 + i, 16 + i, 24 + i, 4 + i, 12 + i, 20 + i, 28 + i, 4 + i, 12 + i, 20 + i, 28 + i);
-        out[i] = _mm512_mask_blend_epi32(0xF0F0, _mm512_permutex2var_epi32(z[0], idx, z[1]), _mm512_permutex2var_epi32(z[2], idx, z[3]));
-    }
-}
+/* A transpose with in-lane shuffles leaves the rows in lanes 0-3, 8-11, 4-7, 12-15: this turns
+   a vector of 16 rows in order into that order, and back. */
+GPT2__AVX512 static inline __m512 gpt2__q8_lane_order(__m512 v) { return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 1, 2, 0)); }
 
-/* One q8_0 row of nb blocks packed for the int8 tiles: per group of 8 blocks, the 4 regrouped
-   vectors, the lanes' starting sums (-128 x the lane's weights) and the block scales (lanes j
-   and j + 8: block j's), gpt2__q8_group_bytes in all. */
-GPT2__AVX512 static void gpt2__pack_q8_row_avx512(uint8_t* dst, const uint8_t* row, int64_t nb) {
-    const int bytes = gpt2__q8_block_bytes;
-    for (int64_t b0 = 0; b0 < nb; b0 += gpt2__q8_group_blocks, dst += gpt2__q8_group_bytes) {
-        __m512i z[4], v[4];
-        uint16_t h[8];
-        for (int j = 0; j < 8; j++) h[j] = b0 + j < nb ? gpt2__q8_scale_f16(row + bytes * (b0 + j)) : 0;
+/* 16 q8_0 rows (row[i]) of nb blocks into panel vectors `stride` bytes apart, one per block:
+   vector s lane i holds 4-byte word s of the block of row i (in gpt2__q8_lane_order) as w + 128,
+   then the 16 scales in the same order. With `ahead` (else 0), the same block of the rows that
+   many bytes on (the next panel's) is prefetched. */
+
+GPT2__AVX512 static void gpt2__pack_q8_vector_avx512(uint8_t* dst, size_t stride, const uint8_t* const* row, int64_t nb, size_t ahead) {
+    const __m512i to_unsigned = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++, dst += stride) {
+        const size_t at = (size_t)b * gpt2__q8_block_bytes;
+        if (ahead)
+            for (int i = 0; i < gpt2__q8_lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
+        __m128i low = _mm_setzero_si128(), high = _mm_setzero_si128(); /* the scales of lanes 0-7 (rows 0-3, 8-11) and 8-15 (rows 4-7, 12-15) */
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[0] + at), 0); /* immediates: a loop's index is not one for every compiler */
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[1] + at), 1);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[2] + at), 2);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[3] + at), 3);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[8] + at), 4);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[9] + at), 5);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[10] + at), 6);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[11] + at), 7);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[4] + at), 0);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[5] + at), 1);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[6] + at), 2);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[7] + at), 3);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[12] + at), 4);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[13] + at), 5);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[14] + at), 6);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[15] + at), 7);
+        _mm512_storeu_ps(dst + 512, _mm512_cvtph_ps(_mm256_set_m128i(high, low)));
+        __m512i z[8], t[8], u[8]; /* z[i]: the block of row i, then of row i + 8 */
+        for (int i = 0; i < 8; i++)
+            z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)gpt2__q8_values(row[i] + at))),
+                                      _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row[i + 8] + at)), 1);
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+            t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+        }
+        for (int h = 0; h < 8; h += 4) { /* u[h + k], 128-bit lanes: word k, 4 + k of rows h.., then of rows h + 8.. */
+            u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+            u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+            u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+            u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+        }
         for (int k = 0; k < 4; k++) {
-            const int64_t b = b0 + 2 * k;
-            const __m256i lo = b < nb ? _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row + bytes * b)) : _mm256_setzero_si256();
-            const __m256i hi = b + 1 < nb ? _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row + bytes * (b + 1))) : _mm256_setzero_si256();
-            z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            _mm512_storeu_si512(dst + 64 * k, _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(2, 0, 2, 0)), to_unsigned));
+            _mm512_storeu_si512(dst + 64 * (4 + k), _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(3, 1, 3, 1)), to_unsigned));
         }
-        gpt2__regroup_q8_avx512(v, z);
-        __m512i sums = _mm512_setzero_si512();
-        for (int i = 0; i < 4; i++) {
-            _mm512_storeu_si512(dst + 64 * i, v[i]);
-            sums = _mm512_dpbusd_epi32(sums, _mm512_set1_epi8((char)0x80), v[i]);
-        }
-        _mm512_storeu_si512(dst + 256, _mm512_sub_epi32(_mm512_setzero_si512(), sums));
-        const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)h));
-        _mm512_storeu_ps(dst + 320, _mm512_insertf32x8(_mm512_castps256_ps512(scales), scales, 1));
     }
 }
 
-/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile over groups [g0, g1): R packed
-   weight rows (ldw bytes apart) and N packed activation rows (ldx apart). */
-template <int R, int N>
-GPT2__AVX512 static void gpt2__tile_q8_avx512(float* out, const uint8_t* w, size_t ldw, const uint8_t* x, size_t ldx, int64_t g0, int64_t g1) {
-    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
-    __m512 acc[16];
+/* y rows [o, o + rows) of tokens t0.. t0 + N - 1: V vectors of a packed panel (w) times N
+   packed activation rows, stored as gpt2__store_out does. */
+template <int V, int N>
+GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const uint8_t* w, int64_t o, int rows, int t0) {
+    const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
+    const size_t ldx = gpt2__q8_packed_row_bytes(K), stride = V * gpt2__q8_vector_bytes;
+    const int8_t* xq[N];
+    const float* xs[N];
+    const int32_t* start[N];
+    for (int t = 0; t < N; t++) {
+        const uint8_t* row = a.xq_packed + (size_t)(t0 + t) * ldx;
+        xq[t] = (const int8_t*)row;
+        xs[t] = (const float*)(row + K);
+        start[t] = (const int32_t*)(xs[t] + nb);
+    }
+    __m512 f[V][N];
     GPT2__UNROLL
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t* wg = w + g * gpt2__q8_group_bytes;
-        const uint8_t* xg = x + g * gpt2__q8_packed_x_bytes;
+    for (int v = 0; v < V; v++)
         GPT2__UNROLL
-        for (int r = 0; r < R; r++) {
-            const uint8_t* wr = wg + r * ldw;
-            const __m512i w0 = _mm512_loadu_si512(wr), w1 = _mm512_loadu_si512(wr + 64), w2 = _mm512_loadu_si512(wr + 128), w3 = _mm512_loadu_si512(wr + 192);
-            const __m512i start = _mm512_loadu_si512(wr + 256);
-            const __m512 w_scale = _mm512_loadu_ps(wr + 320);
+        for (int t = 0; t < N; t++) f[v][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t* wb = w + (size_t)b * stride;
+        __m512i d[V][N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512i s = _mm512_set1_epi32(start[t][b]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) d[v][t] = s;
+        }
+        GPT2__UNROLL
+        for (int s = 0; s < 8; s++) {
+            __m512i wv[V];
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) wv[v] = _mm512_loadu_si512(wb + v * gpt2__q8_vector_bytes + 64 * s);
             GPT2__UNROLL
             for (int t = 0; t < N; t++) {
-                const uint8_t* xt = xg + t * ldx;
-                __m512i d = _mm512_dpbusd_epi32(start, _mm512_loadu_si512(xt), w0);
-                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 64), w1);
-                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 128), w2);
-                d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xt + 192), w3);
-                acc[t * gpt2__tile_rows + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, _mm512_loadu_ps(xt + 256)), acc[t * gpt2__tile_rows + r]);
+                int32_t word;
+                std::memcpy(&word, xq[t] + gpt2__q8_block_values * b + 4 * s, 4);
+                const __m512i x = _mm512_set1_epi32(word);
+                GPT2__UNROLL
+                for (int v = 0; v < V; v++) d[v][t] = _mm512_dpbusd_epi32(d[v][t], wv[v], x);
             }
         }
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x_scale = _mm512_set1_ps(xs[t][b]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++)
+                f[v][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[v][t]), _mm512_mul_ps(_mm512_loadu_ps(wb + v * gpt2__q8_vector_bytes + 512), x_scale), f[v][t]);
+        }
     }
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) {
+        const int n = std::min(gpt2__q8_lane_rows, rows - gpt2__q8_lane_rows * v);
+        const __mmask16 m = (__mmask16)((1u << n) - 1);
+        const int64_t r = o + gpt2__q8_lane_rows * v;
+        const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            float* y = a.y + (size_t)(t0 + t) * a.W->rows + r;
+            const __m512 out = _mm512_add_ps(bias, gpt2__q8_lane_order(f[v][t]));
+            _mm512_mask_storeu_ps(y, m, a.accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), out) : out);
+        }
+    }
 }
 
-struct gpt2__prefill_q8_avx512 {
-    static constexpr int NT = 4;
-    static constexpr int64_t k_align = gpt2__q8_group_blocks * gpt2__q8_block_values; /* K blocks of whole groups */
-    struct Panel {
-        const uint8_t* w;
-        size_t ldw;
-    };
-    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) {
-        const gpt2__weight* W = a.W;
-        const size_t ldw = (size_t)gpt2__q8_groups(W->cols) * gpt2__q8_group_bytes;
-        uint8_t* dst = (uint8_t*)scratch;
-        for (int r = 0; r < rows; r++) gpt2__pack_q8_row_avx512(dst + r * ldw, W->data + (size_t)(o + r) * W->row_bytes, W->cols / gpt2__q8_block_values);
-        return {dst, ldw};
+template <int V>
+GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* w, int64_t o, int rows, int t0) {
+    static_assert(gpt2__q8_tile_tokens == 6, "a case per tile width");
+    switch (n) {
+    case 1: gpt2__tile_q8_avx512<V, 1>(a, w, o, rows, t0); break;
+    case 2: gpt2__tile_q8_avx512<V, 2>(a, w, o, rows, t0); break;
+    case 3: gpt2__tile_q8_avx512<V, 3>(a, w, o, rows, t0); break;
+    case 4: gpt2__tile_q8_avx512<V, 4>(a, w, o, rows, t0); break;
+    case 5: gpt2__tile_q8_avx512<V, 5>(a, w, o, rows, t0); break;
+    default: gpt2__tile_q8_avx512<V, 6>(a, w, o, rows, t0); break;
     }
-    template <int R, int N>
-    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
-        const size_t ldx = gpt2__q8_packed_row_bytes(a.W->cols);
-        gpt2__tile_q8_avx512<R, N>(out, w.w, w.ldw, a.xq_packed + t * ldx, ldx, k0 / k_align, (k0 + kn + k_align - 1) / k_align);
-    }
-};
+}
 
-/* Decode streams the weights row by row in their own type; prefill multiplies float panels.
-   Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
+/* q8_0 W times a.xq_packed: each panel of up to 32 rows packed once, then all tokens through it
+   in tiles (the panel stays in L2, a tile's activations in L1). A last panel of 16 rows or
+   fewer takes one vector; lanes past the last row repeat it and are not stored. */
+GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    const gpt2__weight* W = a.W;
+    const int64_t nb = W->cols / gpt2__q8_block_values;
+    uint8_t* w = (uint8_t*)panel;
+    for (int64_t o = o_begin; o < o_end; o += gpt2__q8_panel_rows) {
+        const int rows = (int)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o), V = rows > gpt2__q8_lane_rows ? 2 : 1;
+        for (int v = 0; v < V; v++) {
+            const uint8_t* row[gpt2__q8_lane_rows];
+            for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W->data + (size_t)(o + std::min(gpt2__q8_lane_rows * v + i, rows - 1)) * W->row_bytes;
+            const size_t ahead = o + gpt2__q8_panel_rows < o_end ? gpt2__q8_panel_rows * W->row_bytes : 0;
+            gpt2__pack_q8_vector_avx512(w + v * gpt2__q8_vector_bytes, V * gpt2__q8_vector_bytes, row, nb, ahead);
+        }
+        /* The next panel's rows come from DRAM, 32 streams the hardware prefetcher does not all
+           follow: prefetched along the pack (with few tokens there are few tiles: 50257 x 768 at
+           8 tokens 93 -> 136 GMAC/s) and spread over the tiles, which touch no weight memory. */
+        const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+        const size_t next_lines = (size_t)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o - rows) * W->row_bytes / 64;
+        const size_t tiles = (size_t)(a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens, lines_per_tile = (next_lines + tiles - 1) / tiles;
+        size_t line = 0;
+        for (int t = 0; t < a.T; t += gpt2__q8_tile_tokens) {
+            for (size_t end = std::min(next_lines, line + lines_per_tile); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+            const int n = std::min(gpt2__q8_tile_tokens, a.T - t);
+            if (V == 2) gpt2__tile_q8_tokens_avx512<2>(n, a, w, o, rows, t);
+            else gpt2__tile_q8_tokens_avx512<1>(n, a, w, o, rows, t);
+        }
+    }
+}
+
+/* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
+   against packed activations) or float panels. Float rows stream with the 256-bit row kernel, which Zen 4 feeds from DRAM faster than 512-bit
    loads (it splits those in two anyway); q8_0 and q4_0 rows use 512-bit integer dot products. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.xq_packed) return gpt2__prefill_x86<gpt2__prefill_q8_avx512>(a, o_begin, o_end, panel);
+    if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx512<gpt2__q8_block_bytes, gpt2__dot2_q8_avx512, gpt2__dot1_q8_avx512>,
                          gpt2__dot_blocks_avx512<gpt2__q4_block_bytes, gpt2__dot2_q4_avx512, gpt2__dot1_q4_avx512>, gpt2__dot_row_avx2>(a, o_begin, o_end);
@@ -306,28 +388,21 @@ GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const
 }
 
 /* Rows of x quantized as gpt2__quantize_q8_avx512 does, packed for gpt2__tile_q8_avx512: per
-   group of 8 blocks the 4 regrouped vectors of x + 128 and the block scales (lanes j and j + 8:
-   block j's); padding blocks are 0 with scale 0. */
+   row the int8 values, the block scales, and per block -128 times the sum of its values (the
+   start of its sums against weights stored as w + 128). */
 GPT2__AVX512 static void gpt2__quantize_q8_packed_avx512(uint8_t* dst, const float* x, int rows, int64_t cols) {
-    const int B = gpt2__q8_block_values, G = gpt2__q8_group_blocks;
+    const int B = gpt2__q8_block_values;
     const int64_t nb = cols / B;
-    alignas(64) int8_t q[G * B];
-    alignas(32) float scale[G];
-    for (int t = 0; t < rows; t++)
-        for (int64_t b0 = 0; b0 < nb; b0 += G, dst += gpt2__q8_packed_x_bytes) {
-            const int64_t blocks = std::min<int64_t>(G, nb - b0);
-            if (blocks < G) {
-                std::memset(q, 0, sizeof(q));
-                std::memset(scale, 0, sizeof(scale));
-            }
-            gpt2__quantize_q8_avx512(q, scale, x + (size_t)t * cols + B * b0, B * blocks);
-            __m512i z[4], v[4];
-            for (int k = 0; k < 4; k++) z[k] = _mm512_xor_si512(_mm512_load_si512(q + 64 * k), _mm512_set1_epi8((char)0x80));
-            gpt2__regroup_q8_avx512(v, z);
-            for (int i = 0; i < 4; i++) _mm512_storeu_si512(dst + 64 * i, v[i]);
-            const __m256 s = _mm256_load_ps(scale);
-            _mm512_storeu_ps(dst + 256, _mm512_insertf32x8(_mm512_castps256_ps512(s), s, 1));
+    for (int t = 0; t < rows; t++, dst += gpt2__q8_packed_row_bytes(cols)) {
+        int8_t* q = (int8_t*)dst;
+        float* scale = (float*)(dst + cols);
+        int32_t* start = (int32_t*)(scale + nb);
+        gpt2__quantize_q8_avx512(q, scale, x + (size_t)t * cols, cols);
+        for (int64_t b = 0; b < nb; b++) {
+            const __m128i* v = (const __m128i*)(q + B * b);
+            start[b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(v)), _mm512_cvtepi8_epi32(_mm_loadu_si128(v + 1))));
         }
+    }
 }
 
 /* e^x as contract.h describes it (gpt2__exp_poly), 16 lanes; 0 below gpt2__exp_min. */

@@ -64,18 +64,15 @@ struct gpt2__block_q4_0 {
 static_assert(sizeof(gpt2__block_q4_0) == gpt2__q4_block_bytes, "q4_0 blocks are 18 bytes");
 static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return block + 2; }
 /* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 weights
-   with many rows of int8 activations in integer dot products, the blocks regrouped so that the
-   products of a whole block add up in one 32-bit lane before they meet their scales. Rows of W
-   and of x are packed in groups of gpt2__q8_group_blocks blocks (zero blocks pad the last),
-   each group gpt2__q8_group_bytes of a weight row (panel scratch) or gpt2__q8_packed_x_bytes of
-   an activation row; the layout inside a group is the set's own. */
-static const int gpt2__q8_group_blocks = 8;
-static const size_t gpt2__q8_group_bytes = 384, gpt2__q8_packed_x_bytes = 320;
-static inline int64_t gpt2__q8_groups(int64_t cols) {
-    return (cols / gpt2__q8_block_values + gpt2__q8_group_blocks - 1) / gpt2__q8_group_blocks;
-}
+   with many rows of int8 activations in integer dot products, the products of a whole block
+   adding up in one 32-bit lane before they meet their scales. It packs up to
+   gpt2__q8_panel_rows rows of W at a time into its panel scratch, gpt2__q8_panel_row_block_bytes
+   per row and block, and the activation rows with quantize_q8_packed, gpt2__q8_packed_row_bytes
+   each: the values, a float scale and an int32 per block. The layouts are the set's own. */
+static const int gpt2__q8_panel_rows = 32;
+static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_values + 4;
 /* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
-static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)gpt2__q8_groups(cols) * gpt2__q8_packed_x_bytes; }
+static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)cols + (size_t)cols / gpt2__q8_block_values * 8; }
 
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
@@ -109,7 +106,9 @@ static const int gpt2__panel_min_rows = 4;
    while they are fewer than gpt2__panel_min_rows (each weight row read from memory once, its
    dot products with every row those a lone session computes, so bit for bit the lone results),
    and multiplies panels with them from there on (the lone results to rounding): float panels, or
-   int8 panels against the same quantized activations where the set has them (xq_packed). */
+   int8 panels against the same quantized activations where the set has them (xq_packed).
+   Where a set has int8 panels, every q8_0 product of more than one row multiplies them, a
+   prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0). */
 static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
     if (gpt2__int8_weights(a.W->type)) return a.xq != nullptr;
     return a.decode_rows ? a.T < gpt2__panel_min_rows : gpt2__is_decode(a.T);
@@ -121,10 +120,11 @@ static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
 static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
 
 /* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
-   gpt2__tile_rows rows as floats or packed as int8 groups, or a chunk of tokens rounded to bf16
-   (the bf16 unit's activations, avx512_bf16.h). */
+   gpt2__tile_rows rows as floats, gpt2__q8_panel_rows rows as an int8 panel, or a chunk of tokens
+   rounded to bf16 (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
-    return std::max(std::max((size_t)cols, (size_t)gpt2__q8_groups(cols) * gpt2__q8_group_bytes / 4) * gpt2__tile_rows, (size_t)cols * gpt2__chunk_tokens / 2);
+    const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__q8_panel_rows / 4;
+    return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)cols * gpt2__chunk_tokens / 2});
 }
 
 /* ---- Attention --------------------------------------------------------------------------- */

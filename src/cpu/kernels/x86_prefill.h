@@ -11,7 +11,7 @@
      q8_0 x q8_0.
    - prefill: a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
      with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
-     the limit.
+     the limit. (q8_0 on the AVX-512 set: int8 panels instead, avx512.h.)
    A result never depends on where its row falls in a thread's range: decode computes each row
    alone, and prefill reduces every tile the same way. */
 
