@@ -195,6 +195,34 @@ TEST_CASE("int8 panels (q8_0 prompts, many decode rows of a batch) equal the sca
     MESSAGE(tested << " int8 panel products checked");
 }
 
+TEST_CASE("streamed q8_0 and q4_0 decode rows of a batch give each row's lone result bit for bit, however many rows") {
+    std::mt19937 rng(2468);
+    for (const gpt2__kernels* k : simd_kernels()) {
+        for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0}) {
+            for (int64_t cols : {96, 800}) { // 3 blocks (no group of 4); 25 (6 groups and one left)
+                const int64_t rows = 37;
+                Matrix m(rng, type, rows, cols);
+                for (int T : {2, 25}) { // 25 rows: more than a kernel's scratch may prepare at once
+                    CAPTURE(k->name); CAPTURE(gpt2__type_name(type)); CAPTURE(cols); CAPTURE(T);
+                    std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                    std::vector<int8_t> xq((size_t)(T * cols));
+                    std::vector<float> xs((size_t)(T * cols) / 32);
+                    gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
+                    std::vector<float> together((size_t)(T * rows)), lone((size_t)(T * rows)), panel(gpt2__panel_floats(cols));
+                    gpt2__matmul_args a{together.data(), x.data(), xq.data(), xs.data(), &m.w, nullptr, T, false, true};
+                    k->matmul(a, 0, rows, panel.data());
+                    for (int t = 0; t < T; t++) {
+                        gpt2__matmul_args one{lone.data() + t * rows, x.data() + t * cols, xq.data() + t * cols, xs.data() + t * (cols / 32), &m.w, nullptr, 1, false};
+                        k->matmul(one, 0, 13, panel.data());
+                        k->matmul(one, 13, rows, panel.data());
+                    }
+                    CHECK(together == lone);
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactly") {
     std::mt19937 rng(7);
     for (const gpt2__kernels* k : simd_kernels()) {

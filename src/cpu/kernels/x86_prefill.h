@@ -13,7 +13,8 @@
      with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
      the limit. (q8_0 on the AVX-512 set: int8 panels instead, avx512.h.)
    A result never depends on where its row falls in a thread's range: decode computes each row
-   alone, and prefill reduces every tile the same way. */
+   with the same instructions whatever rows it goes with, and prefill reduces every tile the
+   same way. */
 
 #if !defined(GPT2_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
 #define GPT2__X86 1
