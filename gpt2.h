@@ -3991,12 +3991,16 @@ GPT2__AVX512 static inline __mmask16 gpt2__mask16(int64_t k, int64_t n) {
    block fills are added in pairs (exactly) into one vector of 4 lanes a block, which is
    converted, scaled and accumulated once. */
 
-/* Rows a decode step takes together: each group's activations are loaded once for all of them
-   (124M, one thread, in cache: q4_0 rows 1.4x as fast as one at a time, q8_0 1.05x). From
-   DRAM, 4 interleaved streams defeat the hardware prefetcher (q4_0 rows 1.25x slower, q8_0
-   1.45x), so each row prefetches the bytes gpt2__decode_prefetch_bytes ahead of it, rows of a
-   later step (4 KB: q4_0 0.9x one row at a time; 8 KB and 16 KB: q4_0 0.75x, q8_0 0.8x). */
-static const int gpt2__decode_rows = 4, gpt2__decode_prefetch_bytes = 8192;
+/* Rows a decode step takes together, each group's activations loaded once for all of them: 4
+   q4_0 rows, 1 q8_0 row. 124M end to end (gpt2-bench, binaries alternated, medians): a q4_0
+   model (its head q8_0) at one thread 2.56 ms a token with 4 q4_0 rows a step, 2.72 with 1; a
+   q8_0 model 3.46 ms with 1 row a step, 4.16 with 4 and 4.40 with 2 (2 threads: 3.14, 3.63,
+   3.85), its head alone 41 MB. From DRAM, interleaved rows defeat the hardware prefetcher, so
+   each row prefetches the bytes gpt2__decode_prefetch_bytes ahead of it (4 KB: q4_0 rows 0.9x
+   one row at a time; 8 KB and 16 KB: 0.75x). */
+template <uint32_t TYPE>
+static constexpr int gpt2__decode_rows = TYPE == GPT2_TYPE_Q4_0 ? 4 : 1;
+static const int gpt2__decode_prefetch_bytes = 8192;
 
 /* The block (0-3) of each lane of a group's sums, after gpt2__dot4_avx512's pairing. */
 GPT2__AVX512 static inline __m512i gpt2__lane_blocks_avx512() { return _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3); }
@@ -4114,10 +4118,11 @@ GPT2__AVX512 static void gpt2__dot_int8_rows_avx512(float* out, const uint8_t* r
 }
 
 /* Decode's q8_0 and q4_0 rows against the T quantized rows of a.xq: the activations of as many
-   tokens as `scratch` (the panel) holds are prepared at once, then every gpt2__decode_rows rows
-   meet them together (fewer at the end of the range: each row computed alone the same way). */
+   tokens as `scratch` (the panel) holds are prepared at once, then every gpt2__decode_rows<TYPE>
+   rows meet them together (fewer at the end of the range: each row computed alone the same way). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_int8_rows_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, uint8_t* scratch) {
+    constexpr int rows_per_step = gpt2__decode_rows<TYPE>;
     const gpt2__weight& W = *a.W;
     const int64_t nb = W.cols / gpt2__q8_block_values;
     const size_t prepared = (size_t)(nb / 4) * gpt2__x4_bytes;
@@ -4126,15 +4131,15 @@ GPT2__AVX512 static void gpt2__matmul_int8_rows_avx512(const gpt2__matmul_args& 
         const int n = std::min(tokens_per_pass, a.T - t0);
         for (int t = 0; t < n; t++)
             gpt2__prepare_x_avx512<TYPE>(scratch + t * prepared, a.xq + (size_t)(t0 + t) * W.cols, a.xq_scale + (size_t)(t0 + t) * nb, nb / 4);
-        for (int64_t o = o_begin; o < o_end; o += gpt2__decode_rows) {
-            const int rows = (int)std::min<int64_t>(gpt2__decode_rows, o_end - o);
+        for (int64_t o = o_begin; o < o_end; o += rows_per_step) {
+            const int rows = (int)std::min<int64_t>(rows_per_step, o_end - o);
             const uint8_t* row = W.data + (size_t)o * W.row_bytes;
             for (int t = t0; t < t0 + n; t++) {
                 const int8_t* xq = a.xq + (size_t)t * W.cols;
                 const float* xs = a.xq_scale + (size_t)t * nb;
                 const uint8_t* x4 = scratch + (t - t0) * prepared;
-                float dots[gpt2__decode_rows];
-                if (rows == gpt2__decode_rows) gpt2__dot_int8_rows_avx512<TYPE, gpt2__decode_rows>(dots, row, W.row_bytes, xq, xs, x4, nb);
+                float dots[rows_per_step];
+                if (rows == rows_per_step) gpt2__dot_int8_rows_avx512<TYPE, rows_per_step>(dots, row, W.row_bytes, xq, xs, x4, nb);
                 else
                     for (int r = 0; r < rows; r++) gpt2__dot_int8_rows_avx512<TYPE, 1>(dots + r, row + r * W.row_bytes, W.row_bytes, xq, xs, x4, nb);
                 for (int r = 0; r < rows; r++) gpt2__store_out(a, t, o + r, dots[r]);
@@ -4421,7 +4426,7 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
 /* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
    against packed activations) or float panels. Float rows stream with the 256-bit row kernel,
    which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway); q8_0 and
-   q4_0 rows use 512-bit integer dot products, gpt2__decode_rows at a time. */
+   q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
