@@ -17,7 +17,7 @@ def main():
         sys.exit("usage: table.py [--compact | --sizes] RESULTS.jsonl")
     runs = [json.loads(line) for line in open(args[0], encoding="utf-8") if line.strip().startswith("{")]
     if sizes:
-        print("| model | weights | threads | weights read MB/token | decode ms/token | limit ms | % of bandwidth limit | prefill tok/s | % of FMA limit | read GB/s | FMA GFLOP/s | peak RSS MB |")
+        print("| model | weights | threads | weights read MB/token | decode ms/token | limit ms | % of bandwidth limit | prefill tok/s | % of prefill limit | read GB/s | FMA GFLOP/s | peak RSS MB |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in runs:
             print(f"| {r['model'].replace('random-', '')} | {r['type']} | {r['threads']} | {r['weight_bytes_per_token'] / 1e6:.0f} | "
@@ -25,14 +25,14 @@ def main():
                   f"{r['prefill_pct_of_limit']:.0f}% | {r['bandwidth_gb_s']:.1f} | {r['fma_gflops']:.0f} | {r['peak_rss_mb']:.0f} |")
         return
     if compact:
-        print("| weights | threads | decode ms/token | % of bandwidth limit | prefill tok/s | % of FMA limit |")
+        print("| weights | threads | decode ms/token | % of bandwidth limit | prefill tok/s | % of prefill limit |")
         print("|---|---|---|---|---|---|")
         for r in runs:
             if r["context"] == r["prompt_tokens"]:
                 print(f"| {r['type']} | {r['threads']} | {r['decode_ms_per_token']:.2f} | {r['decode_pct_of_limit']:.0f}% | "
                       f"{r['prefill_tok_s']:.0f} | {r['prefill_pct_of_limit']:.0f}% |")
         return
-    print("| weights | threads | context | KV | prefill tok/s | % of FMA limit | decode ms/token | limit ms | % of bandwidth limit | same, counting KV reads | read GB/s | FMA GFLOP/s | peak RSS MB |")
+    print("| weights | threads | context | KV | prefill tok/s | % of prefill limit | decode ms/token | limit ms | % of bandwidth limit | same, counting KV reads | read GB/s | FMA GFLOP/s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         print(f"| {r['type']} | {r['threads']} | {r['context']} | {'f16' if r['kv_f16'] else 'f32'} | {r['prefill_tok_s']:.0f} | "
