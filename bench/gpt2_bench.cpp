@@ -89,16 +89,17 @@ GPT2__AVX512 static float fma_loop_avx512(long iterations) {
     return sum;
 }
 // 12 independent vpdpbusd chains: 64 int8 multiply-adds each per instruction.
-GPT2__AVX512 static int dpbusd_loop_avx512(long iterations) {
+GPT2__AVX512 static unsigned dpbusd_loop_avx512(long iterations) {
     __m512i acc[12];
     for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
     for (long it = 0; it < iterations; it++)
         for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-    int out[16], sum = 0;
+    int out[16];
+    unsigned sum = 0; // the lanes wrap around, so their sum may too: unsigned, where that is defined
     for (int i = 0; i < 12; i++) {
         _mm512_storeu_si512(out, acc[i]);
-        for (int v : out) sum += v;
+        for (int v : out) sum += (unsigned)v;
     }
     return sum;
 }
