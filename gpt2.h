@@ -5095,6 +5095,10 @@ static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__m
                                                          gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm};
 #endif
 
+/* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,
+   avx512, avx2 and scalar). */
+static const int gpt2__max_kernel_sets = 4;
+
 /* The kernel sets this CPU can run, best first. */
 static int gpt2__supported_kernels(const gpt2__kernels** out) {
     int n = 0;
@@ -5116,7 +5120,7 @@ static int gpt2__supported_kernels(const gpt2__kernels** out) {
 
 /* The set named `name` if this CPU supports it, else NULL. */
 [[maybe_unused]] static const gpt2__kernels* gpt2__kernels_by_name(const char* name) {
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     for (int i = 0; i < n; i++)
         if (std::strcmp(sets[i]->name, name) == 0) return sets[i];
@@ -5127,7 +5131,7 @@ static const gpt2__kernels* gpt2__select_kernels() {
 #if defined(GPT2_FORCE_KERNELS)
     if (const gpt2__kernels* forced = gpt2__kernels_by_name(GPT2_FORCE_KERNELS)) return forced;
 #endif
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     gpt2__supported_kernels(sets);
     return sets[0];
 }
@@ -5363,8 +5367,11 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* Whether q8_0 products of many rows multiply int8 panels: where the kernel set has them. */
-static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && kernels->quantize_q8_packed; }
+/* The weight type int8 panels multiply. */
+static bool gpt2__int8_panel_type(uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0; }
+
+/* Whether products of many rows multiply int8 panels: q8_0 weights, where the kernel set has them. */
+static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_panel_type(weight_type) && kernels->quantize_q8_packed; }
 
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
@@ -5818,10 +5825,15 @@ static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__session_delete(s);
 }
 
-/* Whether a kernel set this CPU runs has int8 panels: a session's set may be swapped for another
-   after it is made (tests, gpt2-bench --kernels), so its buffers are sized for any of them. */
-static bool gpt2__cpu_has_int8_panels() {
-    const gpt2__kernels* sets[4];
+/* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
+   kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
+   tests, gpt2-bench --kernels), so the packed rows' buffer is made only where it can be used. */
+static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
+    bool has_type = gpt2__int8_panel_type(m->lm_head.type);
+    for (const gpt2__layer& L : m->layers)
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_panel_type(W->type);
+    if (!has_type) return false;
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     for (int i = 0; i < n; i++)
         if (sets[i]->quantize_q8_packed) return true;
@@ -5840,7 +5852,7 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
         {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
         {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
-        {(void**)&s->xq_packed, gpt2__cpu_has_int8_panels() ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
+        {(void**)&s->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {

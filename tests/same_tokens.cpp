@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const bool has_value = i + 1 < argc;
         if (std::strcmp(argv[i], "--list-kernels") == 0) {
-            const gpt2__kernels* sets[4];
+            const gpt2__kernels* sets[gpt2__max_kernel_sets];
             const int n = gpt2__supported_kernels(sets);
             for (int k = 0; k < n; k++) std::printf("%s\n", sets[k]->name);
             return 0;

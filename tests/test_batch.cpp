@@ -34,7 +34,7 @@ static Rounds ragged_rounds() {
 }
 
 TEST_CASE("gpt2_batch_eval gives every session of a ragged batch its lone logits: every weight type, kernel set, KV cache type, 1 to 3 threads") {
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n_sets = gpt2__supported_kernels(sets);
     const Rounds rounds = ragged_rounds();
     for (const auto& t : weight_types) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 static std::vector<const gpt2__kernels*> simd_kernels() {
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     std::vector<const gpt2__kernels*> out;
     for (int i = 0; i < n; i++)

@@ -22,7 +22,7 @@ static int first_difference(const std::vector<int32_t>& a, const std::vector<int
 
 TEST_CASE("every kernel set gives the scalar set's 200 tokens, seeded sampling and greedy, shipped model and fixture") {
     const std::string models[] = {std::string(GPT2_SOURCE_DIR) + "/models/shakespeare_char_medium.gguf", test_model("shakespeare_char.gguf")};
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n_sets = gpt2__supported_kernels(sets);
     std::string compared;
     for (int i = 0; i < n_sets; i++) compared += std::string(" ") + sets[i]->name;

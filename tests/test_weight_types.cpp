@@ -210,7 +210,7 @@ TEST_CASE("bf16 prompts give the float32 model's logits within 0.08 and its cros
     const int n_vocab = q.info().n_vocab;
     const std::vector<int32_t> text = validation_ids(f32);
     const double base = cross_entropy_of_prompts(f32, text, &gpt2__cpu_kernels());
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n_sets = gpt2__supported_kernels(sets);
     for (int k = 0; k < n_sets; k++) {
         CAPTURE(std::string(sets[k]->name));
@@ -257,7 +257,7 @@ TEST_CASE("q8_0 prompts give the float32 model's logits within 0.2 and its cross
     const int n_vocab = q.info().n_vocab;
     const std::vector<int32_t> text = validation_ids(f32);
     const double base = cross_entropy_of_prompts(f32, text, &gpt2__cpu_kernels());
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n_sets = gpt2__supported_kernels(sets);
     for (int k = 0; k < n_sets; k++) {
         CAPTURE(std::string(sets[k]->name));

@@ -9,10 +9,15 @@ static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__session_delete(s);
 }
 
-/* Whether a kernel set this CPU runs has int8 panels: a session's set may be swapped for another
-   after it is made (tests, gpt2-bench --kernels), so its buffers are sized for any of them. */
-static bool gpt2__cpu_has_int8_panels() {
-    const gpt2__kernels* sets[4];
+/* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
+   kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
+   tests, gpt2-bench --kernels), so the packed rows' buffer is made only where it can be used. */
+static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
+    bool has_type = gpt2__int8_panel_type(m->lm_head.type);
+    for (const gpt2__layer& L : m->layers)
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_panel_type(W->type);
+    if (!has_type) return false;
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     for (int i = 0; i < n; i++)
         if (sets[i]->quantize_q8_packed) return true;
@@ -31,7 +36,7 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
         {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
         {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
-        {(void**)&s->xq_packed, gpt2__cpu_has_int8_panels() ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
+        {(void**)&s->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {

@@ -75,6 +75,10 @@ static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__m
                                                          gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm};
 #endif
 
+/* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,
+   avx512, avx2 and scalar). */
+static const int gpt2__max_kernel_sets = 4;
+
 /* The kernel sets this CPU can run, best first. */
 static int gpt2__supported_kernels(const gpt2__kernels** out) {
     int n = 0;
@@ -96,7 +100,7 @@ static int gpt2__supported_kernels(const gpt2__kernels** out) {
 
 /* The set named `name` if this CPU supports it, else NULL. */
 [[maybe_unused]] static const gpt2__kernels* gpt2__kernels_by_name(const char* name) {
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     for (int i = 0; i < n; i++)
         if (std::strcmp(sets[i]->name, name) == 0) return sets[i];
@@ -107,7 +111,7 @@ static const gpt2__kernels* gpt2__select_kernels() {
 #if defined(GPT2_FORCE_KERNELS)
     if (const gpt2__kernels* forced = gpt2__kernels_by_name(GPT2_FORCE_KERNELS)) return forced;
 #endif
-    const gpt2__kernels* sets[4];
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
     gpt2__supported_kernels(sets);
     return sets[0];
 }

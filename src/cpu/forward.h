@@ -55,8 +55,11 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* Whether q8_0 products of many rows multiply int8 panels: where the kernel set has them. */
-static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0 && kernels->quantize_q8_packed; }
+/* The weight type int8 panels multiply. */
+static bool gpt2__int8_panel_type(uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0; }
+
+/* Whether products of many rows multiply int8 panels: q8_0 weights, where the kernel set has them. */
+static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_panel_type(weight_type) && kernels->quantize_q8_packed; }
 
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
