@@ -4245,7 +4245,7 @@ struct gpt2__prefill_avx512 {
     }
 };
 
-/* ---- Int8 panels: q8_0 and q4_0 weights times many rows of int8 activations (contract.h) -
+/* ---- Int8 panels: q8_0 and q4_0 weights times many rows of int8 activations (contract.h) -----
 
    vpdpbusd adds 4 byte products into each of 16 int32 lanes. A lane per weight row and an
    activation's 4 bytes broadcast to all, 8 of them give the dot products of 16 rows with one
@@ -4253,9 +4253,10 @@ struct gpt2__prefill_avx512 {
    bring the 16 sums to float. A panel of 32 rows (two vectors) times a tile of 6 tokens keeps
    24 block sums and 24 float sums in registers, each weight vector loaded once for 6 tokens and
    each broadcast once for 2 vectors. vpdpbusd multiplies unsigned by signed bytes: the weights
-   are stored as w + 128 (a q4_0 value, nibble - 8, as nibble + 120), and a token's block sum starts from -128 times the sum of its values
-   (gpt2__quantize_q8_packed_avx512). Every output is its own lane and its own sum over the
-   blocks in order, so no result depends on the panel or tile it falls in. */
+   are stored as w + 128 (a q4_0 value, nibble - 8, as nibble + 120), and a token's block sum
+   starts from -128 times the sum of its values (gpt2__quantize_q8_packed_avx512). Every output
+   is its own lane and its own sum over the blocks in order, so no result depends on the panel
+   or tile it falls in. */
 static const int gpt2__q8_lane_rows = 16, gpt2__q8_tile_tokens = 6;
 static const size_t gpt2__q8_vector_bytes = 8 * 64 + 64; /* 16 rows' block: 8 vectors of 4-byte words, then 16 scales */
 static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_vector_bytes == gpt2__q8_lane_rows * gpt2__q8_panel_row_block_bytes, "a panel is two vectors");
@@ -4406,9 +4407,9 @@ GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_a
     }
 }
 
-/* q8_0 or q4_0 W times a.xq_packed: each panel of up to 32 rows packed once, then all tokens through it
-   in tiles (the panel stays in L2, a tile's activations in L1). A last panel of 16 rows or
-   fewer takes one vector; lanes past the last row repeat it and are not stored. */
+/* q8_0 or q4_0 W times a.xq_packed: each panel of up to 32 rows packed once, then all tokens
+   through it in tiles (the panel stays in L2, a tile's activations in L1). A last panel of 16
+   rows or fewer takes one vector; lanes past the last row repeat it and are not stored. */
 GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t nb = W->cols / gpt2__q8_block_values;
