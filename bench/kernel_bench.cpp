@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
         return 2;
     }
-    const bool int8_panels = type == GPT2_TYPE_Q8_0 && T >= 2 && k->quantize_q8_packed && !(argc > 6 && std::string(argv[6]) == "float");
+    const bool int8_panels = gpt2__int8_weights(type) && T >= 2 && k->quantize_q8_packed && !(argc > 6 && std::string(argv[6]) == "float");
     std::vector<uint8_t> W((size_t)(rb * rows));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);

@@ -22,8 +22,8 @@ static std::vector<int32_t> ids(int n, int seed) {
 }
 
 // Sessions at different context lengths, some given a prompt (prefill rows), some 2 or 3 tokens
-// (decode rows that q8_0 weights run as prefill), some one (decode rows), in the same passes;
-// one session's context grows past 64 keys, where decode attention splits it into ranges.
+// (decode rows that q8_0 and q4_0 weights run as prefill), some one (decode rows), in the same
+// passes; one session's context grows past 64 keys, where decode attention splits it into ranges.
 static Rounds ragged_rounds() {
     Rounds r(6);
     r[0] = {ids(7, 1), ids(2, 2), ids(1, 3), ids(150, 4), ids(3, 5)};

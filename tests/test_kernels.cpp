@@ -154,40 +154,42 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
     }
 }
 
-TEST_CASE("int8 panels (q8_0 prompts, many decode rows of a batch) equal the scalar set's rows against the same quantized activations") {
+TEST_CASE("int8 panels (q8_0 and q4_0 prompts, many decode rows of a batch) equal the scalar set's rows against the same quantized activations") {
     std::mt19937 rng(4321);
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
         if (!k->quantize_q8_packed) continue;
-        for (int64_t cols : {32, 256, 800, 3072}) {
-            const int64_t rows = 37; // a panel of 32 rows and one of 5; split at 13: one of 13, one of 24
-            Matrix m(rng, GPT2_TYPE_Q8_0, rows, cols);
-            std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
-            for (int T : {2, gpt2__panel_min_rows, 5, 9, 70}) {
-                CAPTURE(k->name); CAPTURE(cols); CAPTURE(T);
-                std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
-                x[3] = 40.0f; // a block whose scale is set by one large value
-                std::vector<int8_t> xq((size_t)(T * cols));
-                std::vector<float> xs((size_t)(T * cols) / 32);
-                std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
-                gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
-                k->quantize_q8_packed(packed.data(), x.data(), T, cols);
-                for (bool accumulate : {false, true}) {
-                    std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
-                    std::vector<float> want = start, got = start, split = start;
-                    std::vector<float> panel(gpt2__panel_floats(cols));
-                    gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, accumulate, true};
-                    gpt2__matmul_scalar(a, 0, rows, panel.data());
-                    gpt2__matmul_args p{got.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate, true, packed.data()};
-                    k->matmul(p, 0, rows, panel.data());
-                    p.y = split.data();
-                    k->matmul(p, 0, 13, panel.data());
-                    k->matmul(p, 13, rows, panel.data());
-                    CHECK(split == got);
-                    float worst = 0;
-                    for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - got[i]) / (1.0f + (float)cols * 0.05f)); // as above
-                    CHECK(worst < 1e-5f);
-                    tested++;
+        for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0}) {
+            for (int64_t cols : {32, 256, 800, 3072}) {
+                const int64_t rows = 37; // a panel of 32 rows and one of 5; split at 13: one of 13, one of 24
+                Matrix m(rng, type, rows, cols);
+                std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
+                for (int T : {2, gpt2__panel_min_rows, 5, 9, 70}) {
+                    CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(T);
+                    std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                    x[3] = 40.0f; // a block whose scale is set by one large value
+                    std::vector<int8_t> xq((size_t)(T * cols));
+                    std::vector<float> xs((size_t)(T * cols) / 32);
+                    std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
+                    gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
+                    k->quantize_q8_packed(packed.data(), x.data(), T, cols);
+                    for (bool accumulate : {false, true}) {
+                        std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
+                        std::vector<float> want = start, got = start, split = start;
+                        std::vector<float> panel(gpt2__panel_floats(cols));
+                        gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, accumulate, true};
+                        gpt2__matmul_scalar(a, 0, rows, panel.data());
+                        gpt2__matmul_args p{got.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate, true, packed.data()};
+                        k->matmul(p, 0, rows, panel.data());
+                        p.y = split.data();
+                        k->matmul(p, 0, 13, panel.data());
+                        k->matmul(p, 13, rows, panel.data());
+                        CHECK(split == got);
+                        float worst = 0;
+                        for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - got[i]) / (1.0f + (float)cols * 0.05f)); // as above
+                        CHECK(worst < 1e-5f);
+                        tested++;
+                    }
                 }
             }
         }

@@ -13,9 +13,9 @@ static void gpt2__cpu_session_free(gpt2_session* session) {
    kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
    tests, gpt2-bench --kernels), so the packed rows' buffer is made only where it can be used. */
 static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
-    bool has_type = gpt2__int8_panel_type(m->lm_head.type);
+    bool has_type = gpt2__int8_weights(m->lm_head.type);
     for (const gpt2__layer& L : m->layers)
-        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_panel_type(W->type);
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_weights(W->type);
     if (!has_type) return false;
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);

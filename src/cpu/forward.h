@@ -55,17 +55,14 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* The weight type int8 panels multiply. */
-static bool gpt2__int8_panel_type(uint32_t weight_type) { return weight_type == GPT2_TYPE_Q8_0; }
-
-/* Whether products of many rows multiply int8 panels: q8_0 weights, where the kernel set has them. */
-static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_panel_type(weight_type) && kernels->quantize_q8_packed; }
+/* Whether q8_0 and q4_0 products of many rows multiply int8 panels: where the kernel set has them. */
+static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && kernels->quantize_q8_packed; }
 
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
    One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
    to int8, so the kernel can use integer dot products against q8_0 weights; more rows against
-   q8_0 weights are quantized and packed for int8 panels where the set has them. */
+   q8_0 and q4_0 weights are quantized and packed for int8 panels where the set has them. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
@@ -285,7 +282,7 @@ struct gpt2__batch_rows {
    while they are few, so bit for bit the lone results, else multiplied as panels
    (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
    rounding. The other sessions multiply panels, each its own rows (a float tile's sums depend on
-   where its tokens start); on q8_0 weights int8 panels where the set has them, as a lone
+   where its tokens start); on q8_0 and q4_0 weights int8 panels where the set has them, as a lone
    session's prompt. One parallel region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {

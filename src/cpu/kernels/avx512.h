@@ -282,7 +282,7 @@ struct gpt2__prefill_avx512 {
     }
 };
 
-/* ---- Int8 panels: q8_0 weights times many rows of int8 activations (contract.h) ----------
+/* ---- Int8 panels: q8_0 and q4_0 weights times many rows of int8 activations (contract.h) -----
 
    vpdpbusd adds 4 byte products into each of 16 int32 lanes. A lane per weight row and an
    activation's 4 bytes broadcast to all, 8 of them give the dot products of 16 rows with one
@@ -290,9 +290,10 @@ struct gpt2__prefill_avx512 {
    bring the 16 sums to float. A panel of 32 rows (two vectors) times a tile of 6 tokens keeps
    24 block sums and 24 float sums in registers, each weight vector loaded once for 6 tokens and
    each broadcast once for 2 vectors. vpdpbusd multiplies unsigned by signed bytes: the weights
-   are stored as w + 128, and a token's block sum starts from -128 times the sum of its values
-   (gpt2__quantize_q8_packed_avx512). Every output is its own lane and its own sum over the
-   blocks in order, so no result depends on the panel or tile it falls in. */
+   are stored as w + 128 (a q4_0 value, nibble - 8, as nibble + 120), and a token's block sum
+   starts from -128 times the sum of its values (gpt2__quantize_q8_packed_avx512). Every output
+   is its own lane and its own sum over the blocks in order, so no result depends on the panel
+   or tile it falls in. */
 static const int gpt2__q8_lane_rows = 16, gpt2__q8_tile_tokens = 6;
 static const size_t gpt2__q8_vector_bytes = 8 * 64 + 64; /* 16 rows' block: 8 vectors of 4-byte words, then 16 scales */
 static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_vector_bytes == gpt2__q8_lane_rows * gpt2__q8_panel_row_block_bytes, "a panel is two vectors");
@@ -301,15 +302,30 @@ static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_vector_b
    a vector of 16 rows in order into that order, and back. */
 GPT2__AVX512 static inline __m512 gpt2__q8_lane_order(__m512 v) { return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 1, 2, 0)); }
 
-/* 16 q8_0 rows (row[i]) of nb blocks into panel vectors `stride` bytes apart, one per block:
-   vector s lane i holds 4-byte word s of the block of row i (in gpt2__q8_lane_order) as w + 128,
-   then the 16 scales in the same order. With `ahead` (else 0), the same block of the rows that
-   many bytes on (the next panel's) is prefetched. */
+/* The 32 values of the block at p and of the block at q (a q8_0 or a q4_0 block: nibble - 8) as
+   signed bytes, p's low. */
+template <uint32_t TYPE>
+GPT2__AVX512 static inline __m512i gpt2__two_blocks_avx512(const uint8_t* p, const uint8_t* q) {
+    if constexpr (TYPE == GPT2_TYPE_Q4_0) { /* each block's 16 bytes in two 128-bit lanes, the second shifted to its high nibbles */
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p)))),
+                                                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(q))), 1);
+        const __m512i nibbles = _mm512_and_si512(_mm512_mask_srli_epi16(both, (__mmask32)0xff00ff00u, both, 4), _mm512_set1_epi8(15));
+        return _mm512_sub_epi8(nibbles, _mm512_set1_epi8(8));
+    } else {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)gpt2__q8_values(p))), _mm256_loadu_si256((const __m256i*)gpt2__q8_values(q)), 1);
+    }
+}
 
+/* 16 q8_0 or q4_0 rows (row[i]) of nb blocks into panel vectors `stride` bytes apart, one per
+   block: vector s lane i holds 4-byte word s of the block of row i (in gpt2__q8_lane_order) as
+   w + 128, then the 16 scales in the same order. Both types' blocks begin with their f16 scale.
+   With `ahead` (else 0), the same block of the rows that many bytes on (the next panel's) is
+   prefetched. */
+template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__pack_q8_vector_avx512(uint8_t* dst, size_t stride, const uint8_t* const* row, int64_t nb, size_t ahead) {
     const __m512i to_unsigned = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++, dst += stride) {
-        const size_t at = (size_t)b * gpt2__q8_block_bytes;
+        const size_t at = (size_t)b * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
         if (ahead)
             for (int i = 0; i < gpt2__q8_lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
         __m128i low = _mm_setzero_si128(), high = _mm_setzero_si128(); /* the scales of lanes 0-7 (rows 0-3, 8-11) and 8-15 (rows 4-7, 12-15) */
@@ -331,9 +347,7 @@ GPT2__AVX512 static void gpt2__pack_q8_vector_avx512(uint8_t* dst, size_t stride
         high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[15] + at), 7);
         _mm512_storeu_ps(dst + 512, _mm512_cvtph_ps(_mm256_set_m128i(high, low)));
         __m512i z[8], t[8], u[8]; /* z[i]: the block of row i, then of row i + 8 */
-        for (int i = 0; i < 8; i++)
-            z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)gpt2__q8_values(row[i] + at))),
-                                      _mm256_loadu_si256((const __m256i*)gpt2__q8_values(row[i + 8] + at)), 1);
+        for (int i = 0; i < 8; i++) z[i] = gpt2__two_blocks_avx512<TYPE>(row[i] + at, row[i + 8] + at);
         for (int i = 0; i < 8; i += 2) {
             t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
             t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
@@ -430,9 +444,9 @@ GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_a
     }
 }
 
-/* q8_0 W times a.xq_packed: each panel of up to 32 rows packed once, then all tokens through it
-   in tiles (the panel stays in L2, a tile's activations in L1). A last panel of 16 rows or
-   fewer takes one vector; lanes past the last row repeat it and are not stored. */
+/* q8_0 or q4_0 W times a.xq_packed: each panel of up to 32 rows packed once, then all tokens
+   through it in tiles (the panel stays in L2, a tile's activations in L1). A last panel of 16
+   rows or fewer takes one vector; lanes past the last row repeat it and are not stored. */
 GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t nb = W->cols / gpt2__q8_block_values;
@@ -443,7 +457,8 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
             const uint8_t* row[gpt2__q8_lane_rows];
             for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W->data + (size_t)(o + std::min(gpt2__q8_lane_rows * v + i, rows - 1)) * W->row_bytes;
             const size_t ahead = o + gpt2__q8_panel_rows < o_end ? gpt2__q8_panel_rows * W->row_bytes : 0;
-            gpt2__pack_q8_vector_avx512(w + v * gpt2__q8_vector_bytes, V * gpt2__q8_vector_bytes, row, nb, ahead);
+            if (W->type == GPT2_TYPE_Q4_0) gpt2__pack_q8_vector_avx512<GPT2_TYPE_Q4_0>(w + v * gpt2__q8_vector_bytes, V * gpt2__q8_vector_bytes, row, nb, ahead);
+            else gpt2__pack_q8_vector_avx512<GPT2_TYPE_Q8_0>(w + v * gpt2__q8_vector_bytes, V * gpt2__q8_vector_bytes, row, nb, ahead);
         }
         /* The next panel's rows come from DRAM, 32 streams the hardware prefetcher does not all
            follow: prefetched along the pack (with few tokens there are few tiles: 50257 x 768 at
@@ -462,9 +477,9 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
 }
 
 /* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
-   against packed activations) or float panels. Float rows stream with the 256-bit row kernel,
-   which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway); q8_0 and
-   q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
+   and q4_0 against packed activations) or float panels. Float rows stream with the 256-bit row
+   kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
+   q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);

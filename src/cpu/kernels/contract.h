@@ -63,9 +63,9 @@ struct gpt2__block_q4_0 {
 };
 static_assert(sizeof(gpt2__block_q4_0) == gpt2__q4_block_bytes, "q4_0 blocks are 18 bytes");
 static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return block + 2; }
-/* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 weights
-   with many rows of int8 activations in integer dot products, the products of a whole block
-   adding up in one 32-bit lane before they meet their scales. It packs up to
+/* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 and q4_0
+   weights with many rows of int8 activations in integer dot products, the products of a whole
+   block adding up in one 32-bit lane before they meet their scales. It packs up to
    gpt2__q8_panel_rows rows of W at a time into its panel scratch, gpt2__q8_panel_row_block_bytes
    per row and block, and the activation rows with quantize_q8_packed, gpt2__q8_packed_row_bytes
    each: the values, a float scale and an int32 per block. The layouts are the set's own. */
@@ -89,8 +89,8 @@ struct gpt2__matmul_args {
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
     bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
                                   each weight row read once for all of them */
-    const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is q8_0),
-                                  the kernel multiplies int8 panels */
+    const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is
+                                  q8_0 or q4_0), the kernel multiplies int8 panels */
 };
 
 /* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
@@ -107,8 +107,9 @@ static const int gpt2__panel_min_rows = 4;
    dot products with every row those a lone session computes, so bit for bit the lone results),
    and multiplies panels with them from there on (the lone results to rounding): float panels, or
    int8 panels against the same quantized activations where the set has them (xq_packed).
-   Where a set has int8 panels, every q8_0 product of more than one row multiplies them, a
-   prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0). */
+   Where a set has int8 panels, every q8_0 and q4_0 product of more than one row multiplies
+   them, a prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and
+   q4_0 x q8_0). */
 static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
     if (gpt2__int8_weights(a.W->type)) return a.xq != nullptr;
     return a.decode_rows ? a.T < gpt2__panel_min_rows : gpt2__is_decode(a.T);
