@@ -274,7 +274,7 @@ struct gpt2__prefill_avx512 {
     static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
     static constexpr int64_t k_align = 16;
     using Panel = gpt2__float_panel;
-    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512>(a, o, rows, scratch); }
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512, true>(a, o, rows, scratch); }
     template <int R, int N>
     static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
         const size_t K = (size_t)a.W->cols;
