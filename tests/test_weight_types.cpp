@@ -242,13 +242,6 @@ TEST_CASE("bf16 prompts give the float32 model's logits within 0.08 and its cros
     }
 }
 
-// Prompts on q8_0 weights: where the kernel set has int8 panels (AVX-512) the activations are
-// quantized to int8 per block of 32, as a decode step's are (and as ggml's q8_0 products do); the
-// other sets multiply float panels. Every prefix of every prompt as one prefill, measured on
-// x86-64: int8 panels 0.094 from the q8_0 model's reference forward pass and 0.097 from nanoGPT's
-// float32 logits (float panels 0.029 and 0.049: the head's one token is int8 in every set);
-// cross-entropy through prompts -0.0060% from float32 (float panels -0.0053%). Bounds: about 2x
-// the logit differences, 3x the cross-entropy change.
 // The largest logit differences of every prefix of every prompt as one prefill on `type` weights,
 // each kernel set, from the model's reference forward pass and from nanoGPT's float32 logits, and
 // the cross-entropy through prompts, against the bounds given.
@@ -291,6 +284,13 @@ static void check_int8_prompts(const char* type_name, uint32_t type, float max_f
     }
 }
 
+// Prompts on q8_0 weights: where the kernel set has int8 panels (AVX-512) the activations are
+// quantized to int8 per block of 32, as a decode step's are (and as ggml's q8_0 products do); the
+// other sets multiply float panels. Every prefix of every prompt as one prefill, measured on
+// x86-64: int8 panels 0.094 from the q8_0 model's reference forward pass and 0.097 from nanoGPT's
+// float32 logits (float panels 0.029 and 0.049: the head's one token is int8 in every set);
+// cross-entropy through prompts -0.0060% from float32 (float panels -0.0053%). Bounds: about 2x
+// the logit differences, 3x the cross-entropy change.
 TEST_CASE("q8_0 prompts give the float32 model's logits within 0.2 and its cross-entropy within 0.02%, with int8 panels or float ones") {
     check_int8_prompts("q8_0", GPT2_TYPE_Q8_0, 0.2f, 0.2f, 2e-4);
 }
