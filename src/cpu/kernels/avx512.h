@@ -467,11 +467,14 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o - rows) * W->row_bytes / 64;
         const size_t tiles = (size_t)(a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens, lines_per_tile = (next_lines + tiles - 1) / tiles;
         size_t line = 0;
-        for (int t = 0; t < a.T; t += gpt2__q8_tile_tokens) {
+        /* The tokens shared evenly among the tiles (8 tokens as 4 + 4, not 6 + 2: a small tile
+           costs about what a full one does; 3072 x 768, one thread, 8 tokens 129 -> 114 us). */
+        for (int i = 0, t = 0; i < (int)tiles; i++) {
             for (size_t end = std::min(next_lines, line + lines_per_tile); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
-            const int n = std::min(gpt2__q8_tile_tokens, a.T - t);
+            const int n = a.T / (int)tiles + (i < a.T % (int)tiles);
             if (V == 2) gpt2__tile_q8_tokens_avx512<2>(n, a, w, o, rows, t);
             else gpt2__tile_q8_tokens_avx512<1>(n, a, w, o, rows, t);
+            t += n;
         }
     }
 }
