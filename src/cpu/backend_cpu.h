@@ -9,21 +9,6 @@ static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__session_delete(s);
 }
 
-/* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
-   kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
-   tests, gpt2-bench --kernels), so the packed rows' buffer is made only where it can be used. */
-static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
-    bool has_type = gpt2__int8_weights(m->lm_head.type);
-    for (const gpt2__layer& L : m->layers)
-        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_weights(W->type);
-    if (!has_type) return false;
-    const gpt2__kernels* sets[gpt2__max_kernel_sets];
-    const int n = gpt2__supported_kernels(sets);
-    for (int i = 0; i < n; i++)
-        if (sets[i]->quantize_q8_packed) return true;
-    return false;
-}
-
 static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err) {
     const gpt2_model* m = s->model;
     const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;

@@ -58,6 +58,22 @@ static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2
 /* Whether q8_0 and q4_0 products of many rows multiply int8 panels: where the kernel set has them. */
 static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && kernels->quantize_q8_packed; }
 
+/* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
+   kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
+   tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a batch's) are made
+   only where they can be used. */
+static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
+    bool has_type = gpt2__int8_weights(m->lm_head.type);
+    for (const gpt2__layer& L : m->layers)
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_weights(W->type);
+    if (!has_type) return false;
+    const gpt2__kernels* sets[gpt2__max_kernel_sets];
+    const int n = gpt2__supported_kernels(sets);
+    for (int i = 0; i < n; i++)
+        if (sets[i]->quantize_q8_packed) return true;
+    return false;
+}
+
 /* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
    One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
@@ -253,7 +269,7 @@ static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
         {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
-        {(void**)&w->xq_packed, rows * gpt2__q8_packed_row_bytes((int64_t)widest)},
+        {(void**)&w->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
