@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -458,15 +459,28 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
         }
     }
     gpt2__file_close(&file);
-    FILE* f = std::fopen(out, "wb");
+    // Written beside `out` under a name of its own, then renamed over it: a program that has the
+    // old file mapped keeps reading the old bytes (rewriting it in place truncates it under the
+    // mapping, and reads past the new end fault: SIGBUS), and a failed write leaves `out` as it was.
+    const std::string temp = std::string(out) + "." + std::to_string(std::random_device()()) + ".tmp";
+    FILE* f = std::fopen(temp.c_str(), "wb");
     if (!f) {
-        *error = std::string(out) + ": cannot open for writing";
+        *error = temp + ": cannot open for writing";
         return false;
     }
     const bool ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
     if (std::fclose(f) != 0 || !ok) {
+        std::remove(temp.c_str());
         *error = std::string(out) + ": write failed";
         return false;
+    }
+    if (std::rename(temp.c_str(), out) != 0) { // Windows' rename does not replace a file
+        std::remove(out);
+        if (std::rename(temp.c_str(), out) != 0) {
+            std::remove(temp.c_str());
+            *error = std::string(out) + ": cannot replace it with the new file";
+            return false;
+        }
     }
     *out_bytes = buf.size();
     return true;
