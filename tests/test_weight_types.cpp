@@ -126,6 +126,34 @@ TEST_CASE("q4_0 picks the float32 model's greedy token at >= 97% of 1000 teacher
     CHECK(greedy_agreement("q4_0", GPT2_TYPE_Q4_0) >= 970); // measured 989
 }
 
+// A program may hold the file mapped while gpt2-quantize rewrites it (CI's parallel tests did:
+// rewritten in place, the mapping lost its bytes and the reader died of SIGBUS).
+TEST_CASE("gpt2-quantize replaces its output whole: a model loaded from the old file keeps its logits, and a failed write names the file") {
+    const std::string in = test_model("shakespeare_char.gguf"), out = test_model("shakespeare_char_replaced.gguf");
+    std::string error;
+    size_t bytes = 0;
+    REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), GPT2_TYPE_Q8_0, &bytes, &error), error);
+    Model mapped(out);
+    REQUIRE_MESSAGE(mapped.model, mapped.err.message);
+    const std::vector<int32_t> ids = reference()["prompts"][0]["ids"].ints();
+    const auto logits = [&]() {
+        Session s(mapped);
+        REQUIRE(gpt2_session_eval(s.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+        return std::vector<float>(gpt2_session_logits(s.session), gpt2_session_logits(s.session) + mapped.info().n_vocab);
+    };
+    const std::vector<float> before = logits();
+    REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), GPT2_TYPE_F16, &bytes, &error), error); // in place, this truncated the mapped file
+    CHECK(logits() == before);
+    Model replaced(out);
+    REQUIRE_MESSAGE(replaced.model, replaced.err.message);
+    CHECK(replaced.info().weight_type == GPT2_TYPE_F16);
+
+    const std::string unwritable = test_model("no such folder/model.gguf");
+    CHECK_FALSE(gguf_quantize_file(in.c_str(), unwritable.c_str(), GPT2_TYPE_Q8_0, &bytes, &error));
+    CHECK_MESSAGE(error.find("no such folder/model.gguf.") != std::string::npos, error); // the temporary file beside it
+    CHECK(error.find("cannot open for writing") != std::string::npos);
+}
+
 TEST_CASE("gpt2-quantize writes llama.cpp's general.file_type of the new weight type, and f32 to f32 changes nothing") {
     const std::string in = test_model("shakespeare_char.gguf");
     const struct { const char* name; uint32_t type; int64_t file_type; } types[] = {

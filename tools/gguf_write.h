@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -474,13 +475,12 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
         *error = std::string(out) + ": write failed";
         return false;
     }
-    if (std::rename(temp.c_str(), out) != 0) { // Windows' rename does not replace a file
-        std::remove(out);
-        if (std::rename(temp.c_str(), out) != 0) {
-            std::remove(temp.c_str());
-            *error = std::string(out) + ": cannot replace it with the new file";
-            return false;
-        }
+    std::error_code replaced; // std::filesystem::rename replaces `out` on Windows too, where std::rename does not
+    std::filesystem::rename(temp, out, replaced);
+    if (replaced) {
+        std::remove(temp.c_str());
+        *error = std::string(out) + ": cannot replace it with the new file (" + replaced.message() + ")";
+        return false;
     }
     *out_bytes = buf.size();
     return true;
