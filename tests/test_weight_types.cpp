@@ -133,20 +133,30 @@ TEST_CASE("gpt2-quantize replaces its output whole: a model loaded from the old 
     std::string error;
     size_t bytes = 0;
     REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), GPT2_TYPE_Q8_0, &bytes, &error), error);
-    Model mapped(out);
-    REQUIRE_MESSAGE(mapped.model, mapped.err.message);
-    const std::vector<int32_t> ids = reference()["prompts"][0]["ids"].ints();
-    const auto logits = [&]() {
-        Session s(mapped);
-        REQUIRE(gpt2_session_eval(s.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
-        return std::vector<float>(gpt2_session_logits(s.session), gpt2_session_logits(s.session) + mapped.info().n_vocab);
-    };
-    const std::vector<float> before = logits();
-    REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), GPT2_TYPE_F16, &bytes, &error), error); // in place, this truncated the mapped file
-    CHECK(logits() == before);
-    Model replaced(out);
-    REQUIRE_MESSAGE(replaced.model, replaced.err.message);
-    CHECK(replaced.info().weight_type == GPT2_TYPE_F16);
+    {
+        Model mapped(out);
+        REQUIRE_MESSAGE(mapped.model, mapped.err.message);
+        const std::vector<int32_t> ids = reference()["prompts"][0]["ids"].ints();
+        const auto logits = [&]() {
+            Session s(mapped);
+            REQUIRE(gpt2_session_eval(s.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+            return std::vector<float>(gpt2_session_logits(s.session), gpt2_session_logits(s.session) + mapped.info().n_vocab);
+        };
+        const std::vector<float> before = logits();
+        const bool replaced = gguf_quantize_file(in.c_str(), out.c_str(), GPT2_TYPE_F16, &bytes, &error); // in place, this truncated the mapped file
+#if defined(_WIN32)
+        // Windows refuses to replace a file that is mapped: the old one stays, and the error says so.
+        CHECK_FALSE(replaced);
+        CHECK_MESSAGE(error.find("shakespeare_char_replaced.gguf: cannot replace it with the new file") != std::string::npos, error);
+#else
+        CHECK_MESSAGE(replaced, error);
+#endif
+        CHECK(logits() == before);
+    }
+    REQUIRE_MESSAGE(gguf_quantize_file(in.c_str(), out.c_str(), GPT2_TYPE_F16, &bytes, &error), error); // unmapped now, on Windows too
+    Model now(out);
+    REQUIRE_MESSAGE(now.model, now.err.message);
+    CHECK(now.info().weight_type == GPT2_TYPE_F16);
 
     const std::string unwritable = test_model("no such folder/model.gguf");
     CHECK_FALSE(gguf_quantize_file(in.c_str(), unwritable.c_str(), GPT2_TYPE_Q8_0, &bytes, &error));

@@ -463,6 +463,7 @@ inline bool gguf_quantize_file(const char* in, const char* out, uint32_t type, s
     // Written beside `out` under a name of its own, then renamed over it: a program that has the
     // old file mapped keeps reading the old bytes (rewriting it in place truncates it under the
     // mapping, and reads past the new end fault: SIGBUS), and a failed write leaves `out` as it was.
+    // Windows refuses to replace a file some program has mapped: then this fails, naming `out`.
     const std::string temp = std::string(out) + "." + std::to_string(std::random_device()()) + ".tmp";
     FILE* f = std::fopen(temp.c_str(), "wb");
     if (!f) {
