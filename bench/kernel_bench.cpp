@@ -3,7 +3,9 @@
 //   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float]]]]
 //     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
 //     q8_0 with 2 or more tokens multiplies int8 panels where the set has them (as a prompt and a
-//     batch's decode rows do, quantizing included), float panels with `float`
+//     batch's decode rows do, quantizing included), float panels with `float`; where the set has
+//     lanes, q8_0 is packed into them first (untimed, as a model is when it loads) and every
+//     token count multiplies them, as the forward pass does; `rows` keeps the rows as the file has them
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 #define GPT2_IMPLEMENTATION
@@ -26,8 +28,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
         return 2;
     }
-    const bool int8_panels = gpt2__int8_weights(type) && T >= 2 && k->quantize_q8_packed && !(argc > 6 && std::string(argv[6]) == "float");
-    std::vector<uint8_t> W((size_t)(rb * rows));
+    const std::string mode = argc > 6 ? argv[6] : "";
+    const bool lanes = type == GPT2_TYPE_Q8_0 && k->pack_lanes && mode.empty();
+    const bool int8_panels = gpt2__int8_weights(type) && (T >= 2 || lanes) && k->quantize_q8_packed && mode != "float";
+    // On huge pages where the OS grants them, as a model's weights and lanes are (gpt2-bench).
+    struct Buffer {
+        uint8_t* p;
+        explicit Buffer(size_t n) : p((uint8_t*)gpt2__malloc_aligned(n)) { gpt2__advise_huge_pages(p, n); }
+        ~Buffer() { gpt2__free_aligned(p); }
+        uint8_t* data() const { return p; }
+    };
+    Buffer W((size_t)(rb * rows));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);
     std::vector<float> row((size_t)cols);
@@ -37,6 +48,11 @@ int main(int argc, char** argv) {
     }
     gpt2__weight w;
     w.data = W.data(); w.type = type; w.rows = rows; w.cols = cols; w.row_bytes = (size_t)rb;
+    Buffer packed_lanes(lanes ? gpt2__lanes_bytes(w) : 1);
+    if (lanes) {
+        w.lanes = packed_lanes.data();
+        k->pack_lanes(packed_lanes.data(), w);
+    }
     std::vector<float> x((size_t)(T * cols)), y((size_t)(T * rows)), panel(gpt2__panel_floats(cols));
     for (float& v : x) v = u(rng);
     std::vector<int8_t> xq((size_t)cols);
@@ -47,7 +63,7 @@ int main(int argc, char** argv) {
     for (int it = 0; it < iterations; it++) {
         const auto t0 = std::chrono::steady_clock::now();
         gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &w, nullptr, T, false};
-        if (gpt2__int8_activations(T, type)) {
+        if (gpt2__int8_activations(T, type) && !int8_panels) {
             k->quantize_q8(xq.data(), xs.data(), x.data(), cols);
             a.xq = xq.data();
             a.xq_scale = xs.data();
@@ -60,7 +76,8 @@ int main(int argc, char** argv) {
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     const double macs = (double)rows * cols * T;
-    std::printf("%s %s%s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights\n", k->name, gpt2__type_name(type), int8_panels ? " (int8 panels)" : "", (long long)rows,
+    std::printf("%s %s%s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights\n", k->name, gpt2__type_name(type),
+                lanes ? " (lanes)" : int8_panels ? " (int8 panels)" : "", (long long)rows,
                 (long long)cols, T, best * 1e6, macs / best / 1e9, (double)rb * rows / best / 1e9);
     return 0;
 }

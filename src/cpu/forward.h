@@ -78,11 +78,15 @@ static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
    y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
    One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
    to int8, so the kernel can use integer dot products against q8_0 weights; more rows against
-   q8_0 and q4_0 weights are quantized and packed for int8 panels where the set has them. */
+   q8_0 and q4_0 weights, and any number against W's lanes, are quantized and packed for int8
+   panels where the set has them. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
-    if (gpt2__int8_activations(T, W.type)) {
+    if (gpt2__uses_lanes(kernels, W)) {
+        kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
+        a.xq_packed = s->xq_packed;
+    } else if (gpt2__int8_activations(T, W.type)) {
         kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
         a.xq = s->xq;
         a.xq_scale = s->xq_scale;
@@ -297,15 +301,17 @@ struct gpt2__batch_rows {
    gpt2__int8_activations), each weight row read from memory once for all of them: streamed
    while they are few, so bit for bit the lone results, else multiplied as panels
    (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
-   rounding. The other sessions multiply panels, each its own rows (a float tile's sums depend on
-   where its tokens start); on q8_0 and q4_0 weights int8 panels where the set has them, as a lone
-   session's prompt. One parallel region for all of it. */
+   rounding; W's lanes take them all, bit for bit the lone results. The other sessions multiply
+   panels, each its own rows (a float tile's sums depend on where its tokens start); on q8_0 and
+   q4_0 weights int8 panels where the set has them, as a lone session's prompt. One parallel
+   region for all of it. */
 static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
                                bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
     const bool int8_panels = gpt2__int8_panels(kernels, W.type);
-    const int first_packed = int8_panels && n_streamed >= gpt2__panel_min_rows ? 0 : n_streamed; /* rows from here on multiply int8 panels */
+    const bool packs_all = gpt2__uses_lanes(kernels, W) || n_streamed >= gpt2__panel_min_rows;
+    const int first_packed = int8_panels && packs_all ? 0 : n_streamed; /* rows from here on multiply int8 panels */
     const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
     if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(s->batch.xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     gpt2__vector<gpt2__matmul_args> parts;

@@ -26,6 +26,7 @@ struct gpt2__weight {
     uint32_t type = GPT2_TYPE_F32;
     int64_t rows = 0, cols = 0;
     size_t row_bytes = 0;
+    const uint8_t* lanes = nullptr; /* q8_0 rows packed at load for the CPU's kernels, or NULL (src/cpu/kernels/contract.h) */
 };
 
 struct gpt2__layer {
@@ -89,6 +90,22 @@ static void gpt2__file_close(gpt2__file* f) {
 #endif
     if (f->owned) GPT2_FREE(f->owned);
     *f = gpt2__file();
+}
+
+/* Hands the whole pages of [p, p + bytes) of a mapped file back to the OS: the process stops
+   holding them, and a later read maps them again from the file. For weights that have a copy
+   of their own (the CPU's lanes). Windows keeps them until it needs the memory. */
+static void gpt2__file_release_pages(const gpt2__file& f, const uint8_t* p, size_t bytes) {
+#if defined(_WIN32) || !defined(MADV_DONTNEED)
+    (void)f;
+    (void)p;
+    (void)bytes;
+#else
+    if (!f.mapped || p < f.data || p + bytes > f.data + f.size) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t begin = ((uintptr_t)p + page - 1) & ~(page - 1), end = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (end > begin) madvise((void*)begin, end - begin, MADV_DONTNEED);
+#endif
 }
 
 #if defined(_WIN32)

@@ -293,10 +293,26 @@ struct gpt2__prefill_avx512 {
    are stored as w + 128 (a q4_0 value, nibble - 8, as nibble + 120), and a token's block sum
    starts from -128 times the sum of its values (gpt2__quantize_q8_packed_avx512). Every output
    is its own lane and its own sum over the blocks in order, so no result depends on the panel
-   or tile it falls in. */
-static const int gpt2__q8_lane_rows = 16, gpt2__q8_tile_tokens = 6;
-static const size_t gpt2__q8_vector_bytes = 8 * 64 + 64; /* 16 rows' block: 8 vectors of 4-byte words, then 16 scales */
-static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_vector_bytes == gpt2__q8_lane_rows * gpt2__q8_panel_row_block_bytes, "a panel is two vectors");
+   or tile it falls in, nor on how many tokens the tile has.
+   A panel: 32 rows, two groups of 16 (a vector's lanes each); per block, the first group's 8
+   vectors of words, the second's, then the 16 f16 scales of each: 1,088 bytes, 17 cache lines,
+   the same bytes as the rows' q8_0 blocks, and one stream through memory. A q8_0 matrix's lanes
+   (gpt2__pack_lanes_avx512) are its panels in order, the last one's missing rows repeating its
+   last row. */
+static const int gpt2__q8_tile_tokens = 6;
+/* How far ahead in its lanes a product prefetches, by its number of tokens (Zen 5, from DRAM):
+   a lone token streams fastest 4 KB ahead, non-temporally (124M q8_0 decode, 1 thread: 94% of
+   the read bandwidth, where 4 KB into L2 gave 85% and 16 KB 80%); more tokens spend longer on
+   each panel and want 16 KB into L2, where their next tiles find it (50257 x 768 at 8 tokens:
+   1.49 ms at 4 KB, 1.27 at 16 KB). */
+static inline size_t gpt2__lanes_prefetch_bytes(int T) { return T <= 2 ? 4096 : 16384; }
+static const size_t gpt2__q8_words_bytes = 8 * 64, gpt2__q8_scales_bytes = 2 * gpt2__q8_lane_rows; /* a group's block: 8 vectors of 4-byte words; 16 f16 scales */
+static const size_t gpt2__q8_panel_block_bytes = 2 * (gpt2__q8_words_bytes + gpt2__q8_scales_bytes);
+static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_panel_block_bytes == gpt2__q8_panel_rows * gpt2__q8_panel_row_block_bytes,
+              "a panel is two groups of 16 rows, 32 bytes and an f16 scale per row and block");
+/* Where group j (0 or 1) of the panel at p keeps its words and its scales. */
+static inline const uint8_t* gpt2__q8_group_words(const uint8_t* p, int j) { return p + 64 * j; }
+static inline const uint8_t* gpt2__q8_group_scales(const uint8_t* p, int j) { return p + 2 * gpt2__q8_words_bytes + gpt2__q8_scales_bytes * j; }
 
 /* A transpose with in-lane shuffles leaves the rows in lanes 0-3, 8-11, 4-7, 12-15: this turns
    a vector of 16 rows in order into that order, and back. */
@@ -316,15 +332,16 @@ GPT2__AVX512 static inline __m512i gpt2__two_blocks_avx512(const uint8_t* p, con
     }
 }
 
-/* 16 q8_0 or q4_0 rows (row[i]) of nb blocks into panel vectors `stride` bytes apart, one per
-   block: vector s lane i holds 4-byte word s of the block of row i (in gpt2__q8_lane_order) as
-   w + 128, then the 16 scales in the same order. Both types' blocks begin with their f16 scale.
-   With `ahead` (else 0), the same block of the rows that many bytes on (the next panel's) is
-   prefetched. */
+/* 16 q8_0 or q4_0 rows (row[i]) of nb blocks into group j of the panel at p: per block, vector s
+   lane i holds 4-byte word s of the block of row i (in gpt2__q8_lane_order) as w + 128; the
+   scales in the same order. Both types' blocks begin with their f16 scale. With `ahead` (else 0),
+   the same block of the rows that many bytes on (the next panel's) is prefetched. */
 template <uint32_t TYPE>
-GPT2__AVX512 static void gpt2__pack_q8_vector_avx512(uint8_t* dst, size_t stride, const uint8_t* const* row, int64_t nb, size_t ahead) {
+GPT2__AVX512 static void gpt2__pack_q8_group_avx512(uint8_t* p, int j, const uint8_t* const* row, int64_t nb, size_t ahead) {
     const __m512i to_unsigned = _mm512_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nb; b++, dst += stride) {
+    uint8_t* dst = (uint8_t*)gpt2__q8_group_words(p, j);
+    uint8_t* scales = (uint8_t*)gpt2__q8_group_scales(p, j);
+    for (int64_t b = 0; b < nb; b++, dst += gpt2__q8_panel_block_bytes, scales += gpt2__q8_panel_block_bytes) {
         const size_t at = (size_t)b * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
         if (ahead)
             for (int i = 0; i < gpt2__q8_lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
@@ -345,7 +362,7 @@ GPT2__AVX512 static void gpt2__pack_q8_vector_avx512(uint8_t* dst, size_t stride
         high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[13] + at), 5);
         high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[14] + at), 6);
         high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[15] + at), 7);
-        _mm512_storeu_ps(dst + 512, _mm512_cvtph_ps(_mm256_set_m128i(high, low)));
+        _mm256_storeu_si256((__m256i*)scales, _mm256_set_m128i(high, low));
         __m512i z[8], t[8], u[8]; /* z[i]: the block of row i, then of row i + 8 */
         for (int i = 0; i < 8; i++) z[i] = gpt2__two_blocks_avx512<TYPE>(row[i] + at, row[i + 8] + at);
         for (int i = 0; i < 8; i += 2) {
@@ -359,18 +376,31 @@ GPT2__AVX512 static void gpt2__pack_q8_vector_avx512(uint8_t* dst, size_t stride
             u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
         }
         for (int k = 0; k < 4; k++) {
-            _mm512_storeu_si512(dst + 64 * k, _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(2, 0, 2, 0)), to_unsigned));
-            _mm512_storeu_si512(dst + 64 * (4 + k), _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(3, 1, 3, 1)), to_unsigned));
+            _mm512_storeu_si512(dst + 128 * k, _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(2, 0, 2, 0)), to_unsigned));
+            _mm512_storeu_si512(dst + 128 * (4 + k), _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(3, 1, 3, 1)), to_unsigned));
         }
     }
 }
 
-/* y rows [o, o + rows) of tokens t0.. t0 + N - 1: V vectors of a packed panel (w) times N
-   packed activation rows, stored as gpt2__store_out does. */
+/* 64 bytes at p; with `halves`, as two 256-bit loads, which Zen 4 and 5 stream from DRAM faster
+   than one 512-bit load (it splits those anyway): a product of few tokens waits on memory (124M
+   q8_0, one token, one thread: 6% faster). */
+template <bool halves>
+GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) {
+    if constexpr (halves) return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)p)), _mm256_loadu_si256((const __m256i*)(p + 32)), 1);
+    else return _mm512_loadu_si512(p);
+}
+
+/* Tokens t0.. t0 + N - 1: V groups of a panel from group j (lane 0 of the first is row
+   first_row) times N packed activation rows; the outputs of rows [lo, hi) stored as
+   gpt2__store_out does. `lines` cache lines from `prefetch` on are prefetched, spread over the
+   blocks. */
 template <int V, int N>
-GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const uint8_t* w, int64_t o, int rows, int t0) {
+GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                              const char* prefetch, size_t lines) {
     const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
-    const size_t ldx = gpt2__q8_packed_row_bytes(K), stride = V * gpt2__q8_vector_bytes;
+    const size_t ldx = gpt2__q8_packed_row_bytes(K);
+    const uint8_t *w = gpt2__q8_group_words(p, j), *scales = gpt2__q8_group_scales(p, j);
     const int8_t* xq[N];
     const float* xs[N];
     const int32_t* start[N];
@@ -385,8 +415,13 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     for (int v = 0; v < V; v++)
         GPT2__UNROLL
         for (int t = 0; t < N; t++) f[v][t] = _mm512_setzero_ps();
+    const size_t lines_per_block = (lines + (size_t)nb - 1) / (size_t)nb;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t* wb = w + (size_t)b * stride;
+        for (size_t l = (size_t)b * lines_per_block, end = std::min(lines, l + lines_per_block); l < end; l++) {
+            if constexpr (N <= 2) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* read once: kept out of L2 and L3 */
+            else _mm_prefetch(prefetch + 64 * l, _MM_HINT_T1);                  /* the next tiles read it again */
+        }
+        const uint8_t* wb = w + (size_t)b * gpt2__q8_panel_block_bytes;
         __m512i d[V][N];
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
@@ -398,7 +433,7 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
         for (int s = 0; s < 8; s++) {
             __m512i wv[V];
             GPT2__UNROLL
-            for (int v = 0; v < V; v++) wv[v] = _mm512_loadu_si512(wb + v * gpt2__q8_vector_bytes + 64 * s);
+            for (int v = 0; v < V; v++) wv[v] = gpt2__load_streamed_avx512<N <= 2>(wb + 64 * v + 128 * s);
             GPT2__UNROLL
             for (int t = 0; t < N; t++) {
                 int32_t word;
@@ -408,19 +443,22 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
                 for (int v = 0; v < V; v++) d[v][t] = _mm512_dpbusd_epi32(d[v][t], wv[v], x);
             }
         }
+        __m512 w_scale[V];
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) w_scale[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(scales + (size_t)b * gpt2__q8_panel_block_bytes + v * gpt2__q8_scales_bytes)));
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x_scale = _mm512_set1_ps(xs[t][b]);
             GPT2__UNROLL
-            for (int v = 0; v < V; v++)
-                f[v][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[v][t]), _mm512_mul_ps(_mm512_loadu_ps(wb + v * gpt2__q8_vector_bytes + 512), x_scale), f[v][t]);
+            for (int v = 0; v < V; v++) f[v][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[v][t]), _mm512_mul_ps(w_scale[v], x_scale), f[v][t]);
         }
     }
     GPT2__UNROLL
     for (int v = 0; v < V; v++) {
-        const int n = std::min(gpt2__q8_lane_rows, rows - gpt2__q8_lane_rows * v);
-        const __mmask16 m = (__mmask16)((1u << n) - 1);
-        const int64_t r = o + gpt2__q8_lane_rows * v;
+        const int64_t r = first_row + gpt2__q8_lane_rows * v;
+        const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__q8_lane_rows);
+        if (from >= to) continue;
+        const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
         const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
@@ -432,24 +470,53 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
 }
 
 template <int V>
-GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* w, int64_t o, int rows, int t0) {
+GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                     const char* prefetch, size_t lines) {
     static_assert(gpt2__q8_tile_tokens == 6, "a case per tile width");
     switch (n) {
-    case 1: gpt2__tile_q8_avx512<V, 1>(a, w, o, rows, t0); break;
-    case 2: gpt2__tile_q8_avx512<V, 2>(a, w, o, rows, t0); break;
-    case 3: gpt2__tile_q8_avx512<V, 3>(a, w, o, rows, t0); break;
-    case 4: gpt2__tile_q8_avx512<V, 4>(a, w, o, rows, t0); break;
-    case 5: gpt2__tile_q8_avx512<V, 5>(a, w, o, rows, t0); break;
-    default: gpt2__tile_q8_avx512<V, 6>(a, w, o, rows, t0); break;
+    case 1: gpt2__tile_q8_avx512<V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 2: gpt2__tile_q8_avx512<V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 3: gpt2__tile_q8_avx512<V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 4: gpt2__tile_q8_avx512<V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 5: gpt2__tile_q8_avx512<V, 5>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    default: gpt2__tile_q8_avx512<V, 6>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
     }
 }
 
-/* q8_0 or q4_0 W times a.xq_packed: each panel of up to 32 rows packed once, then all tokens
-   through it in tiles (the panel stays in L2, a tile's activations in L1). A last panel of 16
-   rows or fewer takes one vector; lanes past the last row repeat it and are not stored. */
+/* All of a.T's tokens through V groups (as gpt2__tile_q8_avx512), shared evenly among the
+   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does; 3072 x
+   768, one thread, 8 tokens 129 -> 114 us). The first tile prefetches `lines` cache lines from
+   `prefetch` on along its blocks. */
+template <int V>
+GPT2__AVX512 static void gpt2__tiles_q8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
+    const int tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
+    for (int i = 0, t = 0; i < tiles; i++) {
+        const int n = a.T / tiles + (i < a.T % tiles);
+        gpt2__tile_q8_tokens_avx512<V>(n, a, p, j, first_row, lo, hi, t, prefetch, i == 0 ? lines : 0);
+        t += n;
+    }
+}
+
+/* q8_0 or q4_0 W times a.xq_packed. With lanes (made at load), the tokens go through them in
+   place, two groups at a time. Else each panel of up to 32 rows is packed first, then all tokens
+   go through it in tiles (the panel stays in L2, a tile's activations in L1). A last panel of
+   16 rows or fewer takes one group; lanes past the last row repeat it and are not stored. */
 GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     const int64_t nb = W->cols / gpt2__q8_block_values;
+    const size_t panel_bytes = (size_t)nb * gpt2__q8_panel_block_bytes;
+    if (W->lanes) { /* a range may begin or end half-way through a panel: that group alone */
+        for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
+            const uint8_t* p = W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
+            const int j = (int)(first / gpt2__q8_lane_rows % 2);
+            const char* next = (const char*)p + gpt2__lanes_prefetch_bytes(a.T);
+            const size_t next_lines = first + gpt2__q8_panel_rows < o_end ? panel_bytes / 64 : 0;
+            if (j == 0 && first + gpt2__q8_lane_rows < o_end) gpt2__tiles_q8_avx512<2>(a, p, 0, first, o_begin, o_end, next, next_lines);
+            else gpt2__tiles_q8_avx512<1>(a, p, j, first, o_begin, o_end, next, next_lines);
+            first += gpt2__q8_lane_rows * (j == 0 && first + gpt2__q8_lane_rows < o_end ? 2 : 1);
+        }
+        return;
+    }
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__q8_panel_rows) {
         const int rows = (int)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o), V = rows > gpt2__q8_lane_rows ? 2 : 1;
@@ -457,26 +524,28 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
             const uint8_t* row[gpt2__q8_lane_rows];
             for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W->data + (size_t)(o + std::min(gpt2__q8_lane_rows * v + i, rows - 1)) * W->row_bytes;
             const size_t ahead = o + gpt2__q8_panel_rows < o_end ? gpt2__q8_panel_rows * W->row_bytes : 0;
-            if (W->type == GPT2_TYPE_Q4_0) gpt2__pack_q8_vector_avx512<GPT2_TYPE_Q4_0>(w + v * gpt2__q8_vector_bytes, V * gpt2__q8_vector_bytes, row, nb, ahead);
-            else gpt2__pack_q8_vector_avx512<GPT2_TYPE_Q8_0>(w + v * gpt2__q8_vector_bytes, V * gpt2__q8_vector_bytes, row, nb, ahead);
+            if (W->type == GPT2_TYPE_Q4_0) gpt2__pack_q8_group_avx512<GPT2_TYPE_Q4_0>(w, v, row, nb, ahead);
+            else gpt2__pack_q8_group_avx512<GPT2_TYPE_Q8_0>(w, v, row, nb, ahead);
         }
         /* The next panel's rows come from DRAM, 32 streams the hardware prefetcher does not all
            follow: prefetched along the pack (with few tokens there are few tiles: 50257 x 768 at
            8 tokens 93 -> 136 GMAC/s) and spread over the tiles, which touch no weight memory. */
         const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o - rows) * W->row_bytes / 64;
-        const size_t tiles = (size_t)(a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens, lines_per_tile = (next_lines + tiles - 1) / tiles;
-        size_t line = 0;
-        /* The tokens shared evenly among the tiles (8 tokens as 4 + 4, not 6 + 2: a small tile
-           costs about what a full one does; 3072 x 768, one thread, 8 tokens 129 -> 114 us). */
-        for (int i = 0, t = 0; i < (int)tiles; i++) {
-            for (size_t end = std::min(next_lines, line + lines_per_tile); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
-            const int n = a.T / (int)tiles + (i < a.T % (int)tiles);
-            if (V == 2) gpt2__tile_q8_tokens_avx512<2>(n, a, w, o, rows, t);
-            else gpt2__tile_q8_tokens_avx512<1>(n, a, w, o, rows, t);
-            t += n;
-        }
+        if (V == 2) gpt2__tiles_q8_avx512<2>(a, w, 0, o, o, o + rows, next, next_lines);
+        else gpt2__tiles_q8_avx512<1>(a, w, 0, o, o, o + rows, next, next_lines);
     }
+}
+
+/* A q8_0 matrix's lanes (contract.h): its panels in order, packed as a product's are. */
+GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
+    const int64_t nb = W.cols / gpt2__q8_block_values;
+    for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows, dst += (size_t)nb * gpt2__q8_panel_block_bytes)
+        for (int j = 0; j < 2; j++) {
+            const uint8_t* row[gpt2__q8_lane_rows];
+            for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W.data + (size_t)std::min<int64_t>(first + gpt2__q8_lane_rows * j + i, W.rows - 1) * W.row_bytes;
+            gpt2__pack_q8_group_avx512<GPT2_TYPE_Q8_0>(dst, j, row, nb, 0);
+        }
 }
 
 /* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
