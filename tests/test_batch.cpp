@@ -244,31 +244,34 @@ TEST_CASE("an aborted batch leaves every session as it was") {
     gpt2_session_free(runner);
 }
 
-TEST_CASE("where the kernels have lanes, a q8_0 model's matrices carry them, and 8 single-token sessions in one pass give their lone logits bit for bit") {
+TEST_CASE("where the kernels have lanes, q8_0 and q4_0 models' matrices carry them, and 8 single-token sessions in one pass give their lone logits bit for bit") {
     if (!gpt2__cpu_kernels().pack_lanes) {
         MESSAGE("this CPU's kernels (" << gpt2__cpu_kernels().name << ") have no lanes: skipped");
         return;
     }
-    Loaded m(random_model(GPT2_TYPE_Q8_0));
-    REQUIRE_MESSAGE(m.model, m.err.message);
-    for (const gpt2__layer& L : m.model->layers)
-        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) CHECK(W->lanes != nullptr);
-    CHECK(m.model->lm_head.lanes != nullptr);
     Loaded f16(random_model(GPT2_TYPE_F16)); // other types are read in place
     REQUIRE_MESSAGE(f16.model, f16.err.message);
     CHECK(f16.model->layers[0].c_fc.lanes == nullptr);
-    Rounds rounds(4);
-    for (int r = 0; r < 4; r++)
-        for (int i = 0; i < 8; i++) rounds[(size_t)r].push_back(ids(1, 8 * r + i));
-    std::vector<std::unique_ptr<Owned>> owned;
-    std::vector<gpt2_session*> batched, alone;
-    for (int i = 0; i < 8; i++) {
-        owned.push_back(session(m.model, 2, 0));
-        batched.push_back(owned.back()->session);
-        owned.push_back(session(m.model, 2, 0));
-        alone.push_back(owned.back()->session);
+    for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0}) {
+        CAPTURE(std::string(gpt2__type_name(type)));
+        Loaded m(random_model(type));
+        REQUIRE_MESSAGE(m.model, m.err.message);
+        for (const gpt2__layer& L : m.model->layers)
+            for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) CHECK(W->lanes != nullptr);
+        CHECK(m.model->lm_head.lanes != nullptr);
+        Rounds rounds(4);
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 8; i++) rounds[(size_t)r].push_back(ids(1, 8 * r + i));
+        std::vector<std::unique_ptr<Owned>> owned;
+        std::vector<gpt2_session*> batched, alone;
+        for (int i = 0; i < 8; i++) {
+            owned.push_back(session(m.model, 2, 0));
+            batched.push_back(owned.back()->session);
+            owned.push_back(session(m.model, 2, 0));
+            alone.push_back(owned.back()->session);
+        }
+        float largest_logit = 0;
+        CHECK(compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit) == 0.0f); // 8 rows would multiply panels in another order without lanes
+        CHECK(largest_logit > 0.0f);
     }
-    float largest_logit = 0;
-    CHECK(compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit) == 0.0f); // 8 rows would multiply panels in another order without lanes
-    CHECK(largest_logit > 0.0f);
 }

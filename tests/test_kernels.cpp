@@ -197,22 +197,24 @@ TEST_CASE("int8 panels (q8_0 and q4_0 prompts, many decode rows of a batch) equa
     MESSAGE(tested << " int8 panel products checked");
 }
 
-TEST_CASE("q8_0 lanes packed once give the int8 panels' results bit for bit, for any number of tokens and any row range") {
+TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for bit, for any number of tokens and any row range") {
     std::mt19937 rng(97531);
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
         if (!k->pack_lanes) continue;
+        for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0})
         for (int64_t cols : {32, 800}) {
             for (int64_t rows : {37, 16, 5}) { // groups of 16 with 5 rows left; exactly one group; a group of 5
-                Matrix m(rng, GPT2_TYPE_Q8_0, rows, cols);
+                Matrix m(rng, type, rows, cols);
                 std::vector<uint8_t> lanes(gpt2__lanes_bytes(m.w) + 64);
                 gpt2__weight with_lanes = m.w;
                 with_lanes.lanes = lanes.data() + (64 - (uintptr_t)lanes.data() % 64) % 64;
                 k->pack_lanes((uint8_t*)with_lanes.lanes, m.w);
                 std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
                 for (int T : {1, 2, 5, 8, 70}) {
-                    CAPTURE(std::string(k->name)); CAPTURE(cols); CAPTURE(rows); CAPTURE(T);
+                    CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(rows); CAPTURE(T);
                     std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                    x[3] = 40.0f; // a block whose scale is set by one large value
                     std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
                     k->quantize_q8_packed(packed.data(), x.data(), T, cols);
                     std::vector<int8_t> xq((size_t)(T * cols));

@@ -294,25 +294,37 @@ struct gpt2__prefill_avx512 {
    starts from -128 times the sum of its values (gpt2__quantize_q8_packed_avx512). Every output
    is its own lane and its own sum over the blocks in order, so no result depends on the panel
    or tile it falls in, nor on how many tokens the tile has.
-   A panel: 32 rows, two groups of 16 (a vector's lanes each); per block, the first group's 8
-   vectors of words, the second's, then the 16 f16 scales of each: 1,088 bytes, 17 cache lines,
-   the same bytes as the rows' q8_0 blocks, and one stream through memory. A q8_0 matrix's lanes
-   (gpt2__pack_lanes_avx512) are its panels in order, the last one's missing rows repeating its
-   last row. */
+   A panel: 32 rows, two groups of 16 (a vector's lanes each); per block, the two groups' 8
+   vectors of words, interleaved line by line, then the 16 f16 scales of each: 1,088 bytes, 17
+   cache lines, the same bytes as the rows' q8_0 blocks, and one stream through memory. A matrix's
+   lanes (gpt2__pack_lanes_avx512) are its panels in order, the last one's missing rows repeating
+   its last row. A q4_0 matrix's lanes keep its nibbles: 4 vectors a group, vector k's bytes
+   holding word k in their low nibbles and word k + 4 in their high ones (a q4_0 block's bytes
+   4k..4k+3 as they are), as unsigned values 0-15 whose block sums start from -8 times the sum of
+   x: 576 bytes a block, again the rows' own bytes. (A q4_0 product's per-product panel is packed
+   as q8_0's, each value as nibble + 120.) */
 static const int gpt2__q8_tile_tokens = 6;
 /* How far ahead in its lanes a product prefetches, by its number of tokens (Zen 5, from DRAM):
-   a lone token streams fastest 4 KB ahead, non-temporally (124M q8_0 decode, 1 thread: 94% of
-   the read bandwidth, where 4 KB into L2 gave 85% and 16 KB 80%); more tokens spend longer on
-   each panel and want 16 KB into L2, where their next tiles find it (50257 x 768 at 8 tokens:
-   1.49 ms at 4 KB, 1.27 at 16 KB). */
+   a lone token streams fastest 4 KB ahead, non-temporally (124M q8_0 decode, medians of 9:
+   87.9% of the read bandwidth at 1 thread, where 4 KB into L2 gave 86% and 16 KB 80%); more
+   tokens spend longer on each panel and want 16 KB into L2, where their next tiles find it
+   (50257 x 768 at 8 tokens: 1.49 ms at 4 KB, 1.27 at 16 KB). */
 static inline size_t gpt2__lanes_prefetch_bytes(int T) { return T <= 2 ? 4096 : 16384; }
-static const size_t gpt2__q8_words_bytes = 8 * 64, gpt2__q8_scales_bytes = 2 * gpt2__q8_lane_rows; /* a group's block: 8 vectors of 4-byte words; 16 f16 scales */
-static const size_t gpt2__q8_panel_block_bytes = 2 * (gpt2__q8_words_bytes + gpt2__q8_scales_bytes);
-static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__q8_panel_block_bytes == gpt2__q8_panel_rows * gpt2__q8_panel_row_block_bytes,
-              "a panel is two groups of 16 rows, 32 bytes and an f16 scale per row and block");
-/* Where group j (0 or 1) of the panel at p keeps its words and its scales. */
+static const size_t gpt2__q8_scales_bytes = 2 * gpt2__q8_lane_rows; /* a group's 16 f16 scales */
+/* Vectors of a group's block, and bytes of a panel's block, in the layout of TYPE. */
+template <uint32_t TYPE>
+static constexpr size_t gpt2__lane_vectors = TYPE == GPT2_TYPE_Q4_0 ? 4 : 8;
+template <uint32_t TYPE>
+static constexpr size_t gpt2__panel_block_bytes = 2 * (64 * gpt2__lane_vectors<TYPE> + gpt2__q8_scales_bytes);
+static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__panel_block_bytes<GPT2_TYPE_Q8_0> == gpt2__q8_panel_rows * (size_t)gpt2__q8_block_bytes &&
+                  gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> == gpt2__q8_panel_rows * (size_t)gpt2__q4_block_bytes,
+              "a panel is two groups of 16 rows, the rows' own bytes");
+/* Where group j (0 or 1) of the panel at p keeps its vectors (128 bytes apart) and its scales. */
 static inline const uint8_t* gpt2__q8_group_words(const uint8_t* p, int j) { return p + 64 * j; }
-static inline const uint8_t* gpt2__q8_group_scales(const uint8_t* p, int j) { return p + 2 * gpt2__q8_words_bytes + gpt2__q8_scales_bytes * j; }
+template <uint32_t TYPE>
+static inline const uint8_t* gpt2__q8_group_scales(const uint8_t* p, int j) { return p + 128 * gpt2__lane_vectors<TYPE> + gpt2__q8_scales_bytes * j; }
+/* The lane that holds row i of a group (gpt2__q8_lane_order's order). */
+static inline int gpt2__lane_of_row(int i) { return 4 * (i / 4 == 1 ? 2 : i / 4 == 2 ? 1 : i / 4) + i % 4; }
 
 /* A transpose with in-lane shuffles leaves the rows in lanes 0-3, 8-11, 4-7, 12-15: this turns
    a vector of 16 rows in order into that order, and back. */
@@ -340,8 +352,9 @@ template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__pack_q8_group_avx512(uint8_t* p, int j, const uint8_t* const* row, int64_t nb, size_t ahead) {
     const __m512i to_unsigned = _mm512_set1_epi8((char)0x80);
     uint8_t* dst = (uint8_t*)gpt2__q8_group_words(p, j);
-    uint8_t* scales = (uint8_t*)gpt2__q8_group_scales(p, j);
-    for (int64_t b = 0; b < nb; b++, dst += gpt2__q8_panel_block_bytes, scales += gpt2__q8_panel_block_bytes) {
+    uint8_t* scales = (uint8_t*)gpt2__q8_group_scales<GPT2_TYPE_Q8_0>(p, j);
+    const size_t block_bytes = gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>;
+    for (int64_t b = 0; b < nb; b++, dst += block_bytes, scales += block_bytes) {
         const size_t at = (size_t)b * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
         if (ahead)
             for (int i = 0; i < gpt2__q8_lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
@@ -392,15 +405,17 @@ GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) 
 }
 
 /* Tokens t0.. t0 + N - 1: V groups of a panel from group j (lane 0 of the first is row
-   first_row) times N packed activation rows; the outputs of rows [lo, hi) stored as
-   gpt2__store_out does. `lines` cache lines from `prefetch` on are prefetched, spread over the
-   blocks. */
-template <int V, int N>
+   first_row) times N packed activation rows, the panel in the layout of LAYOUT (q8_0's, or q4_0
+   lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does. `lines` cache lines from
+   `prefetch` on are prefetched, spread over the blocks. */
+template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                               const char* prefetch, size_t lines) {
+    constexpr bool nibbles = LAYOUT == GPT2_TYPE_Q4_0;
+    constexpr size_t block_bytes = gpt2__panel_block_bytes<LAYOUT>;
     const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
     const size_t ldx = gpt2__q8_packed_row_bytes(K);
-    const uint8_t *w = gpt2__q8_group_words(p, j), *scales = gpt2__q8_group_scales(p, j);
+    const uint8_t *w = gpt2__q8_group_words(p, j), *scales = gpt2__q8_group_scales<LAYOUT>(p, j);
     const int8_t* xq[N];
     const float* xs[N];
     const int32_t* start[N];
@@ -421,19 +436,30 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
             if constexpr (N <= 2) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* read once: kept out of L2 and L3 */
             else _mm_prefetch(prefetch + 64 * l, _MM_HINT_T1);                  /* the next tiles read it again */
         }
-        const uint8_t* wb = w + (size_t)b * gpt2__q8_panel_block_bytes;
+        const uint8_t* wb = w + (size_t)b * block_bytes;
         __m512i d[V][N];
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
-            const __m512i s = _mm512_set1_epi32(start[t][b]);
+            const __m512i s = _mm512_set1_epi32(nibbles ? start[t][b] / 16 : start[t][b]); /* -8 or -128 times the sum of x: exact */
             GPT2__UNROLL
             for (int v = 0; v < V; v++) d[v][t] = s;
         }
+        __m512i packed[V];
         GPT2__UNROLL
-        for (int s = 0; s < 8; s++) {
+        for (int i = 0; i < 8; i++) {
+            const int s = nibbles ? (i % 2 ? i / 2 + 4 : i / 2) : i; /* nibbles: words 0, 4, 1, 5, ..., two from each vector */
             __m512i wv[V];
             GPT2__UNROLL
-            for (int v = 0; v < V; v++) wv[v] = gpt2__load_streamed_avx512<N <= 2>(wb + 64 * v + 128 * s);
+            for (int v = 0; v < V; v++) {
+                if constexpr (!nibbles) {
+                    wv[v] = gpt2__load_streamed_avx512<N <= 2>(wb + 64 * v + 128 * s);
+                } else if (i % 2 == 0) {
+                    packed[v] = gpt2__load_streamed_avx512<N <= 2>(wb + 64 * v + 128 * s);
+                    wv[v] = _mm512_and_si512(packed[v], _mm512_set1_epi8(15));
+                } else {
+                    wv[v] = _mm512_and_si512(_mm512_srli_epi16(packed[v], 4), _mm512_set1_epi8(15));
+                }
+            }
             GPT2__UNROLL
             for (int t = 0; t < N; t++) {
                 int32_t word;
@@ -445,7 +471,7 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
         }
         __m512 w_scale[V];
         GPT2__UNROLL
-        for (int v = 0; v < V; v++) w_scale[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(scales + (size_t)b * gpt2__q8_panel_block_bytes + v * gpt2__q8_scales_bytes)));
+        for (int v = 0; v < V; v++) w_scale[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(scales + (size_t)b * block_bytes + v * gpt2__q8_scales_bytes)));
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x_scale = _mm512_set1_ps(xs[t][b]);
@@ -469,17 +495,17 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     }
 }
 
-template <int V>
+template <uint32_t LAYOUT, int V>
 GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                      const char* prefetch, size_t lines) {
     static_assert(gpt2__q8_tile_tokens == 6, "a case per tile width");
     switch (n) {
-    case 1: gpt2__tile_q8_avx512<V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 2: gpt2__tile_q8_avx512<V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 3: gpt2__tile_q8_avx512<V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 4: gpt2__tile_q8_avx512<V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 5: gpt2__tile_q8_avx512<V, 5>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    default: gpt2__tile_q8_avx512<V, 6>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 1: gpt2__tile_q8_avx512<LAYOUT, V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 2: gpt2__tile_q8_avx512<LAYOUT, V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 3: gpt2__tile_q8_avx512<LAYOUT, V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 4: gpt2__tile_q8_avx512<LAYOUT, V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 5: gpt2__tile_q8_avx512<LAYOUT, V, 5>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    default: gpt2__tile_q8_avx512<LAYOUT, V, 6>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
     }
 }
 
@@ -487,13 +513,30 @@ GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_a
    tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does; 3072 x
    768, one thread, 8 tokens 129 -> 114 us). The first tile prefetches `lines` cache lines from
    `prefetch` on along its blocks. */
-template <int V>
+template <uint32_t LAYOUT, int V>
 GPT2__AVX512 static void gpt2__tiles_q8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
     const int tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
     for (int i = 0, t = 0; i < tiles; i++) {
         const int n = a.T / tiles + (i < a.T % tiles);
-        gpt2__tile_q8_tokens_avx512<V>(n, a, p, j, first_row, lo, hi, t, prefetch, i == 0 ? lines : 0);
+        gpt2__tile_q8_tokens_avx512<LAYOUT, V>(n, a, p, j, first_row, lo, hi, t, prefetch, i == 0 ? lines : 0);
         t += n;
+    }
+}
+
+/* W (q8_0 or q4_0, TYPE) times a.xq_packed on W's lanes, in place, two groups at a time; a range
+   may begin or end half-way through a panel: that group alone. */
+template <uint32_t TYPE>
+GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    const size_t panel_bytes = (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
+    for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
+        const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
+        const int j = (int)(first / gpt2__q8_lane_rows % 2);
+        const bool both = j == 0 && first + gpt2__q8_lane_rows < o_end;
+        const char* next = (const char*)p + gpt2__lanes_prefetch_bytes(a.T);
+        const size_t next_lines = first + gpt2__q8_panel_rows < o_end ? panel_bytes / 64 : 0;
+        if (both) gpt2__tiles_q8_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
+        else gpt2__tiles_q8_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
+        first += gpt2__q8_lane_rows * (both ? 2 : 1);
     }
 }
 
@@ -503,20 +546,8 @@ GPT2__AVX512 static void gpt2__tiles_q8_avx512(const gpt2__matmul_args& a, const
    16 rows or fewer takes one group; lanes past the last row repeat it and are not stored. */
 GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
+    if (W->lanes) return W->type == GPT2_TYPE_Q4_0 ? gpt2__matmul_lanes_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end) : gpt2__matmul_lanes_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
     const int64_t nb = W->cols / gpt2__q8_block_values;
-    const size_t panel_bytes = (size_t)nb * gpt2__q8_panel_block_bytes;
-    if (W->lanes) { /* a range may begin or end half-way through a panel: that group alone */
-        for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
-            const uint8_t* p = W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
-            const int j = (int)(first / gpt2__q8_lane_rows % 2);
-            const char* next = (const char*)p + gpt2__lanes_prefetch_bytes(a.T);
-            const size_t next_lines = first + gpt2__q8_panel_rows < o_end ? panel_bytes / 64 : 0;
-            if (j == 0 && first + gpt2__q8_lane_rows < o_end) gpt2__tiles_q8_avx512<2>(a, p, 0, first, o_begin, o_end, next, next_lines);
-            else gpt2__tiles_q8_avx512<1>(a, p, j, first, o_begin, o_end, next, next_lines);
-            first += gpt2__q8_lane_rows * (j == 0 && first + gpt2__q8_lane_rows < o_end ? 2 : 1);
-        }
-        return;
-    }
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__q8_panel_rows) {
         const int rows = (int)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o), V = rows > gpt2__q8_lane_rows ? 2 : 1;
@@ -532,19 +563,35 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
            8 tokens 93 -> 136 GMAC/s) and spread over the tiles, which touch no weight memory. */
         const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o - rows) * W->row_bytes / 64;
-        if (V == 2) gpt2__tiles_q8_avx512<2>(a, w, 0, o, o, o + rows, next, next_lines);
-        else gpt2__tiles_q8_avx512<1>(a, w, 0, o, o, o + rows, next, next_lines);
+        if (V == 2) gpt2__tiles_q8_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
+        else gpt2__tiles_q8_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
     }
 }
 
-/* A q8_0 matrix's lanes (contract.h): its panels in order, packed as a product's are. */
+/* A q8_0 or q4_0 matrix's lanes (contract.h): its panels in order, q8_0's packed as a product's
+   are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are. */
 GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
     const int64_t nb = W.cols / gpt2__q8_block_values;
-    for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows, dst += (size_t)nb * gpt2__q8_panel_block_bytes)
+    const bool q4 = W.type == GPT2_TYPE_Q4_0;
+    const size_t block_bytes = q4 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>;
+    for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows, dst += (size_t)nb * block_bytes)
         for (int j = 0; j < 2; j++) {
             const uint8_t* row[gpt2__q8_lane_rows];
             for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W.data + (size_t)std::min<int64_t>(first + gpt2__q8_lane_rows * j + i, W.rows - 1) * W.row_bytes;
-            gpt2__pack_q8_group_avx512<GPT2_TYPE_Q8_0>(dst, j, row, nb, 0);
+            if (!q4) {
+                gpt2__pack_q8_group_avx512<GPT2_TYPE_Q8_0>(dst, j, row, nb, 0);
+                continue;
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t* words = dst + (size_t)b * block_bytes + 64 * j;
+                uint8_t* scales = (uint8_t*)gpt2__q8_group_scales<GPT2_TYPE_Q4_0>(dst + (size_t)b * block_bytes, j);
+                for (int i = 0; i < gpt2__q8_lane_rows; i++) {
+                    const uint8_t* block = row[i] + (size_t)b * gpt2__q4_block_bytes;
+                    const int lane = gpt2__lane_of_row(i);
+                    for (int k = 0; k < 4; k++) std::memcpy(words + 128 * k + 4 * lane, gpt2__q4_nibbles(block) + 4 * k, 4);
+                    std::memcpy(scales + 2 * lane, block, 2);
+                }
+            }
         }
 }
 

@@ -72,8 +72,8 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 static const int gpt2__q8_panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
-/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0 matrix into
-   its panels' layout once, when the model loads (the CPU backend keeps the copy:
+/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0 or q4_0
+   matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
    the lanes in place: no packing per product, and the same bytes per weight as the file
    (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows). Lanes are made only by the
@@ -81,7 +81,8 @@ static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a 
 static const int gpt2__q8_lane_rows = 16;
 static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
     const int64_t panels = (W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows;
-    return (size_t)panels * gpt2__q8_panel_rows * (size_t)(W.cols / gpt2__q8_block_values) * gpt2__q8_panel_row_block_bytes;
+    const size_t block_bytes = W.type == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes;
+    return (size_t)panels * gpt2__q8_panel_rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
 }
 /* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
 static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)cols + (size_t)cols / gpt2__q8_block_values * 8; }
@@ -198,7 +199,7 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
-    /* NULL, or q8_0 W packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
+    /* NULL, or q8_0 or q4_0 W packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
 };
 
