@@ -1649,8 +1649,9 @@ static gpt2_result gpt2__gguf_parse(const uint8_t* data, size_t size, gpt2__gguf
             uint32_t alignment;
             if (kv.type != GPT2__GGUF_UINT32) return gpt2__gguf_wrong_type(&kv, "uint32", err);
             std::memcpy(&alignment, kv.value, 4);
-            if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 65536)
-                return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "general.alignment is %u, expected a power of two up to 65536", alignment);
+            /* at least 4: float tensors are read in place, and an offset that is a multiple of 1 or 2 could misalign them */
+            if (alignment < 4 || (alignment & (alignment - 1)) != 0 || alignment > 65536)
+                return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "general.alignment is %u, expected a power of two from 4 to 65536", alignment);
             out->alignment = alignment;
         }
         out->kvs.push_back(kv);
