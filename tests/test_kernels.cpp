@@ -202,43 +202,44 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
         if (!k->pack_lanes) continue;
-        for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0})
-        for (int64_t cols : {32, 800}) {
-            for (int64_t rows : {37, 16, 5}) { // groups of 16 with 5 rows left; exactly one group; a group of 5
-                Matrix m(rng, type, rows, cols);
-                std::vector<uint8_t> lanes(gpt2__lanes_bytes(m.w) + 64);
-                gpt2__weight with_lanes = m.w;
-                with_lanes.lanes = lanes.data() + (64 - (uintptr_t)lanes.data() % 64) % 64;
-                k->pack_lanes((uint8_t*)with_lanes.lanes, m.w);
-                std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
-                for (int T : {1, 2, 5, 8, 70}) {
-                    CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(rows); CAPTURE(T);
-                    std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
-                    x[3] = 40.0f; // a block whose scale is set by one large value
-                    std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
-                    k->quantize_q8_packed(packed.data(), x.data(), T, cols);
-                    std::vector<int8_t> xq((size_t)(T * cols));
-                    std::vector<float> xs((size_t)(T * cols) / 32);
-                    gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
-                    std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
-                    std::vector<float> panels = start, in_lanes = start, split = start, want = start, panel(gpt2__panel_floats(cols));
-                    gpt2__matmul_args p{panels.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, true, true, packed.data()};
-                    k->matmul(p, 0, rows, panel.data());
-                    p.W = &with_lanes;
-                    p.y = in_lanes.data();
-                    k->matmul(p, 0, rows, panel.data());
-                    CHECK(in_lanes == panels);
-                    p.y = split.data(); // ranges that start and end inside a group of 16
-                    for (int64_t from = 0; from < rows; from += 13) k->matmul(p, from, std::min(rows, from + 13), panel.data());
-                    CHECK(split == panels);
-                    if (T == 1) { // a lone token: as the scalar set's row against the same quantized activations
-                        gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, true};
-                        gpt2__matmul_scalar(a, 0, rows, panel.data());
-                        float worst = 0;
-                        for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - in_lanes[i]) / (1.0f + (float)cols * 0.05f));
-                        CHECK(worst < 1e-5f);
+        for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0}) {
+            for (int64_t cols : {32, 800}) {
+                for (int64_t rows : {37, 16, 5}) { // groups of 16 with 5 rows left; exactly one group; a group of 5
+                    Matrix m(rng, type, rows, cols);
+                    std::vector<uint8_t> lanes(gpt2__lanes_bytes(m.w) + 64);
+                    gpt2__weight with_lanes = m.w;
+                    with_lanes.lanes = lanes.data() + (64 - (uintptr_t)lanes.data() % 64) % 64;
+                    k->pack_lanes((uint8_t*)with_lanes.lanes, m.w);
+                    std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
+                    for (int T : {1, 2, 5, 8, 70}) {
+                        CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(rows); CAPTURE(T);
+                        std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                        x[3] = 40.0f; // a block whose scale is set by one large value
+                        std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
+                        k->quantize_q8_packed(packed.data(), x.data(), T, cols);
+                        std::vector<int8_t> xq((size_t)(T * cols));
+                        std::vector<float> xs((size_t)(T * cols) / 32);
+                        gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
+                        std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
+                        std::vector<float> panels = start, in_lanes = start, split = start, want = start, panel(gpt2__panel_floats(cols));
+                        gpt2__matmul_args p{panels.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, true, true, packed.data()};
+                        k->matmul(p, 0, rows, panel.data());
+                        p.W = &with_lanes;
+                        p.y = in_lanes.data();
+                        k->matmul(p, 0, rows, panel.data());
+                        CHECK(in_lanes == panels);
+                        p.y = split.data(); // ranges that start and end inside a group of 16
+                        for (int64_t from = 0; from < rows; from += 13) k->matmul(p, from, std::min(rows, from + 13), panel.data());
+                        CHECK(split == panels);
+                        if (T == 1) { // a lone token: as the scalar set's row against the same quantized activations
+                            gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, true};
+                            gpt2__matmul_scalar(a, 0, rows, panel.data());
+                            float worst = 0;
+                            for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - in_lanes[i]) / (1.0f + (float)cols * 0.05f));
+                            CHECK(worst < 1e-5f);
+                        }
+                        tested++;
                     }
-                    tested++;
                 }
             }
         }
