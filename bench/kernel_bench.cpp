@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::string mode = argc > 6 ? argv[6] : "";
-    const bool lanes = gpt2__int8_weights(type) && k->pack_lanes && mode.empty();
+    const bool lanes = gpt2__lanes_type(type) && k->pack_lanes && mode.empty();
     const bool int8_panels = gpt2__int8_weights(type) && (T >= 2 || lanes) && k->quantize_q8_packed && mode != "float";
     // On huge pages where the OS grants them, as a model's weights and lanes are (gpt2-bench).
     struct Buffer {

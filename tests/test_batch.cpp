@@ -244,15 +244,15 @@ TEST_CASE("an aborted batch leaves every session as it was") {
     gpt2_session_free(runner);
 }
 
-TEST_CASE("where the kernels have lanes, q8_0 and q4_0 models' matrices carry them, and 8 single-token sessions in one pass give their lone logits bit for bit") {
+TEST_CASE("where the kernels have lanes, q8_0, q4_0 and f16 models' matrices carry them, and 8 single-token sessions in one pass give their lone logits bit for bit") {
     if (!gpt2__cpu_kernels().pack_lanes) {
         MESSAGE("this CPU's kernels (" << gpt2__cpu_kernels().name << ") have no lanes: skipped");
         return;
     }
-    Loaded f16(random_model(GPT2_TYPE_F16)); // other types are read in place
-    REQUIRE_MESSAGE(f16.model, f16.err.message);
-    CHECK(f16.model->layers[0].c_fc.lanes == nullptr);
-    for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0}) {
+    Loaded f32(random_model(GPT2_TYPE_F32)); // other types are read in place
+    REQUIRE_MESSAGE(f32.model, f32.err.message);
+    CHECK(f32.model->layers[0].c_fc.lanes == nullptr);
+    for (uint32_t type : {GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0, GPT2_TYPE_F16}) {
         CAPTURE(std::string(gpt2__type_name(type)));
         Loaded m(random_model(type));
         REQUIRE_MESSAGE(m.model, m.err.message);
@@ -271,7 +271,7 @@ TEST_CASE("where the kernels have lanes, q8_0 and q4_0 models' matrices carry th
             alone.push_back(owned.back()->session);
         }
         float largest_logit = 0;
-        CHECK(compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit) == 0.0f); // 8 rows would multiply panels in another order without lanes
+        CHECK(compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit) == 0.0f); // 8 rows would multiply panels, in another order, without lanes
         CHECK(largest_logit > 0.0f);
     }
 }

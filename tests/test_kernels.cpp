@@ -247,6 +247,49 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
     MESSAGE(tested << " products on lanes checked");
 }
 
+TEST_CASE("f16 lanes packed once give the scalar rows' results, and each token the same bits whatever tokens and row range it comes with") {
+    std::mt19937 rng(24680);
+    int tested = 0;
+    for (const gpt2__kernels* k : simd_kernels()) {
+        if (!k->pack_lanes) continue;
+        for (int64_t cols : {1, 2, 77, 800}) { // an odd column count ends on an unpaired column
+            for (int64_t rows : {37, 16, 5}) {
+                Matrix m(rng, GPT2_TYPE_F16, rows, cols);
+                std::vector<uint8_t> lanes(gpt2__lanes_bytes(m.w) + 64);
+                gpt2__weight with_lanes = m.w;
+                with_lanes.lanes = lanes.data() + (64 - (uintptr_t)lanes.data() % 64) % 64;
+                k->pack_lanes((uint8_t*)with_lanes.lanes, m.w);
+                std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
+                const int T = 70;
+                const std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                for (bool accumulate : {false, true}) {
+                    CAPTURE(std::string(k->name)); CAPTURE(cols); CAPTURE(rows); CAPTURE(accumulate);
+                    const std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
+                    std::vector<float> want = start, all = start, panel(gpt2__panel_floats(cols));
+                    gpt2__matmul_args a{want.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate};
+                    gpt2__matmul_scalar(a, 0, rows, panel.data());
+                    a.W = &with_lanes;
+                    a.y = all.data();
+                    k->matmul(a, 0, rows, panel.data());
+                    float worst = 0;
+                    for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - all[i]) / (1.0f + (float)cols * 0.05f));
+                    CHECK(worst < 1e-5f);
+                    for (int n : {1, 2, 5, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
+                        std::vector<float> few(start.begin(), start.begin() + n * rows);
+                        a.y = few.data();
+                        a.T = n;
+                        for (int64_t from = 0; from < rows; from += 13) k->matmul(a, from, std::min(rows, from + 13), panel.data());
+                        CHECK(std::equal(few.begin(), few.end(), all.begin()));
+                        tested++;
+                    }
+                    a.T = T;
+                }
+            }
+        }
+    }
+    MESSAGE(tested << " f16 products on lanes checked");
+}
+
 TEST_CASE("streamed q8_0 and q4_0 decode rows of a batch give each row's lone result bit for bit, however many rows") {
     std::mt19937 rng(2468);
     for (const gpt2__kernels* k : simd_kernels()) {

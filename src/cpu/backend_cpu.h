@@ -94,25 +94,25 @@ static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void
 }
 
 /* The CPU reads the file's weights in place, except where its kernels have lanes (contract.h):
-   there every q8_0 and q4_0 matrix is packed into them once, in one buffer (model->device_weights), and
+   there every q8_0, q4_0 and f16 matrix is packed into them once, in one buffer (model->device_weights), and
    the matrices' pages of a mapped file are handed back to the OS (read again only if a session
    runs another kernel set), so the process keeps one copy of those weights, not two. */
 static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
     const gpt2__kernels& kernels = gpt2__cpu_kernels();
     if (!kernels.pack_lanes) return GPT2_OK;
-    gpt2__vector<gpt2__weight*> int8;
+    gpt2__vector<gpt2__weight*> packed;
     for (gpt2__layer& L : m->layers)
         for (gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj})
-            if (gpt2__int8_weights(W->type)) int8.push_back(W);
-    if (gpt2__int8_weights(m->lm_head.type)) int8.push_back(&m->lm_head);
+            if (gpt2__lanes_type(W->type)) packed.push_back(W);
+    if (gpt2__lanes_type(m->lm_head.type)) packed.push_back(&m->lm_head);
     size_t total = 0;
-    for (const gpt2__weight* W : int8) total += gpt2__lanes_bytes(*W);
+    for (const gpt2__weight* W : packed) total += gpt2__lanes_bytes(*W);
     if (total == 0) return GPT2_OK;
     uint8_t* lanes = (uint8_t*)gpt2__malloc_aligned(total);
-    if (!lanes) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the q8_0 and q4_0 matrices packed for this CPU", total);
+    if (!lanes) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the matrices packed for this CPU", total);
     gpt2__advise_huge_pages(lanes, total);
     m->device_weights = lanes;
-    for (gpt2__weight* W : int8) {
+    for (gpt2__weight* W : packed) {
         kernels.pack_lanes(lanes, *W);
         W->lanes = lanes;
         lanes += gpt2__lanes_bytes(*W);

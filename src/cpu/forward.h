@@ -84,8 +84,10 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
     if (gpt2__uses_lanes(kernels, W)) {
-        kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
-        a.xq_packed = s->xq_packed;
+        if (gpt2__int8_weights(W.type)) { /* f16 lanes take x as it is */
+            kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
+            a.xq_packed = s->xq_packed;
+        }
     } else if (gpt2__int8_activations(T, W.type)) {
         kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
         a.xq = s->xq;

@@ -495,47 +495,129 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     }
 }
 
-template <uint32_t LAYOUT, int V>
-GPT2__AVX512 static void gpt2__tile_q8_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                     const char* prefetch, size_t lines) {
-    static_assert(gpt2__q8_tile_tokens == 6, "a case per tile width");
-    switch (n) {
-    case 1: gpt2__tile_q8_avx512<LAYOUT, V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 2: gpt2__tile_q8_avx512<LAYOUT, V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 3: gpt2__tile_q8_avx512<LAYOUT, V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 4: gpt2__tile_q8_avx512<LAYOUT, V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 5: gpt2__tile_q8_avx512<LAYOUT, V, 5>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    default: gpt2__tile_q8_avx512<LAYOUT, V, 6>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+/* f16 lanes: a f16 matrix's panels of 32 rows, column by column: per column a cache line of
+   the 32 rows' values there (group 0's 16, then group 1's), the last panel's missing rows
+   repeating its last row: 64 bytes a column, the rows' own bytes. A tile widens a group's 16
+   values of a column at once and multiplies them with each token's value there, broadcast, so
+   each output is its own lane: summed over the even and the odd columns apart (two chains, which
+   a lone token needs to keep up with memory) and then together, the same for every tile width
+   and row range. */
+static const size_t gpt2__f16_column_bytes = 2 * gpt2__q8_panel_rows;
+
+template <int V, int N>
+GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                               const char* prefetch, size_t lines) {
+    const int64_t K = a.W->cols;
+    const uint8_t* w = p + 32 * j;
+    const float* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    __m512 even[V][N], odd[V][N];
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++)
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) even[v][t] = odd[v][t] = _mm512_setzero_ps();
+    const int64_t pairs = K / 2;
+    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    for (int64_t i = 0; i < pairs; i++) {
+        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
+            if constexpr (N <= 2) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* as the int8 tiles */
+            else _mm_prefetch(prefetch + 64 * l, _MM_HINT_T1);
+        }
+        const uint8_t* column = w + gpt2__f16_column_bytes * 2 * (size_t)i;
+        __m512 w0[V], w1[V];
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) {
+            w0[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(column + 32 * v)));
+            w1[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(column + gpt2__f16_column_bytes + 32 * v)));
+        }
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]), x1 = _mm512_set1_ps(x[t][2 * i + 1]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) {
+                even[v][t] = _mm512_fmadd_ps(w0[v], x0, even[v][t]);
+                odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+            }
+        }
+    }
+    if (K % 2) { /* the last column, to the even sums */
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) {
+            const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + gpt2__f16_column_bytes * (size_t)(K - 1) + 32 * v)));
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), even[v][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) {
+        const int64_t r = first_row + gpt2__q8_lane_rows * v;
+        const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__q8_lane_rows);
+        if (from >= to) continue;
+        const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
+        const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            float* y = a.y + (size_t)(t0 + t) * a.W->rows + r;
+            const __m512 out = _mm512_add_ps(bias, _mm512_add_ps(even[v][t], odd[v][t]));
+            _mm512_mask_storeu_ps(y, m, a.accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), out) : out);
+        }
     }
 }
 
-/* All of a.T's tokens through V groups (as gpt2__tile_q8_avx512), shared evenly among the
-   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does; 3072 x
-   768, one thread, 8 tokens 129 -> 114 us). The first tile prefetches `lines` cache lines from
-   `prefetch` on along its blocks. */
+/* A tile of N tokens in the layout of LAYOUT: f16 lanes, or an int8 panel (q8_0's, or q4_0 lanes'). */
+template <uint32_t LAYOUT, int V, int N>
+GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                 const char* prefetch, size_t lines) {
+    if constexpr (LAYOUT == GPT2_TYPE_F16) gpt2__tile_f16_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    else gpt2__tile_q8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+}
+
 template <uint32_t LAYOUT, int V>
-GPT2__AVX512 static void gpt2__tiles_q8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
+GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                  const char* prefetch, size_t lines) {
+    static_assert(gpt2__q8_tile_tokens == 6, "a case per tile width");
+    switch (n) {
+    case 1: gpt2__tile_lanes_avx512<LAYOUT, V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 2: gpt2__tile_lanes_avx512<LAYOUT, V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 3: gpt2__tile_lanes_avx512<LAYOUT, V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 4: gpt2__tile_lanes_avx512<LAYOUT, V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 5: gpt2__tile_lanes_avx512<LAYOUT, V, 5>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    default: gpt2__tile_lanes_avx512<LAYOUT, V, 6>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    }
+}
+
+/* All of a.T's tokens through V groups (as gpt2__tile_lanes_avx512), shared evenly among the
+   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does; 3072 x
+   768, one thread, 8 tokens 129 -> 114 us). The tiles share the prefetch of `lines` cache lines
+   from `prefetch` on, spread along their blocks. */
+template <uint32_t LAYOUT, int V>
+GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
     const int tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
     for (int i = 0, t = 0; i < tiles; i++) {
         const int n = a.T / tiles + (i < a.T % tiles);
-        gpt2__tile_q8_tokens_avx512<LAYOUT, V>(n, a, p, j, first_row, lo, hi, t, prefetch, i == 0 ? lines : 0);
+        const size_t from = lines * i / tiles, to = lines * (i + 1) / tiles;
+        gpt2__tile_tokens_avx512<LAYOUT, V>(n, a, p, j, first_row, lo, hi, t, prefetch + 64 * from, to - from);
         t += n;
     }
 }
 
-/* W (q8_0 or q4_0, TYPE) times a.xq_packed on W's lanes, in place, two groups at a time; a range
-   may begin or end half-way through a panel: that group alone. */
+/* W (q8_0, q4_0 or f16: TYPE) on its lanes, in place, two groups at a time, times a.xq_packed
+   (int8) or a.x (f16); a range may begin or end half-way through a panel: that group alone. A
+   lone token or two prefetch gpt2__lanes_prefetch_bytes ahead; more tokens spend long enough on
+   a panel to fetch the whole next one into L2 meanwhile (24576 x 3072 q8_0 from DRAM, one
+   thread, 8 tokens: 2.86 -> 2.32 ms; 32 tokens: 6.87 -> 6.12 ms). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const size_t panel_bytes = (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
+    const size_t panel_bytes = TYPE == GPT2_TYPE_F16 ? gpt2__f16_column_bytes * (size_t)a.W->cols
+                                                     : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
     for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__q8_lane_rows % 2);
         const bool both = j == 0 && first + gpt2__q8_lane_rows < o_end;
-        const char* next = (const char*)p + gpt2__lanes_prefetch_bytes(a.T);
+        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_prefetch_bytes(a.T) : panel_bytes);
         const size_t next_lines = first + gpt2__q8_panel_rows < o_end ? panel_bytes / 64 : 0;
-        if (both) gpt2__tiles_q8_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
-        else gpt2__tiles_q8_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
+        if (both) gpt2__tiles_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
+        else gpt2__tiles_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
         first += gpt2__q8_lane_rows * (both ? 2 : 1);
     }
 }
@@ -563,14 +645,25 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
            8 tokens 93 -> 136 GMAC/s) and spread over the tiles, which touch no weight memory. */
         const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o - rows) * W->row_bytes / 64;
-        if (V == 2) gpt2__tiles_q8_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
-        else gpt2__tiles_q8_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
+        if (V == 2) gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
+        else gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
     }
 }
 
-/* A q8_0 or q4_0 matrix's lanes (contract.h): its panels in order, q8_0's packed as a product's
-   are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are. */
+/* A q8_0, q4_0 or f16 matrix's lanes (contract.h): its panels in order, q8_0's packed as a
+   product's are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are, f16's
+   values column by column. */
 GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
+    if (W.type == GPT2_TYPE_F16) {
+        uint16_t* out = (uint16_t*)dst;
+        for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows) {
+            const uint16_t* row[gpt2__q8_panel_rows];
+            for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
+            for (int64_t k = 0; k < W.cols; k++)
+                for (int i = 0; i < gpt2__q8_panel_rows; i++) *out++ = row[i][k];
+        }
+        return;
+    }
     const int64_t nb = W.cols / gpt2__q8_block_values;
     const bool q4 = W.type == GPT2_TYPE_Q4_0;
     const size_t block_bytes = q4 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>;
@@ -600,6 +693,7 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
    kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
    q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.W->lanes && a.W->type == GPT2_TYPE_F16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
     if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);

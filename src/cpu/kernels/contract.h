@@ -79,10 +79,14 @@ static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a 
    (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
 static const int gpt2__q8_lane_rows = 16;
+/* Whether pack_lanes takes matrices of this type: q8_0, q4_0 and f16 (whose lanes hold its
+   values column by column, multiplied with float activations as they are). */
+static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(type) || type == GPT2_TYPE_F16; }
 static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
-    const int64_t panels = (W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows;
+    const size_t rows = (size_t)(W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows * gpt2__q8_panel_rows;
+    if (W.type == GPT2_TYPE_F16) return rows * (size_t)W.cols * 2;
     const size_t block_bytes = W.type == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes;
-    return (size_t)panels * gpt2__q8_panel_rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
+    return rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
 }
 /* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
 static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)cols + (size_t)cols / gpt2__q8_block_values * 8; }
@@ -199,7 +203,7 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
-    /* NULL, or q8_0 or q4_0 W packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
+    /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
 };
 
