@@ -224,7 +224,7 @@ typedef struct gpt2_model gpt2_model;
 
 typedef struct gpt2_model_params {
     int no_mmap;           /* 1: read the file into memory; 0 (default): map it (weights are not copied,
-                              but see gpt2_model_load_memory for q8_0 and q4_0) */
+                              but see gpt2_model_load_memory for q8_0, q4_0 and f16) */
     gpt2_device device;    /* where sessions of this model run */
     int cuda_device_index; /* with GPT2_DEVICE_CUDA */
     gpt2_log_fn log;       /* silent when NULL */
@@ -240,9 +240,10 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    (not copied) and must outlive the model; any other buffer is copied once. Decoding streams
    the weights: on Linux a buffer on huge pages (madvise MADV_HUGEPAGE) reads about 25% faster
    than 4 KiB pages; a file mapped by gpt2_model_load_file is nearly as fast.
-   On a CPU with AVX-512 VNNI, q8_0 and q4_0 matrices are packed once, at load, into a copy of the same
-   size laid out for its integer dot products (docs/PERFORMANCE.md, "lanes"): a mapped file's
-   pages of those matrices are handed back to the OS, a buffer's stay as they are. */
+   On a CPU with AVX-512 VNNI, q8_0, q4_0 and f16 matrices are packed once, at load, into a copy
+   of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about 90 ms for
+   a 124M f16 model): a mapped file's pages of those matrices are handed back to the OS, a
+   buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
 GPT2_API void gpt2_model_free(gpt2_model* model);
@@ -2973,11 +2974,12 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 static const int gpt2__q8_panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
-/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0 or q4_0
+/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0 or f16
    matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
-   the lanes in place: no packing per product, and the same bytes per weight as the file
-   (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows). Lanes are made only by the
+   the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16): no packing per
+   product, and the same bytes per weight as the file (gpt2__lanes_bytes: the rows rounded up to
+   gpt2__q8_panel_rows). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
 static const int gpt2__q8_lane_rows = 16;
 /* Whether pack_lanes takes matrices of this type: q8_0, q4_0 and f16 (whose lanes hold its

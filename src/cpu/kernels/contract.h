@@ -72,11 +72,12 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 static const int gpt2__q8_panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
-/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0 or q4_0
+/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0 or f16
    matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
-   the lanes in place: no packing per product, and the same bytes per weight as the file
-   (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows). Lanes are made only by the
+   the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16): no packing per
+   product, and the same bytes per weight as the file (gpt2__lanes_bytes: the rows rounded up to
+   gpt2__q8_panel_rows). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
 static const int gpt2__q8_lane_rows = 16;
 /* Whether pack_lanes takes matrices of this type: q8_0, q4_0 and f16 (whose lanes hold its
