@@ -214,6 +214,28 @@ void check_against_reference(const gpt2_generate_params& p, int n_cases = 40) {
 
 } // namespace
 
+TEST_CASE("the k-th largest logit (top_k's threshold) is nth_element's, with ties and -INFINITY among them") {
+    std::mt19937 rng(4242);
+    int checked = 0;
+    for (int n : {2, 3, 17, 1000, 50257}) {
+        for (int levels : {3, 50, 1 << 20}) { // few distinct values: many ties at the k-th
+            std::uniform_int_distribution<int> level(0, levels - 1);
+            std::vector<float> x((size_t)n);
+            for (float& v : x) v = level(rng) == 0 ? -INFINITY : (float)level(rng) * 0.25f - 3.0f;
+            for (int k : {1, 2, n / 2, 200, n - 1}) {
+                if (k < 1 || k >= n) continue;
+                CAPTURE(n); CAPTURE(levels); CAPTURE(k);
+                std::vector<float> sorted = x, heap((size_t)k);
+                std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+                const float got = gpt2__kth_largest(x.data(), n, k, heap.data());
+                CHECK(std::memcmp(&got, &sorted[(size_t)k - 1], sizeof(float)) == 0);
+                checked++;
+            }
+        }
+    }
+    CHECK(checked == 63);
+}
+
 TEST_CASE("top_p keeps the fewest most likely tokens whose probability reaches top_p, and their ties") {
     for (float top_p : {0.1f, 0.5f, 0.9f, 0.99f}) {
         CAPTURE(top_p);

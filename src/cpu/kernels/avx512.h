@@ -304,12 +304,11 @@ struct gpt2__prefill_avx512 {
    x: 576 bytes a block, again the rows' own bytes. (A q4_0 product's per-product panel is packed
    as q8_0's, each value as nibble + 120.) */
 static const int gpt2__q8_tile_tokens = 6;
-/* How far ahead in its lanes a product prefetches, by its number of tokens (Zen 5, from DRAM):
-   a lone token streams fastest 4 KB ahead, non-temporally (124M q8_0 decode, medians of 9:
-   87.9% of the read bandwidth at 1 thread, where 4 KB into L2 gave 86% and 16 KB 80%); more
-   tokens spend longer on each panel and want 16 KB into L2, where their next tiles find it
-   (50257 x 768 at 8 tokens: 1.49 ms at 4 KB, 1.27 at 16 KB). */
-static inline size_t gpt2__lanes_prefetch_bytes(int T) { return T <= 2 ? 4096 : 16384; }
+/* How far ahead in its lanes a product of one or two tokens prefetches (Zen 5, from DRAM): a
+   lone token streams fastest 4 KB ahead, non-temporally (124M q8_0 decode, medians of 9: 87.9%
+   of the read bandwidth at 1 thread, where 4 KB into L2 gave 86% and 16 KB 80%). More tokens
+   prefetch the next panel (gpt2__matmul_lanes_avx512). */
+static const size_t gpt2__lanes_stream_ahead = 4096;
 static const size_t gpt2__q8_scales_bytes = 2 * gpt2__q8_lane_rows; /* a group's 16 f16 scales */
 /* Vectors of a group's block, and bytes of a panel's block, in the layout of TYPE. */
 template <uint32_t TYPE>
@@ -495,7 +494,7 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     }
 }
 
-/* f16 lanes: a f16 matrix's panels of 32 rows, column by column: per column a cache line of
+/* f16 lanes: an f16 matrix's panels of 32 rows, column by column: per column a cache line of
    the 32 rows' values there (group 0's 16, then group 1's), the last panel's missing rows
    repeating its last row: 64 bytes a column, the rows' own bytes. A tile widens a group's 16
    values of a column at once and multiplies them with each token's value there, broadcast, so
@@ -608,9 +607,10 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
 
 /* W (q8_0, q4_0 or f16: TYPE) on its lanes, in place, two groups at a time, times a.xq_packed
    (int8) or a.x (f16); a range may begin or end half-way through a panel: that group alone. A
-   lone token or two prefetch gpt2__lanes_prefetch_bytes ahead; more tokens spend long enough on
-   a panel to fetch the whole next one into L2 meanwhile (24576 x 3072 q8_0 from DRAM, one
-   thread, 8 tokens: 2.86 -> 2.32 ms; 32 tokens: 6.87 -> 6.12 ms). */
+   lone token or two prefetch gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a
+   panel to fetch the whole next one into L2 meanwhile, where 16 KB ahead fell behind the tiles
+   that re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms;
+   32 tokens: 6.87 -> 6.12 ms). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     const size_t panel_bytes = TYPE == GPT2_TYPE_F16 ? gpt2__f16_column_bytes * (size_t)a.W->cols
@@ -619,7 +619,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__q8_lane_rows % 2);
         const bool both = j == 0 && first + gpt2__q8_lane_rows < o_end;
-        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_prefetch_bytes(a.T) : panel_bytes);
+        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
         const size_t next_lines = first + gpt2__q8_panel_rows < o_end ? panel_bytes / 64 : 0;
         if (both) gpt2__tiles_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
         else gpt2__tiles_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
