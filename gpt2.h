@@ -2230,10 +2230,14 @@ static float gpt2__kth_largest(const float* x, int n, int k, float* heap) {
 /* `scratch` holds n floats. top_k larger than n keeps all (nanoGPT: min(top_k, vocab_size)). */
 static int32_t gpt2__sample(const float* logits, int n, float temperature, int top_k, uint64_t* rng, float* scratch) {
     if (temperature == 0.0f || top_k == 1) return gpt2__argmax(logits, n);
-    float threshold = -INFINITY;
-    if (top_k > 0 && top_k < n) threshold = gpt2__kth_largest(logits, n, top_k, scratch); /* nanoGPT keeps every logit >= the k-th largest */
+    float threshold = -INFINITY, max_logit;
+    if (top_k > 0 && top_k < n) { /* nanoGPT keeps every logit >= the k-th largest */
+        threshold = gpt2__kth_largest(logits, n, top_k, scratch);
+        max_logit = *std::max_element(scratch, scratch + top_k); /* the largest is one of the k */
+    } else {
+        max_logit = logits[gpt2__argmax(logits, n)];
+    }
     const double inv_t = 1.0 / temperature;
-    const float max_logit = logits[gpt2__argmax(logits, n)];
     double total = 0.0;
     for (int i = 0; i < n; i++) {
         scratch[i] = logits[i] >= threshold ? (float)std::exp(((double)logits[i] - max_logit) * inv_t) : 0.0f;
