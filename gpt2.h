@@ -2431,6 +2431,11 @@ struct gpt2__backend {
        model that need not be among them. Polls runner's abort_fn between layers; an aborted pass
        returns GPT2_ERROR_ABORTED with every session's logits unchanged. */
     gpt2_result (*run_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err);
+    /* Optional (NULL: sample for each session in turn): sample, as sample does, for every session
+       of sessions[0..n) (distinct, one model) with temperature[i] and top_k[i] into tokens[i], on
+       the device resources of `runner`. */
+    gpt2_result (*sample_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, const float* temperature, const int* top_k, int32_t* tokens,
+                                gpt2_error* err);
 };
 
 enum { GPT2__MAX_DEVICES = 8 };
@@ -6218,6 +6223,16 @@ static gpt2_result gpt2__cpu_sample(gpt2_session* session, float temperature, in
     return GPT2_OK;
 }
 
+/* The sessions' draws shared among the runner's threads: each reads only its own session's
+   logits, RNG and scratch. */
+static gpt2_result gpt2__cpu_sample_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, const float* temperature, const int* top_k, int32_t* tokens,
+                                          gpt2_error*) {
+    gpt2__parallel_for(&gpt2__cpu(runner)->pool, (int64_t)n, 1, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; i++) gpt2__cpu_sample(sessions[i], temperature[i], top_k[i], &tokens[i], nullptr); /* cannot fail */
+    });
+    return GPT2_OK;
+}
+
 /* Every position of the window from the one pass: xn holds their final hidden states. */
 static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error*) {
     gpt2__cpu_session* s = gpt2__cpu(session);
@@ -6287,7 +6302,7 @@ static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->devic
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__forward_batch};
+                                        gpt2__cpu_load_cache, gpt2__forward_batch, gpt2__cpu_sample_batch};
     return &table;
 }
 
@@ -6918,13 +6933,34 @@ static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* cons
         gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
         active.push_back(i);
     }
+    gpt2__vector<size_t> plain; /* active sessions that sample as nanoGPT does: together, where the backend can */
+    gpt2__vector<gpt2_session*> plain_sessions;
+    gpt2__vector<float> temperatures;
+    gpt2__vector<int> top_ks;
+    gpt2__vector<int32_t> plain_tokens;
     while (!active.empty()) {
         batch.clear();
         ids.clear();
         finished.clear();
+        plain.clear();
+        for (size_t i : active)
+            if (generators[i].chain || !runner->backend->sample_batch) GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err)); /* runs the caller's on_logits */
+            else plain.push_back(i);
+        if (!plain.empty()) {
+            plain_sessions.clear();
+            temperatures.clear();
+            top_ks.clear();
+            for (size_t i : plain) {
+                plain_sessions.push_back(sessions[i]);
+                temperatures.push_back(generators[i].p.temperature);
+                top_ks.push_back(generators[i].p.top_k);
+            }
+            plain_tokens.resize(plain.size());
+            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
+            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
+        }
         size_t kept = 0;
         for (size_t i : active) {
-            GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
             if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
             else active[kept++] = i;
             batch.push_back(sessions[i]); /* the token joins the context either way */

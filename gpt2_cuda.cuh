@@ -1634,11 +1634,11 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
 /* run_batch is opt-in until a GPU has run tests/cuda/test_cuda.cu's batch cases; without it
    gpt2_batch_eval runs the sessions one by one */
 #ifdef GPT2_CUDA_BATCH
-                                                 gpt2__cuda_run_batch
+                                                 gpt2__cuda_run_batch,
 #else
-                                                 nullptr
+                                                 nullptr,
 #endif
-};
+                                                 nullptr}; /* sample_batch: each session samples on the GPU in turn */
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2_IMPLEMENTATION (CUDA) */

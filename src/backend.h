@@ -33,6 +33,11 @@ struct gpt2__backend {
        model that need not be among them. Polls runner's abort_fn between layers; an aborted pass
        returns GPT2_ERROR_ABORTED with every session's logits unchanged. */
     gpt2_result (*run_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err);
+    /* Optional (NULL: sample for each session in turn): sample, as sample does, for every session
+       of sessions[0..n) (distinct, one model) with temperature[i] and top_k[i] into tokens[i], on
+       the device resources of `runner`. */
+    gpt2_result (*sample_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, const float* temperature, const int* top_k, int32_t* tokens,
+                                gpt2_error* err);
 };
 
 enum { GPT2__MAX_DEVICES = 8 };

@@ -624,13 +624,34 @@ static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* cons
         gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
         active.push_back(i);
     }
+    gpt2__vector<size_t> plain; /* active sessions that sample as nanoGPT does: together, where the backend can */
+    gpt2__vector<gpt2_session*> plain_sessions;
+    gpt2__vector<float> temperatures;
+    gpt2__vector<int> top_ks;
+    gpt2__vector<int32_t> plain_tokens;
     while (!active.empty()) {
         batch.clear();
         ids.clear();
         finished.clear();
+        plain.clear();
+        for (size_t i : active)
+            if (generators[i].chain || !runner->backend->sample_batch) GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err)); /* runs the caller's on_logits */
+            else plain.push_back(i);
+        if (!plain.empty()) {
+            plain_sessions.clear();
+            temperatures.clear();
+            top_ks.clear();
+            for (size_t i : plain) {
+                plain_sessions.push_back(sessions[i]);
+                temperatures.push_back(generators[i].p.temperature);
+                top_ks.push_back(generators[i].p.top_k);
+            }
+            plain_tokens.resize(plain.size());
+            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
+            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
+        }
         size_t kept = 0;
         for (size_t i : active) {
-            GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
             if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
             else active[kept++] = i;
             batch.push_back(sessions[i]); /* the token joins the context either way */

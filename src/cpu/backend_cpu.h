@@ -56,6 +56,16 @@ static gpt2_result gpt2__cpu_sample(gpt2_session* session, float temperature, in
     return GPT2_OK;
 }
 
+/* The sessions' draws shared among the runner's threads: each reads only its own session's
+   logits, RNG and scratch. */
+static gpt2_result gpt2__cpu_sample_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, const float* temperature, const int* top_k, int32_t* tokens,
+                                          gpt2_error*) {
+    gpt2__parallel_for(&gpt2__cpu(runner)->pool, (int64_t)n, 1, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; i++) gpt2__cpu_sample(sessions[i], temperature[i], top_k[i], &tokens[i], nullptr); /* cannot fail */
+    });
+    return GPT2_OK;
+}
+
 /* Every position of the window from the one pass: xn holds their final hidden states. */
 static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error*) {
     gpt2__cpu_session* s = gpt2__cpu(session);
@@ -125,6 +135,6 @@ static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->devic
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__forward_batch};
+                                        gpt2__cpu_load_cache, gpt2__forward_batch, gpt2__cpu_sample_batch};
     return &table;
 }
