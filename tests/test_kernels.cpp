@@ -56,6 +56,15 @@ struct Matrix {
     }
 };
 
+// m's weight with lanes packed by k into `storage` (64-byte aligned within it), as a model's are at load.
+static gpt2__weight with_lanes(const gpt2__kernels* k, const Matrix& m, std::vector<uint8_t>& storage) {
+    storage.assign(gpt2__lanes_bytes(m.w) + 64, 0);
+    gpt2__weight w = m.w;
+    w.lanes = storage.data() + (64 - (uintptr_t)storage.data() % 64) % 64;
+    k->pack_lanes((uint8_t*)w.lanes, m.w);
+    return w;
+}
+
 TEST_CASE("dispatch picks a kernel set this CPU supports, and the scalar set always exists") {
     MESSAGE("kernels chosen for this CPU: " << std::string(gpt2__cpu_kernels().name));
     CHECK(gpt2__kernels_by_name("scalar") == &gpt2__kernels_scalar);
@@ -206,10 +215,8 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
             for (int64_t cols : {32, 800}) {
                 for (int64_t rows : {37, 16, 5}) { // groups of 16 with 5 rows left; exactly one group; a group of 5
                     Matrix m(rng, type, rows, cols);
-                    std::vector<uint8_t> lanes(gpt2__lanes_bytes(m.w) + 64);
-                    gpt2__weight with_lanes = m.w;
-                    with_lanes.lanes = lanes.data() + (64 - (uintptr_t)lanes.data() % 64) % 64;
-                    k->pack_lanes((uint8_t*)with_lanes.lanes, m.w);
+                    std::vector<uint8_t> storage;
+                    const gpt2__weight lane_weight = with_lanes(k, m, storage);
                     std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
                     for (int T : {1, 2, 5, 8, 70}) {
                         CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(rows); CAPTURE(T);
@@ -224,7 +231,7 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
                         std::vector<float> panels = start, in_lanes = start, split = start, want = start, panel(gpt2__panel_floats(cols));
                         gpt2__matmul_args p{panels.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, true, true, packed.data()};
                         k->matmul(p, 0, rows, panel.data());
-                        p.W = &with_lanes;
+                        p.W = &lane_weight;
                         p.y = in_lanes.data();
                         k->matmul(p, 0, rows, panel.data());
                         CHECK(in_lanes == panels);
@@ -255,10 +262,8 @@ TEST_CASE("f16 lanes packed once give the scalar rows' results, and each token t
         for (int64_t cols : {1, 2, 77, 800}) { // an odd column count ends on an unpaired column
             for (int64_t rows : {37, 16, 5}) {
                 Matrix m(rng, GPT2_TYPE_F16, rows, cols);
-                std::vector<uint8_t> lanes(gpt2__lanes_bytes(m.w) + 64);
-                gpt2__weight with_lanes = m.w;
-                with_lanes.lanes = lanes.data() + (64 - (uintptr_t)lanes.data() % 64) % 64;
-                k->pack_lanes((uint8_t*)with_lanes.lanes, m.w);
+                std::vector<uint8_t> storage;
+                const gpt2__weight lane_weight = with_lanes(k, m, storage);
                 std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
                 const int T = 70;
                 const std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
@@ -268,7 +273,7 @@ TEST_CASE("f16 lanes packed once give the scalar rows' results, and each token t
                     std::vector<float> want = start, all = start, panel(gpt2__panel_floats(cols));
                     gpt2__matmul_args a{want.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate};
                     gpt2__matmul_scalar(a, 0, rows, panel.data());
-                    a.W = &with_lanes;
+                    a.W = &lane_weight;
                     a.y = all.data();
                     k->matmul(a, 0, rows, panel.data());
                     float worst = 0;

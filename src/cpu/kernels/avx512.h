@@ -403,6 +403,23 @@ GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) 
     else return _mm512_loadu_si512(p);
 }
 
+/* Tokens t0.. t0 + N - 1's sums of a group of 16 rows from row r (row r + i in lane i), stored
+   for the rows in [lo, hi) as gpt2__store_out does: the bias added, and with `accumulate` y
+   added to. */
+template <int N>
+GPT2__AVX512 static inline void gpt2__store_group_avx512(const gpt2__matmul_args& a, int64_t r, int64_t lo, int64_t hi, int t0, const __m512* sums) {
+    const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__q8_lane_rows);
+    if (from >= to) return;
+    const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
+    const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
+    GPT2__UNROLL
+    for (int t = 0; t < N; t++) {
+        float* y = a.y + (size_t)(t0 + t) * a.W->rows + r;
+        const __m512 out = _mm512_add_ps(bias, sums[t]);
+        _mm512_mask_storeu_ps(y, m, a.accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), out) : out);
+    }
+}
+
 /* Tokens t0.. t0 + N - 1: V groups of a panel from group j (lane 0 of the first is row
    first_row) times N packed activation rows, the panel in the layout of LAYOUT (q8_0's, or q4_0
    lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does. `lines` cache lines from
@@ -480,17 +497,10 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     }
     GPT2__UNROLL
     for (int v = 0; v < V; v++) {
-        const int64_t r = first_row + gpt2__q8_lane_rows * v;
-        const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__q8_lane_rows);
-        if (from >= to) continue;
-        const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
-        const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
+        __m512 sums[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) {
-            float* y = a.y + (size_t)(t0 + t) * a.W->rows + r;
-            const __m512 out = _mm512_add_ps(bias, gpt2__q8_lane_order(f[v][t]));
-            _mm512_mask_storeu_ps(y, m, a.accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), out) : out);
-        }
+        for (int t = 0; t < N; t++) sums[t] = gpt2__q8_lane_order(f[v][t]);
+        gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, sums);
     }
 }
 
@@ -553,17 +563,10 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
     }
     GPT2__UNROLL
     for (int v = 0; v < V; v++) {
-        const int64_t r = first_row + gpt2__q8_lane_rows * v;
-        const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__q8_lane_rows);
-        if (from >= to) continue;
-        const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
-        const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
+        __m512 sums[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) {
-            float* y = a.y + (size_t)(t0 + t) * a.W->rows + r;
-            const __m512 out = _mm512_add_ps(bias, _mm512_add_ps(even[v][t], odd[v][t]));
-            _mm512_mask_storeu_ps(y, m, a.accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), out) : out);
-        }
+        for (int t = 0; t < N; t++) sums[t] = _mm512_add_ps(even[v][t], odd[v][t]);
+        gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, sums);
     }
 }
 
