@@ -4452,8 +4452,10 @@ GPT2__AVX512 static void gpt2__pack_q8_group_avx512(uint8_t* p, int j, const uin
 }
 
 /* 64 bytes at p; with `halves`, as two 256-bit loads, which Zen 4 and 5 stream from DRAM faster
-   than one 512-bit load (it splits those anyway): a product of few tokens waits on memory (124M
-   q8_0, one token, one thread: 6% faster). */
+   than one 512-bit load (it splits those anyway): a tile of few tokens waits on memory (124M
+   q8_0, one token, one thread: 6% faster; 24576 x 3072 from DRAM, one thread, 8 tokens as 4 + 4:
+   2.42 -> 2.15 ms), where tiles of 5 or 6 are busy enough that the extra load costs (32 tokens 2%
+   slower). */
 template <bool halves>
 GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) {
     if constexpr (halves) return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)p)), _mm256_loadu_si256((const __m256i*)(p + 32)), 1);
@@ -4506,8 +4508,7 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     const size_t lines_per_block = (lines + (size_t)nb - 1) / (size_t)nb;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t l = (size_t)b * lines_per_block, end = std::min(lines, l + lines_per_block); l < end; l++) {
-            if constexpr (N <= 2) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* read once: kept out of L2 and L3 */
-            else _mm_prefetch(prefetch + 64 * l, _MM_HINT_T1);                  /* the next tiles read it again */
+            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
         }
         const uint8_t* wb = w + (size_t)b * block_bytes;
         __m512i d[V][N];
@@ -4525,9 +4526,9 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
             GPT2__UNROLL
             for (int v = 0; v < V; v++) {
                 if constexpr (!nibbles) {
-                    wv[v] = gpt2__load_streamed_avx512<N <= 2>(wb + 64 * v + 128 * s);
+                    wv[v] = gpt2__load_streamed_avx512<N <= 4>(wb + 64 * v + 128 * s);
                 } else if (i % 2 == 0) {
-                    packed[v] = gpt2__load_streamed_avx512<N <= 2>(wb + 64 * v + 128 * s);
+                    packed[v] = gpt2__load_streamed_avx512<N <= 4>(wb + 64 * v + 128 * s);
                     wv[v] = _mm512_and_si512(packed[v], _mm512_set1_epi8(15));
                 } else {
                     wv[v] = _mm512_and_si512(_mm512_srli_epi16(packed[v], 4), _mm512_set1_epi8(15));
@@ -4590,8 +4591,7 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
     const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
     for (int64_t i = 0; i < pairs; i++) {
         for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
-            if constexpr (N <= 2) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* as the int8 tiles */
-            else _mm_prefetch(prefetch + 64 * l, _MM_HINT_T1);
+            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
         }
         const uint8_t* column = w + gpt2__f16_column_bytes * 2 * (size_t)i;
         __m512 w0[V], w1[V];
@@ -4668,9 +4668,11 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
 /* W (q8_0, q4_0 or f16: TYPE) on its lanes, in place, two groups at a time, times a.xq_packed
    (int8) or a.x (f16); a range may begin or end half-way through a panel: that group alone. A
    lone token or two prefetch gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a
-   panel to fetch the whole next one into L2 meanwhile, where 16 KB ahead fell behind the tiles
-   that re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms;
-   32 tokens: 6.87 -> 6.12 ms). */
+   panel to fetch the whole next one meanwhile, where 16 KB ahead fell behind the tiles that
+   re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32
+   tokens: 6.87 -> 6.12 ms). Non-temporal prefetches, though later tiles re-read the panel: on
+   Zen 5 they beat prefetching into L2 (the same, medians of 5: 4 tokens 2.16 -> 1.73 ms, with
+   the halves of gpt2__load_streamed_avx512; f16 4 tokens 3.71 -> 3.47 ms; 32 tokens the same). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     const size_t panel_bytes = TYPE == GPT2_TYPE_F16 ? gpt2__f16_column_bytes * (size_t)a.W->cols
