@@ -614,7 +614,8 @@ static inline uint16_t gpt2__f32_to_f16(float f) {
     std::memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t abs = x & 0x7fffffffu;
-    if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+    if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | (abs & 0x7fffffu) >> 13); /* NaN: quiet, the payload's top bits, as F16C and NEON */
+    if (abs == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
     if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
     if (abs < 0x38800000u) { /* subnormal or zero in half */
         float a;
@@ -3126,6 +3127,8 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
+    /* n floats to f16 bit for bit as gpt2__f32_to_f16 (the f16 KV cache's writes) */
+    void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
 };
@@ -3316,8 +3319,10 @@ static void gpt2__add(float* y, const float* x, size_t n) {
 /* KV cache entries are float or f16; attention reads both through these. */
 static inline float gpt2__load_kv(const float* p, size_t i) { return p[i]; }
 static inline float gpt2__load_kv(const uint16_t* p, size_t i) { return gpt2__f16_to_f32(p[i]); }
-static inline void gpt2__store_kv(float* p, size_t i, float v) { p[i] = v; }
-static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2__f32_to_f16(v); }
+
+static void gpt2__to_f16_scalar(uint16_t* dst, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = gpt2__f32_to_f16(x[i]);
+}
 
 /* Attention has two kernels, as the matrix products have two shapes: one head at a time for
    prefill, whose keys were just written and sit in cache, so the arithmetic counts (a block of
@@ -3866,6 +3871,13 @@ GPT2__AVX2 static inline __m256 gpt2__gelu8_avx2(__m256 v, bool tanh_form) {
     }
     const __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
     return _mm256_fmadd_ps(half_v, g, half_v);
+}
+
+/* F16C's conversion rounds to nearest even, as gpt2__f32_to_f16. */
+GPT2__AVX2 static void gpt2__to_f16_avx2(uint16_t* dst, const float* x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i*)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    gpt2__to_f16_scalar(dst + i, x + i, n - i);
 }
 
 /* gpt2__gelu_avx512 in 8 lanes; the tail goes through a padded copy, so every value takes the
@@ -5133,6 +5145,14 @@ static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64
                          gpt2__dot_blocks_neon<gpt2__q4_block_bytes, gpt2__block_dot_q4_neon>, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
+/* NEON's conversion rounds as the FPCR says, to nearest even unless a caller changed it, as
+   gpt2__f32_to_f16. */
+static void gpt2__to_f16_neon(uint16_t* dst, const float* x, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    gpt2__to_f16_scalar(dst + i, x + i, n - i);
+}
+
 #endif /* GPT2__NEON */
 
 /* ---- src/cpu/kernels/wasm_simd128.h ---- */
@@ -5365,15 +5385,15 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, nullptr};
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, nullptr};
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr};
 static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
-                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512,
+                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
                                                    gpt2__pack_lanes_avx512};
 static const gpt2__kernels gpt2__kernels_avx512_bf16 = {"avx512_bf16", gpt2__matmul_avx512_bf16, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>,
-                                                        gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512,
+                                                        gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
                                                         gpt2__pack_lanes_avx512};
 
 struct gpt2__x86_features {
@@ -5423,11 +5443,11 @@ static gpt2__x86_features gpt2__detect_x86() {
 #endif
 #if defined(GPT2__NEON)
 static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, nullptr};
+                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_neon, nullptr};
 #endif
 #if defined(GPT2__WASM_SIMD128)
 static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm, nullptr};
+                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm, gpt2__to_f16_scalar, nullptr};
 #endif
 
 /* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,
@@ -5787,9 +5807,12 @@ static void gpt2__attention_plan(gpt2__attention_job* j) {
     for (int t = 0; t < j->T; t++) {
         const float* row = j->qkv + (size_t)t * 3 * C;
         const size_t at = (size_t)(j->pos0 + t) * C;
-        for (int i = 0; i < C; i++) {
-            gpt2__store_kv(k_cache, at + i, row[C + i]);
-            gpt2__store_kv(v_cache, at + i, row[2 * C + i]);
+        if constexpr (sizeof(KV) == 4) {
+            std::memcpy(k_cache + at, row + C, (size_t)C * 4);
+            std::memcpy(v_cache + at, row + 2 * C, (size_t)C * 4);
+        } else {
+            s->kernels->to_f16(k_cache + at, row + C, (size_t)C);
+            s->kernels->to_f16(v_cache + at, row + 2 * C, (size_t)C);
         }
     }
     if (!gpt2__is_decode(j->T)) {

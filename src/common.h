@@ -164,7 +164,8 @@ static inline uint16_t gpt2__f32_to_f16(float f) {
     std::memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t abs = x & 0x7fffffffu;
-    if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+    if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | (abs & 0x7fffffu) >> 13); /* NaN: quiet, the payload's top bits, as F16C and NEON */
+    if (abs == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
     if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
     if (abs < 0x38800000u) { /* subnormal or zero in half */
         float a;

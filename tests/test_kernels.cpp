@@ -6,7 +6,9 @@
 #include "gpt2.h"
 #include "tools/gguf_write.h"
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -319,6 +321,57 @@ TEST_CASE("streamed q8_0 and q4_0 decode rows of a batch give each row's lone re
                     CHECK(together == lone);
                 }
             }
+        }
+    }
+}
+
+// Floats around every f16 value: each one, the midpoint to the next (a tie), and the floats
+// either side of it; overflow, infinities, float subnormals and NaNs with payloads; both signs.
+static std::vector<float> f16_rounding_cases() {
+    std::vector<float> x;
+    for (uint16_t h = 0; h < 0x7bff; h++) {
+        const float v = gpt2__f16_to_f32(h), mid = (v + gpt2__f16_to_f32((uint16_t)(h + 1))) / 2;
+        for (float f : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) x.push_back(f);
+    }
+    for (float f : {65504.0f, 65519.99f, 65520.0f, 1e6f, INFINITY, 1e-40f, 0x1p-25f, std::nextafter(0x1p-25f, 1.0f)}) x.push_back(f);
+    for (uint32_t bits : {0x7fc00000u, 0x7f800001u, 0x7fa5a5a5u, 0x7fffe000u}) {
+        float nan;
+        std::memcpy(&nan, &bits, 4);
+        x.push_back(nan);
+    }
+    const size_t n = x.size();
+    for (size_t i = 0; i < n; i++) x.push_back(-x[i]);
+    return x;
+}
+
+TEST_CASE("f32 to f16 rounds to the nearest f16 (ties to even, past 65520 infinity), and every set's to_f16 gives the scalar bits") {
+    const std::vector<float> x = f16_rounding_cases();
+    std::vector<uint16_t> scalar(x.size());
+    gpt2__kernels_scalar.to_f16(scalar.data(), x.data(), x.size());
+    std::vector<double> finite(0x7c00); // the positive f16 values, in order of their bits
+    for (size_t h = 0; h < finite.size(); h++) finite[h] = gpt2__f16_to_f32((uint16_t)h);
+    int wrong = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        const float got = gpt2__f16_to_f32(scalar[i]);
+        if (std::isnan(x[i])) {
+            wrong += !std::isnan(got);
+            continue;
+        }
+        // float64 reference: the nearest of the two f16 values around |x|, the even one on a tie
+        const double a = std::fabs((double)x[i]);
+        const uint16_t below = (uint16_t)(std::upper_bound(finite.begin(), finite.end(), a) - finite.begin() - 1);
+        const double lo = finite[below], hi = below < 0x7bff ? finite[below + 1] : 65536.0; // 65536: past 65504 by one step, so 65520 ties
+        const uint16_t nearest = a - lo < hi - a || (a - lo == hi - a && below % 2 == 0) ? below : (uint16_t)(below + 1);
+        const uint16_t expected = (uint16_t)(nearest | (std::signbit(x[i]) ? 0x8000 : 0));
+        if (scalar[i] != expected) wrong++;
+    }
+    CHECK(wrong == 0);
+    for (const gpt2__kernels* k : simd_kernels()) {
+        CAPTURE(k->name);
+        for (size_t n : {x.size(), x.size() - 5}) { // a tail past the vectors' width
+            std::vector<uint16_t> simd(n);
+            k->to_f16(simd.data(), x.data(), n);
+            CHECK(std::equal(simd.begin(), simd.end(), scalar.begin()));
         }
     }
 }

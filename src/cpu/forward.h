@@ -140,9 +140,12 @@ static void gpt2__attention_plan(gpt2__attention_job* j) {
     for (int t = 0; t < j->T; t++) {
         const float* row = j->qkv + (size_t)t * 3 * C;
         const size_t at = (size_t)(j->pos0 + t) * C;
-        for (int i = 0; i < C; i++) {
-            gpt2__store_kv(k_cache, at + i, row[C + i]);
-            gpt2__store_kv(v_cache, at + i, row[2 * C + i]);
+        if constexpr (sizeof(KV) == 4) {
+            std::memcpy(k_cache + at, row + C, (size_t)C * 4);
+            std::memcpy(v_cache + at, row + 2 * C, (size_t)C * 4);
+        } else {
+            s->kernels->to_f16(k_cache + at, row + C, (size_t)C);
+            s->kernels->to_f16(v_cache + at, row + 2 * C, (size_t)C);
         }
     }
     if (!gpt2__is_decode(j->T)) {

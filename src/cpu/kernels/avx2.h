@@ -278,6 +278,13 @@ GPT2__AVX2 static inline __m256 gpt2__gelu8_avx2(__m256 v, bool tanh_form) {
     return _mm256_fmadd_ps(half_v, g, half_v);
 }
 
+/* F16C's conversion rounds to nearest even, as gpt2__f32_to_f16. */
+GPT2__AVX2 static void gpt2__to_f16_avx2(uint16_t* dst, const float* x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i*)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    gpt2__to_f16_scalar(dst + i, x + i, n - i);
+}
+
 /* gpt2__gelu_avx512 in 8 lanes; the tail goes through a padded copy, so every value takes the
    same arithmetic. */
 GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {

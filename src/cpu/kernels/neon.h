@@ -94,4 +94,12 @@ static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64
                          gpt2__dot_blocks_neon<gpt2__q4_block_bytes, gpt2__block_dot_q4_neon>, gpt2__dot_row_neon>(a, o_begin, o_end);
 }
 
+/* NEON's conversion rounds as the FPCR says, to nearest even unless a caller changed it, as
+   gpt2__f32_to_f16. */
+static void gpt2__to_f16_neon(uint16_t* dst, const float* x, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    gpt2__to_f16_scalar(dst + i, x + i, n - i);
+}
+
 #endif /* GPT2__NEON */

@@ -180,8 +180,10 @@ static void gpt2__add(float* y, const float* x, size_t n) {
 /* KV cache entries are float or f16; attention reads both through these. */
 static inline float gpt2__load_kv(const float* p, size_t i) { return p[i]; }
 static inline float gpt2__load_kv(const uint16_t* p, size_t i) { return gpt2__f16_to_f32(p[i]); }
-static inline void gpt2__store_kv(float* p, size_t i, float v) { p[i] = v; }
-static inline void gpt2__store_kv(uint16_t* p, size_t i, float v) { p[i] = gpt2__f32_to_f16(v); }
+
+static void gpt2__to_f16_scalar(uint16_t* dst, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = gpt2__f32_to_f16(x[i]);
+}
 
 /* Attention has two kernels, as the matrix products have two shapes: one head at a time for
    prefill, whose keys were just written and sit in cache, so the arithmetic counts (a block of
