@@ -374,7 +374,9 @@ static void usage() {
         "  --batch B                 also decode B sessions together (gpt2_batch_eval), each at the\n"
         "                            context, alternated with the single-session decode; adds the JSON keys\n"
         "                            batch, decode_tok_s (all sessions), decode_ms_per_step, decode_pct_of_fma_limit\n"
-        "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops)\n"
+        "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops); then the\n"
+        "                            same sessions generate --gen tokens each with gpt2_generate_batch (nanoGPT's\n"
+        "                            sampling, a seed each): generate_batch_tok_s, generate_batch_ms_per_step\n"
         "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --json                    one JSON object per run instead of text\n"
@@ -486,10 +488,15 @@ int main(int argc, char** argv) {
     // One untimed warm-up run, then `repeat` timed runs. The machine's bandwidth drifts on a
     // shared host, so bandwidth passes are interleaved with the timed runs and the limit is
     // their median, the same statistic as the decode time it is compared with.
-    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s;
+    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s, generate_step_s;
     std::vector<int32_t> step_tokens((size_t)batch);
     std::vector<const int32_t*> step_ids((size_t)batch);
     const std::vector<size_t> ones((size_t)batch, 1);
+    std::vector<gpt2_generate_params> generate_params((size_t)batch, gpt2_generate_default_params());
+    for (int i = 0; i < batch; i++) {
+        generate_params[(size_t)i].max_new_tokens = gen;
+        generate_params[(size_t)i].seed = 1337 + (uint64_t)i;
+    }
     double peak_rss = 0;
     PageBuffer bandwidth_buffer;
     const size_t bandwidth_floats = bandwidth_mb * 1024 * 1024 / 4;
@@ -517,6 +524,13 @@ int main(int argc, char** argv) {
                 if (gpt2_batch_eval(batch_sessions.data(), step_ids.data(), ones.data(), (size_t)batch, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
             }
             if (r >= 0) batch_step_s.push_back((now_s() - t0) / gen);
+            // the same sessions generate from the context: a pass and every session's draw a step
+            for (gpt2_session* b : batch_sessions) {
+                if (gpt2_session_copy(b, session, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+            }
+            t0 = now_s();
+            if (gpt2_generate_batch(batch_sessions.data(), nullptr, generate_params.data(), (size_t)batch, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
+            if (r >= 0) generate_step_s.push_back((now_s() - t0) / gen);
         }
         if (r < 0) { // after the warm-up: everything the run needs is resident; then the test buffer
             peak_rss = peak_rss_mb();
@@ -556,6 +570,7 @@ int main(int argc, char** argv) {
     // --batch: tokens/s of all sessions, against the limit of the unit that multiplies (fp32 FMA,
     // or int8 dot products), 2 operations per parameter per token
     const double step_ms = batch ? 1e3 * median(batch_step_s) : 0.0, batch_tok_s = batch ? batch / (step_ms / 1e3) : 0.0;
+    const double generate_step_ms = batch ? 1e3 * median(generate_step_s) : 0.0; // every session makes --gen tokens: no stop is set
     const double batch_unit_gops = batch_int8 ? int8_gops : fma_gflops;
     const char* batch_unit = batch_int8 ? "int8 vpdpbusd" : "fp32 FMA";
     const double batch_limit_tok_s = batch_unit_gops * 1e9 / (2.0 * (matrix_params + C * m->n_vocab));
@@ -569,7 +584,8 @@ int main(int argc, char** argv) {
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
         if (batch)
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
-                        "\"batch_limit_gops\": %.1f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_unit_gops);
+                        "\"batch_limit_gops\": %.1f, \"generate_batch_tok_s\": %.1f, \"generate_batch_ms_per_step\": %.3f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit,
+                        batch_unit_gops, batch / (generate_step_ms / 1e3), generate_step_ms);
         std::printf("}\n");
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
@@ -586,6 +602,7 @@ int main(int argc, char** argv) {
             std::printf("  batch:   %d sessions  %.3f ms/step  %.1f tok/s (single session %.1f tok/s, %.2fx)  %.1f%% of the %s limit %.1f tok/s (%.1f GOP/s)\n", batch,
                         step_ms, batch_tok_s, 1e3 / decode_ms, batch_tok_s * decode_ms / 1e3, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_limit_tok_s,
                         batch_unit_gops);
+        if (batch) std::printf("  generate_batch: %.3f ms/step  %.1f tok/s (sampling included)\n", generate_step_ms, batch / (generate_step_ms / 1e3));
     }
     for (gpt2_session* b : batch_sessions) gpt2_session_free(b);
     gpt2_session_free(session);
