@@ -224,7 +224,7 @@ typedef struct gpt2_model gpt2_model;
 
 typedef struct gpt2_model_params {
     int no_mmap;           /* 1: read the file into memory; 0 (default): map it (weights are not copied,
-                              but see gpt2_model_load_memory for q8_0, q4_0 and f16) */
+                              but see gpt2_model_load_memory for q8_0, q4_0, f16 and bf16) */
     gpt2_device device;    /* where sessions of this model run */
     int cuda_device_index; /* with GPT2_DEVICE_CUDA */
     gpt2_log_fn log;       /* silent when NULL */
@@ -240,9 +240,9 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    (not copied) and must outlive the model; any other buffer is copied once. Decoding streams
    the weights: on Linux a buffer on huge pages (madvise MADV_HUGEPAGE) reads about 25% faster
    than 4 KiB pages; a file mapped by gpt2_model_load_file is nearly as fast.
-   On a CPU with AVX-512 VNNI, q8_0, q4_0 and f16 matrices are packed once, at load, into a copy
-   of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about 90 ms for
-   a 124M f16 model): a mapped file's pages of those matrices are handed back to the OS, a
+   On a CPU with AVX-512 VNNI, q8_0, q4_0, f16 and bf16 matrices are packed once, at load, into
+   a copy of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about
+   75-100 ms for a 124M f16 or bf16 model): a mapped file's pages of those matrices are handed back to the OS, a
    buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
@@ -2995,20 +2995,24 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 static const int gpt2__q8_panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
-/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0 or f16
-   matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
+/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0, f16 or
+   bf16 matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
-   the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16): no packing per
-   product, and the same bytes per weight as the file (gpt2__lanes_bytes: the rows rounded up to
-   gpt2__q8_panel_rows). Lanes are made only by the
+   the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16 and bf16, or x
+   rounded to bf16 for a bf16 prompt on the bf16 unit): no packing per product, and the same bytes
+   per weight as the file (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows, bf16's
+   columns to an even count). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
 static const int gpt2__q8_lane_rows = 16;
-/* Whether pack_lanes takes matrices of this type: q8_0, q4_0 and f16 (whose lanes hold its
-   values column by column, multiplied with float activations as they are). */
-static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(type) || type == GPT2_TYPE_F16; }
+/* Whether pack_lanes takes matrices of this type: q8_0, q4_0, and the 16-bit floats f16 and bf16
+   (whose lanes hold their values column by column, or bf16's by pairs of columns). */
+static constexpr bool gpt2__float16_lanes(uint32_t type) { return type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16; }
+static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(type) || gpt2__float16_lanes(type); }
+/* Columns of a 16-bit matrix's lanes: bf16's go in pairs, an odd count padded with a zero. */
+static inline int64_t gpt2__lanes_columns(const gpt2__weight& W) { return W.type == GPT2_TYPE_BF16 ? (W.cols + 1) / 2 * 2 : W.cols; }
 static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
     const size_t rows = (size_t)(W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows * gpt2__q8_panel_rows;
-    if (W.type == GPT2_TYPE_F16) return rows * (size_t)W.cols * 2;
+    if (gpt2__float16_lanes(W.type)) return rows * (size_t)gpt2__lanes_columns(W) * 2;
     const size_t block_bytes = W.type == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes;
     return rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
 }
@@ -3033,6 +3037,8 @@ struct gpt2__matmul_args {
     const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is
                                   q8_0 or q4_0), the kernel multiplies int8 panels (W's lanes
                                   where it has them, whatever T is) */
+    const uint16_t* x_bf16 = nullptr; /* x rounded to bf16, rows of gpt2__lanes_columns(*W) values:
+                                  when set, W's bf16 lanes are multiplied on the bf16 unit */
 };
 
 /* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
@@ -3067,7 +3073,7 @@ static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
    rounded to bf16 (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
     const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__q8_panel_rows / 4;
-    return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)cols * gpt2__chunk_tokens / 2});
+    return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)(cols + 1) * gpt2__chunk_tokens / 2});
 }
 
 /* ---- Attention --------------------------------------------------------------------------- */
@@ -4576,22 +4582,40 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
 
 /* f16 lanes: an f16 matrix's panels of 32 rows, column by column: per column a cache line of
    the 32 rows' values there (group 0's 16, then group 1's), the last panel's missing rows
-   repeating its last row: 64 bytes a column, the rows' own bytes. A tile widens a group's 16
-   values of a column at once and multiplies them with each token's value there, broadcast, so
-   each output is its own lane: summed over the even and the odd columns apart (two chains, which
-   a lone token needs to keep up with memory) and then together, the same for every tile width
-   and row range. */
+   repeating its last row: 64 bytes a column, the rows' own bytes. bf16 lanes hold pairs of
+   columns instead: per pair two cache lines, group 0's then group 1's, each row's two values in
+   its 32-bit lane (the even column low), as the bf16 unit multiplies them; an odd last column
+   is paired with a zero. A tile widens a group's 16 values of a column at once (bf16: a shift
+   and a mask of the pair) and multiplies them with each token's value there, broadcast, so each
+   output is its own lane: summed over the even and the odd columns apart (two chains, which a
+   lone token needs to keep up with memory) and then together, the same for every tile width and
+   row range. */
 static const size_t gpt2__f16_column_bytes = 2 * gpt2__q8_panel_rows;
-/* Tokens in a tile of LAYOUT: 6 for int8 panels; f16 tiles keep two sums per output and run out
-   of registers at 6 (3072 x 768 in L1, one thread: 128 GMAC/s at 5 tokens, 84 at 6). */
+/* Tokens in a tile of LAYOUT: 6 for int8 panels; 16-bit tiles keep two sums per output and run
+   out of registers at 6 (f16, 3072 x 768 in L1, one thread: 128 GMAC/s at 5 tokens, 84 at 6). */
 template <uint32_t LAYOUT>
-static constexpr int gpt2__lanes_tile_tokens = LAYOUT == GPT2_TYPE_F16 ? 5 : gpt2__q8_tile_tokens;
+static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
 
-template <int V, int N>
-GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                               const char* prefetch, size_t lines) {
+/* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
+   w points at the tile's first group. Without `odd`, column 2i alone (an odd count's last). */
+template <uint32_t TYPE>
+GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64_t i, int v, __m512* even, __m512* odd) {
+    const uint8_t* pair = w + gpt2__f16_column_bytes * 2 * (size_t)i;
+    if constexpr (TYPE == GPT2_TYPE_F16) {
+        *even = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pair + 32 * v)));
+        if (odd) *odd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pair + gpt2__f16_column_bytes + 32 * v)));
+    } else {
+        const __m512i both = _mm512_loadu_si512(pair + 64 * v);
+        *even = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+        if (odd) *odd = _mm512_castsi512_ps(_mm512_and_si512(both, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+}
+
+template <uint32_t TYPE, int V, int N>
+GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                   const char* prefetch, size_t lines) {
     const int64_t K = a.W->cols;
-    const uint8_t* w = p + 32 * j;
+    const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
     const float* x[N];
     for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
     __m512 even[V][N], odd[V][N];
@@ -4605,13 +4629,9 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
         for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
             _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
         }
-        const uint8_t* column = w + gpt2__f16_column_bytes * 2 * (size_t)i;
         __m512 w0[V], w1[V];
         GPT2__UNROLL
-        for (int v = 0; v < V; v++) {
-            w0[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(column + 32 * v)));
-            w1[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(column + gpt2__f16_column_bytes + 32 * v)));
-        }
+        for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x0 = _mm512_set1_ps(x[t][2 * i]), x1 = _mm512_set1_ps(x[t][2 * i + 1]);
@@ -4625,7 +4645,8 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
     if (K % 2) { /* the last column, to the even sums */
         GPT2__UNROLL
         for (int v = 0; v < V; v++) {
-            const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + gpt2__f16_column_bytes * (size_t)(K - 1) + 32 * v)));
+            __m512 wv;
+            gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
             GPT2__UNROLL
             for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), even[v][t]);
         }
@@ -4639,11 +4660,20 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
     }
 }
 
-/* A tile of N tokens in the layout of LAYOUT: f16 lanes, or an int8 panel (q8_0's, or q4_0 lanes'). */
+/* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for a.x_bf16. */
+template <int V, int N>
+GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                          const char* prefetch, size_t lines);
+
+/* A tile of N tokens in the layout of LAYOUT: f16 or bf16 lanes, or an int8 panel (q8_0's, or
+   q4_0 lanes'). */
 template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                  const char* prefetch, size_t lines) {
-    if constexpr (LAYOUT == GPT2_TYPE_F16) gpt2__tile_f16_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    if constexpr (LAYOUT == GPT2_TYPE_BF16) {
+        if (a.x_bf16) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    }
+    if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
     else gpt2__tile_q8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
 }
 
@@ -4677,8 +4707,8 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
     }
 }
 
-/* W (q8_0, q4_0 or f16: TYPE) on its lanes, in place, two groups at a time, times a.xq_packed
-   (int8) or a.x (f16); a range may begin or end half-way through a panel: that group alone. A
+/* W (q8_0, q4_0, f16 or bf16: TYPE) on its lanes, in place, two groups at a time, times
+   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way through a panel: that group alone. A
    lone token or two prefetch gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a
    panel to fetch the whole next one meanwhile, where 16 KB ahead fell behind the tiles that
    re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32
@@ -4687,7 +4717,7 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
    the halves of gpt2__load_streamed_avx512; f16 4 tokens 3.71 -> 3.47 ms; 32 tokens the same). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const size_t panel_bytes = TYPE == GPT2_TYPE_F16 ? gpt2__f16_column_bytes * (size_t)a.W->cols
+    const size_t panel_bytes = gpt2__float16_lanes(TYPE) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                                      : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
     for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
@@ -4729,9 +4759,9 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
     }
 }
 
-/* A q8_0, q4_0 or f16 matrix's lanes (contract.h): its panels in order, q8_0's packed as a
+/* A q8_0, q4_0, f16 or bf16 matrix's lanes (contract.h): its panels in order, q8_0's packed as a
    product's are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are, f16's
-   values column by column. */
+   values column by column, bf16's by pairs of columns. */
 GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
     if (W.type == GPT2_TYPE_F16) {
         uint16_t* out = (uint16_t*)dst;
@@ -4740,6 +4770,19 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
             for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
             for (int64_t k = 0; k < W.cols; k++)
                 for (int i = 0; i < gpt2__q8_panel_rows; i++) *out++ = row[i][k];
+        }
+        return;
+    }
+    if (W.type == GPT2_TYPE_BF16) {
+        uint16_t* out = (uint16_t*)dst;
+        for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows) {
+            const uint16_t* row[gpt2__q8_panel_rows];
+            for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
+            for (int64_t k = 0; k < W.cols; k += 2)
+                for (int i = 0; i < gpt2__q8_panel_rows; i++) {
+                    *out++ = row[i][k];
+                    *out++ = k + 1 < W.cols ? row[i][k + 1] : 0;
+                }
         }
         return;
     }
@@ -4773,6 +4816,7 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
    q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.W->lanes && a.W->type == GPT2_TYPE_F16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
+    if (a.W->lanes && a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
     if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
@@ -4949,97 +4993,75 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
    set's, a batch's decode rows too (gpt2__matmul_avx512_bf16 says why).
 
    vdpbf16ps adds the products of 16 pairs of bf16 values into 16 float lanes: 32 multiply-adds
-   per instruction where an fp32 FMA does 16. A pair is two consecutive values of a row, as a
-   bf16 row lies in memory, so the weights need no panel: the tiles read them in place. Each
-   thread rounds a chunk of tokens to bf16 once (to nearest even) and multiplies it with the
-   shared driver's tiles of 4 rows x 4 tokens. The activations so lose their low 16 bits, as the
-   weights already have: see docs/PERFORMANCE.md for what that costs in accuracy. Zen 5, one
-   thread, 3072 x 768 times 64 tokens: 141-145 GMAC/s, where the float panels give 97. */
+   per instruction where an fp32 FMA does 16. bf16 lanes (avx512.h) hold each row's pairs of
+   columns in its 32-bit lane, so a tile multiplies a group of 16 rows by a token's pair,
+   broadcast, in one instruction, each output summed in its own lane. Each thread rounds a chunk
+   of tokens to bf16 once (to nearest even) and runs the lanes' driver over its rows. The
+   activations so lose their low 16 bits, as the weights already have: see docs/PERFORMANCE.md
+   for what that costs in accuracy. */
 
 #if defined(GPT2__X86)
 
-/* out[t * gpt2__tile_rows + r] += w_r . x_t for an R x N tile of bf16 rows: R weight rows (ldw
-   apart) and N tokens (ldx apart), K values each. The last values go masked after the loop, as
-   in gpt2__tile_avx512: with masked loads (or a shared step function) in the loop, GCC 12
-   stores the 16 sums to memory at every step, and the tile runs at half speed. */
-template <int R, int N>
-GPT2__AVX512_BF16 static void gpt2__tile_bf16_avx512(float* out, const uint16_t* w, size_t ldw, const uint16_t* x, size_t ldx, int64_t K) {
-    static_assert(R * N <= 16, "one tile is reduced by one 16-way sum");
-    __m512 acc[16];
+template <int V, int N>
+GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                          const char* prefetch, size_t lines) {
+    const int64_t pairs = gpt2__lanes_columns(*a.W) / 2;
+    const uint8_t* w = p + 64 * j;
+    const uint16_t* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x_bf16 + (size_t)(t0 + t) * 2 * (size_t)pairs;
+    __m512 acc[V][N];
     GPT2__UNROLL
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-        __m512bh xv[N];
+    for (int v = 0; v < V; v++)
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) xv[t] = (__m512bh)_mm512_loadu_si512(x + t * ldx + k);
+        for (int t = 0; t < N; t++) acc[v][t] = _mm512_setzero_ps();
+    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    for (int64_t i = 0; i < pairs; i++) {
+        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA);
+        __m512bh wv[V];
         GPT2__UNROLL
-        for (int r = 0; r < R; r++) {
-            const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * ldw + k);
+        for (int v = 0; v < V; v++) wv[v] = (__m512bh)_mm512_loadu_si512(w + gpt2__f16_column_bytes * 2 * (size_t)i + 64 * v);
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            int32_t pair;
+            std::memcpy(&pair, x[t] + 2 * i, 4);
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_dpbf16_ps(acc[t * gpt2__tile_rows + r], wv, xv[t]);
+            for (int v = 0; v < V; v++) acc[v][t] = _mm512_dpbf16_ps(acc[v][t], wv[v], xv);
         }
     }
-    if (k < K) {
-        const __mmask32 m = (__mmask32)((1u << (K - k)) - 1);
-        __m512bh xv[N];
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) xv[t] = (__m512bh)_mm512_maskz_loadu_epi16(m, x + t * ldx + k);
-        GPT2__UNROLL
-        for (int r = 0; r < R; r++) {
-            const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * ldw + k);
-            GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[t * gpt2__tile_rows + r] = _mm512_dpbf16_ps(acc[t * gpt2__tile_rows + r], wv, xv[t]);
-        }
-    }
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), gpt2__hsum16_avx512(acc)));
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, acc[v]);
 }
 
-/* The panel of gpt2__prefill_x86 for bf16 rows: the rows in place, and the chunk's tokens
-   rounded to bf16 (gpt2__matmul_avx512_bf16), K apart from the chunk's first. */
-struct gpt2__prefill_bf16_avx512 {
-    static constexpr int NT = 4;
-    static constexpr int64_t k_align = 32; /* one vdpbf16ps */
-    struct Panel {
-        const uint16_t* w;
-        size_t ldw;
-        const uint16_t* x;
-    };
-    static Panel panel(const gpt2__matmul_args& a, int64_t o, int, float* scratch) {
-        const gpt2__weight* W = a.W;
-        return {(const uint16_t*)(W->data + (size_t)o * W->row_bytes), W->row_bytes / 2, (const uint16_t*)scratch};
-    }
-    template <int R, int N>
-    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
-        const size_t K = (size_t)a.W->cols;
-        gpt2__tile_bf16_avx512<R, N>(out, w.w + k0, w.ldw, w.x + t * K + k0, K, kn);
-    }
-};
-
-/* n rows of K floats (x) rounded to bf16, to nearest even, into dst. */
-GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float* x, int n, int64_t K) {
-    for (size_t i = 0, end = (size_t)n * K; i < end; i += 16) {
-        const __mmask16 m = gpt2__mask16((int64_t)i, (int64_t)end);
-        _mm256_mask_storeu_epi16(dst + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+/* n rows of K floats (x) rounded to bf16, to nearest even, into dst as rows of `width` (K or K +
+   1: the pad is zero). */
+GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float* x, int n, int64_t K, int64_t width) {
+    for (int t = 0; t < n; t++) {
+        for (int64_t k = 0; k < K; k += 16) {
+            const __mmask16 m = gpt2__mask16(k, K);
+            _mm256_mask_storeu_epi16(dst + (size_t)t * width + k, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + (size_t)t * K + k)));
+        }
+        if (width > K) dst[(size_t)t * width + K] = 0;
     }
 }
 
 /* bf16 weights' products over a prompt's tokens on the bf16 unit, the rest as
    gpt2__matmul_avx512: per chunk of gpt2__chunk_tokens tokens, the thread rounds them to bf16 in
-   `panel` once, then runs the driver over its rows. A token's sums do not depend on its chunk or
-   tile. A batch's decode rows keep float panels: they must give what each session gets alone,
-   where a single token streams with float activations, to rounding (tests/test_batch.cpp: 1e-4;
-   on the bf16 unit they differ by 0.05). */
+   `panel` once, then runs the lanes' driver over its rows. A token's sums do not depend on its
+   chunk or tile. A batch's decode rows stay on the fp32 FMAs: they must give what each session
+   gets alone, where a single token streams with float activations, to rounding
+   (tests/test_batch.cpp: 1e-4; on the bf16 unit they differ by 0.05). */
 GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.W->type != GPT2_TYPE_BF16 || a.decode_rows || gpt2__streams_rows(a)) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
-    const int64_t K = a.W->cols;
+    if (a.W->type != GPT2_TYPE_BF16 || !a.W->lanes || a.decode_rows || gpt2__is_decode(a.T)) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
+    const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W);
     for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
         gpt2__matmul_args chunk = a;
         chunk.T = std::min(gpt2__chunk_tokens, a.T - t0);
         chunk.x = a.x + (size_t)t0 * K;
         chunk.y = a.y + (size_t)t0 * a.W->rows;
-        gpt2__round_bf16_avx512((uint16_t*)panel, chunk.x, chunk.T, K);
-        gpt2__prefill_x86<gpt2__prefill_bf16_avx512>(chunk, o_begin, o_end, panel);
+        gpt2__round_bf16_avx512((uint16_t*)panel, chunk.x, chunk.T, K, width);
+        chunk.x_bf16 = (const uint16_t*)panel;
+        gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(chunk, o_begin, o_end);
     }
 }
 
@@ -5751,7 +5773,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
     if (gpt2__uses_lanes(kernels, W)) {
-        if (gpt2__int8_weights(W.type)) { /* f16 lanes take x as it is */
+        if (gpt2__int8_weights(W.type)) { /* f16 and bf16 lanes take x as it is */
             kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
             a.xq_packed = s->xq_packed;
         }
@@ -6299,7 +6321,7 @@ static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void
 }
 
 /* The CPU reads the file's weights in place, except where its kernels have lanes (contract.h):
-   there every q8_0, q4_0 and f16 matrix is packed into them once, in one buffer (model->device_weights), and
+   there every q8_0, q4_0, f16 and bf16 matrix is packed into them once, in one buffer (model->device_weights), and
    the matrices' pages of a mapped file are handed back to the OS (read again only if a session
    runs another kernel set), so the process keeps one copy of those weights, not two. */
 static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {

@@ -4,7 +4,7 @@
 //     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
 //     q8_0 with 2 or more tokens multiplies int8 panels where the set has them (as a prompt and a
 //     batch's decode rows do, quantizing included), float panels with `float`; where the set has
-//     lanes, q8_0, q4_0 and f16 are packed into them first (untimed, as a model is when it loads) and
+//     lanes, q8_0, q4_0, f16 and bf16 are packed into them first (untimed, as a model is when it loads) and
 //     every token count multiplies them, as the forward pass does; `rows` keeps the file's rows
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)

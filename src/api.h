@@ -223,7 +223,7 @@ typedef struct gpt2_model gpt2_model;
 
 typedef struct gpt2_model_params {
     int no_mmap;           /* 1: read the file into memory; 0 (default): map it (weights are not copied,
-                              but see gpt2_model_load_memory for q8_0, q4_0 and f16) */
+                              but see gpt2_model_load_memory for q8_0, q4_0, f16 and bf16) */
     gpt2_device device;    /* where sessions of this model run */
     int cuda_device_index; /* with GPT2_DEVICE_CUDA */
     gpt2_log_fn log;       /* silent when NULL */
@@ -239,9 +239,9 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    (not copied) and must outlive the model; any other buffer is copied once. Decoding streams
    the weights: on Linux a buffer on huge pages (madvise MADV_HUGEPAGE) reads about 25% faster
    than 4 KiB pages; a file mapped by gpt2_model_load_file is nearly as fast.
-   On a CPU with AVX-512 VNNI, q8_0, q4_0 and f16 matrices are packed once, at load, into a copy
-   of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about 90 ms for
-   a 124M f16 model): a mapped file's pages of those matrices are handed back to the OS, a
+   On a CPU with AVX-512 VNNI, q8_0, q4_0, f16 and bf16 matrices are packed once, at load, into
+   a copy of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about
+   75-100 ms for a 124M f16 or bf16 model): a mapped file's pages of those matrices are handed back to the OS, a
    buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);

@@ -119,7 +119,7 @@ TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the st
 }
 #endif
 
-TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range (the bf16 unit: of the activations rounded to bf16)") {
+TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {
     std::mt19937 rng(1234);
     const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0};
     const int token_counts[] = {1, 2, 3, 4, 5, 9, 70};
@@ -137,15 +137,12 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
                     std::vector<float> xs((size_t)cols / 32 + 1);
                     const bool quantized = gpt2__int8_activations(T, type); // as the forward pass does
                     if (quantized) gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), cols);
-                    const bool bf16_unit = std::string(k->name) == "avx512_bf16" && type == GPT2_TYPE_BF16 && !gpt2__is_decode(T);
-                    const std::vector<float> x_scalar = bf16_unit ? rounded_to_bf16(x) : x;
                     for (bool accumulate : {false, true}) {
                         std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
                         std::vector<float> want = start, got = start, split = start;
                         std::vector<float> panel(gpt2__panel_floats(cols));
-                        gpt2__matmul_args a{want.data(), x_scalar.data(), quantized ? xq.data() : nullptr, quantized ? xs.data() : nullptr, &m.w, bias.data(), T, accumulate};
+                        gpt2__matmul_args a{want.data(), x.data(), quantized ? xq.data() : nullptr, quantized ? xs.data() : nullptr, &m.w, bias.data(), T, accumulate};
                         gpt2__matmul_scalar(a, 0, rows, panel.data());
-                        a.x = x.data();
                         a.y = got.data();
                         k->matmul(a, 0, rows, panel.data());
                         a.y = split.data(); // two threads' ranges at an odd boundary give the same bits
@@ -256,45 +253,58 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
     MESSAGE(tested << " products on lanes checked");
 }
 
-TEST_CASE("f16 lanes packed once give the scalar rows' results, and each token the same bits whatever tokens and row range it comes with") {
+TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 prompt on the bf16 unit: of the activations rounded to bf16), and each token the same bits whatever tokens and row range it comes with") {
     std::mt19937 rng(24680);
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
         if (!k->pack_lanes) continue;
-        for (int64_t cols : {1, 2, 77, 800}) { // an odd column count ends on an unpaired column
-            for (int64_t rows : {37, 16, 5}) {
-                Matrix m(rng, GPT2_TYPE_F16, rows, cols);
-                std::vector<uint8_t> storage;
-                const gpt2__weight lane_weight = with_lanes(k, m, storage);
-                std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
-                const int T = 70;
-                const std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
-                for (bool accumulate : {false, true}) {
-                    CAPTURE(std::string(k->name)); CAPTURE(cols); CAPTURE(rows); CAPTURE(accumulate);
-                    const std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
-                    std::vector<float> want = start, all = start, panel(gpt2__panel_floats(cols));
-                    gpt2__matmul_args a{want.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate};
-                    gpt2__matmul_scalar(a, 0, rows, panel.data());
-                    a.W = &lane_weight;
-                    a.y = all.data();
-                    k->matmul(a, 0, rows, panel.data());
-                    float worst = 0;
-                    for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - all[i]) / (1.0f + (float)cols * 0.05f));
-                    CHECK(worst < 1e-5f);
-                    for (int n : {1, 2, 5, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
-                        std::vector<float> few(start.begin(), start.begin() + n * rows);
-                        a.y = few.data();
-                        a.T = n;
-                        for (int64_t from = 0; from < rows; from += 13) k->matmul(a, from, std::min(rows, from + 13), panel.data());
-                        CHECK(std::equal(few.begin(), few.end(), all.begin()));
-                        tested++;
+        for (uint32_t type : {GPT2_TYPE_F16, GPT2_TYPE_BF16}) {
+            // whether n tokens of a prompt (not a batch's decode rows) multiply on the bf16 unit
+            const auto bf16_unit = [&](int n) { return std::string(k->name) == "avx512_bf16" && type == GPT2_TYPE_BF16 && !gpt2__is_decode(n); };
+            for (int64_t cols : {1, 2, 77, 800}) { // an odd column count ends on an unpaired column
+                for (int64_t rows : {37, 16, 5}) {
+                    Matrix m(rng, type, rows, cols);
+                    std::vector<uint8_t> storage;
+                    const gpt2__weight lane_weight = with_lanes(k, m, storage);
+                    std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
+                    const int T = 70;
+                    const std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
+                    for (bool accumulate : {false, true}) {
+                        CAPTURE(std::string(k->name)); CAPTURE(gpt2__type_name(type)); CAPTURE(cols); CAPTURE(rows); CAPTURE(accumulate);
+                        const std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
+                        // all T tokens as a prompt, and as a batch's decode rows (on the FMAs, as a lone token)
+                        std::vector<float> prompt = start, batch = start, panel(gpt2__panel_floats(cols));
+                        gpt2__matmul_args a{nullptr, x.data(), nullptr, nullptr, &lane_weight, bias.data(), T, accumulate};
+                        for (bool decode_rows : {false, true}) {
+                            const std::vector<float> x_scalar = bf16_unit(T) && !decode_rows ? rounded_to_bf16(x) : x;
+                            std::vector<float> want = start;
+                            gpt2__matmul_args s{want.data(), x_scalar.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate};
+                            gpt2__matmul_scalar(s, 0, rows, panel.data());
+                            a.y = decode_rows ? batch.data() : prompt.data();
+                            a.decode_rows = decode_rows;
+                            k->matmul(a, 0, rows, panel.data());
+                            float worst = 0;
+                            for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - a.y[i]) / (1.0f + (float)cols * 0.05f));
+                            CHECK(worst < 1e-5f);
+                        }
+                        a.decode_rows = false;
+                        if (!bf16_unit(T)) CHECK(prompt == batch);
+                        for (int n : {1, 2, 5, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
+                            std::vector<float> few(start.begin(), start.begin() + n * rows);
+                            a.y = few.data();
+                            a.T = n;
+                            for (int64_t from = 0; from < rows; from += 13) k->matmul(a, from, std::min(rows, from + 13), panel.data());
+                            const std::vector<float>& all = bf16_unit(n) ? prompt : batch;
+                            CHECK(std::equal(few.begin(), few.end(), all.begin()));
+                            tested++;
+                        }
+                        a.T = T;
                     }
-                    a.T = T;
                 }
             }
         }
     }
-    MESSAGE(tested << " f16 products on lanes checked");
+    MESSAGE(tested << " f16 and bf16 products on lanes checked");
 }
 
 TEST_CASE("streamed q8_0 and q4_0 decode rows of a batch give each row's lone result bit for bit, however many rows") {

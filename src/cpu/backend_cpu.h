@@ -104,7 +104,7 @@ static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void
 }
 
 /* The CPU reads the file's weights in place, except where its kernels have lanes (contract.h):
-   there every q8_0, q4_0 and f16 matrix is packed into them once, in one buffer (model->device_weights), and
+   there every q8_0, q4_0, f16 and bf16 matrix is packed into them once, in one buffer (model->device_weights), and
    the matrices' pages of a mapped file are handed back to the OS (read again only if a session
    runs another kernel set), so the process keeps one copy of those weights, not two. */
 static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {

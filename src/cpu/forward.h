@@ -84,7 +84,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     const gpt2__kernels* kernels = s->kernels;
     gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
     if (gpt2__uses_lanes(kernels, W)) {
-        if (gpt2__int8_weights(W.type)) { /* f16 lanes take x as it is */
+        if (gpt2__int8_weights(W.type)) { /* f16 and bf16 lanes take x as it is */
             kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
             a.xq_packed = s->xq_packed;
         }

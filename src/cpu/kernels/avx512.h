@@ -507,22 +507,40 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
 
 /* f16 lanes: an f16 matrix's panels of 32 rows, column by column: per column a cache line of
    the 32 rows' values there (group 0's 16, then group 1's), the last panel's missing rows
-   repeating its last row: 64 bytes a column, the rows' own bytes. A tile widens a group's 16
-   values of a column at once and multiplies them with each token's value there, broadcast, so
-   each output is its own lane: summed over the even and the odd columns apart (two chains, which
-   a lone token needs to keep up with memory) and then together, the same for every tile width
-   and row range. */
+   repeating its last row: 64 bytes a column, the rows' own bytes. bf16 lanes hold pairs of
+   columns instead: per pair two cache lines, group 0's then group 1's, each row's two values in
+   its 32-bit lane (the even column low), as the bf16 unit multiplies them; an odd last column
+   is paired with a zero. A tile widens a group's 16 values of a column at once (bf16: a shift
+   and a mask of the pair) and multiplies them with each token's value there, broadcast, so each
+   output is its own lane: summed over the even and the odd columns apart (two chains, which a
+   lone token needs to keep up with memory) and then together, the same for every tile width and
+   row range. */
 static const size_t gpt2__f16_column_bytes = 2 * gpt2__q8_panel_rows;
-/* Tokens in a tile of LAYOUT: 6 for int8 panels; f16 tiles keep two sums per output and run out
-   of registers at 6 (3072 x 768 in L1, one thread: 128 GMAC/s at 5 tokens, 84 at 6). */
+/* Tokens in a tile of LAYOUT: 6 for int8 panels; 16-bit tiles keep two sums per output and run
+   out of registers at 6 (f16, 3072 x 768 in L1, one thread: 128 GMAC/s at 5 tokens, 84 at 6). */
 template <uint32_t LAYOUT>
-static constexpr int gpt2__lanes_tile_tokens = LAYOUT == GPT2_TYPE_F16 ? 5 : gpt2__q8_tile_tokens;
+static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
 
-template <int V, int N>
-GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                               const char* prefetch, size_t lines) {
+/* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
+   w points at the tile's first group. Without `odd`, column 2i alone (an odd count's last). */
+template <uint32_t TYPE>
+GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64_t i, int v, __m512* even, __m512* odd) {
+    const uint8_t* pair = w + gpt2__f16_column_bytes * 2 * (size_t)i;
+    if constexpr (TYPE == GPT2_TYPE_F16) {
+        *even = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pair + 32 * v)));
+        if (odd) *odd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pair + gpt2__f16_column_bytes + 32 * v)));
+    } else {
+        const __m512i both = _mm512_loadu_si512(pair + 64 * v);
+        *even = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+        if (odd) *odd = _mm512_castsi512_ps(_mm512_and_si512(both, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+}
+
+template <uint32_t TYPE, int V, int N>
+GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                   const char* prefetch, size_t lines) {
     const int64_t K = a.W->cols;
-    const uint8_t* w = p + 32 * j;
+    const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
     const float* x[N];
     for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
     __m512 even[V][N], odd[V][N];
@@ -536,13 +554,9 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
         for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
             _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
         }
-        const uint8_t* column = w + gpt2__f16_column_bytes * 2 * (size_t)i;
         __m512 w0[V], w1[V];
         GPT2__UNROLL
-        for (int v = 0; v < V; v++) {
-            w0[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(column + 32 * v)));
-            w1[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(column + gpt2__f16_column_bytes + 32 * v)));
-        }
+        for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x0 = _mm512_set1_ps(x[t][2 * i]), x1 = _mm512_set1_ps(x[t][2 * i + 1]);
@@ -556,7 +570,8 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
     if (K % 2) { /* the last column, to the even sums */
         GPT2__UNROLL
         for (int v = 0; v < V; v++) {
-            const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + gpt2__f16_column_bytes * (size_t)(K - 1) + 32 * v)));
+            __m512 wv;
+            gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
             GPT2__UNROLL
             for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), even[v][t]);
         }
@@ -570,11 +585,20 @@ GPT2__AVX512 static void gpt2__tile_f16_avx512(const gpt2__matmul_args& a, const
     }
 }
 
-/* A tile of N tokens in the layout of LAYOUT: f16 lanes, or an int8 panel (q8_0's, or q4_0 lanes'). */
+/* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for a.x_bf16. */
+template <int V, int N>
+GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                          const char* prefetch, size_t lines);
+
+/* A tile of N tokens in the layout of LAYOUT: f16 or bf16 lanes, or an int8 panel (q8_0's, or
+   q4_0 lanes'). */
 template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                  const char* prefetch, size_t lines) {
-    if constexpr (LAYOUT == GPT2_TYPE_F16) gpt2__tile_f16_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    if constexpr (LAYOUT == GPT2_TYPE_BF16) {
+        if (a.x_bf16) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    }
+    if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
     else gpt2__tile_q8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
 }
 
@@ -608,8 +632,8 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
     }
 }
 
-/* W (q8_0, q4_0 or f16: TYPE) on its lanes, in place, two groups at a time, times a.xq_packed
-   (int8) or a.x (f16); a range may begin or end half-way through a panel: that group alone. A
+/* W (q8_0, q4_0, f16 or bf16: TYPE) on its lanes, in place, two groups at a time, times
+   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way through a panel: that group alone. A
    lone token or two prefetch gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a
    panel to fetch the whole next one meanwhile, where 16 KB ahead fell behind the tiles that
    re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32
@@ -618,7 +642,7 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
    the halves of gpt2__load_streamed_avx512; f16 4 tokens 3.71 -> 3.47 ms; 32 tokens the same). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const size_t panel_bytes = TYPE == GPT2_TYPE_F16 ? gpt2__f16_column_bytes * (size_t)a.W->cols
+    const size_t panel_bytes = gpt2__float16_lanes(TYPE) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                                      : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
     for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
@@ -660,9 +684,9 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
     }
 }
 
-/* A q8_0, q4_0 or f16 matrix's lanes (contract.h): its panels in order, q8_0's packed as a
+/* A q8_0, q4_0, f16 or bf16 matrix's lanes (contract.h): its panels in order, q8_0's packed as a
    product's are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are, f16's
-   values column by column. */
+   values column by column, bf16's by pairs of columns. */
 GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
     if (W.type == GPT2_TYPE_F16) {
         uint16_t* out = (uint16_t*)dst;
@@ -671,6 +695,19 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
             for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
             for (int64_t k = 0; k < W.cols; k++)
                 for (int i = 0; i < gpt2__q8_panel_rows; i++) *out++ = row[i][k];
+        }
+        return;
+    }
+    if (W.type == GPT2_TYPE_BF16) {
+        uint16_t* out = (uint16_t*)dst;
+        for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows) {
+            const uint16_t* row[gpt2__q8_panel_rows];
+            for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
+            for (int64_t k = 0; k < W.cols; k += 2)
+                for (int i = 0; i < gpt2__q8_panel_rows; i++) {
+                    *out++ = row[i][k];
+                    *out++ = k + 1 < W.cols ? row[i][k + 1] : 0;
+                }
         }
         return;
     }
@@ -704,6 +741,7 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
    q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.W->lanes && a.W->type == GPT2_TYPE_F16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
+    if (a.W->lanes && a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
     if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
     if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
     if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);

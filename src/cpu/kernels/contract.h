@@ -72,20 +72,24 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 static const int gpt2__q8_panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
-/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0 or f16
-   matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
+/* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0, f16 or
+   bf16 matrix into its panels' layout once, when the model loads (the CPU backend keeps the copy:
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
-   the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16): no packing per
-   product, and the same bytes per weight as the file (gpt2__lanes_bytes: the rows rounded up to
-   gpt2__q8_panel_rows). Lanes are made only by the
+   the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16 and bf16, or x
+   rounded to bf16 for a bf16 prompt on the bf16 unit): no packing per product, and the same bytes
+   per weight as the file (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows, bf16's
+   columns to an even count). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
 static const int gpt2__q8_lane_rows = 16;
-/* Whether pack_lanes takes matrices of this type: q8_0, q4_0 and f16 (whose lanes hold its
-   values column by column, multiplied with float activations as they are). */
-static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(type) || type == GPT2_TYPE_F16; }
+/* Whether pack_lanes takes matrices of this type: q8_0, q4_0, and the 16-bit floats f16 and bf16
+   (whose lanes hold their values column by column, or bf16's by pairs of columns). */
+static constexpr bool gpt2__float16_lanes(uint32_t type) { return type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16; }
+static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(type) || gpt2__float16_lanes(type); }
+/* Columns of a 16-bit matrix's lanes: bf16's go in pairs, an odd count padded with a zero. */
+static inline int64_t gpt2__lanes_columns(const gpt2__weight& W) { return W.type == GPT2_TYPE_BF16 ? (W.cols + 1) / 2 * 2 : W.cols; }
 static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
     const size_t rows = (size_t)(W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows * gpt2__q8_panel_rows;
-    if (W.type == GPT2_TYPE_F16) return rows * (size_t)W.cols * 2;
+    if (gpt2__float16_lanes(W.type)) return rows * (size_t)gpt2__lanes_columns(W) * 2;
     const size_t block_bytes = W.type == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes;
     return rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
 }
@@ -110,6 +114,8 @@ struct gpt2__matmul_args {
     const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is
                                   q8_0 or q4_0), the kernel multiplies int8 panels (W's lanes
                                   where it has them, whatever T is) */
+    const uint16_t* x_bf16 = nullptr; /* x rounded to bf16, rows of gpt2__lanes_columns(*W) values:
+                                  when set, W's bf16 lanes are multiplied on the bf16 unit */
 };
 
 /* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
@@ -144,7 +150,7 @@ static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
    rounded to bf16 (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
     const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__q8_panel_rows / 4;
-    return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)cols * gpt2__chunk_tokens / 2});
+    return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)(cols + 1) * gpt2__chunk_tokens / 2});
 }
 
 /* ---- Attention --------------------------------------------------------------------------- */
