@@ -688,25 +688,16 @@ GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& 
    product's are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are, f16's
    values column by column, bf16's by pairs of columns. */
 GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
-    if (W.type == GPT2_TYPE_F16) {
+    if (gpt2__float16_lanes(W.type)) {
+        const bool pairs = W.type == GPT2_TYPE_BF16;
         uint16_t* out = (uint16_t*)dst;
         for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows) {
             const uint16_t* row[gpt2__q8_panel_rows];
             for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
-            for (int64_t k = 0; k < W.cols; k++)
-                for (int i = 0; i < gpt2__q8_panel_rows; i++) *out++ = row[i][k];
-        }
-        return;
-    }
-    if (W.type == GPT2_TYPE_BF16) {
-        uint16_t* out = (uint16_t*)dst;
-        for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows) {
-            const uint16_t* row[gpt2__q8_panel_rows];
-            for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
-            for (int64_t k = 0; k < W.cols; k += 2)
+            for (int64_t k = 0; k < W.cols; k += pairs ? 2 : 1)
                 for (int i = 0; i < gpt2__q8_panel_rows; i++) {
                     *out++ = row[i][k];
-                    *out++ = k + 1 < W.cols ? row[i][k + 1] : 0;
+                    if (pairs) *out++ = k + 1 < W.cols ? row[i][k + 1] : 0;
                 }
         }
         return;
