@@ -242,8 +242,8 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    than 4 KiB pages; a file mapped by gpt2_model_load_file is nearly as fast.
    On a CPU with AVX-512 VNNI, q8_0, q4_0, f16 and bf16 matrices are packed once, at load, into
    a copy of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about
-   75-100 ms for a 124M f16 or bf16 model): a mapped file's pages of those matrices are handed back to the OS, a
-   buffer's stay as they are. */
+   75-100 ms for a 124M f16 or bf16 model): a mapped file's pages of those matrices are handed
+   back to the OS, a buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
 GPT2_API void gpt2_model_free(gpt2_model* model);
@@ -4715,9 +4715,10 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
 }
 
 /* W (q8_0, q4_0, f16 or bf16: TYPE) on its lanes, in place, two groups at a time, times
-   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way through a panel: that group alone. A
-   lone token or two prefetch gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a
-   panel to fetch the whole next one meanwhile, where 16 KB ahead fell behind the tiles that
+   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
+   end half-way through a panel: that group alone. A lone token or two prefetch
+   gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
+   next one meanwhile, where 16 KB ahead fell behind the tiles that
    re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32
    tokens: 6.87 -> 6.12 ms). Non-temporal prefetches, though later tiles re-read the panel: on
    Zen 5 they beat prefetching into L2 (the same, medians of 5: 4 tokens 2.16 -> 1.73 ms, with

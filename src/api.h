@@ -241,8 +241,8 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    than 4 KiB pages; a file mapped by gpt2_model_load_file is nearly as fast.
    On a CPU with AVX-512 VNNI, q8_0, q4_0, f16 and bf16 matrices are packed once, at load, into
    a copy of the same size laid out for its vector units (docs/PERFORMANCE.md, "lanes"; about
-   75-100 ms for a 124M f16 or bf16 model): a mapped file's pages of those matrices are handed back to the OS, a
-   buffer's stay as they are. */
+   75-100 ms for a 124M f16 or bf16 model): a mapped file's pages of those matrices are handed
+   back to the OS, a buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
 GPT2_API void gpt2_model_free(gpt2_model* model);
