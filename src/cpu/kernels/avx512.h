@@ -643,9 +643,9 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
    a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
    end half-way through a panel: that group alone. A lone token or two prefetch
    gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
-   next one meanwhile, where 16 KB ahead fell behind the tiles that
-   re-read the panel (24576 x 3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32
-   tokens: 6.87 -> 6.12 ms). Non-temporal prefetches, though later tiles re-read the panel: on
+   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel (24576 x
+   3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32 tokens: 6.87 -> 6.12 ms).
+   Non-temporal prefetches, though later tiles re-read the panel: on
    Zen 5 they beat prefetching into L2 (the same, medians of 5: 4 tokens 2.16 -> 1.73 ms, with
    the halves of gpt2__load_streamed_avx512; f16 4 tokens 3.71 -> 3.47 ms; 32 tokens the same). */
 template <uint32_t TYPE>
