@@ -155,14 +155,26 @@ static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int
 }
 
 /* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
+/* The sum of f(x[i]) in double, in 8 chains added at the end: one chain waits on each add's
+   latency (124M q8_0 prefill of 128 tokens: its layer norms took 7% of the time). */
+template <class F>
+static double gpt2__sum_double(const float* x, int n, const F& f) {
+    double chain[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) chain[j] += f(x[i + j]);
+    for (; i < n; i++) chain[i % 8] += f(x[i]);
+    return ((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]));
+}
+
 static void gpt2__layer_norm(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
-    double mean = 0.0, var = 0.0;
-    for (int i = 0; i < n; i++) mean += x[i];
-    mean /= n;
-    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
-    var /= n;
+    const double mean = gpt2__sum_double(x, n, [](float v) { return (double)v; }) / n;
+    const double var = gpt2__sum_double(x, n, [mean](float v) { return (v - mean) * (v - mean); }) / n;
     const float inv_std = (float)(1.0 / std::sqrt(var + eps));
-    for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
+    if (bias) /* apart, so the compiler vectorizes each */
+        for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + bias[i];
+    else
+        for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + 0.0f;
 }
 
 static void gpt2__gelu_scalar(float* x, size_t n, bool tanh_form) {
