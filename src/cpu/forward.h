@@ -98,7 +98,11 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     }
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
-    gpt2__parallel_for(&s->pool, W.rows, 16, [&](int64_t begin, int64_t end, int thread) {
+    /* a prompt's shares are whole panels of 32 rows, where a share of 48 ran its last 16 in tiles
+       of one group (124M q8_0 prefill of 128 tokens: 23.5 -> 22.7 ms); a token's stay in 16s,
+       as a share of one panel would not prefetch the next */
+    const int64_t align = gpt2__is_decode(T) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
+    gpt2__parallel_for(&s->pool, W.rows, align, [&](int64_t begin, int64_t end, int thread) {
         kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < T; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
