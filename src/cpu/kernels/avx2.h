@@ -201,7 +201,6 @@ struct gpt2__prefill_avx2 {
     /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
        and one of 1, whose single token loads 5 vectors per 4 FMAs */
     static constexpr int NT = 3;
-    static constexpr int64_t k_align = 16;
     using Panel = gpt2__float_panel;
     static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx2, false>(a, o, rows, scratch); }
     template <int R, int N>

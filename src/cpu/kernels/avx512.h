@@ -272,7 +272,6 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 struct gpt2__prefill_avx512 {
     static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
     static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
-    static constexpr int64_t k_align = 16;
     using Panel = gpt2__float_panel;
     static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512, true>(a, o, rows, scratch); }
     template <int R, int N>

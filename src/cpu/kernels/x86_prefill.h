@@ -74,7 +74,7 @@ static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Pane
    (`gpt2-kernel-bench 1 T avx512 50257 768`, medians of 3 alternated): 8 tokens 8.4 -> 5.0 ms,
    32 tokens 19.1 -> 13.4 ms; 8 KB ahead gained a third of that, 48 KB no more. The AVX2 set
    measured 6-8% slower with it (its tiles, not memory, are its limit here) and goes without;
-   panels read in place (f32, the bf16 unit's) gained nothing over the driver's prefetch. */
+   panels read in place (f32) gained nothing over the driver's prefetch. */
 static const int64_t gpt2__prefill_prefetch_bytes = 24576;
 
 /* Always inlined: left a function of its own, GCC 12 finds it has no side effects (a prefetch
@@ -110,23 +110,23 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
 }
 
 /* Prefill, shared by the x86 kernel sets and their panel types: for each group of
-   gpt2__tile_rows rows (Set::panel: a float panel, or q8_0 rows packed for integer products),
-   tiles of Set::NT tokens, over the tokens in chunks of about gpt2__chunk_tokens. K goes in
-   blocks of at most gpt2__k_block (starting at multiples of Set::k_align), so a tile's rows and
+   gpt2__tile_rows rows (Set::panel: a float panel), tiles of Set::NT tokens, over the tokens in
+   chunks of about gpt2__chunk_tokens. K goes in blocks of at most gpt2__k_block (starting at
+   multiples of gpt2__k_align floats, a 512-bit vector), so a tile's rows and
    tokens stay in L1, the partial sums of the chunk's tiles adding up in `sums`.
    Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
    Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
    over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
-static const int gpt2__k_block = 1024;
+static const int gpt2__k_block = 1024, gpt2__k_align = 16;
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
-    const int64_t K = W->cols, align = Set::k_align;
+    const int64_t K = W->cols;
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
-    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + align - 1) / align * align;
+    const int64_t k_step = ((K + k_blocks - 1) / k_blocks + gpt2__k_align - 1) / gpt2__k_align * gpt2__k_align;
     float sums[chunk / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
