@@ -165,10 +165,15 @@ GPT2__AVX2 static void gpt2__tokens_avx2(float* out, const float* w, size_t ldw,
         for (int u = 0; u < U; u++) {
             __m256 xv[NP];
             GPT2__UNROLL
-            for (int t = 0; t < NP; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k + 8 * u);
+            for (int t = 0; t < NP; t++) {
+                __m256 v = _mm256_loadu_ps(x + t * ldx + k + 8 * u);
+                GPT2__IN_REGISTER(v); /* on a local: on xv[t] the array would live in memory */
+                xv[t] = v;
+            }
             GPT2__UNROLL
             for (int r = 0; r < R; r++) {
-                const __m256 wv = _mm256_loadu_ps(w + r * ldw + k + 8 * u);
+                __m256 wv = _mm256_loadu_ps(w + r * ldw + k + 8 * u);
+                GPT2__IN_REGISTER(wv);
                 GPT2__UNROLL
                 for (int t = 0; t < NP; t++) acc[u][t][r] = _mm256_fmadd_ps(wv, xv[t], acc[u][t][r]);
             }
