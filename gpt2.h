@@ -3460,7 +3460,7 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
    each time: the float tiles ran at half speed (gpt2-kernel-bench 0 64 avx512 3072 768, one
-   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,760 us with this). */
+   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this). */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
 #else
@@ -4662,11 +4662,10 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         __m512 w0[V], w1[V];
         GPT2__UNROLL
         for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
-        /* The even column's products, then the odd one's, so one broadcast is live at a time
-           (26 registers in all): GCC spilled weights where both were interleaved token by token
-           (Zen-tuned, as -march=native on AMD: 3072 x 768, 32 tokens, one thread, f16 570 ->
-           640 us, bf16 -> 790 us) or where a token's value served both groups from one
-           register (plain builds); this order spills in neither, and clang's are the same. */
+        /* The even column's products, then the odd one's, one broadcast live at a time (26
+           registers in all). Interleaved token by token, GCC tuned for Zen (-march=native on
+           AMD) spilled a weight (3072 x 768, 32 tokens, one thread: f16 570 -> 640 us, bf16 ->
+           790 us); group by group, with a token's broadcast kept for both, plain builds did. */
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
@@ -6068,9 +6067,9 @@ static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, c
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     /* shares of two whole panels or more, so each starts a panel's tiles and prefetches the next
-       (124M, 2 threads, medians of 3 alternated: q8_0 8 sessions 4.50 -> 4.29 ms a step, f16
-       9.1 -> 8.7, bf16 9.8 -> 9.5, 32 sessions the same or 1% faster); a share of 48 rows, as
-       shares of 16 gave the 768-row matrices, ran a third of them in tiles of one group */
+       (124M, 8 sessions, 2 threads, medians of 3 alternated: q8_0 4.65 -> 4.48 ms a step with an
+       f16 cache, 6.30 -> 5.80 with f32, f16 9.31 -> 8.85, bf16 9.39 -> 8.52; 32 sessions the same
+       or 1% faster); shares of 16 gave the 768-row matrices 48s, a third of them in one-group tiles */
     gpt2__parallel_for(&s->pool, W.rows, 2 * gpt2__q8_panel_rows, [&](int64_t begin, int64_t end, int thread) {
         for (const gpt2__matmul_args& a : parts) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)

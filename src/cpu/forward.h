@@ -342,9 +342,9 @@ static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, c
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     /* shares of two whole panels or more, so each starts a panel's tiles and prefetches the next
-       (124M, 2 threads, medians of 3 alternated: q8_0 8 sessions 4.50 -> 4.29 ms a step, f16
-       9.1 -> 8.7, bf16 9.8 -> 9.5, 32 sessions the same or 1% faster); a share of 48 rows, as
-       shares of 16 gave the 768-row matrices, ran a third of them in tiles of one group */
+       (124M, 8 sessions, 2 threads, medians of 3 alternated: q8_0 4.65 -> 4.48 ms a step with an
+       f16 cache, 6.30 -> 5.80 with f32, f16 9.31 -> 8.85, bf16 9.39 -> 8.52; 32 sessions the same
+       or 1% faster); shares of 16 gave the 768-row matrices 48s, a third of them in one-group tiles */
     gpt2__parallel_for(&s->pool, W.rows, 2 * gpt2__q8_panel_rows, [&](int64_t begin, int64_t end, int thread) {
         for (const gpt2__matmul_args& a : parts) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)

@@ -561,11 +561,10 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         __m512 w0[V], w1[V];
         GPT2__UNROLL
         for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
-        /* The even column's products, then the odd one's, so one broadcast is live at a time
-           (26 registers in all): GCC spilled weights where both were interleaved token by token
-           (Zen-tuned, as -march=native on AMD: 3072 x 768, 32 tokens, one thread, f16 570 ->
-           640 us, bf16 -> 790 us) or where a token's value served both groups from one
-           register (plain builds); this order spills in neither, and clang's are the same. */
+        /* The even column's products, then the odd one's, one broadcast live at a time (26
+           registers in all). Interleaved token by token, GCC tuned for Zen (-march=native on
+           AMD) spilled a weight (3072 x 768, 32 tokens, one thread: f16 570 -> 640 us, bf16 ->
+           790 us); group by group, with a token's broadcast kept for both, plain builds did. */
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
