@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds everything and runs all tests (CTest: doctest cases, converter tests, tool checks),
-# the Windows (Wine) and aarch64 (qemu) cross builds' tests (tools/cross_test.sh), then the
-# reliability checks (docs/RELIABILITY.md): the tests under ASan+UBSan, TSan and
-# valgrind (tools/sanitize.sh), and short fuzzing runs of the loader, the tokenizer and the
-# converter. GPT2_TEST_FAST=1 skips the cross builds and the reliability checks; GPT2_FUZZ_SECONDS (default 30)
+# the Windows (Wine) and aarch64 (qemu) cross builds' tests (tools/cross_test.sh), the doctest
+# suite built with -march=native, then the reliability checks (docs/RELIABILITY.md): the tests
+# under ASan+UBSan, TSan and valgrind (tools/sanitize.sh), and short fuzzing runs of the loader,
+# the tokenizer and the converter. GPT2_TEST_FAST=1 skips the cross builds and the reliability checks; GPT2_FUZZ_SECONDS (default 30)
 # sets how long each fuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +37,17 @@ fi
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     OUT=build-device/out bash tests/cuda/device_run.sh --dry-run
     GPT2_SC_GGUF="$PWD/build-device/models/shakespeare_char.gguf" ./build-device/tests/cuda/gpt2-cuda-tests
+fi
+
+# ---- the doctest suite built as an embedder may build the header, with -march=native: AVX-512 and
+# FMA contraction in all the code, and GCC's tuning for this CPU in the kernels (docs/PERFORMANCE.md,
+# What runs); about 75 s on 2 cores ----
+if [ "$fast" != 1 ]; then
+    cmake -S . -B build-native -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=native -DCMAKE_C_FLAGS=-march=native >/dev/null
+    cmake --build build-native -j"$(nproc)" --target gpt2-tests
+    mkdir -p build-native/tests/generated
+    python3 tests/make_test_models.py build-native/tests/generated >/dev/null
+    build-native/tests/gpt2-tests
 fi
 
 # ---- reliability: sanitizers and fuzzing ----
