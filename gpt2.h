@@ -3299,7 +3299,6 @@ static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
 
-/* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
 /* The sum of f(x[i]) in double, in 8 chains added at the end: one chain waits on each add's
    latency (124M q8_0 prefill of 128 tokens: its layer norms took 7% of the time). */
 template <class F>
@@ -3312,6 +3311,7 @@ static double gpt2__sum_double(const float* x, int n, const F& f) {
     return ((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]));
 }
 
+/* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
 static void gpt2__layer_norm(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
     const double mean = gpt2__sum_double(x, n, [](float v) { return (double)v; }) / n;
     const double var = gpt2__sum_double(x, n, [mean](float v) { return (v - mean) * (v - mean); }) / n;
@@ -3319,7 +3319,7 @@ static void gpt2__layer_norm(float* out, const float* x, const float* weight, co
     if (bias) /* apart, so the compiler vectorizes each */
         for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + bias[i];
     else
-        for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + 0.0f;
+        for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + 0.0f; /* a zero bias's sum: -0 as +0 */
 }
 
 static void gpt2__gelu_scalar(float* x, size_t n, bool tanh_form) {
@@ -3460,7 +3460,8 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
    each time: the float tiles ran at half speed (gpt2-kernel-bench 0 64 avx512 3072 768, one
-   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this). */
+   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this).
+   Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
 #else
@@ -3790,7 +3791,7 @@ GPT2__AVX2 static void gpt2__tokens_avx2(float* out, const float* w, size_t ldw,
             GPT2__UNROLL
             for (int t = 0; t < NP; t++) {
                 __m256 v = _mm256_loadu_ps(x + t * ldx + k + 8 * u);
-                GPT2__IN_REGISTER(v); /* on a local: on xv[t] the array would live in memory */
+                GPT2__IN_REGISTER(v);
                 xv[t] = v;
             }
             GPT2__UNROLL
@@ -4349,7 +4350,7 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             __m512 v = _mm512_loadu_ps(x + t * ldx + k);
-            GPT2__IN_REGISTER(v); /* on a local: on xv[t] the array would live in memory */
+            GPT2__IN_REGISTER(v);
             xv[t] = v;
         }
         GPT2__UNROLL

@@ -167,7 +167,7 @@ GPT2__AVX2 static void gpt2__tokens_avx2(float* out, const float* w, size_t ldw,
             GPT2__UNROLL
             for (int t = 0; t < NP; t++) {
                 __m256 v = _mm256_loadu_ps(x + t * ldx + k + 8 * u);
-                GPT2__IN_REGISTER(v); /* on a local: on xv[t] the array would live in memory */
+                GPT2__IN_REGISTER(v);
                 xv[t] = v;
             }
             GPT2__UNROLL

@@ -248,7 +248,7 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             __m512 v = _mm512_loadu_ps(x + t * ldx + k);
-            GPT2__IN_REGISTER(v); /* on a local: on xv[t] the array would live in memory */
+            GPT2__IN_REGISTER(v);
             xv[t] = v;
         }
         GPT2__UNROLL

@@ -154,7 +154,6 @@ static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
 
-/* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
 /* The sum of f(x[i]) in double, in 8 chains added at the end: one chain waits on each add's
    latency (124M q8_0 prefill of 128 tokens: its layer norms took 7% of the time). */
 template <class F>
@@ -167,6 +166,7 @@ static double gpt2__sum_double(const float* x, int n, const F& f) {
     return ((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]));
 }
 
+/* nanoGPT's LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, biased variance. */
 static void gpt2__layer_norm(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
     const double mean = gpt2__sum_double(x, n, [](float v) { return (double)v; }) / n;
     const double var = gpt2__sum_double(x, n, [mean](float v) { return (v - mean) * (v - mean); }) / n;
@@ -174,7 +174,7 @@ static void gpt2__layer_norm(float* out, const float* x, const float* weight, co
     if (bias) /* apart, so the compiler vectorizes each */
         for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + bias[i];
     else
-        for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + 0.0f;
+        for (int i = 0; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + 0.0f; /* a zero bias's sum: -0 as +0 */
 }
 
 static void gpt2__gelu_scalar(float* x, size_t n, bool tanh_form) {

@@ -41,7 +41,8 @@
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
    each time: the float tiles ran at half speed (gpt2-kernel-bench 0 64 avx512 3072 768, one
-   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this). */
+   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this).
+   Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
 #else
