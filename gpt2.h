@@ -3388,7 +3388,7 @@ static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, s
    and out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
    sqrt(head_dim)); stats[2h] = the largest score and stats[2h + 1] = sum_j exp(score_j -
    largest), with which gpt2__merge_attention joins consecutive key ranges. `scratch` holds
-   2 * n_keys * n_head floats. */
+   n_keys * n_head floats. */
 template <class KV>
 static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
     const size_t row = (size_t)n_head * head_dim;
@@ -5798,7 +5798,7 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
 
 /* Floats of per-thread attention scratch: what gpt2__attend_rows_scalar asks for at n_ctx keys,
    or a block of queries' scores (gpt2__query_scratch). */
-static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
+static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max((size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
 /* Whether q8_0 and q4_0 products of many rows multiply int8 panels: where the kernel set has them. */
 static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && kernels->quantize_q8_packed; }

@@ -458,7 +458,7 @@ TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged fr
                 std::vector<float> kc = random_floats(rng, row * n_keys, 2.0f), vc = random_floats(rng, row * n_keys, 2.0f);
                 std::vector<uint16_t> kh(kc.size()), vh(vc.size());
                 for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
-                std::vector<float> want(part), got(part), scratch(2 * row / head_dim * n_keys);
+                std::vector<float> want(part), got(part), scratch(row / head_dim * n_keys); // what attend_rows may use: n_keys * n_head
                 const std::vector<double> exact = attention_f64(q, kc, vc, n_keys, n_head, head_dim);
                 gpt2__attend_rows_scalar<float>(want.data(), want.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
                 for (size_t i = 0; i < row; i++) CHECK(want[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));

@@ -53,7 +53,7 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
 
 /* Floats of per-thread attention scratch: what gpt2__attend_rows_scalar asks for at n_ctx keys,
    or a block of queries' scores (gpt2__query_scratch). */
-static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max(2 * (size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
+static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max((size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
 /* Whether q8_0 and q4_0 products of many rows multiply int8 panels: where the kernel set has them. */
 static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && kernels->quantize_q8_packed; }

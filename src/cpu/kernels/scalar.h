@@ -243,7 +243,7 @@ static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, s
    and out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
    sqrt(head_dim)); stats[2h] = the largest score and stats[2h + 1] = sum_j exp(score_j -
    largest), with which gpt2__merge_attention joins consecutive key ranges. `scratch` holds
-   2 * n_keys * n_head floats. */
+   n_keys * n_head floats. */
 template <class KV>
 static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
     const size_t row = (size_t)n_head * head_dim;
