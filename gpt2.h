@@ -2622,7 +2622,7 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
    after another through run (the same results, slower); runner's abort_fn is polled either
-   way. Nothing changes when a session lacks room; an aborted pass leaves every session as it
+   way. A batch of the runner alone is its run. Nothing changes when a session lacks room; an aborted pass leaves every session as it
    was; a pass that fails otherwise leaves every context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
     for (size_t i = 0; i < n_sessions; i++) {
@@ -2635,12 +2635,12 @@ static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const*
     gpt2_result res = GPT2_OK;
     size_t ran = 0; /* without run_batch: the sessions run */
     gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
-    if (runner->backend->run_batch) {
+    if (runner->backend->run_batch && !(n_sessions == 1 && sessions[0] == runner)) {
         res = runner->backend->run_batch(runner, sessions, n_sessions, err);
     } else {
         for (; ran < n_sessions && res == GPT2_OK; ran++) {
             gpt2_session* s = sessions[ran];
-            if (abortable && s->has_logits) {
+            if (abortable && s->has_logits && ran + 1 < n_sessions) { /* kept only where a later session's abort needs them */
                 const float* logits = s->backend->logits(s);
                 if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
             }
@@ -5746,19 +5746,21 @@ static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const
 /* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
-/* The activations of a batched pass (gpt2__forward_batch) over R rows, the new tokens of all its
-   sessions, and B sessions: grown on demand, freed with the session whose threads run it. */
-struct gpt2__batch_workspace {
-    size_t rows = 0, sessions = 0; /* R and B it has room for */
-    float* x = nullptr;        /* (R, C) */
-    float* xn = nullptr;       /* (R, C) */
+/* The activations of a pass (gpt2__pass) over R rows, the new tokens of all its sessions, of
+   which the first D are decode rows (sessions adding at most gpt2__decode_max_tokens), and B
+   sessions. A session's own is made with it, for a prompt of n_ctx tokens, so a session that
+   could be made never runs out of memory alone; a batch grows its runner's on demand. */
+struct gpt2__activations {
+    size_t rows = 0, decode_rows = 0, sessions = 0; /* R, D and B it has room for */
+    float* x = nullptr;        /* (R, C) residual stream */
+    float* xn = nullptr;       /* (R, C) normalised input of a sub-block; after the pass, ln_f output */
     float* qkv = nullptr;      /* (R, 3C) */
-    float* att = nullptr;      /* (R, C) */
+    float* att = nullptr;      /* (R, C) attention output, then any (R, C) temporary */
     float* fc = nullptr;       /* (R, F) */
-    float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
-    int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
-    float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
-    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels */
+    float* parts = nullptr;    /* (D, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
+    int8_t* xq = nullptr;      /* (D, max(C, F)) single tokens quantized for q8_0 and q4_0 weights */
+    float* xq_scale = nullptr; /* (D, max(C, F) / gpt2__q8_block_values) */
+    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels, where the kernels have them */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -5767,22 +5769,12 @@ struct gpt2__batch_workspace {
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
     const gpt2__kernels* kernels = nullptr;
-    void* k_cache = nullptr;      /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
+    void* k_cache = nullptr;  /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
     void* v_cache = nullptr;
-    float* x = nullptr;       /* (n_ctx, C) residual stream */
-    float* xn = nullptr;      /* (n_ctx, C) normalised input of a sub-block; after the pass, ln_f output */
-    float* qkv = nullptr;     /* (n_ctx, 3C) */
-    float* att = nullptr;     /* (n_ctx, C) attention output, then any (T, C) temporary */
-    float* fc = nullptr;      /* (n_ctx, F) */
-    float* scores = nullptr;  /* (n_threads, gpt2__attention_scratch) */
-    float* parts = nullptr;   /* (gpt2__decode_max_tokens, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
-    int8_t* xq = nullptr;     /* (F) one activation row quantized for q8_0 weights */
-    float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
-    uint8_t* xq_packed = nullptr; /* (n_ctx, gpt2__q8_packed_row_bytes(F)) rows packed for int8 panels, where the kernels have them */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
-    gpt2__batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's threads */
+    gpt2__activations act;    /* the passes run on this session's threads: its own, and batches it runs */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
@@ -5817,41 +5809,6 @@ static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
     for (int i = 0; i < n; i++)
         if (sets[i]->quantize_q8_packed) return true;
     return false;
-}
-
-/* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
-   y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
-   One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
-   to int8, so the kernel can use integer dot products against q8_0 weights; more rows against
-   q8_0 and q4_0 weights, and any number against W's lanes, are quantized and packed for int8
-   panels where the set has them. */
-static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
-    const gpt2__kernels* kernels = s->kernels;
-    gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
-    if (gpt2__uses_lanes(kernels, W)) {
-        if (gpt2__int8_weights(W.type)) { /* f16 and bf16 lanes take x as it is */
-            kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
-            a.xq_packed = s->xq_packed;
-        }
-    } else if (gpt2__int8_activations(T, W.type)) {
-        kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
-        a.xq = s->xq;
-        a.xq_scale = s->xq_scale;
-    } else if (gpt2__int8_panels(kernels, W.type)) {
-        kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
-        a.xq_packed = s->xq_packed;
-    }
-    const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
-    const bool gelu_tanh = s->model->gelu_tanh;
-    /* a prompt's shares are whole panels of 32 rows, where a share of 48 ran its last 16 in tiles
-       of one group (124M q8_0 prefill of 128 tokens: 23.5 -> 22.7 ms); a token's stay in 16s,
-       as a share of one panel would not prefetch the next */
-    const int64_t align = gpt2__is_decode(T) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
-    gpt2__parallel_for(&s->pool, W.rows, align, [&](int64_t begin, int64_t end, int thread) {
-        kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
-        if (gelu)
-            for (int t = 0; t < T; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
-    });
 }
 
 static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
@@ -5954,166 +5911,145 @@ static void gpt2__attention_merge(const gpt2__attention_job& j) {
     for (int t = 0; t < j.T; t++) gpt2__merge_attention(j.att + (size_t)t * C, j.parts + (size_t)t * gpt2__max_key_ranges * part, j.ranges[t], H, C / H);
 }
 
-/* Causal self-attention of the session's T new queries at positions pos0.. against the cache of
-   one layer: s->qkv to s->att. */
-static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
-    gpt2__attention_job j{s, s->qkv, s->att, s->parts, layer, T, pos0, {}, 0};
-    gpt2__attention_plan(&j);
-    const size_t scratch = gpt2__attention_scratch(s->model->n_head, s->n_ctx);
-    gpt2__parallel_for(&s->pool, j.tasks, 1, [&](int64_t begin, int64_t end, int thread) {
-        for (int64_t task = begin; task < end; task++) gpt2__attention_task(j, (int)task, s->scores + (size_t)thread * scratch);
-    });
-    gpt2__attention_merge(j);
-}
+/* ---- The pass: every session's new tokens through the model at once ------------------------- */
 
-/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
-static void gpt2__head(gpt2__cpu_session* s, const float* h, float* logits) {
-    gpt2__weight head = s->model->lm_head;
-    head.rows = s->model->n_vocab;
-    gpt2__matmul(s, logits, h, head, nullptr, 1);
-}
-
-/* The backend's run: tokens[n_cached..) at positions n_cached.. (the cache holds the positions
-   before, of the same sequence). Leaves the final LayerNorm of every new position in s->xn
-   (T, C) and the prediction after the last one in s->logits (V). */
-static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
-    gpt2__cpu_session* s = gpt2__cpu(session);
-    const gpt2_model* m = s->model;
-    const int C = m->n_embd, pos0 = s->n_cached, T = (int)s->tokens.size() - pos0;
-    const int32_t* ids = s->tokens.data() + pos0;
-    float* position = s->att; /* scratch row */
-    for (int t = 0; t < T; t++) { /* x = wte[id] + wpe[pos] */
-        float* x = s->x + (size_t)t * C;
-        gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)ids[t] * m->wte.row_bytes, x, C);
-        gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(pos0 + t) * m->wpe.row_bytes, position, C);
-        gpt2__add(x, position, (size_t)C);
-    }
-    for (int l = 0; l < m->n_layer; l++) {
-        if (gpt2__abort_requested(s)) return gpt2__aborted(err);
-        const gpt2__layer& L = m->layers[(size_t)l];
-        /* x = x + attn(ln_1(x)) */
-        gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
-        gpt2__matmul(s, s->qkv, s->xn, L.c_attn, L.c_attn_bias, T);
-        gpt2__attention(s, l, T, pos0);
-        gpt2__matmul(s, s->x, s->att, L.c_proj, L.c_proj_bias, T, true);
-        /* x = x + mlp(ln_2(x)) */
-        gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_2_weight, L.ln_2_bias, T);
-        gpt2__matmul(s, s->fc, s->xn, L.c_fc, L.c_fc_bias, T, false, true);
-        gpt2__matmul(s, s->x, s->fc, L.mlp_proj, L.mlp_proj_bias, T, true);
-    }
-    gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
-    gpt2__head(s, s->xn + (size_t)(T - 1) * C, s->logits);
-    return GPT2_OK;
-}
-
-/* ---- Many sessions in one pass (gpt2_batch_eval) ------------------------------------------- */
-
-static void gpt2__batch_free(gpt2__batch_workspace* w) {
+static void gpt2__activations_free(gpt2__activations* w) {
     void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->scores, w->logits};
     for (void* b : buffers) gpt2__free_aligned(b);
-    *w = gpt2__batch_workspace();
+    *w = gpt2__activations();
 }
 
-/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
-static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t sessions, gpt2_error* err) {
-    gpt2__batch_workspace* w = &s->batch;
-    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
+/* Room in s->act for a pass over `rows` rows, `decode_rows` of them decode rows, of `sessions`
+   sessions. */
+static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, size_t decode_rows, size_t sessions, gpt2_error* err) {
+    gpt2__activations* w = &s->act;
+    if (rows <= w->rows && decode_rows <= w->decode_rows && sessions <= w->sessions) return GPT2_OK;
     rows = std::max(rows, w->rows);
+    decode_rows = std::max(decode_rows, w->decode_rows);
     sessions = std::max(sessions, w->sessions);
-    gpt2__batch_free(w);
+    gpt2__activations_free(w);
     const gpt2_model* m = s->model;
     const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
     struct { void** p; size_t bytes; } plan[] = {
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
-        {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
-        {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
+        {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, decode_rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
+        {(void**)&w->xq, decode_rows * widest}, {(void**)&w->xq_scale, (decode_rows * widest / gpt2__q8_block_values + 1) * 4},
         {(void**)&w->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {
+        if (!b.bytes) continue; /* a buffer no kernel set of this CPU uses */
         *b.p = gpt2__malloc_aligned(b.bytes);
         if (!*b.p) {
-            gpt2__batch_free(w);
-            return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a batch of %zu sessions and %zu new tokens", b.bytes, sessions, rows);
+            gpt2__activations_free(w);
+            return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a pass over %zu new tokens of %zu session(s)", b.bytes, rows, sessions);
         }
     }
     w->rows = rows;
+    w->decode_rows = decode_rows;
     w->sessions = sessions;
     return GPT2_OK;
 }
 
-/* The rows of a batched pass, in this order: n_one rows of sessions adding one token, n_few rows
-   of sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
-struct gpt2__batch_rows {
+/* The rows of a pass, in this order: n_one rows of sessions adding one token, n_few rows of
+   sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
+struct gpt2__pass_rows {
     int n_one = 0, n_few = 0, n_rows = 0;
     gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
+    /* the threads' shares of W's rows are multiples of this: a lone session's decode rows in
+       groups of lanes, its prompt in whole panels; a batch's in two panels or more, so each
+       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md) */
+    int share_rows = 2 * gpt2__q8_panel_rows;
 };
 
-/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. The decode rows go
-   together (on q8_0 and q4_0 weights only single tokens, quantized to int8 as a lone token is:
-   gpt2__int8_activations), each weight row read from memory once for all of them: streamed
-   while they are few, so bit for bit the lone results, else multiplied as panels
-   (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
-   rounding; W's lanes take them all, bit for bit the lone results. The other sessions multiply
-   panels, each its own rows (a float tile's sums depend on where its tokens start); on q8_0 and
-   q4_0 weights int8 panels where the set has them, as a lone session's prompt. One parallel
+/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a pass, split over the rows of W;
+   with `accumulate`, y += instead (the residual connection); with `gelu`, GELU on the result
+   (the MLP's c_fc). The decode rows go together (on q8_0 and q4_0 weights only single tokens,
+   quantized to int8 for integer dot products: gpt2__int8_activations), each weight row read
+   from memory once for all of them: streamed while they are few, so bit for bit a lone
+   session's results, else multiplied as panels (gpt2__streams_rows; int8 panels where the
+   kernel set has them), a lone session's results to rounding; W's lanes take them all, bit for
+   bit. The other sessions multiply panels, each its own rows (a float tile's sums depend on where
+   its tokens start); on q8_0 and q4_0 weights int8 panels where the set has them. One parallel
    region for all of it. */
-static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
-                               bool accumulate = false, bool gelu = false) {
+static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__pass_rows& r,
+                         bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
+    gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
     const bool int8_panels = gpt2__int8_panels(kernels, W.type);
     const bool packs_all = gpt2__uses_lanes(kernels, W) || n_streamed >= gpt2__panel_min_rows;
     const int first_packed = int8_panels && packs_all ? 0 : n_streamed; /* rows from here on multiply int8 panels */
     const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
-    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(s->batch.xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
-    gpt2__vector<gpt2__matmul_args> parts;
+    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
+    gpt2__matmul_args parts[2 + gpt2__decode_max_tokens];
+    gpt2__vector<gpt2__matmul_args> more; /* the parts past the first few, where a batch has many prompts */
+    int n_parts = 0;
+    auto add = [&](const gpt2__matmul_args& a) {
+        if (n_parts < (int)(sizeof parts / sizeof parts[0])) parts[n_parts++] = a;
+        else more.push_back(a);
+    };
     if (n_streamed) {
-        parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
+        gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true};
         if (first_packed == 0) {
-            parts.back().xq_packed = s->batch.xq_packed;
+            a.xq_packed = w->xq_packed;
         } else if (gpt2__int8_activations(1, W.type)) {
-            kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
-            parts.back().xq = s->batch.xq;
-            parts.back().xq_scale = s->batch.xq_scale;
+            kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
+            a.xq = w->xq;
+            a.xq_scale = w->xq_scale;
         }
+        add(a);
     }
     for (const auto& [row, T] : r.several)
         if (row >= n_streamed) {
-            parts.push_back({y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate});
-            if (int8_panels) parts.back().xq_packed = s->batch.xq_packed + row * ldx;
+            gpt2__matmul_args a{y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate};
+            if (int8_panels) a.xq_packed = w->xq_packed + row * ldx;
+            add(a);
         }
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
-    /* shares of two whole panels or more, so each starts a panel's tiles and prefetches the next
-       (124M, 8 sessions, 2 threads, medians of 3 alternated: q8_0 4.65 -> 4.48 ms a step with an
-       f16 cache, 6.30 -> 5.80 with f32, f16 9.31 -> 8.85, bf16 9.39 -> 8.52; 32 sessions the same
-       or 1% faster); shares of 16 gave the 768-row matrices 48s, a third of them in one-group tiles */
-    gpt2__parallel_for(&s->pool, W.rows, 2 * gpt2__q8_panel_rows, [&](int64_t begin, int64_t end, int thread) {
-        for (const gpt2__matmul_args& a : parts) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+    gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
+        for (int i = 0; i < n_parts; i++) kernels->matmul(parts[i], begin, end, s->panel + (size_t)thread * panel);
+        for (const gpt2__matmul_args& a : more) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
     });
 }
 
-/* The backend's run_batch: gpt2__forward for every session at once, on the threads and in the
-   workspace of `runner` (whose abort_fn it polls). The products run over the new rows of all sessions
-   together (gpt2__matmul_batch); attention runs per session against its own cache, all
-   sessions' tasks in one parallel region. Leaves each session's prediction in its logits. */
-static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
-    gpt2__cpu_session* s0 = gpt2__cpu(runner);
-    const gpt2_model* m = s0->model;
+/* logits (n, V) = lm_head (V, C) h (n, C), each row as a lone token's; padding rows past n_vocab
+   are never computed. */
+static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int n) {
+    gpt2__weight head = s->model->lm_head;
+    head.rows = s->model->n_vocab;
+    gpt2__pass_rows last;
+    last.n_one = last.n_rows = n;
+    if (n == 1) last.share_rows = gpt2__q8_lane_rows;
+    gpt2__matmul(s, logits, h, head, nullptr, last);
+}
+
+/* One session's new tokens in a pass: rows [row, row + T) at positions pos0.. */
+struct gpt2__pass_item {
+    gpt2__cpu_session* s;
+    int row, T, pos0;
+};
+
+/* The model's layer sequence, nanoGPT's GPT.forward, over the new tokens of `sessions`
+   (tokens[n_cached..) of each, at positions n_cached..; its cache holds the positions before),
+   on the threads and in the activations of `runner`, whose abort_fn it polls between layers.
+   The products run over the new rows of all sessions together (gpt2__matmul); attention runs
+   per session against its own cache, every session's tasks in one parallel region. Leaves the
+   final LayerNorm of every new row in runner->act.xn and each session's prediction after its
+   last token in its logits. The backend's run is a pass of one session, its run_batch one of
+   many. */
+static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    const gpt2_model* m = runner->model;
     const int C = m->n_embd, V = m->n_vocab;
-    struct item {
-        gpt2__cpu_session* s;
-        int row, T, pos0; /* the session's new tokens are rows [row, row + T) of the pass, at positions pos0.. */
-    };
-    gpt2__vector<item> items;
+    gpt2__vector<gpt2__pass_item> items;
     items.reserve(n);
-    gpt2__batch_rows r;
+    gpt2__pass_rows r;
     int& rows = r.n_rows;
-    for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul_batch: one token, a few, prompts */
+    for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul: one token, a few, prompts */
         for (size_t i = 0; i < n; i++) {
             gpt2__cpu_session* s = gpt2__cpu(sessions[i]);
             const int T = (int)s->tokens.size() - s->n_cached;
@@ -6124,9 +6060,10 @@ static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    GPT2__TRY(gpt2__batch_reserve(s0, (size_t)rows, n, err));
-    gpt2__batch_workspace* w = &s0->batch;
-    for (const item& it : items) /* x = wte[id] + wpe[pos] */
+    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
+    GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
+    gpt2__activations* w = &runner->act;
+    for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
         for (int t = 0; t < it.T; t++) {
             float* x = w->x + (size_t)(it.row + t) * C;
             gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
@@ -6137,18 +6074,19 @@ static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const
     gpt2__vector<int> first_task(items.size() + 1);
     const size_t part = gpt2__max_key_ranges * ((size_t)C + 2 * m->n_head), scratch = gpt2__attention_scratch(m->n_head, m->n_ctx);
     for (int l = 0; l < m->n_layer; l++) {
-        if (gpt2__abort_requested(s0)) return gpt2__aborted(err);
+        if (gpt2__abort_requested(runner)) return gpt2__aborted(err);
         const gpt2__layer& L = m->layers[(size_t)l];
         /* x = x + attn(ln_1(x)) */
-        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_1_weight, L.ln_1_bias, rows);
-        gpt2__matmul_batch(s0, w->qkv, w->xn, L.c_attn, L.c_attn_bias, r);
+        gpt2__layer_norm_rows(runner, w->xn, w->x, L.ln_1_weight, L.ln_1_bias, rows);
+        gpt2__matmul(runner, w->qkv, w->xn, L.c_attn, L.c_attn_bias, r);
         for (size_t i = 0; i < items.size(); i++) {
-            const item& it = items[i];
-            jobs[i] = {it.s, w->qkv + (size_t)it.row * 3 * C, w->att + (size_t)it.row * C, w->parts + (size_t)it.row * part, l, it.T, it.pos0, {}, 0};
+            const gpt2__pass_item& it = items[i];
+            float* parts = gpt2__is_decode(it.T) ? w->parts + (size_t)it.row * part : nullptr; /* decode rows come first */
+            jobs[i] = {it.s, w->qkv + (size_t)it.row * 3 * C, w->att + (size_t)it.row * C, parts, l, it.T, it.pos0, {}, 0};
             gpt2__attention_plan(&jobs[i]);
             first_task[i + 1] = first_task[i] + jobs[i].tasks;
         }
-        gpt2__parallel_for(&s0->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
+        gpt2__parallel_for(&runner->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
             size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
             for (int64_t task = begin; task < end; task++) {
                 while (task >= first_task[i + 1]) i++;
@@ -6156,22 +6094,26 @@ static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const
             }
         });
         for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
-        gpt2__matmul_batch(s0, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
+        gpt2__matmul(runner, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
         /* x = x + mlp(ln_2(x)) */
-        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
-        gpt2__matmul_batch(s0, w->fc, w->xn, L.c_fc, L.c_fc_bias, r, false, true);
-        gpt2__matmul_batch(s0, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
+        gpt2__layer_norm_rows(runner, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
+        gpt2__matmul(runner, w->fc, w->xn, L.c_fc, L.c_fc_bias, r, false, true);
+        gpt2__matmul(runner, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
     }
-    /* the head over each session's last row: ln_f of row i of the pass's sessions in w->xn row i */
-    for (size_t i = 0; i < items.size(); i++)
-        gpt2__layer_norm(w->xn + i * C, w->x + (size_t)(items[i].row + items[i].T - 1) * C, m->ln_f_weight, m->ln_f_bias, C, m->layer_norm_eps);
-    gpt2__weight head = m->lm_head;
-    head.rows = V;
-    gpt2__batch_rows last;
-    last.n_one = last.n_rows = (int)items.size();
-    gpt2__matmul_batch(s0, w->logits, w->xn, head, nullptr, last);
-    for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
+    gpt2__layer_norm_rows(runner, w->xn, w->x, m->ln_f_weight, m->ln_f_bias, rows);
+    /* the head over each session's last row, gathered into att; a lone session's logits go
+       straight to it */
+    for (size_t i = 0; i < items.size(); i++) std::memcpy(w->att + i * C, w->xn + (size_t)(items[i].row + items[i].T - 1) * C, (size_t)C * 4);
+    gpt2__head(runner, n == 1 ? items[0].s->logits : w->logits, w->att, (int)items.size());
+    if (n > 1)
+        for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
     return GPT2_OK;
+}
+
+/* The backend's run and run_batch. */
+static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { return gpt2__pass(gpt2__cpu(session), &session, 1, err); }
+static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    return gpt2__pass(gpt2__cpu(runner), sessions, n, err);
 }
 
 /* ---- src/cpu/forward_reference.h ---- */
@@ -6279,14 +6221,14 @@ static void gpt2__reference_mlp(const gpt2_model* m, const gpt2__layer& L, float
 #endif /* GPT2_REFERENCE_FORWARD */
 
 /* ---- src/cpu/backend_cpu.h ---- */
-/* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__forward on this CPU's kernels. */
+/* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__pass on this CPU's kernels. */
 
 static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->xq_packed, s->logits, s->probs};
+    void* buffers[] = {s->k_cache, s->v_cache, s->panel, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
-    gpt2__batch_free(&s->batch);
+    gpt2__activations_free(&s->act);
     gpt2__session_delete(s);
 }
 
@@ -6296,20 +6238,15 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
     const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
     struct { void** p; size_t bytes; } plan[] = {
         {&s->k_cache, cache}, {&s->v_cache, cache},
-        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
-        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
-        {(void**)&s->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, s->n_ctx) * 4},
-        {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
-        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
-        {(void**)&s->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {
-        if (!b.bytes) continue; /* a buffer no kernel set of this CPU uses */
         *b.p = gpt2__malloc_aligned(b.bytes);
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }
+    /* a prompt that fills the context runs in the session's own activations */
+    GPT2__TRY(gpt2__activations_reserve(s, ctx, (size_t)gpt2__decode_max_tokens, 1, err));
     gpt2__advise_huge_pages(s->k_cache, cache);
     gpt2__advise_huge_pages(s->v_cache, cache);
     return GPT2_OK;
@@ -6347,13 +6284,13 @@ static gpt2_result gpt2__cpu_sample_batch(gpt2_session* runner, gpt2_session* co
     return GPT2_OK;
 }
 
-/* Every position of the window from the one pass: xn holds their final hidden states. */
+/* Every position of the window from the one pass: act.xn holds their final hidden states. */
 static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error*) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     const int V = s->model->n_vocab, C = s->model->n_embd;
     *sum = 0.0;
     for (size_t t = 1; t < n; t++) {
-        gpt2__head(s, s->xn + (t - 1) * C, s->probs);
+        gpt2__head(s, s->probs, s->act.xn + (t - 1) * C, 1);
         *sum += gpt2__log_prob(s->probs, V, tokens[t]);
     }
     return GPT2_OK;
@@ -6418,6 +6355,186 @@ static const gpt2__backend* gpt2__cpu_backend() {
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
                                         gpt2__cpu_load_cache, gpt2__forward_batch, gpt2__cpu_sample_batch};
     return &table;
+}
+
+/* ---- src/generate.h ---- */
+/* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
+   (gpt2__generate) takes every unfinished session a token further per step: each picks its next
+   token from its logits (the sampling chain of sampler.h on the host, or the backend's own
+   draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
+   whole), and every picked token joins its context in one pass (gpt2__batch_append). A lone
+   generation is a batch of one. */
+
+/* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
+static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
+    size_t first = std::string_view::npos;
+    for (size_t i = 0; i < p.n_stop; i++) first = std::min(first, text.find(p.stop[i]));
+    return first;
+}
+
+/* Length of the longest end of `text` that is the beginning of a stop string: the text a later
+   token may still complete into one. */
+static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params& p) {
+    size_t longest = 0;
+    for (size_t i = 0; i < p.n_stop; i++) {
+        const std::string_view stop = p.stop[i];
+        for (size_t len = std::min(text.size(), stop.size() - 1); len > longest; len--)
+            if (text.substr(text.size() - len) == stop.substr(0, len)) {
+                longest = len;
+                break;
+            }
+    }
+    return longest;
+}
+
+/* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
+   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
+   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
+   the end-of-text token with stop_at_eos (its text is not delivered). */
+static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
+    const gpt2__tokenizer& tok = s->model->tokenizer;
+    const bool at_eos = p.stop_at_eos && token == tok.eos;
+    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
+    size_t release = 0;
+    if (!at_eos) {
+        gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
+        release = gpt2__find_stop(*held, p);
+        *at_stop = release != std::string_view::npos;
+        if (!*at_stop) release = held->size() - gpt2__stop_tail(*held, p);
+    }
+    s->text.assign(held->data(), release);
+    held->erase(0, release);
+    if (*at_stop) {
+        held->clear();
+        s->stream = gpt2__utf8_stream();
+    }
+    const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+    return caller_stops || at_eos || *at_stop;
+}
+
+/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
+   session's RNG. */
+struct gpt2__chain_buffers {
+    gpt2__vector<float> logits, scratch;
+    gpt2__vector<int> counts;
+};
+
+static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
+    const int V = s->model->n_vocab;
+    const float* logits = s->backend->logits(s);
+    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+    std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
+    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
+    *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
+    return GPT2_OK;
+}
+
+/* One session's generation, a token at a time, driven by gpt2__generate: begin, then per token
+   pick (sample it), deliver (hand its text on; true when generation ends with it) and append it
+   to the context, and end (what is still held back for the stop strings). */
+struct gpt2__generator {
+    gpt2_session* s = nullptr;
+    gpt2_generate_params p;
+    bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
+    gpt2__chain_buffers buffers;
+    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
+    bool at_stop = false;
+    int n_new = 0;     /* tokens delivered */
+    int32_t* out_tokens = nullptr;
+    size_t capacity = 0;
+    size_t* n_generated = nullptr;
+};
+
+static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt2_generate_params& p, int32_t* out_tokens, size_t capacity, size_t* n_generated) {
+    g->s = s;
+    g->p = p;
+    g->out_tokens = out_tokens;
+    g->capacity = capacity;
+    g->n_generated = n_generated;
+    s->rng_state = p.seed;
+    g->chain = gpt2__chain_on(p);
+    if (g->chain) {
+        const size_t V = (size_t)s->model->n_vocab;
+        g->buffers.logits.resize(V);
+        g->buffers.scratch.resize(V);
+        g->buffers.counts.assign(V, 0);
+    }
+}
+
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
+    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
+    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+}
+
+/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
+static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
+    const int i = g->n_new++;
+    if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
+    if (g->n_generated) *g->n_generated = (size_t)i + 1;
+    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
+}
+
+static void gpt2__generator_end(gpt2__generator* g) {
+    gpt2_session* s = g->s;
+    const gpt2_generate_params& p = g->p;
+    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
+    /* what is still held: bytes that never formed a character, text that did not become a stop string */
+    gpt2__utf8_stream_flush(&s->stream, &g->held);
+    g->held.resize(std::min(g->held.size(), gpt2__find_stop(g->held, p))); /* a stop string that is not UTF-8 text */
+    if (p.on_token && !g->held.empty()) {
+        s->text.assign(g->held);
+        p.on_token(p.user, -1, s->text.c_str(), s->text.size());
+    }
+}
+
+/* Generates until every generator is done: a step picks each unfinished session's token,
+   delivers it, and appends the tokens to their contexts in one pass on the threads of `runner`
+   (the token that ends a generation joins its context too). Sessions that sample as nanoGPT does
+   draw together on the runner's threads where the backend can (sample_batch); the others, which
+   may run the caller's on_logits, pick on the calling thread. */
+static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generators, size_t n, gpt2_error* err) {
+    gpt2__vector<size_t> active, finished, plain;
+    gpt2__vector<gpt2_session*> batch, plain_sessions;
+    gpt2__vector<const int32_t*> ids;
+    gpt2__vector<size_t> counts;
+    gpt2__vector<int32_t> next(n), plain_tokens;
+    gpt2__vector<float> temperatures;
+    gpt2__vector<int> top_ks;
+    for (size_t i = 0; i < n; i++) active.push_back(i);
+    while (!active.empty()) {
+        batch.clear();
+        ids.clear();
+        finished.clear();
+        plain.clear();
+        for (size_t i : active)
+            if (!generators[i].chain && runner->backend->sample_batch && active.size() > 1) plain.push_back(i);
+            else GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
+        if (!plain.empty()) {
+            plain_sessions.clear();
+            temperatures.clear();
+            top_ks.clear();
+            for (size_t i : plain) {
+                plain_sessions.push_back(generators[i].s);
+                temperatures.push_back(generators[i].p.temperature);
+                top_ks.push_back(generators[i].p.top_k);
+            }
+            plain_tokens.resize(plain.size());
+            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
+            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
+        }
+        size_t kept = 0;
+        for (size_t i : active) {
+            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
+            else active[kept++] = i;
+            batch.push_back(generators[i].s); /* the token joins the context either way */
+            ids.push_back(&next[i]);
+        }
+        counts.assign(batch.size(), 1);
+        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+        for (size_t i : finished) gpt2__generator_end(&generators[i]);
+        active.resize(kept);
+    }
+    return GPT2_OK;
 }
 
 /* ---- src/capi.h ---- */
@@ -6808,145 +6925,6 @@ static gpt2_result gpt2__check_stops(const gpt2_generate_params& p, const gpt2_m
     return GPT2_OK;
 }
 
-/* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
-static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
-    size_t first = std::string_view::npos;
-    for (size_t i = 0; i < p.n_stop; i++) first = std::min(first, text.find(p.stop[i]));
-    return first;
-}
-
-/* Length of the longest end of `text` that is the beginning of a stop string: the text a later
-   token may still complete into one. */
-static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params& p) {
-    size_t longest = 0;
-    for (size_t i = 0; i < p.n_stop; i++) {
-        const std::string_view stop = p.stop[i];
-        for (size_t len = std::min(text.size(), stop.size() - 1); len > longest; len--)
-            if (text.substr(text.size() - len) == stop.substr(0, len)) {
-                longest = len;
-                break;
-            }
-    }
-    return longest;
-}
-
-/* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
-   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
-   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
-   the end-of-text token with stop_at_eos (its text is not delivered). */
-static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
-    const gpt2__tokenizer& tok = s->model->tokenizer;
-    const bool at_eos = p.stop_at_eos && token == tok.eos;
-    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
-    size_t release = 0;
-    if (!at_eos) {
-        gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
-        release = gpt2__find_stop(*held, p);
-        *at_stop = release != std::string_view::npos;
-        if (!*at_stop) release = held->size() - gpt2__stop_tail(*held, p);
-    }
-    s->text.assign(held->data(), release);
-    held->erase(0, release);
-    if (*at_stop) {
-        held->clear();
-        s->stream = gpt2__utf8_stream();
-    }
-    const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
-    return caller_stops || at_eos || *at_stop;
-}
-
-/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
-   session's RNG. */
-struct gpt2__chain_buffers {
-    gpt2__vector<float> logits, scratch;
-    gpt2__vector<int> counts;
-};
-
-static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
-    const int V = s->model->n_vocab;
-    const float* logits = s->backend->logits(s);
-    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
-    std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
-    *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
-    return GPT2_OK;
-}
-
-/* One session's generation, a token at a time: gpt2_generate runs one alone, gpt2_generate_batch
-   many together. begin, then per token pick (sample it), deliver (hand its text on; true when
-   generation ends with it) and append it to the context (the caller: alone, or in a batch), and
-   end (what is still held back for the stop strings). */
-struct gpt2__generator {
-    gpt2_session* s = nullptr;
-    gpt2_generate_params p;
-    bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
-    gpt2__chain_buffers buffers;
-    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
-    bool at_stop = false;
-    int n_new = 0;     /* tokens delivered */
-    int32_t* out_tokens = nullptr;
-    size_t capacity = 0;
-    size_t* n_generated = nullptr;
-};
-
-static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt2_generate_params& p, int32_t* out_tokens, size_t capacity, size_t* n_generated) {
-    g->s = s;
-    g->p = p;
-    g->out_tokens = out_tokens;
-    g->capacity = capacity;
-    g->n_generated = n_generated;
-    s->rng_state = p.seed;
-    g->chain = gpt2__chain_on(p);
-    if (g->chain) {
-        const size_t V = (size_t)s->model->n_vocab;
-        g->buffers.logits.resize(V);
-        g->buffers.scratch.resize(V);
-        g->buffers.counts.assign(V, 0);
-    }
-}
-
-static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
-    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
-    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
-}
-
-/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
-static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
-    const int i = g->n_new++;
-    if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
-    if (g->n_generated) *g->n_generated = (size_t)i + 1;
-    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
-}
-
-static void gpt2__generator_end(gpt2__generator* g) {
-    gpt2_session* s = g->s;
-    const gpt2_generate_params& p = g->p;
-    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
-    /* what is still held: bytes that never formed a character, text that did not become a stop string */
-    gpt2__utf8_stream_flush(&s->stream, &g->held);
-    g->held.resize(std::min(g->held.size(), gpt2__find_stop(g->held, p))); /* a stop string that is not UTF-8 text */
-    if (p.on_token && !g->held.empty()) {
-        s->text.assign(g->held);
-        p.on_token(p.user, -1, s->text.c_str(), s->text.size());
-    }
-}
-
-/* gpt2_generate after its checks. */
-static gpt2_result gpt2__generate(gpt2_session* s, const gpt2_generate_params& p, const int32_t* prompt, size_t n_prompt, int32_t* out_tokens, size_t capacity,
-                                  size_t* n_generated, gpt2_error* err) {
-    if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
-    gpt2__generator g;
-    gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
-    for (bool done = false; !done;) {
-        int32_t token;
-        GPT2__TRY(gpt2__generator_pick(&g, &token, err));
-        done = gpt2__generator_deliver(&g, token);
-        GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
-    }
-    gpt2__generator_end(&g);
-    return gpt2__ok(err);
-}
-
 /* gpt2_generate's checks of its parameters (NULL: the defaults), filled in: *out. */
 static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_generate_params* params, gpt2_generate_params* out, gpt2_error* err) {
     gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
@@ -6973,7 +6951,13 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     GPT2__GUARD_BEGIN
     gpt2__checkpoint before; /* to undo the call when abort_fn stops it */
     if (s->abort_fn) GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
-    const gpt2_result res = gpt2__generate(s, p, prompt, n_prompt, out_tokens, capacity, n_generated, err);
+    gpt2_result res = n_prompt ? gpt2__session_append(s, prompt, n_prompt, err) : GPT2_OK;
+    if (res == GPT2_OK) {
+        gpt2__generator g;
+        gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
+        res = gpt2__generate(s, &g, 1, err);
+    }
+    if (res == GPT2_OK) return gpt2__ok(err);
     if (res != GPT2_ERROR_ABORTED) return res;
     if (n_generated) *n_generated = 0;
     return gpt2__checkpoint_restore(s, &before, err);
@@ -7026,65 +7010,23 @@ GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
     GPT2__GUARD_END(err)
 }
 
-/* gpt2_generate_batch after its checks: the prompts in one pass, then a pass per token of every
-   unfinished session, all on the threads of `runner`. */
+/* gpt2_generate_batch after its checks: the prompts in one pass, then the sessions generate
+   together on the threads of `runner`. */
 static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* const* sessions, const gpt2__vector<gpt2__vector<int32_t>>& prompts,
                                         const gpt2_generate_params* p, size_t n, gpt2_error* err) {
-    gpt2__vector<gpt2_session*> batch;
+    gpt2__vector<gpt2_session*> prompted;
     gpt2__vector<const int32_t*> ids;
     gpt2__vector<size_t> counts;
     for (size_t i = 0; i < n; i++)
         if (!prompts[i].empty()) {
-            batch.push_back(sessions[i]);
+            prompted.push_back(sessions[i]);
             ids.push_back(prompts[i].data());
             counts.push_back(prompts[i].size());
         }
-    if (!batch.empty()) GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+    if (!prompted.empty()) GPT2__TRY(gpt2__batch_append(runner, prompted.data(), ids.data(), counts.data(), prompted.size(), err));
     gpt2__vector<gpt2__generator> generators(n);
-    gpt2__vector<size_t> active, finished;
-    gpt2__vector<int32_t> next(n);
-    for (size_t i = 0; i < n; i++) {
-        gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
-        active.push_back(i);
-    }
-    gpt2__vector<size_t> plain; /* active sessions that sample as nanoGPT does: together, where the backend can */
-    gpt2__vector<gpt2_session*> plain_sessions;
-    gpt2__vector<float> temperatures;
-    gpt2__vector<int> top_ks;
-    gpt2__vector<int32_t> plain_tokens;
-    while (!active.empty()) {
-        batch.clear();
-        ids.clear();
-        finished.clear();
-        plain.clear();
-        for (size_t i : active)
-            if (generators[i].chain || !runner->backend->sample_batch) GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err)); /* runs the caller's on_logits */
-            else plain.push_back(i);
-        if (!plain.empty()) {
-            plain_sessions.clear();
-            temperatures.clear();
-            top_ks.clear();
-            for (size_t i : plain) {
-                plain_sessions.push_back(sessions[i]);
-                temperatures.push_back(generators[i].p.temperature);
-                top_ks.push_back(generators[i].p.top_k);
-            }
-            plain_tokens.resize(plain.size());
-            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
-            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
-        }
-        size_t kept = 0;
-        for (size_t i : active) {
-            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
-            else active[kept++] = i;
-            batch.push_back(sessions[i]); /* the token joins the context either way */
-            ids.push_back(&next[i]);
-        }
-        counts.assign(batch.size(), 1);
-        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
-        for (size_t i : finished) gpt2__generator_end(&generators[i]);
-        active.resize(kept);
-    }
+    for (size_t i = 0; i < n; i++) gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
+    GPT2__TRY(gpt2__generate(runner, generators.data(), n, err));
     return gpt2__ok(err);
 }
 

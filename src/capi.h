@@ -385,145 +385,6 @@ static gpt2_result gpt2__check_stops(const gpt2_generate_params& p, const gpt2_m
     return GPT2_OK;
 }
 
-/* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
-static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
-    size_t first = std::string_view::npos;
-    for (size_t i = 0; i < p.n_stop; i++) first = std::min(first, text.find(p.stop[i]));
-    return first;
-}
-
-/* Length of the longest end of `text` that is the beginning of a stop string: the text a later
-   token may still complete into one. */
-static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params& p) {
-    size_t longest = 0;
-    for (size_t i = 0; i < p.n_stop; i++) {
-        const std::string_view stop = p.stop[i];
-        for (size_t len = std::min(text.size(), stop.size() - 1); len > longest; len--)
-            if (text.substr(text.size() - len) == stop.substr(0, len)) {
-                longest = len;
-                break;
-            }
-    }
-    return longest;
-}
-
-/* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
-   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
-   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
-   the end-of-text token with stop_at_eos (its text is not delivered). */
-static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
-    const gpt2__tokenizer& tok = s->model->tokenizer;
-    const bool at_eos = p.stop_at_eos && token == tok.eos;
-    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
-    size_t release = 0;
-    if (!at_eos) {
-        gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
-        release = gpt2__find_stop(*held, p);
-        *at_stop = release != std::string_view::npos;
-        if (!*at_stop) release = held->size() - gpt2__stop_tail(*held, p);
-    }
-    s->text.assign(held->data(), release);
-    held->erase(0, release);
-    if (*at_stop) {
-        held->clear();
-        s->stream = gpt2__utf8_stream();
-    }
-    const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
-    return caller_stops || at_eos || *at_stop;
-}
-
-/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
-   session's RNG. */
-struct gpt2__chain_buffers {
-    gpt2__vector<float> logits, scratch;
-    gpt2__vector<int> counts;
-};
-
-static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
-    const int V = s->model->n_vocab;
-    const float* logits = s->backend->logits(s);
-    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
-    std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
-    *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
-    return GPT2_OK;
-}
-
-/* One session's generation, a token at a time: gpt2_generate runs one alone, gpt2_generate_batch
-   many together. begin, then per token pick (sample it), deliver (hand its text on; true when
-   generation ends with it) and append it to the context (the caller: alone, or in a batch), and
-   end (what is still held back for the stop strings). */
-struct gpt2__generator {
-    gpt2_session* s = nullptr;
-    gpt2_generate_params p;
-    bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
-    gpt2__chain_buffers buffers;
-    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
-    bool at_stop = false;
-    int n_new = 0;     /* tokens delivered */
-    int32_t* out_tokens = nullptr;
-    size_t capacity = 0;
-    size_t* n_generated = nullptr;
-};
-
-static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt2_generate_params& p, int32_t* out_tokens, size_t capacity, size_t* n_generated) {
-    g->s = s;
-    g->p = p;
-    g->out_tokens = out_tokens;
-    g->capacity = capacity;
-    g->n_generated = n_generated;
-    s->rng_state = p.seed;
-    g->chain = gpt2__chain_on(p);
-    if (g->chain) {
-        const size_t V = (size_t)s->model->n_vocab;
-        g->buffers.logits.resize(V);
-        g->buffers.scratch.resize(V);
-        g->buffers.counts.assign(V, 0);
-    }
-}
-
-static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
-    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
-    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
-}
-
-/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
-static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
-    const int i = g->n_new++;
-    if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
-    if (g->n_generated) *g->n_generated = (size_t)i + 1;
-    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
-}
-
-static void gpt2__generator_end(gpt2__generator* g) {
-    gpt2_session* s = g->s;
-    const gpt2_generate_params& p = g->p;
-    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
-    /* what is still held: bytes that never formed a character, text that did not become a stop string */
-    gpt2__utf8_stream_flush(&s->stream, &g->held);
-    g->held.resize(std::min(g->held.size(), gpt2__find_stop(g->held, p))); /* a stop string that is not UTF-8 text */
-    if (p.on_token && !g->held.empty()) {
-        s->text.assign(g->held);
-        p.on_token(p.user, -1, s->text.c_str(), s->text.size());
-    }
-}
-
-/* gpt2_generate after its checks. */
-static gpt2_result gpt2__generate(gpt2_session* s, const gpt2_generate_params& p, const int32_t* prompt, size_t n_prompt, int32_t* out_tokens, size_t capacity,
-                                  size_t* n_generated, gpt2_error* err) {
-    if (n_prompt) GPT2__TRY(gpt2__session_append(s, prompt, n_prompt, err));
-    gpt2__generator g;
-    gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
-    for (bool done = false; !done;) {
-        int32_t token;
-        GPT2__TRY(gpt2__generator_pick(&g, &token, err));
-        done = gpt2__generator_deliver(&g, token);
-        GPT2__TRY(gpt2__session_append(s, &token, 1, err)); /* the token joins the context either way */
-    }
-    gpt2__generator_end(&g);
-    return gpt2__ok(err);
-}
-
 /* gpt2_generate's checks of its parameters (NULL: the defaults), filled in: *out. */
 static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_generate_params* params, gpt2_generate_params* out, gpt2_error* err) {
     gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
@@ -550,7 +411,13 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     GPT2__GUARD_BEGIN
     gpt2__checkpoint before; /* to undo the call when abort_fn stops it */
     if (s->abort_fn) GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
-    const gpt2_result res = gpt2__generate(s, p, prompt, n_prompt, out_tokens, capacity, n_generated, err);
+    gpt2_result res = n_prompt ? gpt2__session_append(s, prompt, n_prompt, err) : GPT2_OK;
+    if (res == GPT2_OK) {
+        gpt2__generator g;
+        gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
+        res = gpt2__generate(s, &g, 1, err);
+    }
+    if (res == GPT2_OK) return gpt2__ok(err);
     if (res != GPT2_ERROR_ABORTED) return res;
     if (n_generated) *n_generated = 0;
     return gpt2__checkpoint_restore(s, &before, err);
@@ -603,65 +470,23 @@ GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
     GPT2__GUARD_END(err)
 }
 
-/* gpt2_generate_batch after its checks: the prompts in one pass, then a pass per token of every
-   unfinished session, all on the threads of `runner`. */
+/* gpt2_generate_batch after its checks: the prompts in one pass, then the sessions generate
+   together on the threads of `runner`. */
 static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* const* sessions, const gpt2__vector<gpt2__vector<int32_t>>& prompts,
                                         const gpt2_generate_params* p, size_t n, gpt2_error* err) {
-    gpt2__vector<gpt2_session*> batch;
+    gpt2__vector<gpt2_session*> prompted;
     gpt2__vector<const int32_t*> ids;
     gpt2__vector<size_t> counts;
     for (size_t i = 0; i < n; i++)
         if (!prompts[i].empty()) {
-            batch.push_back(sessions[i]);
+            prompted.push_back(sessions[i]);
             ids.push_back(prompts[i].data());
             counts.push_back(prompts[i].size());
         }
-    if (!batch.empty()) GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+    if (!prompted.empty()) GPT2__TRY(gpt2__batch_append(runner, prompted.data(), ids.data(), counts.data(), prompted.size(), err));
     gpt2__vector<gpt2__generator> generators(n);
-    gpt2__vector<size_t> active, finished;
-    gpt2__vector<int32_t> next(n);
-    for (size_t i = 0; i < n; i++) {
-        gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
-        active.push_back(i);
-    }
-    gpt2__vector<size_t> plain; /* active sessions that sample as nanoGPT does: together, where the backend can */
-    gpt2__vector<gpt2_session*> plain_sessions;
-    gpt2__vector<float> temperatures;
-    gpt2__vector<int> top_ks;
-    gpt2__vector<int32_t> plain_tokens;
-    while (!active.empty()) {
-        batch.clear();
-        ids.clear();
-        finished.clear();
-        plain.clear();
-        for (size_t i : active)
-            if (generators[i].chain || !runner->backend->sample_batch) GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err)); /* runs the caller's on_logits */
-            else plain.push_back(i);
-        if (!plain.empty()) {
-            plain_sessions.clear();
-            temperatures.clear();
-            top_ks.clear();
-            for (size_t i : plain) {
-                plain_sessions.push_back(sessions[i]);
-                temperatures.push_back(generators[i].p.temperature);
-                top_ks.push_back(generators[i].p.top_k);
-            }
-            plain_tokens.resize(plain.size());
-            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
-            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
-        }
-        size_t kept = 0;
-        for (size_t i : active) {
-            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
-            else active[kept++] = i;
-            batch.push_back(sessions[i]); /* the token joins the context either way */
-            ids.push_back(&next[i]);
-        }
-        counts.assign(batch.size(), 1);
-        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
-        for (size_t i : finished) gpt2__generator_end(&generators[i]);
-        active.resize(kept);
-    }
+    for (size_t i = 0; i < n; i++) gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
+    GPT2__TRY(gpt2__generate(runner, generators.data(), n, err));
     return gpt2__ok(err);
 }
 

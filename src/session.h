@@ -160,7 +160,7 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
    after another through run (the same results, slower); runner's abort_fn is polled either
-   way. Nothing changes when a session lacks room; an aborted pass leaves every session as it
+   way. A batch of the runner alone is its run. Nothing changes when a session lacks room; an aborted pass leaves every session as it
    was; a pass that fails otherwise leaves every context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
     for (size_t i = 0; i < n_sessions; i++) {
@@ -173,12 +173,12 @@ static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const*
     gpt2_result res = GPT2_OK;
     size_t ran = 0; /* without run_batch: the sessions run */
     gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
-    if (runner->backend->run_batch) {
+    if (runner->backend->run_batch && !(n_sessions == 1 && sessions[0] == runner)) {
         res = runner->backend->run_batch(runner, sessions, n_sessions, err);
     } else {
         for (; ran < n_sessions && res == GPT2_OK; ran++) {
             gpt2_session* s = sessions[ran];
-            if (abortable && s->has_logits) {
+            if (abortable && s->has_logits && ran + 1 < n_sessions) { /* kept only where a later session's abort needs them */
                 const float* logits = s->backend->logits(s);
                 if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
             }

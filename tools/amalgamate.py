@@ -38,7 +38,8 @@ OUTPUTS = {
         "src/cpu/forward.h",             # the transformer forward pass with KV cache
         "src/cpu/forward_reference.h",   # the same in plain loops, the tests' oracle (GPT2_REFERENCE_FORWARD)
         "src/cpu/backend_cpu.h",         # the CPU's backend table
-        "src/capi.h",                    # the C API on top of all the above
+        "src/generate.h",                # the generation engine: sampling, stop strings, one loop for one session or many
+        "src/capi.h",                    # the C API: argument checks, then calls into the above
         "src/end.h",                     # closes the implementation; license
     ],
     "gpt2_cuda.cuh": [

@@ -1,11 +1,11 @@
-/* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__forward on this CPU's kernels. */
+/* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__pass on this CPU's kernels. */
 
 static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->x, s->xn, s->qkv, s->att, s->fc, s->scores, s->parts, s->panel, s->xq, s->xq_scale, s->xq_packed, s->logits, s->probs};
+    void* buffers[] = {s->k_cache, s->v_cache, s->panel, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
-    gpt2__batch_free(&s->batch);
+    gpt2__activations_free(&s->act);
     gpt2__session_delete(s);
 }
 
@@ -15,20 +15,15 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
     const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
     struct { void** p; size_t bytes; } plan[] = {
         {&s->k_cache, cache}, {&s->v_cache, cache},
-        {(void**)&s->x, ctx * C * 4}, {(void**)&s->xn, ctx * C * 4}, {(void**)&s->qkv, ctx * 3 * C * 4},
-        {(void**)&s->att, ctx * C * 4}, {(void**)&s->fc, ctx * (size_t)m->n_ff * 4},
-        {(void**)&s->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, s->n_ctx) * 4},
-        {(void**)&s->parts, (size_t)gpt2__decode_max_tokens * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
-        {(void**)&s->xq, (size_t)std::max(m->n_embd, m->n_ff)}, {(void**)&s->xq_scale, ((size_t)std::max(m->n_embd, m->n_ff) / gpt2__q8_block_values + 1) * 4},
-        {(void**)&s->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? ctx * gpt2__q8_packed_row_bytes(std::max(m->n_embd, m->n_ff)) : 0},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {
-        if (!b.bytes) continue; /* a buffer no kernel set of this CPU uses */
         *b.p = gpt2__malloc_aligned(b.bytes);
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }
+    /* a prompt that fills the context runs in the session's own activations */
+    GPT2__TRY(gpt2__activations_reserve(s, ctx, (size_t)gpt2__decode_max_tokens, 1, err));
     gpt2__advise_huge_pages(s->k_cache, cache);
     gpt2__advise_huge_pages(s->v_cache, cache);
     return GPT2_OK;
@@ -66,13 +61,13 @@ static gpt2_result gpt2__cpu_sample_batch(gpt2_session* runner, gpt2_session* co
     return GPT2_OK;
 }
 
-/* Every position of the window from the one pass: xn holds their final hidden states. */
+/* Every position of the window from the one pass: act.xn holds their final hidden states. */
 static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error*) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     const int V = s->model->n_vocab, C = s->model->n_embd;
     *sum = 0.0;
     for (size_t t = 1; t < n; t++) {
-        gpt2__head(s, s->xn + (t - 1) * C, s->probs);
+        gpt2__head(s, s->probs, s->act.xn + (t - 1) * C, 1);
         *sum += gpt2__log_prob(s->probs, V, tokens[t]);
     }
     return GPT2_OK;

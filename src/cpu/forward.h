@@ -1,19 +1,21 @@
 /* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
-/* The activations of a batched pass (gpt2__forward_batch) over R rows, the new tokens of all its
-   sessions, and B sessions: grown on demand, freed with the session whose threads run it. */
-struct gpt2__batch_workspace {
-    size_t rows = 0, sessions = 0; /* R and B it has room for */
-    float* x = nullptr;        /* (R, C) */
-    float* xn = nullptr;       /* (R, C) */
+/* The activations of a pass (gpt2__pass) over R rows, the new tokens of all its sessions, of
+   which the first D are decode rows (sessions adding at most gpt2__decode_max_tokens), and B
+   sessions. A session's own is made with it, for a prompt of n_ctx tokens, so a session that
+   could be made never runs out of memory alone; a batch grows its runner's on demand. */
+struct gpt2__activations {
+    size_t rows = 0, decode_rows = 0, sessions = 0; /* R, D and B it has room for */
+    float* x = nullptr;        /* (R, C) residual stream */
+    float* xn = nullptr;       /* (R, C) normalised input of a sub-block; after the pass, ln_f output */
     float* qkv = nullptr;      /* (R, 3C) */
-    float* att = nullptr;      /* (R, C) */
+    float* att = nullptr;      /* (R, C) attention output, then any (R, C) temporary */
     float* fc = nullptr;       /* (R, F) */
-    float* parts = nullptr;    /* (R, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
-    int8_t* xq = nullptr;      /* (R, max(C, F)) decode rows quantized for q8_0 weights */
-    float* xq_scale = nullptr; /* (R, max(C, F) / gpt2__q8_block_values) */
-    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels */
+    float* parts = nullptr;    /* (D, gpt2__max_key_ranges, C + 2 * n_head) decode attention of key ranges */
+    int8_t* xq = nullptr;      /* (D, max(C, F)) single tokens quantized for q8_0 and q4_0 weights */
+    float* xq_scale = nullptr; /* (D, max(C, F) / gpt2__q8_block_values) */
+    uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels, where the kernels have them */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -22,22 +24,12 @@ struct gpt2__batch_workspace {
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
     const gpt2__kernels* kernels = nullptr;
-    void* k_cache = nullptr;      /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
+    void* k_cache = nullptr;  /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
     void* v_cache = nullptr;
-    float* x = nullptr;       /* (n_ctx, C) residual stream */
-    float* xn = nullptr;      /* (n_ctx, C) normalised input of a sub-block; after the pass, ln_f output */
-    float* qkv = nullptr;     /* (n_ctx, 3C) */
-    float* att = nullptr;     /* (n_ctx, C) attention output, then any (T, C) temporary */
-    float* fc = nullptr;      /* (n_ctx, F) */
-    float* scores = nullptr;  /* (n_threads, gpt2__attention_scratch) */
-    float* parts = nullptr;   /* (gpt2__decode_max_tokens, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
-    int8_t* xq = nullptr;     /* (F) one activation row quantized for q8_0 weights */
-    float* xq_scale = nullptr; /* (F / gpt2__q8_block_values) */
-    uint8_t* xq_packed = nullptr; /* (n_ctx, gpt2__q8_packed_row_bytes(F)) rows packed for int8 panels, where the kernels have them */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
-    gpt2__batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's threads */
+    gpt2__activations act;    /* the passes run on this session's threads: its own, and batches it runs */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
@@ -72,41 +64,6 @@ static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
     for (int i = 0; i < n; i++)
         if (sets[i]->quantize_q8_packed) return true;
     return false;
-}
-
-/* y (T, W.rows) = x (T, W.cols) W^T + bias, split over the rows of W; with `accumulate`,
-   y += instead (the residual connection); with `gelu`, GELU on the result (the MLP's c_fc).
-   One parallel region for all of it. When gpt2__int8_activations says so, x is first quantized
-   to int8, so the kernel can use integer dot products against q8_0 weights; more rows against
-   q8_0 and q4_0 weights, and any number against W's lanes, are quantized and packed for int8
-   panels where the set has them. */
-static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, int T, bool accumulate = false, bool gelu = false) {
-    const gpt2__kernels* kernels = s->kernels;
-    gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, T, accumulate};
-    if (gpt2__uses_lanes(kernels, W)) {
-        if (gpt2__int8_weights(W.type)) { /* f16 and bf16 lanes take x as it is */
-            kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
-            a.xq_packed = s->xq_packed;
-        }
-    } else if (gpt2__int8_activations(T, W.type)) {
-        kernels->quantize_q8(s->xq, s->xq_scale, x, W.cols);
-        a.xq = s->xq;
-        a.xq_scale = s->xq_scale;
-    } else if (gpt2__int8_panels(kernels, W.type)) {
-        kernels->quantize_q8_packed(s->xq_packed, x, T, W.cols);
-        a.xq_packed = s->xq_packed;
-    }
-    const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
-    const bool gelu_tanh = s->model->gelu_tanh;
-    /* a prompt's shares are whole panels of 32 rows, where a share of 48 ran its last 16 in tiles
-       of one group (124M q8_0 prefill of 128 tokens: 23.5 -> 22.7 ms); a token's stay in 16s,
-       as a share of one panel would not prefetch the next */
-    const int64_t align = gpt2__is_decode(T) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
-    gpt2__parallel_for(&s->pool, W.rows, align, [&](int64_t begin, int64_t end, int thread) {
-        kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
-        if (gelu)
-            for (int t = 0; t < T; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
-    });
 }
 
 static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
@@ -209,166 +166,145 @@ static void gpt2__attention_merge(const gpt2__attention_job& j) {
     for (int t = 0; t < j.T; t++) gpt2__merge_attention(j.att + (size_t)t * C, j.parts + (size_t)t * gpt2__max_key_ranges * part, j.ranges[t], H, C / H);
 }
 
-/* Causal self-attention of the session's T new queries at positions pos0.. against the cache of
-   one layer: s->qkv to s->att. */
-static void gpt2__attention(gpt2__cpu_session* s, int layer, int T, int pos0) {
-    gpt2__attention_job j{s, s->qkv, s->att, s->parts, layer, T, pos0, {}, 0};
-    gpt2__attention_plan(&j);
-    const size_t scratch = gpt2__attention_scratch(s->model->n_head, s->n_ctx);
-    gpt2__parallel_for(&s->pool, j.tasks, 1, [&](int64_t begin, int64_t end, int thread) {
-        for (int64_t task = begin; task < end; task++) gpt2__attention_task(j, (int)task, s->scores + (size_t)thread * scratch);
-    });
-    gpt2__attention_merge(j);
-}
+/* ---- The pass: every session's new tokens through the model at once ------------------------- */
 
-/* logits (V) = lm_head (V, C) h (C); padding rows past n_vocab are never computed. */
-static void gpt2__head(gpt2__cpu_session* s, const float* h, float* logits) {
-    gpt2__weight head = s->model->lm_head;
-    head.rows = s->model->n_vocab;
-    gpt2__matmul(s, logits, h, head, nullptr, 1);
-}
-
-/* The backend's run: tokens[n_cached..) at positions n_cached.. (the cache holds the positions
-   before, of the same sequence). Leaves the final LayerNorm of every new position in s->xn
-   (T, C) and the prediction after the last one in s->logits (V). */
-static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) {
-    gpt2__cpu_session* s = gpt2__cpu(session);
-    const gpt2_model* m = s->model;
-    const int C = m->n_embd, pos0 = s->n_cached, T = (int)s->tokens.size() - pos0;
-    const int32_t* ids = s->tokens.data() + pos0;
-    float* position = s->att; /* scratch row */
-    for (int t = 0; t < T; t++) { /* x = wte[id] + wpe[pos] */
-        float* x = s->x + (size_t)t * C;
-        gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)ids[t] * m->wte.row_bytes, x, C);
-        gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(pos0 + t) * m->wpe.row_bytes, position, C);
-        gpt2__add(x, position, (size_t)C);
-    }
-    for (int l = 0; l < m->n_layer; l++) {
-        if (gpt2__abort_requested(s)) return gpt2__aborted(err);
-        const gpt2__layer& L = m->layers[(size_t)l];
-        /* x = x + attn(ln_1(x)) */
-        gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_1_weight, L.ln_1_bias, T);
-        gpt2__matmul(s, s->qkv, s->xn, L.c_attn, L.c_attn_bias, T);
-        gpt2__attention(s, l, T, pos0);
-        gpt2__matmul(s, s->x, s->att, L.c_proj, L.c_proj_bias, T, true);
-        /* x = x + mlp(ln_2(x)) */
-        gpt2__layer_norm_rows(s, s->xn, s->x, L.ln_2_weight, L.ln_2_bias, T);
-        gpt2__matmul(s, s->fc, s->xn, L.c_fc, L.c_fc_bias, T, false, true);
-        gpt2__matmul(s, s->x, s->fc, L.mlp_proj, L.mlp_proj_bias, T, true);
-    }
-    gpt2__layer_norm_rows(s, s->xn, s->x, m->ln_f_weight, m->ln_f_bias, T);
-    gpt2__head(s, s->xn + (size_t)(T - 1) * C, s->logits);
-    return GPT2_OK;
-}
-
-/* ---- Many sessions in one pass (gpt2_batch_eval) ------------------------------------------- */
-
-static void gpt2__batch_free(gpt2__batch_workspace* w) {
+static void gpt2__activations_free(gpt2__activations* w) {
     void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->scores, w->logits};
     for (void* b : buffers) gpt2__free_aligned(b);
-    *w = gpt2__batch_workspace();
+    *w = gpt2__activations();
 }
 
-/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
-static gpt2_result gpt2__batch_reserve(gpt2__cpu_session* s, size_t rows, size_t sessions, gpt2_error* err) {
-    gpt2__batch_workspace* w = &s->batch;
-    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
+/* Room in s->act for a pass over `rows` rows, `decode_rows` of them decode rows, of `sessions`
+   sessions. */
+static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, size_t decode_rows, size_t sessions, gpt2_error* err) {
+    gpt2__activations* w = &s->act;
+    if (rows <= w->rows && decode_rows <= w->decode_rows && sessions <= w->sessions) return GPT2_OK;
     rows = std::max(rows, w->rows);
+    decode_rows = std::max(decode_rows, w->decode_rows);
     sessions = std::max(sessions, w->sessions);
-    gpt2__batch_free(w);
+    gpt2__activations_free(w);
     const gpt2_model* m = s->model;
     const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
     struct { void** p; size_t bytes; } plan[] = {
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
-        {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
-        {(void**)&w->xq, rows * widest}, {(void**)&w->xq_scale, (rows * widest / gpt2__q8_block_values + 1) * 4},
+        {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, decode_rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
+        {(void**)&w->xq, decode_rows * widest}, {(void**)&w->xq_scale, (decode_rows * widest / gpt2__q8_block_values + 1) * 4},
         {(void**)&w->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
     for (auto& b : plan) {
+        if (!b.bytes) continue; /* a buffer no kernel set of this CPU uses */
         *b.p = gpt2__malloc_aligned(b.bytes);
         if (!*b.p) {
-            gpt2__batch_free(w);
-            return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a batch of %zu sessions and %zu new tokens", b.bytes, sessions, rows);
+            gpt2__activations_free(w);
+            return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a pass over %zu new tokens of %zu session(s)", b.bytes, rows, sessions);
         }
     }
     w->rows = rows;
+    w->decode_rows = decode_rows;
     w->sessions = sessions;
     return GPT2_OK;
 }
 
-/* The rows of a batched pass, in this order: n_one rows of sessions adding one token, n_few rows
-   of sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
-struct gpt2__batch_rows {
+/* The rows of a pass, in this order: n_one rows of sessions adding one token, n_few rows of
+   sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
+struct gpt2__pass_rows {
     int n_one = 0, n_few = 0, n_rows = 0;
     gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
+    /* the threads' shares of W's rows are multiples of this: a lone session's decode rows in
+       groups of lanes, its prompt in whole panels; a batch's in two panels or more, so each
+       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md) */
+    int share_rows = 2 * gpt2__q8_panel_rows;
 };
 
-/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a batched pass. The decode rows go
-   together (on q8_0 and q4_0 weights only single tokens, quantized to int8 as a lone token is:
-   gpt2__int8_activations), each weight row read from memory once for all of them: streamed
-   while they are few, so bit for bit the lone results, else multiplied as panels
-   (gpt2__streams_rows; int8 panels where the kernel set has them), the lone results to
-   rounding; W's lanes take them all, bit for bit the lone results. The other sessions multiply
-   panels, each its own rows (a float tile's sums depend on where its tokens start); on q8_0 and
-   q4_0 weights int8 panels where the set has them, as a lone session's prompt. One parallel
+/* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a pass, split over the rows of W;
+   with `accumulate`, y += instead (the residual connection); with `gelu`, GELU on the result
+   (the MLP's c_fc). The decode rows go together (on q8_0 and q4_0 weights only single tokens,
+   quantized to int8 for integer dot products: gpt2__int8_activations), each weight row read
+   from memory once for all of them: streamed while they are few, so bit for bit a lone
+   session's results, else multiplied as panels (gpt2__streams_rows; int8 panels where the
+   kernel set has them), a lone session's results to rounding; W's lanes take them all, bit for
+   bit. The other sessions multiply panels, each its own rows (a float tile's sums depend on where
+   its tokens start); on q8_0 and q4_0 weights int8 panels where the set has them. One parallel
    region for all of it. */
-static void gpt2__matmul_batch(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__batch_rows& r,
-                               bool accumulate = false, bool gelu = false) {
+static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__pass_rows& r,
+                         bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
+    gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
     const bool int8_panels = gpt2__int8_panels(kernels, W.type);
     const bool packs_all = gpt2__uses_lanes(kernels, W) || n_streamed >= gpt2__panel_min_rows;
     const int first_packed = int8_panels && packs_all ? 0 : n_streamed; /* rows from here on multiply int8 panels */
     const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
-    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(s->batch.xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
-    gpt2__vector<gpt2__matmul_args> parts;
+    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
+    gpt2__matmul_args parts[2 + gpt2__decode_max_tokens];
+    gpt2__vector<gpt2__matmul_args> more; /* the parts past the first few, where a batch has many prompts */
+    int n_parts = 0;
+    auto add = [&](const gpt2__matmul_args& a) {
+        if (n_parts < (int)(sizeof parts / sizeof parts[0])) parts[n_parts++] = a;
+        else more.push_back(a);
+    };
     if (n_streamed) {
-        parts.push_back({y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true});
+        gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true};
         if (first_packed == 0) {
-            parts.back().xq_packed = s->batch.xq_packed;
+            a.xq_packed = w->xq_packed;
         } else if (gpt2__int8_activations(1, W.type)) {
-            kernels->quantize_q8(s->batch.xq, s->batch.xq_scale, x, (int64_t)n_streamed * W.cols);
-            parts.back().xq = s->batch.xq;
-            parts.back().xq_scale = s->batch.xq_scale;
+            kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
+            a.xq = w->xq;
+            a.xq_scale = w->xq_scale;
         }
+        add(a);
     }
     for (const auto& [row, T] : r.several)
         if (row >= n_streamed) {
-            parts.push_back({y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate});
-            if (int8_panels) parts.back().xq_packed = s->batch.xq_packed + row * ldx;
+            gpt2__matmul_args a{y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate};
+            if (int8_panels) a.xq_packed = w->xq_packed + row * ldx;
+            add(a);
         }
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
-    /* shares of two whole panels or more, so each starts a panel's tiles and prefetches the next
-       (124M, 8 sessions, 2 threads, medians of 3 alternated: q8_0 4.65 -> 4.48 ms a step with an
-       f16 cache, 6.30 -> 5.80 with f32, f16 9.31 -> 8.85, bf16 9.39 -> 8.52; 32 sessions the same
-       or 1% faster); shares of 16 gave the 768-row matrices 48s, a third of them in one-group tiles */
-    gpt2__parallel_for(&s->pool, W.rows, 2 * gpt2__q8_panel_rows, [&](int64_t begin, int64_t end, int thread) {
-        for (const gpt2__matmul_args& a : parts) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+    gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
+        for (int i = 0; i < n_parts; i++) kernels->matmul(parts[i], begin, end, s->panel + (size_t)thread * panel);
+        for (const gpt2__matmul_args& a : more) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
     });
 }
 
-/* The backend's run_batch: gpt2__forward for every session at once, on the threads and in the
-   workspace of `runner` (whose abort_fn it polls). The products run over the new rows of all sessions
-   together (gpt2__matmul_batch); attention runs per session against its own cache, all
-   sessions' tasks in one parallel region. Leaves each session's prediction in its logits. */
-static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
-    gpt2__cpu_session* s0 = gpt2__cpu(runner);
-    const gpt2_model* m = s0->model;
+/* logits (n, V) = lm_head (V, C) h (n, C), each row as a lone token's; padding rows past n_vocab
+   are never computed. */
+static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int n) {
+    gpt2__weight head = s->model->lm_head;
+    head.rows = s->model->n_vocab;
+    gpt2__pass_rows last;
+    last.n_one = last.n_rows = n;
+    if (n == 1) last.share_rows = gpt2__q8_lane_rows;
+    gpt2__matmul(s, logits, h, head, nullptr, last);
+}
+
+/* One session's new tokens in a pass: rows [row, row + T) at positions pos0.. */
+struct gpt2__pass_item {
+    gpt2__cpu_session* s;
+    int row, T, pos0;
+};
+
+/* The model's layer sequence, nanoGPT's GPT.forward, over the new tokens of `sessions`
+   (tokens[n_cached..) of each, at positions n_cached..; its cache holds the positions before),
+   on the threads and in the activations of `runner`, whose abort_fn it polls between layers.
+   The products run over the new rows of all sessions together (gpt2__matmul); attention runs
+   per session against its own cache, every session's tasks in one parallel region. Leaves the
+   final LayerNorm of every new row in runner->act.xn and each session's prediction after its
+   last token in its logits. The backend's run is a pass of one session, its run_batch one of
+   many. */
+static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    const gpt2_model* m = runner->model;
     const int C = m->n_embd, V = m->n_vocab;
-    struct item {
-        gpt2__cpu_session* s;
-        int row, T, pos0; /* the session's new tokens are rows [row, row + T) of the pass, at positions pos0.. */
-    };
-    gpt2__vector<item> items;
+    gpt2__vector<gpt2__pass_item> items;
     items.reserve(n);
-    gpt2__batch_rows r;
+    gpt2__pass_rows r;
     int& rows = r.n_rows;
-    for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul_batch: one token, a few, prompts */
+    for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul: one token, a few, prompts */
         for (size_t i = 0; i < n; i++) {
             gpt2__cpu_session* s = gpt2__cpu(sessions[i]);
             const int T = (int)s->tokens.size() - s->n_cached;
@@ -379,9 +315,10 @@ static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    GPT2__TRY(gpt2__batch_reserve(s0, (size_t)rows, n, err));
-    gpt2__batch_workspace* w = &s0->batch;
-    for (const item& it : items) /* x = wte[id] + wpe[pos] */
+    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
+    GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
+    gpt2__activations* w = &runner->act;
+    for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
         for (int t = 0; t < it.T; t++) {
             float* x = w->x + (size_t)(it.row + t) * C;
             gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
@@ -392,18 +329,19 @@ static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const
     gpt2__vector<int> first_task(items.size() + 1);
     const size_t part = gpt2__max_key_ranges * ((size_t)C + 2 * m->n_head), scratch = gpt2__attention_scratch(m->n_head, m->n_ctx);
     for (int l = 0; l < m->n_layer; l++) {
-        if (gpt2__abort_requested(s0)) return gpt2__aborted(err);
+        if (gpt2__abort_requested(runner)) return gpt2__aborted(err);
         const gpt2__layer& L = m->layers[(size_t)l];
         /* x = x + attn(ln_1(x)) */
-        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_1_weight, L.ln_1_bias, rows);
-        gpt2__matmul_batch(s0, w->qkv, w->xn, L.c_attn, L.c_attn_bias, r);
+        gpt2__layer_norm_rows(runner, w->xn, w->x, L.ln_1_weight, L.ln_1_bias, rows);
+        gpt2__matmul(runner, w->qkv, w->xn, L.c_attn, L.c_attn_bias, r);
         for (size_t i = 0; i < items.size(); i++) {
-            const item& it = items[i];
-            jobs[i] = {it.s, w->qkv + (size_t)it.row * 3 * C, w->att + (size_t)it.row * C, w->parts + (size_t)it.row * part, l, it.T, it.pos0, {}, 0};
+            const gpt2__pass_item& it = items[i];
+            float* parts = gpt2__is_decode(it.T) ? w->parts + (size_t)it.row * part : nullptr; /* decode rows come first */
+            jobs[i] = {it.s, w->qkv + (size_t)it.row * 3 * C, w->att + (size_t)it.row * C, parts, l, it.T, it.pos0, {}, 0};
             gpt2__attention_plan(&jobs[i]);
             first_task[i + 1] = first_task[i] + jobs[i].tasks;
         }
-        gpt2__parallel_for(&s0->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
+        gpt2__parallel_for(&runner->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
             size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
             for (int64_t task = begin; task < end; task++) {
                 while (task >= first_task[i + 1]) i++;
@@ -411,20 +349,24 @@ static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const
             }
         });
         for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
-        gpt2__matmul_batch(s0, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
+        gpt2__matmul(runner, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
         /* x = x + mlp(ln_2(x)) */
-        gpt2__layer_norm_rows(s0, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
-        gpt2__matmul_batch(s0, w->fc, w->xn, L.c_fc, L.c_fc_bias, r, false, true);
-        gpt2__matmul_batch(s0, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
+        gpt2__layer_norm_rows(runner, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
+        gpt2__matmul(runner, w->fc, w->xn, L.c_fc, L.c_fc_bias, r, false, true);
+        gpt2__matmul(runner, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
     }
-    /* the head over each session's last row: ln_f of row i of the pass's sessions in w->xn row i */
-    for (size_t i = 0; i < items.size(); i++)
-        gpt2__layer_norm(w->xn + i * C, w->x + (size_t)(items[i].row + items[i].T - 1) * C, m->ln_f_weight, m->ln_f_bias, C, m->layer_norm_eps);
-    gpt2__weight head = m->lm_head;
-    head.rows = V;
-    gpt2__batch_rows last;
-    last.n_one = last.n_rows = (int)items.size();
-    gpt2__matmul_batch(s0, w->logits, w->xn, head, nullptr, last);
-    for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
+    gpt2__layer_norm_rows(runner, w->xn, w->x, m->ln_f_weight, m->ln_f_bias, rows);
+    /* the head over each session's last row, gathered into att; a lone session's logits go
+       straight to it */
+    for (size_t i = 0; i < items.size(); i++) std::memcpy(w->att + i * C, w->xn + (size_t)(items[i].row + items[i].T - 1) * C, (size_t)C * 4);
+    gpt2__head(runner, n == 1 ? items[0].s->logits : w->logits, w->att, (int)items.size());
+    if (n > 1)
+        for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
     return GPT2_OK;
+}
+
+/* The backend's run and run_batch. */
+static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { return gpt2__pass(gpt2__cpu(session), &session, 1, err); }
+static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    return gpt2__pass(gpt2__cpu(runner), sessions, n, err);
 }

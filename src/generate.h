@@ -1,0 +1,178 @@
+/* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
+   (gpt2__generate) takes every unfinished session a token further per step: each picks its next
+   token from its logits (the sampling chain of sampler.h on the host, or the backend's own
+   draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
+   whole), and every picked token joins its context in one pass (gpt2__batch_append). A lone
+   generation is a batch of one. */
+
+/* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
+static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
+    size_t first = std::string_view::npos;
+    for (size_t i = 0; i < p.n_stop; i++) first = std::min(first, text.find(p.stop[i]));
+    return first;
+}
+
+/* Length of the longest end of `text` that is the beginning of a stop string: the text a later
+   token may still complete into one. */
+static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params& p) {
+    size_t longest = 0;
+    for (size_t i = 0; i < p.n_stop; i++) {
+        const std::string_view stop = p.stop[i];
+        for (size_t len = std::min(text.size(), stop.size() - 1); len > longest; len--)
+            if (text.substr(text.size() - len) == stop.substr(0, len)) {
+                longest = len;
+                break;
+            }
+    }
+    return longest;
+}
+
+/* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
+   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
+   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
+   the end-of-text token with stop_at_eos (its text is not delivered). */
+static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
+    const gpt2__tokenizer& tok = s->model->tokenizer;
+    const bool at_eos = p.stop_at_eos && token == tok.eos;
+    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
+    size_t release = 0;
+    if (!at_eos) {
+        gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
+        release = gpt2__find_stop(*held, p);
+        *at_stop = release != std::string_view::npos;
+        if (!*at_stop) release = held->size() - gpt2__stop_tail(*held, p);
+    }
+    s->text.assign(held->data(), release);
+    held->erase(0, release);
+    if (*at_stop) {
+        held->clear();
+        s->stream = gpt2__utf8_stream();
+    }
+    const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+    return caller_stops || at_eos || *at_stop;
+}
+
+/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
+   session's RNG. */
+struct gpt2__chain_buffers {
+    gpt2__vector<float> logits, scratch;
+    gpt2__vector<int> counts;
+};
+
+static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
+    const int V = s->model->n_vocab;
+    const float* logits = s->backend->logits(s);
+    if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
+    std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
+    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
+    *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
+    return GPT2_OK;
+}
+
+/* One session's generation, a token at a time, driven by gpt2__generate: begin, then per token
+   pick (sample it), deliver (hand its text on; true when generation ends with it) and append it
+   to the context, and end (what is still held back for the stop strings). */
+struct gpt2__generator {
+    gpt2_session* s = nullptr;
+    gpt2_generate_params p;
+    bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
+    gpt2__chain_buffers buffers;
+    gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
+    bool at_stop = false;
+    int n_new = 0;     /* tokens delivered */
+    int32_t* out_tokens = nullptr;
+    size_t capacity = 0;
+    size_t* n_generated = nullptr;
+};
+
+static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt2_generate_params& p, int32_t* out_tokens, size_t capacity, size_t* n_generated) {
+    g->s = s;
+    g->p = p;
+    g->out_tokens = out_tokens;
+    g->capacity = capacity;
+    g->n_generated = n_generated;
+    s->rng_state = p.seed;
+    g->chain = gpt2__chain_on(p);
+    if (g->chain) {
+        const size_t V = (size_t)s->model->n_vocab;
+        g->buffers.logits.resize(V);
+        g->buffers.scratch.resize(V);
+        g->buffers.counts.assign(V, 0);
+    }
+}
+
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
+    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
+    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+}
+
+/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
+static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
+    const int i = g->n_new++;
+    if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
+    if (g->n_generated) *g->n_generated = (size_t)i + 1;
+    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
+}
+
+static void gpt2__generator_end(gpt2__generator* g) {
+    gpt2_session* s = g->s;
+    const gpt2_generate_params& p = g->p;
+    if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
+    /* what is still held: bytes that never formed a character, text that did not become a stop string */
+    gpt2__utf8_stream_flush(&s->stream, &g->held);
+    g->held.resize(std::min(g->held.size(), gpt2__find_stop(g->held, p))); /* a stop string that is not UTF-8 text */
+    if (p.on_token && !g->held.empty()) {
+        s->text.assign(g->held);
+        p.on_token(p.user, -1, s->text.c_str(), s->text.size());
+    }
+}
+
+/* Generates until every generator is done: a step picks each unfinished session's token,
+   delivers it, and appends the tokens to their contexts in one pass on the threads of `runner`
+   (the token that ends a generation joins its context too). Sessions that sample as nanoGPT does
+   draw together on the runner's threads where the backend can (sample_batch); the others, which
+   may run the caller's on_logits, pick on the calling thread. */
+static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generators, size_t n, gpt2_error* err) {
+    gpt2__vector<size_t> active, finished, plain;
+    gpt2__vector<gpt2_session*> batch, plain_sessions;
+    gpt2__vector<const int32_t*> ids;
+    gpt2__vector<size_t> counts;
+    gpt2__vector<int32_t> next(n), plain_tokens;
+    gpt2__vector<float> temperatures;
+    gpt2__vector<int> top_ks;
+    for (size_t i = 0; i < n; i++) active.push_back(i);
+    while (!active.empty()) {
+        batch.clear();
+        ids.clear();
+        finished.clear();
+        plain.clear();
+        for (size_t i : active)
+            if (!generators[i].chain && runner->backend->sample_batch && active.size() > 1) plain.push_back(i);
+            else GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
+        if (!plain.empty()) {
+            plain_sessions.clear();
+            temperatures.clear();
+            top_ks.clear();
+            for (size_t i : plain) {
+                plain_sessions.push_back(generators[i].s);
+                temperatures.push_back(generators[i].p.temperature);
+                top_ks.push_back(generators[i].p.top_k);
+            }
+            plain_tokens.resize(plain.size());
+            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
+            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
+        }
+        size_t kept = 0;
+        for (size_t i : active) {
+            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
+            else active[kept++] = i;
+            batch.push_back(generators[i].s); /* the token joins the context either way */
+            ids.push_back(&next[i]);
+        }
+        counts.assign(batch.size(), 1);
+        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
+        for (size_t i : finished) gpt2__generator_end(&generators[i]);
+        active.resize(kept);
+    }
+    return GPT2_OK;
+}
