@@ -447,12 +447,16 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 #endif /* GPT2_H */
 
-/* ---- src/common.h ---- */
+/* ---- src/implementation.h ---- */
 /* ======================================================================================== */
 /*                                     IMPLEMENTATION                                       */
 /* ======================================================================================== */
 #if defined(GPT2_IMPLEMENTATION) && !defined(GPT2_IMPLEMENTATION_DONE)
 #define GPT2_IMPLEMENTATION_DONE
+
+/* ---- src/common.h ---- */
+/* What every part of the implementation uses: the standard headers, the allocator and assert
+   macros, aligned buffers, errors as values, f16 and bf16. */
 
 #ifndef __cplusplus
 #error "GPT2_IMPLEMENTATION needs C++17: define it in a .cpp file"

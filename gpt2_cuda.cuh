@@ -58,6 +58,8 @@
 #endif
 #include "gpt2.h"
 
+#endif /* GPT2_CUDA_CUH */
+
 /* ---- src/cuda/backend_cuda.cuh ---- */
 /* ======================================================================================== */
 /*                                 CUDA IMPLEMENTATION                                      */
@@ -1642,4 +1644,3 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2_IMPLEMENTATION (CUDA) */
-#endif /* GPT2_CUDA_CUH */

@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_BACKEND_H
+#define GPT2__PART_BACKEND_H
+#include "model/model.h"
+
 /* The backend table: what a device must do for the C API. One table per device (the CPU's in
    src/cpu/backend_cpu.h, CUDA's in src/cuda/backend_cuda.cuh); a model picks its table once,
    when it loads, and every session of the model goes through it. A new backend is a new file
@@ -59,3 +63,5 @@ static const gpt2__backend*& gpt2__device_backend(gpt2_device device) {
     gpt2__device_backend(device) = table;
     return true;
 }
+
+#endif /* GPT2__PART_BACKEND_H */

@@ -1,3 +1,9 @@
+#ifndef GPT2__PART_CAPI_H
+#define GPT2__PART_CAPI_H
+#include "generate.h"
+#include "state.h"
+#include "cpu/backend_cpu.h"
+
 /* The C API: argument checks, then the parts above. */
 
 /* No exception may cross the C boundary: with exceptions enabled, a failed allocation inside a
@@ -520,3 +526,5 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
     return GPT2_ERROR_ABORTED;
     GPT2__GUARD_END(err)
 }
+
+#endif /* GPT2__PART_CAPI_H */

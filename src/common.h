@@ -1,8 +1,9 @@
-/* ======================================================================================== */
-/*                                     IMPLEMENTATION                                       */
-/* ======================================================================================== */
-#if defined(GPT2_IMPLEMENTATION) && !defined(GPT2_IMPLEMENTATION_DONE)
-#define GPT2_IMPLEMENTATION_DONE
+#ifndef GPT2__PART_COMMON_H
+#define GPT2__PART_COMMON_H
+#include "api.h"
+
+/* What every part of the implementation uses: the standard headers, the allocator and assert
+   macros, aligned buffers, errors as values, f16 and bf16. */
 
 #ifndef __cplusplus
 #error "GPT2_IMPLEMENTATION needs C++17: define it in a .cpp file"
@@ -185,3 +186,5 @@ static inline float gpt2__bf16_to_f32(uint16_t b) {
     std::memcpy(&f, &bits, 4);
     return f;
 }
+
+#endif /* GPT2__PART_COMMON_H */

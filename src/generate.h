@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_GENERATE_H
+#define GPT2__PART_GENERATE_H
+#include "session.h"
+
 /* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
    (gpt2__generate) takes every unfinished session a token further per step: each picks its next
    token from its logits (the sampling chain of sampler.h on the host, or the backend's own
@@ -176,3 +180,5 @@ static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generat
     }
     return GPT2_OK;
 }
+
+#endif /* GPT2__PART_GENERATE_H */

@@ -1,3 +1,8 @@
+#ifndef GPT2__PART_SESSION_H
+#define GPT2__PART_SESSION_H
+#include "backend.h"
+#include "model/sampler.h"
+
 /* The session: one conversation. This part is what every backend shares (the tokens in context,
    the RNG, the UTF-8 stream of the text being delivered); a backend's own session type derives
    from it and adds its KV cache and scratch (gpt2__cpu_session, gpt2__cuda_session). */
@@ -233,3 +238,5 @@ static gpt2_result gpt2__checkpoint_restore(gpt2_session* s, gpt2__checkpoint* c
     s->stream = c->stream;
     return gpt2__aborted(err);
 }
+
+#endif /* GPT2__PART_SESSION_H */

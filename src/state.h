@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_STATE_H
+#define GPT2__PART_STATE_H
+#include "session.h"
+
 /* A session's state as bytes (gpt2_session_save / gpt2_session_load / gpt2_session_copy):
    everything needed to continue exactly. Little-endian, in this order:
 
@@ -220,3 +224,5 @@ static gpt2_result gpt2__state_apply(gpt2_session* s, const gpt2__state_view& v,
     std::memcpy(s->stream.held, v.held, 4);
     return GPT2_OK;
 }
+
+#endif /* GPT2__PART_STATE_H */

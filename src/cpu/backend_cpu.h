@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_BACKEND_CPU_H
+#define GPT2__PART_CPU_BACKEND_CPU_H
+#include "forward.h"
+
 /* The CPU backend: sessions of gpt2__cpu_session, run by gpt2__pass on this CPU's kernels. */
 
 static void gpt2__cpu_session_free(gpt2_session* session) {
@@ -133,3 +137,5 @@ static const gpt2__backend* gpt2__cpu_backend() {
                                         gpt2__cpu_load_cache, gpt2__forward_batch, gpt2__cpu_sample_batch};
     return &table;
 }
+
+#endif /* GPT2__PART_CPU_BACKEND_CPU_H */

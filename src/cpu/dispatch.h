@@ -1,3 +1,9 @@
+#ifndef GPT2__PART_CPU_DISPATCH_H
+#define GPT2__PART_CPU_DISPATCH_H
+#include "kernels/avx512_bf16.h"
+#include "kernels/neon.h"
+#include "kernels/wasm_simd128.h"
+
 /* Kernel dispatch: the one place that decides which implementation runs on this CPU.
 
    One binary carries every kernel set its target allows (scalar everywhere; AVX2, AVX-512 and
@@ -123,3 +129,5 @@ static const gpt2__kernels& gpt2__cpu_kernels() {
     static const gpt2__kernels* kernels = gpt2__select_kernels();
     return *kernels;
 }
+
+#endif /* GPT2__PART_CPU_DISPATCH_H */

@@ -1,3 +1,9 @@
+#ifndef GPT2__PART_CPU_FORWARD_H
+#define GPT2__PART_CPU_FORWARD_H
+#include "../session.h"
+#include "dispatch.h"
+#include "threadpool.h"
+
 /* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
    Shapes in comments: T new tokens, C = n_embd, F = n_ff, V = n_vocab. */
 
@@ -370,3 +376,5 @@ static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { retur
 static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
     return gpt2__pass(gpt2__cpu(runner), sessions, n, err);
 }
+
+#endif /* GPT2__PART_CPU_FORWARD_H */

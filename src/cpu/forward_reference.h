@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_FORWARD_REFERENCE_H
+#define GPT2__PART_CPU_FORWARD_REFERENCE_H
+#include "forward.h"
+
 /* The reference forward pass: nanoGPT's model.py as plain loops over f32 arrays. One thread,
    no SIMD, no KV cache, no session: every call computes all T positions from scratch. The
    tests check every kernel set, the prefill and decode paths and the GPU against it, so it
@@ -100,3 +104,5 @@ static void gpt2__reference_mlp(const gpt2_model* m, const gpt2__layer& L, float
 }
 
 #endif /* GPT2_REFERENCE_FORWARD */
+
+#endif /* GPT2__PART_CPU_FORWARD_REFERENCE_H */

@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_THREADPOOL_H
+#define GPT2__PART_CPU_THREADPOOL_H
+#include "../common.h"
+
 /* Worker threads of one session. They are started once, with the session, never per token.
    Between jobs a worker first spins for at most GPT2_SPIN_MICROSECONDS (default 50), because
    the parallel regions of one forward pass follow each other within microseconds and waking a
@@ -163,3 +167,5 @@ static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const
     job.n_chunks = (n + chunk - 1) / chunk;
     gpt2__pool_run(pool, Job::run, &job);
 }
+
+#endif /* GPT2__PART_CPU_THREADPOOL_H */

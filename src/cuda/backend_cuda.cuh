@@ -1,3 +1,4 @@
+#include "cuda_api.h"
 /* ======================================================================================== */
 /*                                 CUDA IMPLEMENTATION                                      */
 /* ======================================================================================== */
@@ -1581,4 +1582,3 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2_IMPLEMENTATION (CUDA) */
-#endif /* GPT2_CUDA_CUH */

@@ -55,4 +55,6 @@
 #endif
 #define GPT2__CUDA_BACKEND
 #endif
-#include "gpt2.h"
+#include "../capi.h" /* all of gpt2.h: in gpt2_cuda.cuh, #include "gpt2.h" */
+
+#endif /* GPT2_CUDA_CUH */

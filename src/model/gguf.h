@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_MODEL_GGUF_H
+#define GPT2__PART_MODEL_GGUF_H
+#include "../common.h"
+
 /* GGUF reader: parses and validates the whole header of a file held in memory. Nothing is
    trusted: every count, length, shape and offset is checked against the bytes that exist. */
 
@@ -321,3 +325,5 @@ static gpt2_result gpt2__gguf_get_strings(const gpt2__gguf* g, const char* key, 
     for (std::string_view& s : *out) gpt2__read_string(&r, &s);
     return GPT2_OK;
 }
+
+#endif /* GPT2__PART_MODEL_GGUF_H */

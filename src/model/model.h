@@ -1,3 +1,8 @@
+#ifndef GPT2__PART_MODEL_MODEL_H
+#define GPT2__PART_MODEL_MODEL_H
+#include "gguf.h"
+#include "tokenizer.h"
+
 /* The model: hyper-parameters, weights bound to the tensors of a GGUF file, and the vocabulary.
    Immutable once loaded, so any number of sessions and threads may share it. */
 
@@ -393,3 +398,5 @@ static gpt2_model* gpt2__model_new(const gpt2_model_params* params) {
     m->params = params ? *params : gpt2_model_default_params();
     return m;
 }
+
+#endif /* GPT2__PART_MODEL_MODEL_H */

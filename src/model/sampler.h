@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_MODEL_SAMPLER_H
+#define GPT2__PART_MODEL_SAMPLER_H
+#include "../common.h"
+
 /* Sampling, nanoGPT's way: logits / temperature, keep the top_k, softmax, draw one. The RNG is
    our own (SplitMix64) so a seed gives the same tokens on every platform and compiler. */
 
@@ -209,3 +213,5 @@ static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_
 static int32_t gpt2__chain_draw(const float* filtered, int n, const gpt2_generate_params& p, uint64_t* rng, float* scratch) {
     return gpt2__sample(filtered, n, p.temperature, p.top_k == 1 ? 1 : 0, rng, scratch);
 }
+
+#endif /* GPT2__PART_MODEL_SAMPLER_H */

@@ -1,3 +1,8 @@
+#ifndef GPT2__PART_MODEL_TOKENIZER_H
+#define GPT2__PART_MODEL_TOKENIZER_H
+#include "../common.h"
+#include "unicode_tables.h"
+
 /* Tokenizers: GPT-2's byte-level BPE (exactly OpenAI's encoder.py / tiktoken "gpt2") and nanoGPT's
    character vocabulary (meta.pkl). See docs/TOKENIZER.md.
 
@@ -651,3 +656,5 @@ static inline gpt2_result gpt2__tokenizer_encode(const gpt2__tokenizer* tok, con
     }
     return gpt2__ok(err);
 }
+
+#endif /* GPT2__PART_MODEL_TOKENIZER_H */

@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_AVX2_H
+#define GPT2__PART_CPU_KERNELS_AVX2_H
+#include "x86_prefill.h"
+
 /* AVX2 + FMA + F16C kernels; x86_prefill.h has the target macros and the prefill pieces shared
    with AVX-512. */
 
@@ -493,3 +497,5 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
 }
 
 #endif /* GPT2__X86 */
+
+#endif /* GPT2__PART_CPU_KERNELS_AVX2_H */

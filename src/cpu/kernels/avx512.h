@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_AVX512_H
+#define GPT2__PART_CPU_KERNELS_AVX512_H
+#include "avx2.h"
+
 /* AVX-512 (F, BW, VL, DQ, VNNI) kernels; x86_prefill.h has the target macros and the prefill
    pieces shared with AVX2. Decode attention and float matrix rows use the AVX2 kernels (avx2.h). */
 
@@ -921,3 +925,5 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
 }
 
 #endif /* GPT2__X86 */
+
+#endif /* GPT2__PART_CPU_KERNELS_AVX512_H */

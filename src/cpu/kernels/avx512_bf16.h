@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_AVX512_BF16_H
+#define GPT2__PART_CPU_KERNELS_AVX512_BF16_H
+#include "avx512.h"
+
 /* The AVX-512 set with the bf16 unit (AVX512_BF16, an extra runtime check: dispatch.h): bf16
    weights' products over a prompt's tokens run on vdpbf16ps; everything else is the AVX-512
    set's, a batch's decode rows too (gpt2__matmul_avx512_bf16 says why).
@@ -79,3 +83,5 @@ GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& 
 #pragma GCC diagnostic pop /* pushed in x86_prefill.h */
 #endif
 #endif /* GPT2__X86 */
+
+#endif /* GPT2__PART_CPU_KERNELS_AVX512_BF16_H */

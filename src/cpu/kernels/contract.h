@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_CONTRACT_H
+#define GPT2__PART_CPU_KERNELS_CONTRACT_H
+#include "../../model/model.h"
+
 /* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, avx512_bf16.h, neon.h)
    shares and what the forward pass may rely on. A set is a table of the functions below
    (gpt2__kernels) that gives the scalar set's results, to rounding (bit for bit where a comment
@@ -218,3 +222,5 @@ struct gpt2__kernels {
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */
 static inline bool gpt2__uses_lanes(const gpt2__kernels* kernels, const gpt2__weight& W) { return W.lanes && kernels->pack_lanes; }
+
+#endif /* GPT2__PART_CPU_KERNELS_CONTRACT_H */

@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_NEON_H
+#define GPT2__PART_CPU_KERNELS_NEON_H
+#include "scalar.h"
+
 /* Arm NEON kernels (AArch64, where NEON is always present). Kept plain: one vector accumulator
    per output, weights converted to float on the fly; attention and GELU use the portable code. */
 
@@ -103,3 +107,5 @@ static void gpt2__to_f16_neon(uint16_t* dst, const float* x, size_t n) {
 }
 
 #endif /* GPT2__NEON */
+
+#endif /* GPT2__PART_CPU_KERNELS_NEON_H */

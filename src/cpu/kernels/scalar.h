@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_SCALAR_H
+#define GPT2__PART_CPU_KERNELS_SCALAR_H
+#include "contract.h"
+
 /* Portable kernels: small pure functions over pointers and sizes. They define the results the
    SIMD kernels must reproduce, and run wherever no SIMD kernel applies. */
 
@@ -270,3 +274,5 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
         }
     }
 }
+
+#endif /* GPT2__PART_CPU_KERNELS_SCALAR_H */

@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_WASM_SIMD128_H
+#define GPT2__PART_CPU_KERNELS_WASM_SIMD128_H
+#include "scalar.h"
+
 /* WebAssembly SIMD128 kernels (Emscripten with -msimd128, which defines __wasm_simd128__). A
    browser has no run-time query for SIMD support, so the set is chosen when compiling: a build
    without -msimd128 runs the portable kernels. Kept plain as the NEON set is: matmuls row by row,
@@ -211,3 +215,5 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 }
 
 #endif /* GPT2__WASM_SIMD128 */
+
+#endif /* GPT2__PART_CPU_KERNELS_WASM_SIMD128_H */

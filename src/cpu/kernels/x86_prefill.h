@@ -1,3 +1,7 @@
+#ifndef GPT2__PART_CPU_KERNELS_X86_PREFILL_H
+#define GPT2__PART_CPU_KERNELS_X86_PREFILL_H
+#include "scalar.h"
+
 /* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
    and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
    and prefill attention's query blocks. Each kernel carries its instruction set in a target
@@ -201,3 +205,5 @@ static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int
 }
 
 #endif /* GPT2__X86 */
+
+#endif /* GPT2__PART_CPU_KERNELS_X86_PREFILL_H */
