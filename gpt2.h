@@ -3023,6 +3023,18 @@ static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
 /* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
 static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)cols + (size_t)cols / gpt2__q8_block_values * 8; }
 
+/* How one product multiplies. gpt2__strategy_for (forward.h) chooses it, once per product, from
+   W's type, the rows and what the kernel set has; a set reads it and infers nothing. A set that
+   lacks a strategy is never handed it (gpt2__kernels says what each set has). */
+enum gpt2__strategy : uint8_t {
+    GPT2__STREAM_ROWS,   /* decode: W read row by row in its own type, each row's dot products with every token of x */
+    GPT2__STREAM_INT8,   /* decode: q8_0 or q4_0 rows the same way against xq, the tokens quantized per block (integer dot products) */
+    GPT2__FLOAT_TILES,   /* prefill: W converted to floats a panel at a time, multiplied with tiles of tokens (x86; SIMD128 widens a row at a time) */
+    GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
+    GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
+    GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+};
+
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
    session split the rows of W between them. Every output is computed in the same order
@@ -3030,42 +3042,23 @@ static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)co
 struct gpt2__matmul_args {
     float* y;                  /* (T, W->rows) */
     const float* x;            /* (T, W->cols) */
-    const int8_t* xq;          /* x quantized by gpt2__quantize_q8 (gpt2__int8_activations): when set and W */
-    const float* xq_scale;     /*   is q8_0 or q4_0, the kernel uses integer dot products; else it reads x */
+    const int8_t* xq;          /* GPT2__STREAM_INT8: x quantized by gpt2__quantize_q8 */
+    const float* xq_scale;     /*   and its blocks' scales */
     const gpt2__weight* W;
     const float* bias;         /* (W->rows) or NULL */
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
-    bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
-                                  each weight row read once for all of them */
-    const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is
-                                  q8_0 or q4_0), the kernel multiplies int8 panels (W's lanes
-                                  where it has them, whatever T is) */
-    const uint16_t* x_bf16 = nullptr; /* x rounded to bf16, rows of gpt2__lanes_columns(*W) values:
-                                  when set, W's bf16 lanes are multiplied on the bf16 unit */
+    gpt2__strategy strategy = GPT2__STREAM_ROWS;
+    const uint8_t* xq_packed = nullptr; /* GPT2__INT8_PANELS: x packed by the set's quantize_q8_packed */
+    const uint16_t* x_bf16 = nullptr; /* GPT2__BF16_UNIT: x rounded to bf16, rows of gpt2__lanes_columns(*W) values */
 };
 
-/* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
-   many of them: each panel converted once serves them all, where streamed rows convert and
-   re-read every weight row once per session (124M, 2 threads: f16 streams faster at 2 and 3
-   rows, panels at 4 and 6 rows; q8_0 is even at 2 to 4 rows and faster as panels at 6). */
+/* A batch's decode rows share panels, as a prompt's tokens do, once there are this many of them:
+   each panel converted once serves them all, where streamed rows convert and re-read every
+   weight row once per session (docs/PERFORMANCE.md). Fewer stream W together, each weight row
+   read from memory once for all of them and its dot products with every row those a lone
+   session computes, so bit for bit the lone results. */
 static const int gpt2__panel_min_rows = 4;
-
-/* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
-   float panels with tiles of tokens (prefill): q8_0 and q4_0 rows stream only against int8
-   activations.
-   The scalar and NEON sets always stream. A batch of sessions streams its decode rows together
-   while they are fewer than gpt2__panel_min_rows (each weight row read from memory once, its
-   dot products with every row those a lone session computes, so bit for bit the lone results),
-   and multiplies panels with them from there on (the lone results to rounding): float panels, or
-   int8 panels against the same quantized activations where the set has them (xq_packed).
-   Where a set has int8 panels, every q8_0 and q4_0 product of more than one row multiplies
-   them, a prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and
-   q4_0 x q8_0). */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
-    if (gpt2__int8_weights(a.W->type)) return a.xq != nullptr;
-    return a.decode_rows ? a.T < gpt2__panel_min_rows : gpt2__is_decode(a.T);
-}
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers, over chunks of about
@@ -3141,6 +3134,9 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
+    /* the strategies the set has beyond streaming rows: GPT2__FLOAT_TILES, GPT2__BF16_UNIT
+       (GPT2__INT8_PANELS where it has quantize_q8_packed, the lanes where it has pack_lanes) */
+    bool float_tiles, bf16_unit;
 };
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */
@@ -3271,9 +3267,9 @@ static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const flo
     return sum;
 }
 
-/* The matmul of any row dot kernels (q8_0 and q4_0 rows against int8 activations, any row against
-   floats), one output row at a time: the portable set below, and the NEON set, whose speed lies
-   in its dot kernels alone. */
+/* The streamed strategies (GPT2__STREAM_ROWS, GPT2__STREAM_INT8) of any row dot kernels (q8_0 and
+   q4_0 rows against int8 activations, any row against floats), one output row at a time: the
+   portable set below, and the NEON set, whose speed lies in its dot kernels alone. */
 template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotQ4)(const uint8_t*, const int8_t*, const float*, int64_t),
           float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
@@ -3284,7 +3280,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
     const int8_t* xq = a.xq;
     float* y = a.y;
     const int T = a.T;
-    const bool accumulate = a.accumulate, int8 = gpt2__int8_weights(W.type) && xq;
+    const bool accumulate = a.accumulate, int8 = a.strategy == GPT2__STREAM_INT8;
     float (*const dot_int8)(const uint8_t*, const int8_t*, const float*, int64_t) = W.type == GPT2_TYPE_Q4_0 ? DotQ4 : DotQ8;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
@@ -3427,12 +3423,12 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
    attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
    what the CPU has.
 
-   A matrix product takes one of two shapes (gpt2__streams_rows):
-   - decode: every weight is read once, straight from the (mapped) file, in its own type, one row
+   A matrix product takes one of two shapes (its gpt2__strategy):
+   - decode (GPT2__STREAM_ROWS, GPT2__STREAM_INT8): every weight is read once, straight from the (mapped) file, in its own type, one row
      after the other (gpt2__matmul_by_rows): memory bandwidth is the limit. q8_0 rows meet
      activations quantized to int8 and use integer dot products (vpdpbusd / pmaddubsw), as ggml's
      q8_0 x q8_0.
-   - prefill: a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
+   - prefill (GPT2__FLOAT_TILES): a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
      with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
      the limit. (q8_0 on the AVX-512 set: int8 panels instead, avx512.h.)
    A result never depends on where its row falls in a thread's range: decode computes each row
@@ -3845,7 +3841,7 @@ struct gpt2__prefill_avx2 {
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+    if (a.strategy == GPT2__FLOAT_TILES) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
@@ -4735,7 +4731,7 @@ template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                  const char* prefetch, size_t lines) {
     if constexpr (LAYOUT == GPT2_TYPE_BF16) {
-        if (a.x_bf16) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+        if (a.strategy == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
     }
     if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return; /* only the bf16 unit's tiles are this wide */
     else if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
@@ -4765,7 +4761,7 @@ GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args
    from `prefetch` on, spread along their blocks. */
 template <uint32_t LAYOUT, int V>
 GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
-    const int widest = a.x_bf16 ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
+    const int widest = a.strategy == GPT2__BF16_UNIT ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
     const int tiles = (a.T + widest - 1) / widest;
     for (int i = 0, t = 0; i < tiles; i++) {
         const int n = a.T / tiles + (i < a.T % tiles);
@@ -4875,14 +4871,21 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
    kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
    q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.W->lanes && a.W->type == GPT2_TYPE_F16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
-    if (a.W->lanes && a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
-    if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
-    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
-    if (a.W->type == GPT2_TYPE_Q8_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+    switch (a.strategy) {
+    case GPT2__FLOAT16_LANES:
+        if (a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
+        return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
+    case GPT2__INT8_PANELS: return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
+    case GPT2__FLOAT_TILES: return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
+    case GPT2__STREAM_INT8:
+        if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
+        return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+    case GPT2__STREAM_ROWS:
+    case GPT2__BF16_UNIT: /* the avx512_bf16 set's, which takes it before this */
+        break;
+    }
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end); /* float rows only: int8 rows returned above */
+                         gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -5112,7 +5115,7 @@ GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float
    gets alone, where a single token streams with float activations, to rounding
    (tests/test_batch.cpp: 1e-4; on the bf16 unit they differ by 0.05). */
 GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.W->type != GPT2_TYPE_BF16 || !a.W->lanes || a.decode_rows || gpt2__is_decode(a.T)) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
+    if (a.strategy != GPT2__BF16_UNIT) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
     const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W);
     for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
         gpt2__matmul_args chunk = a;
@@ -5372,7 +5375,7 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
     gpt2__dequantize_row(type, row + 2 * k, out + k, n - k);
 }
 
-/* Decode streams each row of W in its own type (gpt2__streams_rows). A prefill row of f16, bf16
+/* Decode streams each row of W in its own type (GPT2__STREAM_ROWS, GPT2__STREAM_INT8). A prefill row of f16, bf16
    or q8_0 weights is widened to float once, in `panel`, and every token's dot product reads the
    floats: widening f16 costs more than the multiply-adds, and is paid once per row instead of
    once per token. Widening is exact and the dot products add in the order of the streamed ones
@@ -5381,7 +5384,7 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
 static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
     const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    if (a.strategy != GPT2__FLOAT_TILES || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
     float* y = a.y;
@@ -5467,16 +5470,16 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr, false, false};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr};
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr, true, false};
 static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
-                                                   gpt2__pack_lanes_avx512};
+                                                   gpt2__pack_lanes_avx512, true, false};
 static const gpt2__kernels gpt2__kernels_avx512_bf16 = {"avx512_bf16", gpt2__matmul_avx512_bf16, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>,
                                                         gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
-                                                        gpt2__pack_lanes_avx512};
+                                                        gpt2__pack_lanes_avx512, true, true};
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false, avx512_bf16 = false;
@@ -5525,11 +5528,11 @@ static gpt2__x86_features gpt2__detect_x86() {
 #endif
 #if defined(GPT2__NEON)
 static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_neon, nullptr};
+                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_neon, nullptr, false, false};
 #endif
 #if defined(GPT2__WASM_SIMD128)
 static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm, gpt2__to_f16_scalar, nullptr};
+                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm, gpt2__to_f16_scalar, nullptr, true, false};
 #endif
 
 /* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,
@@ -5796,9 +5799,6 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max((size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* Whether q8_0 and q4_0 products of many rows multiply int8 panels: where the kernel set has them. */
-static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && kernels->quantize_q8_packed; }
-
 /* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
    kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
    tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a batch's) are made
@@ -5967,26 +5967,42 @@ struct gpt2__pass_rows {
     int share_rows = 2 * gpt2__q8_panel_rows;
 };
 
+/* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
+   the kernel set has, and the T rows: a lone session's tokens, or a batch's `decode_rows` (single
+   tokens of several sessions, or 2 to gpt2__decode_max_tokens of one on float weights) streamed
+   together while they are fewer than gpt2__panel_min_rows.
+   - q8_0 and q4_0: int8 panels where the set has them, for every product of more than one row, a
+     prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and q4_0 x
+     q8_0), and for any product of W's lanes; else a batch's single tokens stream against int8
+     activations, and other rows multiply float panels of the dequantized rows.
+   - f16 and bf16 with lanes: the lanes, any number of rows (a bf16 prompt on the bf16 unit).
+   - otherwise: decode streams, prefill multiplies float panels; sets without them stream. */
+static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt2__weight& W, int T, bool decode_rows) {
+    const bool streams = decode_rows ? T < gpt2__panel_min_rows : gpt2__is_decode(T);
+    if (gpt2__int8_weights(W.type)) {
+        if (kernels->quantize_q8_packed && (gpt2__uses_lanes(kernels, W) || !decode_rows || !streams)) return GPT2__INT8_PANELS;
+        if (decode_rows) return GPT2__STREAM_INT8;
+    } else if (gpt2__uses_lanes(kernels, W)) {
+        const bool prompt = !decode_rows && !gpt2__is_decode(T);
+        return W.type == GPT2_TYPE_BF16 && kernels->bf16_unit && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+    } else if (streams) {
+        return GPT2__STREAM_ROWS;
+    }
+    return kernels->float_tiles ? GPT2__FLOAT_TILES : GPT2__STREAM_ROWS;
+}
+
 /* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a pass, split over the rows of W;
    with `accumulate`, y += instead (the residual connection); with `gelu`, GELU on the result
-   (the MLP's c_fc). The decode rows go together (on q8_0 and q4_0 weights only single tokens,
-   quantized to int8 for integer dot products: gpt2__int8_activations), each weight row read
-   from memory once for all of them: streamed while they are few, so bit for bit a lone
-   session's results, else multiplied as panels (gpt2__streams_rows; int8 panels where the
-   kernel set has them), a lone session's results to rounding; W's lanes take them all, bit for
-   bit. The other sessions multiply panels, each its own rows (a float tile's sums depend on where
-   its tokens start); on q8_0 and q4_0 weights int8 panels where the set has them. One parallel
-   region for all of it. */
+   (the MLP's c_fc). The decode rows go together (on q8_0 and q4_0 weights only single tokens),
+   each weight row read from memory once for all of them; every other session multiplies its own
+   rows (a float tile's sums depend on where its tokens start). Each part's strategy from
+   gpt2__strategy_for; its activations quantized or packed here as the strategy takes them. One
+   parallel region for all of it. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__pass_rows& r,
                          bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
-    const bool int8_panels = gpt2__int8_panels(kernels, W.type);
-    const bool packs_all = gpt2__uses_lanes(kernels, W) || n_streamed >= gpt2__panel_min_rows;
-    const int first_packed = int8_panels && packs_all ? 0 : n_streamed; /* rows from here on multiply int8 panels */
-    const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
-    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     gpt2__matmul_args parts[2 + gpt2__decode_max_tokens];
     gpt2__vector<gpt2__matmul_args> more; /* the parts past the first few, where a batch has many prompts */
     int n_parts = 0;
@@ -5994,11 +6010,16 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
         if (n_parts < (int)(sizeof parts / sizeof parts[0])) parts[n_parts++] = a;
         else more.push_back(a);
     };
+    /* int8 panels' activations are packed in one call for all the parts that take them, which
+       are the last rows of the pass */
+    const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
+    int first_packed = r.n_rows;
     if (n_streamed) {
-        gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true};
-        if (first_packed == 0) {
+        gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, gpt2__strategy_for(kernels, W, n_streamed, true)};
+        if (a.strategy == GPT2__INT8_PANELS) {
+            first_packed = 0;
             a.xq_packed = w->xq_packed;
-        } else if (gpt2__int8_activations(1, W.type)) {
+        } else if (a.strategy == GPT2__STREAM_INT8) {
             kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
@@ -6007,10 +6028,14 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     }
     for (const auto& [row, T] : r.several)
         if (row >= n_streamed) {
-            gpt2__matmul_args a{y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate};
-            if (int8_panels) a.xq_packed = w->xq_packed + row * ldx;
+            gpt2__matmul_args a{y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate, gpt2__strategy_for(kernels, W, T, false)};
+            if (a.strategy == GPT2__INT8_PANELS) {
+                first_packed = std::min(first_packed, row);
+                a.xq_packed = w->xq_packed + row * ldx;
+            }
             add(a);
         }
+    if (first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {

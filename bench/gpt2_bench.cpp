@@ -549,7 +549,7 @@ int main(int argc, char** argv) {
     const double fma_gflops = measure_fma_peak(&cpu->pool, kernels);
     // q8_0 and q4_0 products of many rows (a prompt, a batch of decode rows from
     // gpt2__panel_min_rows) multiply int8 panels where the set has them (src/cpu/forward.h)
-    const bool int8_panels = gpt2__int8_panels(cpu->kernels, info.weight_type);
+    const bool int8_panels = gpt2__int8_weights(info.weight_type) && cpu->kernels->quantize_q8_packed;
     const bool prefill_int8 = int8_panels && prompt >= 2, batch_int8 = int8_panels && batch >= gpt2__panel_min_rows;
     const double int8_gops = prefill_int8 || batch_int8 ? measure_int8_peak(&cpu->pool, cpu->kernels) : 0.0;
     // a bf16 prompt's products run on the bf16 unit where the set has it (src/cpu/kernels/avx512_bf16.h)

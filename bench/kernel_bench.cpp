@@ -30,7 +30,6 @@ int main(int argc, char** argv) {
     }
     const std::string mode = argc > 6 ? argv[6] : "";
     const bool lanes = gpt2__lanes_type(type) && k->pack_lanes && mode.empty();
-    const bool int8_panels = gpt2__int8_weights(type) && (T >= 2 || lanes) && k->quantize_q8_packed && mode != "float";
     // On huge pages where the OS grants them, as a model's weights and lanes are (gpt2-bench).
     struct Buffer {
         uint8_t* p;
@@ -58,12 +57,18 @@ int main(int argc, char** argv) {
     std::vector<int8_t> xq((size_t)cols);
     std::vector<float> xs((size_t)cols / 32 + 1);
     std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
+    // the strategy of a lone session's T tokens (src/cpu/forward.h: one token, or a few on float
+    // weights, go as decode rows); "float": no lanes, no int8 panels
+    const bool int8 = gpt2__int8_weights(type), decode_rows = T == 1 || (!int8 && gpt2__is_decode(T));
+    gpt2__strategy strategy = gpt2__strategy_for(k, w, T, decode_rows);
+    if (mode == "float") strategy = int8 ? (T == 1 ? GPT2__STREAM_INT8 : GPT2__FLOAT_TILES) : gpt2__is_decode(T) ? GPT2__STREAM_ROWS : GPT2__FLOAT_TILES;
+    const bool int8_panels = strategy == GPT2__INT8_PANELS;
     double best = 1e9;
     const int iterations = rb * rows > (64u << 20) ? 10 : 200;
     for (int it = 0; it < iterations; it++) {
         const auto t0 = std::chrono::steady_clock::now();
-        gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &w, nullptr, T, false};
-        if (gpt2__int8_activations(T, type) && !int8_panels) {
+        gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &w, nullptr, T, false, strategy};
+        if (strategy == GPT2__STREAM_INT8) {
             k->quantize_q8(xq.data(), xs.data(), x.data(), cols);
             a.xq = xq.data();
             a.xq_scale = xs.data();

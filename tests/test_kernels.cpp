@@ -108,8 +108,7 @@ TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the st
             const int T = 6;
             std::vector<float> x = random_floats(rng, (size_t)(T * n), 1.0f), bias = random_floats(rng, rows, 1.0f);
             std::vector<float> y((size_t)(T * rows)), panel(gpt2__panel_floats(n));
-            gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, false};
-            REQUIRE(!gpt2__streams_rows(a));
+            gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, false, GPT2__FLOAT_TILES};
             gpt2__matmul_wasm(a, 0, rows, panel.data());
             for (int t = 0; t < T; t++)
                 for (int64_t o = 0; o < rows; o++)
@@ -136,13 +135,18 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
                     std::vector<int8_t> xq((size_t)cols);
                     std::vector<float> xs((size_t)cols / 32 + 1);
                     const bool quantized = gpt2__int8_activations(T, type); // as the forward pass does
+                    // the matrix has no lanes and no int8 panels are made: one token's int8 rows, else decode's rows or prefill's tiles
+                    const bool streams = quantized || (gpt2__is_decode(T) && !gpt2__int8_weights(type)) || !k->float_tiles;
+                    const gpt2__strategy strategy = quantized ? GPT2__STREAM_INT8 : streams ? GPT2__STREAM_ROWS : GPT2__FLOAT_TILES;
                     if (quantized) gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), cols);
                     for (bool accumulate : {false, true}) {
                         std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
                         std::vector<float> want = start, got = start, split = start;
                         std::vector<float> panel(gpt2__panel_floats(cols));
-                        gpt2__matmul_args a{want.data(), x.data(), quantized ? xq.data() : nullptr, quantized ? xs.data() : nullptr, &m.w, bias.data(), T, accumulate};
+                        gpt2__matmul_args a{want.data(), x.data(), quantized ? xq.data() : nullptr, quantized ? xs.data() : nullptr, &m.w, bias.data(), T, accumulate, strategy};
+                        a.strategy = quantized ? GPT2__STREAM_INT8 : GPT2__STREAM_ROWS; // the scalar set streams every product
                         gpt2__matmul_scalar(a, 0, rows, panel.data());
+                        a.strategy = strategy;
                         a.y = got.data();
                         k->matmul(a, 0, rows, panel.data());
                         a.y = split.data(); // two threads' ranges at an odd boundary give the same bits
@@ -185,9 +189,9 @@ TEST_CASE("int8 panels (q8_0 and q4_0 prompts, many decode rows of a batch) equa
                         std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
                         std::vector<float> want = start, got = start, split = start;
                         std::vector<float> panel(gpt2__panel_floats(cols));
-                        gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, accumulate, true};
+                        gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, accumulate, GPT2__STREAM_INT8};
                         gpt2__matmul_scalar(a, 0, rows, panel.data());
-                        gpt2__matmul_args p{got.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate, true, packed.data()};
+                        gpt2__matmul_args p{got.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate, GPT2__INT8_PANELS, packed.data()};
                         k->matmul(p, 0, rows, panel.data());
                         p.y = split.data();
                         k->matmul(p, 0, 13, panel.data());
@@ -228,7 +232,7 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
                         gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
                         std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
                         std::vector<float> panels = start, in_lanes = start, split = start, want = start, panel(gpt2__panel_floats(cols));
-                        gpt2__matmul_args p{panels.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, true, true, packed.data()};
+                        gpt2__matmul_args p{panels.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, true, GPT2__INT8_PANELS, packed.data()};
                         k->matmul(p, 0, rows, panel.data());
                         p.W = &lane_weight;
                         p.y = in_lanes.data();
@@ -238,7 +242,7 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
                         for (int64_t from = 0; from < rows; from += 13) k->matmul(p, from, std::min(rows, from + 13), panel.data());
                         CHECK(split == panels);
                         if (T == 1) { // a lone token: as the scalar set's row against the same quantized activations
-                            gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, true};
+                            gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, true, GPT2__STREAM_INT8};
                             gpt2__matmul_scalar(a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - in_lanes[i]) / (1.0f + (float)cols * 0.05f));
@@ -281,18 +285,19 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             gpt2__matmul_args s{want.data(), x_scalar.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate};
                             gpt2__matmul_scalar(s, 0, rows, panel.data());
                             a.y = decode_rows ? batch.data() : prompt.data();
-                            a.decode_rows = decode_rows;
+                            a.strategy = gpt2__strategy_for(k, lane_weight, T, decode_rows);
+                            CHECK(a.strategy == (bf16_unit(T) && !decode_rows ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES));
                             k->matmul(a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - a.y[i]) / (1.0f + (float)cols * 0.05f));
                             CHECK(worst < 1e-5f);
                         }
-                        a.decode_rows = false;
                         if (!bf16_unit(T)) CHECK(prompt == batch);
                         for (int n : {1, 2, 5, 6, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
                             std::vector<float> few(start.begin(), start.begin() + n * rows);
                             a.y = few.data();
                             a.T = n;
+                            a.strategy = gpt2__strategy_for(k, lane_weight, n, false);
                             for (int64_t from = 0; from < rows; from += 13) k->matmul(a, from, std::min(rows, from + 13), panel.data());
                             const std::vector<float>& all = bf16_unit(n) ? prompt : batch;
                             CHECK(std::equal(few.begin(), few.end(), all.begin()));
@@ -321,10 +326,10 @@ TEST_CASE("streamed q8_0 and q4_0 decode rows of a batch give each row's lone re
                     std::vector<float> xs((size_t)(T * cols) / 32);
                     gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
                     std::vector<float> together((size_t)(T * rows)), lone((size_t)(T * rows)), panel(gpt2__panel_floats(cols));
-                    gpt2__matmul_args a{together.data(), x.data(), xq.data(), xs.data(), &m.w, nullptr, T, false, true};
+                    gpt2__matmul_args a{together.data(), x.data(), xq.data(), xs.data(), &m.w, nullptr, T, false, GPT2__STREAM_INT8};
                     k->matmul(a, 0, rows, panel.data());
                     for (int t = 0; t < T; t++) {
-                        gpt2__matmul_args one{lone.data() + t * rows, x.data() + t * cols, xq.data() + t * cols, xs.data() + t * (cols / 32), &m.w, nullptr, 1, false};
+                        gpt2__matmul_args one{lone.data() + t * rows, x.data() + t * cols, xq.data() + t * cols, xs.data() + t * (cols / 32), &m.w, nullptr, 1, false, GPT2__STREAM_INT8};
                         k->matmul(one, 0, 13, panel.data());
                         k->matmul(one, 13, rows, panel.data());
                     }

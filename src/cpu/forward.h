@@ -53,9 +53,6 @@ static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max((size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* Whether q8_0 and q4_0 products of many rows multiply int8 panels: where the kernel set has them. */
-static bool gpt2__int8_panels(const gpt2__kernels* kernels, uint32_t weight_type) { return gpt2__int8_weights(weight_type) && kernels->quantize_q8_packed; }
-
 /* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
    kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
    tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a batch's) are made
@@ -224,26 +221,42 @@ struct gpt2__pass_rows {
     int share_rows = 2 * gpt2__q8_panel_rows;
 };
 
+/* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
+   the kernel set has, and the T rows: a lone session's tokens, or a batch's `decode_rows` (single
+   tokens of several sessions, or 2 to gpt2__decode_max_tokens of one on float weights) streamed
+   together while they are fewer than gpt2__panel_min_rows.
+   - q8_0 and q4_0: int8 panels where the set has them, for every product of more than one row, a
+     prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and q4_0 x
+     q8_0), and for any product of W's lanes; else a batch's single tokens stream against int8
+     activations, and other rows multiply float panels of the dequantized rows.
+   - f16 and bf16 with lanes: the lanes, any number of rows (a bf16 prompt on the bf16 unit).
+   - otherwise: decode streams, prefill multiplies float panels; sets without them stream. */
+static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt2__weight& W, int T, bool decode_rows) {
+    const bool streams = decode_rows ? T < gpt2__panel_min_rows : gpt2__is_decode(T);
+    if (gpt2__int8_weights(W.type)) {
+        if (kernels->quantize_q8_packed && (gpt2__uses_lanes(kernels, W) || !decode_rows || !streams)) return GPT2__INT8_PANELS;
+        if (decode_rows) return GPT2__STREAM_INT8;
+    } else if (gpt2__uses_lanes(kernels, W)) {
+        const bool prompt = !decode_rows && !gpt2__is_decode(T);
+        return W.type == GPT2_TYPE_BF16 && kernels->bf16_unit && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+    } else if (streams) {
+        return GPT2__STREAM_ROWS;
+    }
+    return kernels->float_tiles ? GPT2__FLOAT_TILES : GPT2__STREAM_ROWS;
+}
+
 /* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a pass, split over the rows of W;
    with `accumulate`, y += instead (the residual connection); with `gelu`, GELU on the result
-   (the MLP's c_fc). The decode rows go together (on q8_0 and q4_0 weights only single tokens,
-   quantized to int8 for integer dot products: gpt2__int8_activations), each weight row read
-   from memory once for all of them: streamed while they are few, so bit for bit a lone
-   session's results, else multiplied as panels (gpt2__streams_rows; int8 panels where the
-   kernel set has them), a lone session's results to rounding; W's lanes take them all, bit for
-   bit. The other sessions multiply panels, each its own rows (a float tile's sums depend on where
-   its tokens start); on q8_0 and q4_0 weights int8 panels where the set has them. One parallel
-   region for all of it. */
+   (the MLP's c_fc). The decode rows go together (on q8_0 and q4_0 weights only single tokens),
+   each weight row read from memory once for all of them; every other session multiplies its own
+   rows (a float tile's sums depend on where its tokens start). Each part's strategy from
+   gpt2__strategy_for; its activations quantized or packed here as the strategy takes them. One
+   parallel region for all of it. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__pass_rows& r,
                          bool accumulate = false, bool gelu = false) {
     const gpt2__kernels* kernels = s->kernels;
     gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
-    const bool int8_panels = gpt2__int8_panels(kernels, W.type);
-    const bool packs_all = gpt2__uses_lanes(kernels, W) || n_streamed >= gpt2__panel_min_rows;
-    const int first_packed = int8_panels && packs_all ? 0 : n_streamed; /* rows from here on multiply int8 panels */
-    const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
-    if (int8_panels && first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     gpt2__matmul_args parts[2 + gpt2__decode_max_tokens];
     gpt2__vector<gpt2__matmul_args> more; /* the parts past the first few, where a batch has many prompts */
     int n_parts = 0;
@@ -251,11 +264,16 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
         if (n_parts < (int)(sizeof parts / sizeof parts[0])) parts[n_parts++] = a;
         else more.push_back(a);
     };
+    /* int8 panels' activations are packed in one call for all the parts that take them, which
+       are the last rows of the pass */
+    const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
+    int first_packed = r.n_rows;
     if (n_streamed) {
-        gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, true};
-        if (first_packed == 0) {
+        gpt2__matmul_args a{y, x, nullptr, nullptr, &W, bias, n_streamed, accumulate, gpt2__strategy_for(kernels, W, n_streamed, true)};
+        if (a.strategy == GPT2__INT8_PANELS) {
+            first_packed = 0;
             a.xq_packed = w->xq_packed;
-        } else if (gpt2__int8_activations(1, W.type)) {
+        } else if (a.strategy == GPT2__STREAM_INT8) {
             kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
@@ -264,10 +282,14 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     }
     for (const auto& [row, T] : r.several)
         if (row >= n_streamed) {
-            gpt2__matmul_args a{y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate};
-            if (int8_panels) a.xq_packed = w->xq_packed + row * ldx;
+            gpt2__matmul_args a{y + (size_t)row * W.rows, x + (size_t)row * W.cols, nullptr, nullptr, &W, bias, T, accumulate, gpt2__strategy_for(kernels, W, T, false)};
+            if (a.strategy == GPT2__INT8_PANELS) {
+                first_packed = std::min(first_packed, row);
+                a.xq_packed = w->xq_packed + row * ldx;
+            }
             add(a);
         }
+    if (first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {

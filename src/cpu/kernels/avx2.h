@@ -221,7 +221,7 @@ struct gpt2__prefill_avx2 {
 
 /* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
 GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+    if (a.strategy == GPT2__FLOAT_TILES) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2>(a, o_begin, o_end);
 }

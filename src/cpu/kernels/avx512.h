@@ -614,7 +614,7 @@ template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                  const char* prefetch, size_t lines) {
     if constexpr (LAYOUT == GPT2_TYPE_BF16) {
-        if (a.x_bf16) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+        if (a.strategy == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
     }
     if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return; /* only the bf16 unit's tiles are this wide */
     else if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
@@ -644,7 +644,7 @@ GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args
    from `prefetch` on, spread along their blocks. */
 template <uint32_t LAYOUT, int V>
 GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
-    const int widest = a.x_bf16 ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
+    const int widest = a.strategy == GPT2__BF16_UNIT ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
     const int tiles = (a.T + widest - 1) / widest;
     for (int i = 0, t = 0; i < tiles; i++) {
         const int n = a.T / tiles + (i < a.T % tiles);
@@ -754,14 +754,21 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
    kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
    q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
 GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.W->lanes && a.W->type == GPT2_TYPE_F16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
-    if (a.W->lanes && a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
-    if (a.xq_packed) return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
-    if (!gpt2__streams_rows(a)) return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
-    if (a.W->type == GPT2_TYPE_Q8_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+    switch (a.strategy) {
+    case GPT2__FLOAT16_LANES:
+        if (a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
+        return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
+    case GPT2__INT8_PANELS: return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
+    case GPT2__FLOAT_TILES: return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
+    case GPT2__STREAM_INT8:
+        if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
+        return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+    case GPT2__STREAM_ROWS:
+    case GPT2__BF16_UNIT: /* the avx512_bf16 set's, which takes it before this */
+        break;
+    }
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end); /* float rows only: int8 rows returned above */
+                         gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
 
 GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {

@@ -66,7 +66,7 @@ GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float
    gets alone, where a single token streams with float activations, to rounding
    (tests/test_batch.cpp: 1e-4; on the bf16 unit they differ by 0.05). */
 GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.W->type != GPT2_TYPE_BF16 || !a.W->lanes || a.decode_rows || gpt2__is_decode(a.T)) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
+    if (a.strategy != GPT2__BF16_UNIT) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
     const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W);
     for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
         gpt2__matmul_args chunk = a;

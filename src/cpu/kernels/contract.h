@@ -100,6 +100,18 @@ static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
 /* Bytes of one activation row of `cols` values packed by quantize_q8_packed. */
 static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)cols + (size_t)cols / gpt2__q8_block_values * 8; }
 
+/* How one product multiplies. gpt2__strategy_for (forward.h) chooses it, once per product, from
+   W's type, the rows and what the kernel set has; a set reads it and infers nothing. A set that
+   lacks a strategy is never handed it (gpt2__kernels says what each set has). */
+enum gpt2__strategy : uint8_t {
+    GPT2__STREAM_ROWS,   /* decode: W read row by row in its own type, each row's dot products with every token of x */
+    GPT2__STREAM_INT8,   /* decode: q8_0 or q4_0 rows the same way against xq, the tokens quantized per block (integer dot products) */
+    GPT2__FLOAT_TILES,   /* prefill: W converted to floats a panel at a time, multiplied with tiles of tokens (x86; SIMD128 widens a row at a time) */
+    GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
+    GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
+    GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+};
+
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
    A kernel computes the output columns [o_begin, o_end) of every token; the threads of a
    session split the rows of W between them. Every output is computed in the same order
@@ -107,42 +119,23 @@ static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)co
 struct gpt2__matmul_args {
     float* y;                  /* (T, W->rows) */
     const float* x;            /* (T, W->cols) */
-    const int8_t* xq;          /* x quantized by gpt2__quantize_q8 (gpt2__int8_activations): when set and W */
-    const float* xq_scale;     /*   is q8_0 or q4_0, the kernel uses integer dot products; else it reads x */
+    const int8_t* xq;          /* GPT2__STREAM_INT8: x quantized by gpt2__quantize_q8 */
+    const float* xq_scale;     /*   and its blocks' scales */
     const gpt2__weight* W;
     const float* bias;         /* (W->rows) or NULL */
     int T;
     bool accumulate;           /* y += x W^T + bias (the residual connection) instead of y = */
-    bool decode_rows = false;  /* the T rows are decode rows of several sessions (gpt2_batch_eval):
-                                  each weight row read once for all of them */
-    const uint8_t* xq_packed = nullptr; /* x packed by the set's quantize_q8_packed: when set (W is
-                                  q8_0 or q4_0), the kernel multiplies int8 panels (W's lanes
-                                  where it has them, whatever T is) */
-    const uint16_t* x_bf16 = nullptr; /* x rounded to bf16, rows of gpt2__lanes_columns(*W) values:
-                                  when set, W's bf16 lanes are multiplied on the bf16 unit */
+    gpt2__strategy strategy = GPT2__STREAM_ROWS;
+    const uint8_t* xq_packed = nullptr; /* GPT2__INT8_PANELS: x packed by the set's quantize_q8_packed */
+    const uint16_t* x_bf16 = nullptr; /* GPT2__BF16_UNIT: x rounded to bf16, rows of gpt2__lanes_columns(*W) values */
 };
 
-/* A batch's decode rows (decode_rows) share panels, as a prompt's tokens do, once there are this
-   many of them: each panel converted once serves them all, where streamed rows convert and
-   re-read every weight row once per session (124M, 2 threads: f16 streams faster at 2 and 3
-   rows, panels at 4 and 6 rows; q8_0 is even at 2 to 4 rows and faster as panels at 6). */
+/* A batch's decode rows share panels, as a prompt's tokens do, once there are this many of them:
+   each panel converted once serves them all, where streamed rows convert and re-read every
+   weight row once per session (docs/PERFORMANCE.md). Fewer stream W together, each weight row
+   read from memory once for all of them and its dot products with every row those a lone
+   session computes, so bit for bit the lone results. */
 static const int gpt2__panel_min_rows = 4;
-
-/* Whether a matmul streams W one row at a time in its own type (decode) rather than multiplying
-   float panels with tiles of tokens (prefill): q8_0 and q4_0 rows stream only against int8
-   activations.
-   The scalar and NEON sets always stream. A batch of sessions streams its decode rows together
-   while they are fewer than gpt2__panel_min_rows (each weight row read from memory once, its
-   dot products with every row those a lone session computes, so bit for bit the lone results),
-   and multiplies panels with them from there on (the lone results to rounding): float panels, or
-   int8 panels against the same quantized activations where the set has them (xq_packed).
-   Where a set has int8 panels, every q8_0 and q4_0 product of more than one row multiplies
-   them, a prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and
-   q4_0 x q8_0). */
-static inline bool gpt2__streams_rows(const gpt2__matmul_args& a) {
-    if (gpt2__int8_weights(a.W->type)) return a.xq != nullptr;
-    return a.decode_rows ? a.T < gpt2__panel_min_rows : gpt2__is_decode(a.T);
-}
 
 /* Prefill multiplies gpt2__tile_rows rows of W at a time (converted to a float panel unless f32)
    with tiles of a few tokens, whose products stay in registers, over chunks of about
@@ -218,6 +211,9 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
+    /* the strategies the set has beyond streaming rows: GPT2__FLOAT_TILES, GPT2__BF16_UNIT
+       (GPT2__INT8_PANELS where it has quantize_q8_packed, the lanes where it has pack_lanes) */
+    bool float_tiles, bf16_unit;
 };
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */

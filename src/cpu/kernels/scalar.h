@@ -126,9 +126,9 @@ static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const flo
     return sum;
 }
 
-/* The matmul of any row dot kernels (q8_0 and q4_0 rows against int8 activations, any row against
-   floats), one output row at a time: the portable set below, and the NEON set, whose speed lies
-   in its dot kernels alone. */
+/* The streamed strategies (GPT2__STREAM_ROWS, GPT2__STREAM_INT8) of any row dot kernels (q8_0 and
+   q4_0 rows against int8 activations, any row against floats), one output row at a time: the
+   portable set below, and the NEON set, whose speed lies in its dot kernels alone. */
 template <float (*DotQ8)(const uint8_t*, const int8_t*, const float*, int64_t), float (*DotQ4)(const uint8_t*, const int8_t*, const float*, int64_t),
           float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
 static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
@@ -139,7 +139,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
     const int8_t* xq = a.xq;
     float* y = a.y;
     const int T = a.T;
-    const bool accumulate = a.accumulate, int8 = gpt2__int8_weights(W.type) && xq;
+    const bool accumulate = a.accumulate, int8 = a.strategy == GPT2__STREAM_INT8;
     float (*const dot_int8)(const uint8_t*, const int8_t*, const float*, int64_t) = W.type == GPT2_TYPE_Q4_0 ? DotQ4 : DotQ8;
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;

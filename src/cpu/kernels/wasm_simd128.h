@@ -136,7 +136,7 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
     gpt2__dequantize_row(type, row + 2 * k, out + k, n - k);
 }
 
-/* Decode streams each row of W in its own type (gpt2__streams_rows). A prefill row of f16, bf16
+/* Decode streams each row of W in its own type (GPT2__STREAM_ROWS, GPT2__STREAM_INT8). A prefill row of f16, bf16
    or q8_0 weights is widened to float once, in `panel`, and every token's dot product reads the
    floats: widening f16 costs more than the multiply-adds, and is paid once per row instead of
    once per token. Widening is exact and the dot products add in the order of the streamed ones
@@ -145,7 +145,7 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
 static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
     const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (gpt2__streams_rows(a) || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    if (a.strategy != GPT2__FLOAT_TILES || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
     float* y = a.y;

@@ -8,12 +8,12 @@
    attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
    what the CPU has.
 
-   A matrix product takes one of two shapes (gpt2__streams_rows):
-   - decode: every weight is read once, straight from the (mapped) file, in its own type, one row
+   A matrix product takes one of two shapes (its gpt2__strategy):
+   - decode (GPT2__STREAM_ROWS, GPT2__STREAM_INT8): every weight is read once, straight from the (mapped) file, in its own type, one row
      after the other (gpt2__matmul_by_rows): memory bandwidth is the limit. q8_0 rows meet
      activations quantized to int8 and use integer dot products (vpdpbusd / pmaddubsw), as ggml's
      q8_0 x q8_0.
-   - prefill: a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
+   - prefill (GPT2__FLOAT_TILES): a panel of gpt2__tile_rows rows is converted to float once (in L1) and multiplied
      with tiles of tokens held in registers, so each weight load feeds several FMAs: arithmetic is
      the limit. (q8_0 on the AVX-512 set: int8 panels instead, avx512.h.)
    A result never depends on where its row falls in a thread's range: decode computes each row
