@@ -515,8 +515,7 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 
 /* GPT2_MALLOC memory aligned to a cache line, so no vector load of the kernels straddles two
-   lines (124M prefill, one thread, Zen 4: the session's buffers at malloc's 16-byte alignment
-   measured 4-6% slower). The pointer malloc gave sits just below. */
+   lines (docs/PERFORMANCE.md, Kernel notes). The pointer malloc gave sits just below. */
 static void* gpt2__malloc_aligned(size_t bytes) {
     void* raw = GPT2_MALLOC(bytes + 64 + sizeof(void*));
     if (!raw) return nullptr;
@@ -533,8 +532,8 @@ static void gpt2__free_aligned(void* p) {
 }
 
 /* Asks for transparent huge pages on the 2 MiB-aligned part of a large buffer the kernels
-   stream through (the KV cache): from 4 KiB pages a core streams about 25% slower (measured
-   on Zen 4, one thread, plain read: 24 vs 34 GB/s). Only for the default allocator's memory,
+   stream through (the KV cache): from 4 KiB pages a core streams slower (docs/PERFORMANCE.md,
+   Kernel notes). Only for the default allocator's memory,
    on Linux; the OS may ignore the advice. */
 static void gpt2__advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(GPT2__DEFAULT_ALLOCATOR)
@@ -2217,9 +2216,7 @@ static int32_t gpt2__argmax(const float* logits, int n) {
 
 /* The k-th largest of x[0..n), 1 <= k < n (nth_element's answer), in one pass that keeps the k
    largest seen so far in a min-heap (`heap`: k floats): after the first few thousand values few
-   enter it, so it costs about a comparison per value (top_k 200 of GPT-2's 50,257 normal logits,
-   one thread: 31 us, where nth_element over a copy took 270-280, most of a sampled token's
-   330). */
+   enter it, so it costs about a comparison per value (docs/PERFORMANCE.md, Kernel notes). */
 static float gpt2__kth_largest(const float* x, int n, int k, float* heap) {
     std::copy(x, x + k, heap);
     std::make_heap(heap, heap + k, std::greater<float>());
@@ -2993,10 +2990,10 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 /* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 and q4_0
    weights with many rows of int8 activations in integer dot products, the products of a whole
    block adding up in one 32-bit lane before they meet their scales. It packs up to
-   gpt2__q8_panel_rows rows of W at a time into its panel scratch, gpt2__q8_panel_row_block_bytes
+   gpt2__panel_rows rows of W at a time into its panel scratch, gpt2__q8_panel_row_block_bytes
    per row and block, and the activation rows with quantize_q8_packed, gpt2__q8_packed_row_bytes
    each: the values, a float scale and an int32 per block. The layouts are the set's own. */
-static const int gpt2__q8_panel_rows = 32;
+static const int gpt2__panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
 /* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0, f16 or
@@ -3004,10 +3001,10 @@ static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a 
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
    the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16 and bf16, or x
    rounded to bf16 for a bf16 prompt on the bf16 unit): no packing per product, and the same bytes
-   per weight as the file (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows, bf16's
+   per weight as the file (gpt2__lanes_bytes: the rows rounded up to gpt2__panel_rows, bf16's
    columns to an even count). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
-static const int gpt2__q8_lane_rows = 16;
+static const int gpt2__lane_rows = 16;
 /* Whether pack_lanes takes matrices of this type: q8_0, q4_0, and the 16-bit floats f16 and bf16
    (whose lanes hold their values column by column, or bf16's by pairs of columns). */
 static constexpr bool gpt2__float16_lanes(uint32_t type) { return type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16; }
@@ -3015,7 +3012,7 @@ static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(t
 /* Columns of a 16-bit matrix's lanes: bf16's go in pairs, an odd count padded with a zero. */
 static inline int64_t gpt2__lanes_columns(const gpt2__weight& W) { return W.type == GPT2_TYPE_BF16 ? (W.cols + 1) / 2 * 2 : W.cols; }
 static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
-    const size_t rows = (size_t)(W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows * gpt2__q8_panel_rows;
+    const size_t rows = (size_t)(W.rows + gpt2__panel_rows - 1) / gpt2__panel_rows * gpt2__panel_rows;
     if (gpt2__float16_lanes(W.type)) return rows * (size_t)gpt2__lanes_columns(W) * 2;
     const size_t block_bytes = W.type == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes;
     return rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
@@ -3055,7 +3052,7 @@ struct gpt2__matmul_args {
 
 /* A batch's decode rows share panels, as a prompt's tokens do, once there are this many of them:
    each panel converted once serves them all, where streamed rows convert and re-read every
-   weight row once per session (docs/PERFORMANCE.md). Fewer stream W together, each weight row
+   weight row once per session (docs/PERFORMANCE.md, Kernel notes). Fewer stream W together, each weight row
    read from memory once for all of them and its dot products with every row those a lone
    session computes, so bit for bit the lone results. */
 static const int gpt2__panel_min_rows = 4;
@@ -3066,10 +3063,10 @@ static const int gpt2__panel_min_rows = 4;
 static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
 
 /* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
-   gpt2__tile_rows rows as floats, gpt2__q8_panel_rows rows as an int8 panel, or a chunk of tokens
+   gpt2__tile_rows rows as floats, gpt2__panel_rows rows as an int8 panel, or a chunk of tokens
    rounded to bf16 (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
-    const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__q8_panel_rows / 4;
+    const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__panel_rows / 4;
     return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)(cols + 1) * gpt2__chunk_tokens / 2});
 }
 
@@ -3155,6 +3152,14 @@ static void gpt2__widen_row(const uint8_t* row, float* out, int64_t n, float (*t
     }
 }
 
+/* Value i of a q8_0 or q4_0 block, before its scale: q8_0's byte, or q4_0's nibble - 8 (value j in
+   byte j's low nibble, value j + 16 in its high one). */
+static inline int gpt2__block_value(uint32_t type, const uint8_t* block, int i) {
+    if (type == GPT2_TYPE_Q8_0) return gpt2__q8_values(block)[i];
+    const uint8_t byte = gpt2__q4_nibbles(block)[i % (gpt2__q4_block_values / 2)];
+    return (i < gpt2__q4_block_values / 2 ? byte & 15 : byte >> 4) - 8;
+}
+
 /* Converts one row of `n` values of any weight type to float. */
 static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, int64_t n) {
     switch (type) {
@@ -3168,25 +3173,15 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
         gpt2__widen_row(row, out, n, gpt2__bf16_to_f32);
         break;
     case GPT2_TYPE_Q8_0:
+    case GPT2_TYPE_Q4_0: { /* both blocks: 32 values after one f16 scale */
+        const size_t block_bytes = type == GPT2_TYPE_Q8_0 ? gpt2__q8_block_bytes : gpt2__q4_block_bytes;
         for (int64_t b = 0; b < n / gpt2__q8_block_values; b++) {
-            gpt2__block_q8_0 block;
-            std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
-            const float scale = gpt2__f16_to_f32(block.scale);
-            for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)block.q[i];
+            const uint8_t* block = row + block_bytes * b;
+            const float scale = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
+            for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)gpt2__block_value(type, block, i);
         }
         break;
-    case GPT2_TYPE_Q4_0:
-        for (int64_t b = 0; b < n / gpt2__q4_block_values; b++) {
-            gpt2__block_q4_0 block;
-            std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
-            const float scale = gpt2__f16_to_f32(block.scale);
-            float* o = out + gpt2__q4_block_values * b;
-            for (int j = 0; j < gpt2__q4_block_values / 2; j++) {
-                o[j] = scale * (float)((block.q[j] & 15) - 8);
-                o[j + gpt2__q4_block_values / 2] = scale * (float)((block.q[j] >> 4) - 8);
-            }
-        }
-        break;
+    }
     default:
         GPT2_ASSERT(!"unknown weight type");
     }
@@ -3236,36 +3231,23 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
     return sum;
 }
 
-/* A q8_0 weight row against activations quantized by gpt2__quantize_q8: exact integer sums
-   per block, scaled by both blocks' scales. */
-static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+/* A q8_0 or q4_0 (TYPE) weight row against activations quantized by gpt2__quantize_q8: exact
+   integer sums per block of value x, scaled by both blocks' scales. */
+template <uint32_t TYPE>
+static float gpt2__dot_int8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
     const int B = gpt2__q8_block_values;
+    const size_t block_bytes = TYPE == GPT2_TYPE_Q8_0 ? gpt2__q8_block_bytes : gpt2__q4_block_bytes;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / B; b++) {
-        gpt2__block_q8_0 block;
-        std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
+        const uint8_t* block = row + block_bytes * b;
         int32_t isum = 0;
-        for (int i = 0; i < B; i++) isum += (int32_t)block.q[i] * (int32_t)xq[B * b + i];
-        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
+        for (int i = 0; i < B; i++) isum += gpt2__block_value(TYPE, block, i) * (int32_t)xq[B * b + i];
+        sum += (float)isum * (gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
     }
     return sum;
 }
-
-/* A q4_0 weight row against activations quantized by gpt2__quantize_q8, as gpt2__dot_q8_scalar:
-   per block the exact integer sum of (nibble - 8) x, scaled by both blocks' scales. */
-static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
-    const int B = gpt2__q4_block_values;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / B; b++) {
-        gpt2__block_q4_0 block;
-        std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
-        const int8_t* x = xq + B * b;
-        int32_t isum = 0;
-        for (int j = 0; j < B / 2; j++) isum += ((block.q[j] & 15) - 8) * (int32_t)x[j] + ((block.q[j] >> 4) - 8) * (int32_t)x[j + B / 2];
-        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
-    }
-    return sum;
-}
+static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) { return gpt2__dot_int8_scalar<GPT2_TYPE_Q8_0>(row, xq, xscale, n); }
+static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) { return gpt2__dot_int8_scalar<GPT2_TYPE_Q4_0>(row, xq, xscale, n); }
 
 /* The streamed strategies (GPT2__STREAM_ROWS, GPT2__STREAM_INT8) of any row dot kernels (q8_0 and
    q4_0 rows against int8 activations, any row against floats), one output row at a time: the
@@ -3300,7 +3282,7 @@ static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int
 }
 
 /* The sum of f(x[i]) in double, in 8 chains added at the end: one chain waits on each add's
-   latency (124M q8_0 prefill of 128 tokens: its layer norms took 7% of the time). */
+   latency (docs/PERFORMANCE.md, Kernel notes). */
 template <class F>
 static double gpt2__sum_double(const float* x, int n, const F& f) {
     double chain[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -3459,8 +3441,7 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
-   each time: the float tiles ran at half speed (gpt2-kernel-bench 0 64 avx512 3072 768, one
-   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this).
+   each time: the float tiles ran at half speed (docs/PERFORMANCE.md, Kernel notes).
    Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
@@ -3500,11 +3481,9 @@ static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Pane
 /* A converted panel's rows come from DRAM in bursts (a panel's rows, then tiles that touch no
    weight memory for a while), which neither the hardware prefetcher nor the driver's prefetch of
    the next panel runs far enough ahead of: on the AVX-512 set each row converted also prefetches
-   the row gpt2__prefill_prefetch_bytes after it. One thread, f16 50257 x 768 from DRAM
-   (`gpt2-kernel-bench 1 T avx512 50257 768`, medians of 3 alternated): 8 tokens 8.4 -> 5.0 ms,
-   32 tokens 19.1 -> 13.4 ms; 8 KB ahead gained a third of that, 48 KB no more. The AVX2 set
-   measured 6-8% slower with it (its tiles, not memory, are its limit here) and goes without;
-   panels read in place (f32) gained nothing over the driver's prefetch. */
+   the row gpt2__prefill_prefetch_bytes after it. The AVX2 set goes without (its tiles, not
+   memory, are its limit there), and panels read in place (f32) gained nothing over the driver's
+   prefetch (docs/PERFORMANCE.md, Kernel notes). */
 static const int64_t gpt2__prefill_prefetch_bytes = 24576;
 
 /* Always inlined: left a function of its own, GCC 12 finds it has no side effects (a prefetch
@@ -4032,8 +4011,7 @@ static const int gpt2__attend_block_keys = 8;
 /* Prefetches share h of H of the rows of the block after the one from key j0 in `cache` (rows of
    `row` values, n_keys of them). A block's rows are read head by head, across its rows, an order
    the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth of the
-   next block (one thread, 384 sessions' f16 caches: the blocks ran at 13 GB/s without this, 22
-   with it, and the key-by-key kernel before at 18). Always inlined, as gpt2__prefetch_row_ahead
+   next block (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
    is, or GCC deletes the calls. */
 template <class KV>
 GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j0, int n_keys, size_t row, int h, int H) {
@@ -4118,9 +4096,10 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
 
 #endif /* GPT2__X86 */
 
-/* ---- src/cpu/kernels/avx512.h ---- */
-/* AVX-512 (F, BW, VL, DQ, VNNI) kernels; x86_prefill.h has the target macros and the prefill
-   pieces shared with AVX2. Decode attention and float matrix rows use the AVX2 kernels (avx2.h). */
+/* ---- src/cpu/kernels/avx512_rows.h ---- */
+/* The AVX-512 set (F, BW, VL, DQ, VNNI), part 1 of 4: loads every part shares, and decode's
+   streamed q8_0 and q4_0 rows against int8 activations (GPT2__STREAM_INT8). avx512.h is the
+   set's entry; x86_prefill.h has the target macros and the prefill driver shared with AVX2. */
 
 #if defined(GPT2__X86)
 
@@ -4151,12 +4130,9 @@ GPT2__AVX512 static inline __mmask16 gpt2__mask16(int64_t k, int64_t n) {
    converted, scaled and accumulated once. */
 
 /* Rows a decode step takes together, each group's activations loaded once for all of them: 4
-   q4_0 rows, 1 q8_0 row. 124M end to end (gpt2-bench, binaries alternated, medians): a q4_0
-   model (its head q8_0) at one thread 2.56 ms a token with 4 q4_0 rows a step, 2.72 with 1; a
-   q8_0 model 3.46 ms with 1 row a step, 4.16 with 4 and 4.40 with 2 (2 threads: 3.14, 3.63,
-   3.85), its head alone 41 MB. From DRAM, interleaved rows defeat the hardware prefetcher, so
-   each row prefetches the bytes gpt2__decode_prefetch_bytes ahead of it (4 KB: q4_0 rows 0.9x
-   one row at a time; 8 KB and 16 KB: 0.75x). */
+   q4_0 rows, 1 q8_0 row. From DRAM, interleaved rows defeat the hardware prefetcher, so each row
+   prefetches the bytes gpt2__decode_prefetch_bytes ahead of it (docs/PERFORMANCE.md, Kernel
+   notes). */
 template <uint32_t TYPE>
 static constexpr int gpt2__decode_rows = TYPE == GPT2_TYPE_Q4_0 ? 4 : 1;
 static const int gpt2__decode_prefetch_bytes = 8192;
@@ -4307,33 +4283,32 @@ GPT2__AVX512 static void gpt2__matmul_int8_rows_avx512(const gpt2__matmul_args& 
     }
 }
 
-/* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
-GPT2__AVX512 static void gpt2__q4_to_float_avx512(float* dst, const uint8_t* row, int64_t K) {
-    const int B = gpt2__q4_block_values;
-    for (int64_t b = 0; b < K / B; b++) {
-        const uint8_t* block = row + gpt2__q4_block_bytes * b;
-        const __m512 scale = _mm512_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
-        const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(block)), low4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(packed, low4), eight), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), eight);
-        _mm512_storeu_ps(dst + B * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
-        _mm512_storeu_ps(dst + B * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
+    const int B = gpt2__q8_block_values;
+    for (int64_t b = 0; b < n / B; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + B * b), v1 = _mm512_loadu_ps(x + B * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        scale[b] = amax / 127.0f;
+        const __m512 vi = _mm512_set1_ps(inv);
+        _mm_storeu_si128((__m128i*)(q + B * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
+        _mm_storeu_si128((__m128i*)(q + B * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
     }
 }
 
+#endif /* GPT2__X86 */
+
+/* ---- src/cpu/kernels/avx512_float_tiles.h ---- */
+/* The AVX-512 set, part 2 of 4: prefill's float tiles (GPT2__FLOAT_TILES): rows converted to
+   float panels, multiplied with tiles of tokens by x86_prefill.h's driver. */
+
+#if defined(GPT2__X86)
+
 /* One row of K weights (f16, bf16, q8_0 or q4_0) to floats, for a prefill panel. */
 GPT2__AVX512 static void gpt2__row_to_float_avx512(float* dst, uint32_t type, const uint8_t* row, int64_t K) {
-    if (type == GPT2_TYPE_Q4_0) return gpt2__q4_to_float_avx512(dst, row, K);
-    if (type == GPT2_TYPE_Q8_0) {
-        const int B = gpt2__q8_block_values;
-        for (int64_t b = 0; b < K / B; b++) {
-            const uint8_t* block = row + gpt2__q8_block_bytes * b;
-            const __m512 scale = _mm512_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block)));
-            const __m128i* q = (const __m128i*)gpt2__q8_values(block);
-            _mm512_storeu_ps(dst + B * b, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q)))));
-            _mm512_storeu_ps(dst + B * b + 16, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1)))));
-        }
-        return;
-    }
+    /* q8_0 and q4_0 prompts multiply int8 panels on this set (gpt2__strategy_for): their float
+       panels are converted only when a test asks for them, by the AVX2 code, to the same floats */
+    if (gpt2__int8_weights(type)) return gpt2__row_to_float_avx2(dst, type, row, K);
     for (int64_t k = 0; k < K; k += 16) {
         const __mmask16 m = gpt2__mask16(k, K);
         const __m512 v = type == GPT2_TYPE_F16 ? gpt2__w16_avx512<GPT2_TYPE_F16>(row, k, m) : gpt2__w16_avx512<GPT2_TYPE_BF16>(row, k, m);
@@ -4407,6 +4382,15 @@ struct gpt2__prefill_avx512 {
     }
 };
 
+#endif /* GPT2__X86 */
+
+/* ---- src/cpu/kernels/avx512_panels.h ---- */
+/* The AVX-512 set, part 3 of 4: int8 panels (GPT2__INT8_PANELS) and lanes (GPT2__FLOAT16_LANES;
+   the bf16 unit's tile is avx512_bf16.h's): the packed layouts, their tiles, and the packing of
+   a whole matrix into lanes at load. */
+
+#if defined(GPT2__X86)
+
 /* ---- Int8 panels: q8_0 and q4_0 weights times many rows of int8 activations (contract.h) -----
 
    vpdpbusd adds 4 byte products into each of 16 int32 lanes. A lane per weight row and an
@@ -4430,29 +4414,28 @@ struct gpt2__prefill_avx512 {
    as q8_0's, each value as nibble + 120.) */
 static const int gpt2__q8_tile_tokens = 6;
 /* How far ahead in its lanes a product of one or two tokens prefetches (Zen 5, from DRAM): a
-   lone token streams fastest 4 KB ahead, non-temporally (124M q8_0 decode, medians of 9: 87.9%
-   of the read bandwidth at 1 thread, where 4 KB into L2 gave 86% and 16 KB 80%). More tokens
-   prefetch the next panel (gpt2__matmul_lanes_avx512). */
+   lone token streams fastest 4 KB ahead, non-temporally (docs/PERFORMANCE.md, Kernel notes).
+   More tokens prefetch the next panel (gpt2__matmul_lanes_avx512). */
 static const size_t gpt2__lanes_stream_ahead = 4096;
-static const size_t gpt2__q8_scales_bytes = 2 * gpt2__q8_lane_rows; /* a group's 16 f16 scales */
+static const size_t gpt2__q8_scales_bytes = 2 * gpt2__lane_rows; /* a group's 16 f16 scales */
 /* Vectors of a group's block, and bytes of a panel's block, in the layout of TYPE. */
 template <uint32_t TYPE>
 static constexpr size_t gpt2__lane_vectors = TYPE == GPT2_TYPE_Q4_0 ? 4 : 8;
 template <uint32_t TYPE>
 static constexpr size_t gpt2__panel_block_bytes = 2 * (64 * gpt2__lane_vectors<TYPE> + gpt2__q8_scales_bytes);
-static_assert(gpt2__q8_panel_rows == 2 * gpt2__q8_lane_rows && gpt2__panel_block_bytes<GPT2_TYPE_Q8_0> == gpt2__q8_panel_rows * (size_t)gpt2__q8_block_bytes &&
-                  gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> == gpt2__q8_panel_rows * (size_t)gpt2__q4_block_bytes,
+static_assert(gpt2__panel_rows == 2 * gpt2__lane_rows && gpt2__panel_block_bytes<GPT2_TYPE_Q8_0> == gpt2__panel_rows * (size_t)gpt2__q8_block_bytes &&
+                  gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> == gpt2__panel_rows * (size_t)gpt2__q4_block_bytes,
               "a panel is two groups of 16 rows, the rows' own bytes");
 /* Where group j (0 or 1) of the panel at p keeps its vectors (128 bytes apart) and its scales. */
 static inline const uint8_t* gpt2__q8_group_words(const uint8_t* p, int j) { return p + 64 * j; }
 template <uint32_t TYPE>
 static inline const uint8_t* gpt2__q8_group_scales(const uint8_t* p, int j) { return p + 128 * gpt2__lane_vectors<TYPE> + gpt2__q8_scales_bytes * j; }
-/* The lane that holds row i of a group (gpt2__q8_lane_order's order). */
+/* The lane that holds row i of a group (gpt2__lane_order's order). */
 static inline int gpt2__lane_of_row(int i) { return 4 * (i / 4 == 1 ? 2 : i / 4 == 2 ? 1 : i / 4) + i % 4; }
 
 /* A transpose with in-lane shuffles leaves the rows in lanes 0-3, 8-11, 4-7, 12-15: this turns
    a vector of 16 rows in order into that order, and back. */
-GPT2__AVX512 static inline __m512 gpt2__q8_lane_order(__m512 v) { return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 1, 2, 0)); }
+GPT2__AVX512 static inline __m512 gpt2__lane_order(__m512 v) { return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 1, 2, 0)); }
 
 /* The 32 values of the block at p and of the block at q (a q8_0 or a q4_0 block: nibble - 8) as
    signed bytes, p's low. */
@@ -4469,11 +4452,11 @@ GPT2__AVX512 static inline __m512i gpt2__two_blocks_avx512(const uint8_t* p, con
 }
 
 /* 16 q8_0 or q4_0 rows (row[i]) of nb blocks into group j of the panel at p: per block, vector s
-   lane i holds 4-byte word s of the block of row i (in gpt2__q8_lane_order) as w + 128; the
+   lane i holds 4-byte word s of the block of row i (in gpt2__lane_order) as w + 128; the
    scales in the same order. Both types' blocks begin with their f16 scale. With `ahead` (else 0),
    the same block of the rows that many bytes on (the next panel's) is prefetched. */
 template <uint32_t TYPE>
-GPT2__AVX512 static void gpt2__pack_q8_group_avx512(uint8_t* p, int j, const uint8_t* const* row, int64_t nb, size_t ahead) {
+GPT2__AVX512 static void gpt2__pack_int8_group_avx512(uint8_t* p, int j, const uint8_t* const* row, int64_t nb, size_t ahead) {
     const __m512i to_unsigned = _mm512_set1_epi8((char)0x80);
     uint8_t* dst = (uint8_t*)gpt2__q8_group_words(p, j);
     uint8_t* scales = (uint8_t*)gpt2__q8_group_scales<GPT2_TYPE_Q8_0>(p, j);
@@ -4481,7 +4464,7 @@ GPT2__AVX512 static void gpt2__pack_q8_group_avx512(uint8_t* p, int j, const uin
     for (int64_t b = 0; b < nb; b++, dst += block_bytes, scales += block_bytes) {
         const size_t at = (size_t)b * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
         if (ahead)
-            for (int i = 0; i < gpt2__q8_lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
+            for (int i = 0; i < gpt2__lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
         __m128i low = _mm_setzero_si128(), high = _mm_setzero_si128(); /* the scales of lanes 0-7 (rows 0-3, 8-11) and 8-15 (rows 4-7, 12-15) */
         low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[0] + at), 0); /* immediates: a loop's index is not one for every compiler */
         low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[1] + at), 1);
@@ -4520,10 +4503,8 @@ GPT2__AVX512 static void gpt2__pack_q8_group_avx512(uint8_t* p, int j, const uin
 }
 
 /* 64 bytes at p; with `halves`, as two 256-bit loads, which Zen 4 and 5 stream from DRAM faster
-   than one 512-bit load (it splits those anyway): a tile of few tokens waits on memory (124M
-   q8_0, one token, one thread: 6% faster; 24576 x 3072 from DRAM, one thread, 8 tokens as 4 + 4:
-   2.42 -> 2.15 ms), where tiles of 5 or 6 are busy enough that the extra load costs (32 tokens 2%
-   slower). */
+   than one 512-bit load (it splits those anyway): a tile of few tokens waits on memory, where
+   tiles of 5 or 6 are busy enough that the extra load costs (docs/PERFORMANCE.md, Kernel notes). */
 template <bool halves>
 GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) {
     if constexpr (halves) return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)p)), _mm256_loadu_si256((const __m256i*)(p + 32)), 1);
@@ -4535,7 +4516,7 @@ GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) 
    added to. */
 template <int N>
 GPT2__AVX512 static inline void gpt2__store_group_avx512(const gpt2__matmul_args& a, int64_t r, int64_t lo, int64_t hi, int t0, const __m512* sums) {
-    const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__q8_lane_rows);
+    const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__lane_rows);
     if (from >= to) return;
     const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
     const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
@@ -4552,7 +4533,7 @@ GPT2__AVX512 static inline void gpt2__store_group_avx512(const gpt2__matmul_args
    lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does. `lines` cache lines from
    `prefetch` on are prefetched, spread over the blocks. */
 template <uint32_t LAYOUT, int V, int N>
-GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                               const char* prefetch, size_t lines) {
     constexpr bool nibbles = LAYOUT == GPT2_TYPE_Q4_0;
     constexpr size_t block_bytes = gpt2__panel_block_bytes<LAYOUT>;
@@ -4625,8 +4606,8 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
     for (int v = 0; v < V; v++) {
         __m512 sums[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) sums[t] = gpt2__q8_lane_order(f[v][t]);
-        gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, sums);
+        for (int t = 0; t < N; t++) sums[t] = gpt2__lane_order(f[v][t]);
+        gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
     }
 }
 
@@ -4640,9 +4621,9 @@ GPT2__AVX512 static void gpt2__tile_q8_avx512(const gpt2__matmul_args& a, const 
    output is its own lane: summed over the even and the odd columns apart (two chains, which a
    lone token needs to keep up with memory) and then together, the same for every tile width and
    row range. */
-static const size_t gpt2__f16_column_bytes = 2 * gpt2__q8_panel_rows;
+static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
 /* Tokens in a tile of LAYOUT: 6 for int8 panels; 16-bit tiles keep two sums per output and run
-   out of registers at 6 (f16, 3072 x 768 in L1, one thread: 128 GMAC/s at 5 tokens, 84 at 6). */
+   out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t LAYOUT>
 static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
 
@@ -4684,8 +4665,8 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
         /* The even column's products, then the odd one's, one broadcast live at a time (26
            registers in all). Interleaved token by token, GCC tuned for Zen (-march=native on
-           AMD) spilled a weight (3072 x 768, 32 tokens, one thread: f16 570 -> 640 us, bf16 ->
-           790 us); group by group, with a token's broadcast kept for both, plain builds did. */
+           AMD) spilled a weight; group by group, with a token's broadcast kept for both, plain
+           builds did (docs/PERFORMANCE.md, Kernel notes). */
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
             const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
@@ -4713,13 +4694,13 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         __m512 sums[N];
         GPT2__UNROLL
         for (int t = 0; t < N; t++) sums[t] = _mm512_add_ps(even[v][t], odd[v][t]);
-        gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, sums);
+        gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
     }
 }
 
-/* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for a.x_bf16: one sum per output, so
-   wider than the FMA tiles (3072 x 768 in L1, 64 tokens, one thread: 193 GMAC/s at 5 tokens,
-   258 at 8: the `vdpbf16ps` peak; 8 x 2 sums fill half the registers). */
+/* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for GPT2__BF16_UNIT: one sum per output,
+   so wider than the FMA tiles (8 x 2 sums fill half the registers; docs/PERFORMANCE.md, Kernel
+   notes). */
 static const int gpt2__bf16_unit_tile_tokens = 8;
 template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
@@ -4735,7 +4716,7 @@ GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, con
     }
     if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return; /* only the bf16 unit's tiles are this wide */
     else if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
-    else gpt2__tile_q8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    else gpt2__tile_int8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
 }
 
 template <uint32_t LAYOUT, int V>
@@ -4756,8 +4737,8 @@ GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args
 }
 
 /* All of a.T's tokens through V groups (as gpt2__tile_lanes_avx512), shared evenly among the
-   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does; 3072 x
-   768, one thread, 8 tokens 129 -> 114 us). The tiles share the prefetch of `lines` cache lines
+   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does;
+   docs/PERFORMANCE.md, Kernel notes). The tiles share the prefetch of `lines` cache lines
    from `prefetch` on, spread along their blocks. */
 template <uint32_t LAYOUT, int V>
 GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
@@ -4775,24 +4756,22 @@ GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const ui
    a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
    end half-way through a panel: that group alone. A lone token or two prefetch
    gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
-   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel (24576 x
-   3072 q8_0 from DRAM, one thread, 8 tokens: 2.86 -> 2.32 ms; 32 tokens: 6.87 -> 6.12 ms).
-   Non-temporal prefetches, though later tiles re-read the panel: on
-   Zen 5 they beat prefetching into L2 (the same, medians of 5: 4 tokens 2.16 -> 1.73 ms, with
-   the halves of gpt2__load_streamed_avx512; f16 4 tokens 3.71 -> 3.47 ms; 32 tokens the same). */
+   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
+   Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
+   into L2 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t TYPE>
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     const size_t panel_bytes = gpt2__float16_lanes(TYPE) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                                      : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
-    for (int64_t first = o_begin / gpt2__q8_lane_rows * gpt2__q8_lane_rows; first < o_end;) {
-        const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__q8_panel_rows) * panel_bytes;
-        const int j = (int)(first / gpt2__q8_lane_rows % 2);
-        const bool both = j == 0 && first + gpt2__q8_lane_rows < o_end;
+    for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
+        const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
+        const int j = (int)(first / gpt2__lane_rows % 2);
+        const bool both = j == 0 && first + gpt2__lane_rows < o_end;
         const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
-        const size_t next_lines = first + gpt2__q8_panel_rows < o_end ? panel_bytes / 64 : 0;
+        const size_t next_lines = first + gpt2__panel_rows < o_end ? panel_bytes / 64 : 0;
         if (both) gpt2__tiles_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
         else gpt2__tiles_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
-        first += gpt2__q8_lane_rows * (both ? 2 : 1);
+        first += gpt2__lane_rows * (both ? 2 : 1);
     }
 }
 
@@ -4800,25 +4779,25 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
    place, two groups at a time. Else each panel of up to 32 rows is packed first, then all tokens
    go through it in tiles (the panel stays in L2, a tile's activations in L1). A last panel of
    16 rows or fewer takes one group; lanes past the last row repeat it and are not stored. */
-GPT2__AVX512 static void gpt2__matmul_q8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
     if (W->lanes) return W->type == GPT2_TYPE_Q4_0 ? gpt2__matmul_lanes_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end) : gpt2__matmul_lanes_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
     const int64_t nb = W->cols / gpt2__q8_block_values;
     uint8_t* w = (uint8_t*)panel;
-    for (int64_t o = o_begin; o < o_end; o += gpt2__q8_panel_rows) {
-        const int rows = (int)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o), V = rows > gpt2__q8_lane_rows ? 2 : 1;
+    for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {
+        const int rows = (int)std::min<int64_t>(gpt2__panel_rows, o_end - o), V = rows > gpt2__lane_rows ? 2 : 1;
         for (int v = 0; v < V; v++) {
-            const uint8_t* row[gpt2__q8_lane_rows];
-            for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W->data + (size_t)(o + std::min(gpt2__q8_lane_rows * v + i, rows - 1)) * W->row_bytes;
-            const size_t ahead = o + gpt2__q8_panel_rows < o_end ? gpt2__q8_panel_rows * W->row_bytes : 0;
-            if (W->type == GPT2_TYPE_Q4_0) gpt2__pack_q8_group_avx512<GPT2_TYPE_Q4_0>(w, v, row, nb, ahead);
-            else gpt2__pack_q8_group_avx512<GPT2_TYPE_Q8_0>(w, v, row, nb, ahead);
+            const uint8_t* row[gpt2__lane_rows];
+            for (int i = 0; i < gpt2__lane_rows; i++) row[i] = W->data + (size_t)(o + std::min(gpt2__lane_rows * v + i, rows - 1)) * W->row_bytes;
+            const size_t ahead = o + gpt2__panel_rows < o_end ? gpt2__panel_rows * W->row_bytes : 0;
+            if (W->type == GPT2_TYPE_Q4_0) gpt2__pack_int8_group_avx512<GPT2_TYPE_Q4_0>(w, v, row, nb, ahead);
+            else gpt2__pack_int8_group_avx512<GPT2_TYPE_Q8_0>(w, v, row, nb, ahead);
         }
         /* The next panel's rows come from DRAM, 32 streams the hardware prefetcher does not all
-           follow: prefetched along the pack (with few tokens there are few tiles: 50257 x 768 at
-           8 tokens 93 -> 136 GMAC/s) and spread over the tiles, which touch no weight memory. */
+           follow: prefetched along the pack (with few tokens there are few tiles; docs/
+           PERFORMANCE.md, Kernel notes) and spread over the tiles, which touch no weight memory. */
         const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
-        const size_t next_lines = (size_t)std::min<int64_t>(gpt2__q8_panel_rows, o_end - o - rows) * W->row_bytes / 64;
+        const size_t next_lines = (size_t)std::min<int64_t>(gpt2__panel_rows, o_end - o - rows) * W->row_bytes / 64;
         if (V == 2) gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
         else gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
     }
@@ -4831,11 +4810,11 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
     if (gpt2__float16_lanes(W.type)) {
         const bool pairs = W.type == GPT2_TYPE_BF16;
         uint16_t* out = (uint16_t*)dst;
-        for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows) {
-            const uint16_t* row[gpt2__q8_panel_rows];
-            for (int i = 0; i < gpt2__q8_panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
+        for (int64_t first = 0; first < W.rows; first += gpt2__panel_rows) {
+            const uint16_t* row[gpt2__panel_rows];
+            for (int i = 0; i < gpt2__panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
             for (int64_t k = 0; k < W.cols; k += pairs ? 2 : 1)
-                for (int i = 0; i < gpt2__q8_panel_rows; i++) {
+                for (int i = 0; i < gpt2__panel_rows; i++) {
                     *out++ = row[i][k];
                     if (pairs) *out++ = k + 1 < W.cols ? row[i][k + 1] : 0;
                 }
@@ -4845,18 +4824,18 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
     const int64_t nb = W.cols / gpt2__q8_block_values;
     const bool q4 = W.type == GPT2_TYPE_Q4_0;
     const size_t block_bytes = q4 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>;
-    for (int64_t first = 0; first < W.rows; first += gpt2__q8_panel_rows, dst += (size_t)nb * block_bytes)
+    for (int64_t first = 0; first < W.rows; first += gpt2__panel_rows, dst += (size_t)nb * block_bytes)
         for (int j = 0; j < 2; j++) {
-            const uint8_t* row[gpt2__q8_lane_rows];
-            for (int i = 0; i < gpt2__q8_lane_rows; i++) row[i] = W.data + (size_t)std::min<int64_t>(first + gpt2__q8_lane_rows * j + i, W.rows - 1) * W.row_bytes;
+            const uint8_t* row[gpt2__lane_rows];
+            for (int i = 0; i < gpt2__lane_rows; i++) row[i] = W.data + (size_t)std::min<int64_t>(first + gpt2__lane_rows * j + i, W.rows - 1) * W.row_bytes;
             if (!q4) {
-                gpt2__pack_q8_group_avx512<GPT2_TYPE_Q8_0>(dst, j, row, nb, 0);
+                gpt2__pack_int8_group_avx512<GPT2_TYPE_Q8_0>(dst, j, row, nb, 0);
                 continue;
             }
             for (int64_t b = 0; b < nb; b++) {
                 uint8_t* words = dst + (size_t)b * block_bytes + 64 * j;
                 uint8_t* scales = (uint8_t*)gpt2__q8_group_scales<GPT2_TYPE_Q4_0>(dst + (size_t)b * block_bytes, j);
-                for (int i = 0; i < gpt2__q8_lane_rows; i++) {
+                for (int i = 0; i < gpt2__lane_rows; i++) {
                     const uint8_t* block = row[i] + (size_t)b * gpt2__q4_block_bytes;
                     const int lane = gpt2__lane_of_row(i);
                     for (int k = 0; k < 4; k++) std::memcpy(words + 128 * k + 4 * lane, gpt2__q4_nibbles(block) + 4 * k, 4);
@@ -4866,42 +4845,7 @@ GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weigh
         }
 }
 
-/* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
-   and q4_0 against packed activations) or float panels. Float rows stream with the 256-bit row
-   kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
-   q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
-GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    switch (a.strategy) {
-    case GPT2__FLOAT16_LANES:
-        if (a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
-        return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
-    case GPT2__INT8_PANELS: return gpt2__matmul_q8_panels_avx512(a, o_begin, o_end, panel);
-    case GPT2__FLOAT_TILES: return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    case GPT2__STREAM_INT8:
-        if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
-        return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
-    case GPT2__STREAM_ROWS:
-    case GPT2__BF16_UNIT: /* the avx512_bf16 set's, which takes it before this */
-        break;
-    }
-    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end);
-}
-
-GPT2__AVX512 static void gpt2__quantize_q8_avx512(int8_t* q, float* scale, const float* x, int64_t n) {
-    const int B = gpt2__q8_block_values;
-    for (int64_t b = 0; b < n / B; b++) {
-        const __m512 v0 = _mm512_loadu_ps(x + B * b), v1 = _mm512_loadu_ps(x + B * b + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        scale[b] = amax / 127.0f;
-        const __m512 vi = _mm512_set1_ps(inv);
-        _mm_storeu_si128((__m128i*)(q + B * b), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi))));
-        _mm_storeu_si128((__m128i*)(q + B * b + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi))));
-    }
-}
-
-/* Rows of x quantized as gpt2__quantize_q8_avx512 does, packed for gpt2__tile_q8_avx512: per
+/* Rows of x quantized as gpt2__quantize_q8_avx512 does, packed for gpt2__tile_int8_avx512: per
    row the int8 values, the block scales, and per block -128 times the sum of its values (the
    start of its sums against weights stored as w + 128). */
 GPT2__AVX512 static void gpt2__quantize_q8_packed_avx512(uint8_t* dst, const float* x, int rows, int64_t cols) {
@@ -4918,6 +4862,15 @@ GPT2__AVX512 static void gpt2__quantize_q8_packed_avx512(uint8_t* dst, const flo
         }
     }
 }
+
+#endif /* GPT2__X86 */
+
+/* ---- src/cpu/kernels/avx512.h ---- */
+/* The AVX-512 set, part 4 of 4, its entry: exp and GELU, prefill attention, and the matmul that
+   runs the strategy it is handed (parts 1-3: avx512_rows.h, avx512_float_tiles.h,
+   avx512_panels.h). Decode attention and float matrix rows use the AVX2 kernels (avx2.h). */
+
+#if defined(GPT2__X86)
 
 /* e^x as contract.h describes it (gpt2__exp_poly), 16 lanes; 0 below gpt2__exp_min. */
 GPT2__AVX512 static inline __m512 gpt2__exp_avx512(__m512 x) {
@@ -5048,6 +5001,28 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     }
 }
 
+/* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
+   and q4_0 against packed activations) or float panels. Float rows stream with the 256-bit row
+   kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
+   q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
+GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    switch (a.strategy) {
+    case GPT2__FLOAT16_LANES:
+        if (a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
+        return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
+    case GPT2__INT8_PANELS: return gpt2__matmul_int8_panels_avx512(a, o_begin, o_end, panel);
+    case GPT2__FLOAT_TILES: return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
+    case GPT2__STREAM_INT8:
+        if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
+        return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+    case GPT2__STREAM_ROWS:
+    case GPT2__BF16_UNIT: /* the avx512_bf16 set's, which takes it before this */
+        break;
+    }
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
+                         gpt2__dot_row_avx2>(a, o_begin, o_end);
+}
+
 #endif /* GPT2__X86 */
 
 /* ---- src/cpu/kernels/avx512_bf16.h ---- */
@@ -5093,7 +5068,7 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
         }
     }
     GPT2__UNROLL
-    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, acc[v]);
+    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, acc[v]);
 }
 
 /* n rows of K floats (x) rounded to bf16, to nearest even, into dst as rows of `width` (K or K +
@@ -5963,8 +5938,8 @@ struct gpt2__pass_rows {
     gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
     /* the threads' shares of W's rows are multiples of this: a lone session's decode rows in
        groups of lanes, its prompt in whole panels; a batch's in two panels or more, so each
-       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md) */
-    int share_rows = 2 * gpt2__q8_panel_rows;
+       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md, Kernel notes) */
+    int share_rows = 2 * gpt2__panel_rows;
 };
 
 /* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
@@ -6053,7 +6028,7 @@ static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int 
     head.rows = s->model->n_vocab;
     gpt2__pass_rows last;
     last.n_one = last.n_rows = n;
-    if (n == 1) last.share_rows = gpt2__q8_lane_rows;
+    if (n == 1) last.share_rows = gpt2__lane_rows;
     gpt2__matmul(s, logits, h, head, nullptr, last);
 }
 
@@ -6089,7 +6064,7 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
+    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
     for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */

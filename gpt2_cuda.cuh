@@ -32,19 +32,19 @@
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
 
-   BUILD OPTION (define it where the implementation is compiled, e.g. nvcc -DGPT2_CUDA_BATCH)
+   BUILD OPTIONS (define them where the implementation is compiled, e.g. nvcc -DGPT2_CUDA_BATCH;
+   the library reads no environment variable)
      GPT2_CUDA_BATCH              gpt2_batch_eval and gpt2_generate_batch run all sessions in one
                                   pass: their new tokens as the rows of one activation matrix, so
                                   each weight product is one cuBLAS GEMM for all of them, attention
                                   per session against its own cache. Without it (the default) they
                                   run the sessions one by one. Not yet run on a GPU: see
                                   bench/cuda_results.md; tests/cuda/test_cuda.cu is built with it.
-
-   ENVIRONMENT (read when a model loads; for measuring, not for users)
-     GPT2_CUDA_DECODE=persistent  decode each token with one cooperative kernel instead of the
-                                  graph of one-token kernels (the default, "graph"). Not yet run
-                                  on a GPU: see bench/cuda_results.md.
-     GPT2_CUDA_PDL=0              no programmatic dependent launch between the one-token kernels
+     GPT2_CUDA_PERSISTENT_DECODE  decode each token with one cooperative kernel instead of the
+                                  graph of one-token kernels (the default). Not yet run on a GPU:
+                                  see bench/cuda_results.md (gpt2-bench-cuda-persistent and
+                                  gpt2-cuda-tests-persistent are built with it).
+     GPT2_CUDA_NO_PDL             no programmatic dependent launch between the one-token kernels
                                   (on by default on sm_90 and newer; measured no different).
 */
 #ifndef GPT2_CUDA_CUH
@@ -60,12 +60,16 @@
 
 #endif /* GPT2_CUDA_CUH */
 
-/* ---- src/cuda/backend_cuda.cuh ---- */
+/* ---- src/cuda/implementation.cuh ---- */
 /* ======================================================================================== */
 /*                                 CUDA IMPLEMENTATION                                      */
 /* ======================================================================================== */
 #if defined(GPT2_IMPLEMENTATION) && !defined(GPT2__CUDA_IMPLEMENTATION_DONE)
 #define GPT2__CUDA_IMPLEMENTATION_DONE
+
+/* ---- src/cuda/common.cuh ---- */
+/* What every part of the CUDA backend uses: the CUDA headers, errors as gpt2_result, the
+   weights on the device. */
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -131,13 +135,17 @@ struct gpt2__cuda_model {
     gpt2__vector<void*> allocations;
     size_t bytes = 0;
     bool fast_decode = false; /* shapes the one-token kernels handle (else the prompt path runs) */
-    bool pdl = false;         /* programmatic dependent launch between them (sm_90; GPT2_CUDA_PDL=0: off) */
-    bool persistent = false;  /* one persistent kernel per token instead of the graph of small ones (GPT2_CUDA_DECODE) */
+    bool pdl = false;         /* programmatic dependent launch between them (sm_90; off with GPT2_CUDA_NO_PDL) */
+    bool persistent = false;  /* one persistent kernel per token instead of the graph of small ones (GPT2_CUDA_PERSISTENT_DECODE) */
     int pk_blocks = 0;        /* its grid: one block per SM */
     gpt2__cuda_layer* layers_d = nullptr; /* the layer table on the device, for that kernel */
 };
 
 static gpt2__cuda_model* gpt2__cuda_model_of(const gpt2_model* m) { return (gpt2__cuda_model*)m->device_weights; }
+
+/* ---- src/cuda/kernels.cuh ---- */
+/* The CUDA backend's kernels: a prompt's between the cuBLAS products, the one-token kernels the
+   decode graph captures, sampling and log-probabilities on the GPU. */
 
 /* ---- Kernels ---------------------------------------------------------------------------- */
 
@@ -465,7 +473,493 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
     if (tid == 0) tickets[h] = 0; /* ready for the next replay */
 }
 
-/* ---- The persistent one-token kernel (GPT2_CUDA_DECODE=persistent) ----------------------
+/* step[0] = position of the next token, step[1] = the token; read by the graph's kernels. */
+__global__ void gpt2__set_step_kernel(int* step, int pos, int32_t token) {
+    step[0] = pos;
+    step[1] = token;
+}
+
+/* SplitMix64 and the 53-bit uniform: the same numbers as gpt2__rng_next / gpt2__rng_uniform. */
+__device__ double gpt2__rng_uniform_device(uint64_t state) {
+    uint64_t z = state + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Floats as unsigned keys whose order is the floats' order (for the radix select). */
+__device__ __forceinline__ uint32_t gpt2__float_key(float f) {
+    uint32_t b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float gpt2__key_float(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+
+/* gpt2__sample on the GPU, one block of 1024 threads: argmax (the first maximum), nanoGPT's
+   top-k threshold (the k-th largest logit, found by radix select), weights exp((l - max) / t)
+   computed in double and rounded to float as on the CPU, and the draw: the first token whose
+   running sum, in index order, passes u * total. Writes the token and the next step. */
+enum { GPT2__SAMPLE_THREADS = 1024 };
+
+__global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(const float* logits, int n, float temperature, int top_k, uint64_t rng,
+                                                                           int32_t* token_out, int* step, int next_pos) {
+    __shared__ float best_v[GPT2__SAMPLE_THREADS / 32];
+    __shared__ int best_i[GPT2__SAMPLE_THREADS / 32];
+    __shared__ unsigned hist[256];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_k;
+    __shared__ double sums[GPT2__SAMPLE_THREADS];
+    __shared__ int s_pick, s_last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* argmax */
+    float bv = -INFINITY;
+    int bi = n;
+    for (int base = 0; base < n; base += 4 * (int)blockDim.x) { /* 4 loads in flight per thread */
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = base + u * (int)blockDim.x + tid;
+            v[u] = i < n ? logits[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = base + u * (int)blockDim.x + tid;
+            if (i < n && (v[u] > bv || bi == n)) { bv = v[u]; bi = i; }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) { best_v[warp] = bv; best_i[warp] = bi; }
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (best_v[w] > best_v[0] || (best_v[w] == best_v[0] && best_i[w] < best_i[0])) { best_v[0] = best_v[w]; best_i[0] = best_i[w]; }
+    }
+    __syncthreads();
+    const float max_logit = best_v[0];
+    int32_t token = best_i[0];
+    if (!(temperature == 0.0f || top_k == 1)) {
+        float threshold = -INFINITY;
+        if (top_k > 0 && top_k < n) {
+            if (tid == 0) { s_prefix = 0; s_k = top_k; }
+            for (int shift = 24; shift >= 0; shift -= 8) {
+                for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+                __syncthreads();
+                const uint32_t prefix = s_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+                /* logits crowd into a few bins: lanes of a warp that share a bin add once */
+                for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
+                    float v[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int i = base + u * (int)blockDim.x + tid;
+                        v[u] = i < n ? logits[i] : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int i = base + u * (int)blockDim.x + tid;
+                        const uint32_t key = gpt2__float_key(v[u]);
+                        const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
+                        const unsigned same = __match_any_sync(0xffffffffu, bin);
+                        if (bin < 256u && lane == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
+                    }
+                }
+                __syncthreads();
+                if (warp == 0) { /* the digit holding the k-th largest: lane L owns bins 8L..8L+7 */
+                    unsigned cnt[8], mine = 0;
+#pragma unroll
+                    for (int b = 0; b < 8; b++) mine += cnt[b] = hist[8 * lane + b];
+                    unsigned at_or_above = mine; /* keys in this lane's bins and all higher ones */
+                    for (int off = 1; off < 32; off <<= 1) {
+                        const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
+                        if (lane + off < 32) at_or_above += t;
+                    }
+                    const int k = s_k;
+                    const unsigned above = at_or_above - mine;
+                    if ((int)above < k && k <= (int)at_or_above) {
+                        int kk = k - (int)above, d = 8 * lane;
+                        for (int b = 7; b >= 0; b--) {
+                            if ((int)cnt[b] >= kk) { d = 8 * lane + b; break; }
+                            kk -= (int)cnt[b];
+                        }
+                        s_k = kk;
+                        s_prefix = prefix | ((uint32_t)d << shift);
+                    }
+                }
+                __syncthreads();
+            }
+            threshold = gpt2__key_float(s_prefix);
+        }
+        /* contiguous chunks per thread keep the index order of the CPU's running sum */
+        const double inv_t = 1.0 / temperature;
+        const int chunk = (n + blockDim.x - 1) / blockDim.x, begin = min(n, tid * chunk), end = min(n, begin + chunk);
+        double local = 0.0;
+        int last_kept = -1;
+        for (int i0 = begin; i0 < end; i0 += 8) { /* 8 loads in flight, then in index order */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float w = i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
+                local += w;
+                if (w != 0.0f) last_kept = i0 + u;
+            }
+        }
+        sums[tid] = local;
+        if (tid == 0) { s_pick = n; s_last = -1; }
+        __syncthreads();
+        if (last_kept >= 0) atomicMax(&s_last, last_kept);
+        /* inclusive scan of the chunk sums (Hillis-Steele) */
+        for (int off = 1; off < (int)blockDim.x; off <<= 1) {
+            const double add = tid >= off ? sums[tid - off] : 0.0;
+            __syncthreads();
+            sums[tid] += add;
+            __syncthreads();
+        }
+        const double total = sums[blockDim.x - 1];
+        const double target = gpt2__rng_uniform_device(rng) * total;
+        double running = sums[tid] - local;
+        if (target < sums[tid] + 1e-12 * total) { /* this chunk may hold the crossing: rescan it */
+            bool found = false;
+            for (int i0 = begin; i0 < end && !found; i0 += 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const float w = !found && i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
+                    if (w == 0.0f) continue;
+                    running += w;
+                    if (target < running) {
+                        atomicMin(&s_pick, i0 + u);
+                        found = true;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        token = s_pick < n ? s_pick : max(s_last, 0); /* rounding left target at the very top */
+    }
+    if (tid == 0) {
+        *token_out = token;
+        step[0] = next_pos;
+        step[1] = token;
+    }
+}
+
+/* log softmax(logits row)[target] for each row, in double; one block per row. */
+__global__ void gpt2__log_prob_kernel(const float* logits, int V, const int32_t* targets, double* out) {
+    __shared__ float red[32];
+    __shared__ double dred[32];
+    const float* l = logits + (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, l[i]);
+    m = gpt2__block_max(m, red);
+    double s = 0.0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp((double)l[i] - m);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) dred[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += dred[w];
+        out[blockIdx.x] = (double)l[targets[blockIdx.x]] - m - log(total);
+    }
+}
+
+/* ---- src/cuda/model.cuh ---- */
+/* The weights uploaded once, as 16-bit floats. */
+
+/* ---- Model upload ------------------------------------------------------------------------- */
+
+/* cudaMalloc, failing with a message that says what for and how much the device has left. */
+static gpt2_result gpt2__cuda_malloc(void** out, size_t bytes, int device, const char* what, gpt2_error* err) {
+    const cudaError_t e = cudaMalloc(out, bytes);
+    if (e == cudaSuccess) return GPT2_OK;
+    *out = nullptr;
+    cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
+                      "CUDA: cannot allocate %zu bytes for %s on device %d (%zu of %zu bytes free): %s", bytes, what, device, free_bytes, total,
+                      cudaGetErrorString(e));
+}
+
+static gpt2_result gpt2__cuda_alloc(gpt2__cuda_model* dm, size_t bytes, void** out, const char* what, gpt2_error* err) {
+    GPT2__TRY(gpt2__cuda_malloc(out, bytes, dm->device, what, err));
+    dm->allocations.push_back(*out);
+    dm->bytes += bytes;
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_upload_vector(gpt2__cuda_model* dm, const float* v, int64_t n, float** out, gpt2_error* err) {
+    *out = nullptr;
+    if (!v) return GPT2_OK;
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)n * 4, (void**)out, "a vector", err));
+    GPT2__CUDA_TRY(cudaMemcpy(*out, v, (size_t)n * 4, cudaMemcpyHostToDevice));
+    return GPT2_OK;
+}
+
+/* Rows [0, rows) of W as 16-bit floats: copied as they are when the file has that type, else
+   dequantized to f32 on the host a slice at a time and converted on the GPU. */
+static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__weight& W, int64_t rows, void** out, gpt2__vector<float>& host, float* staging,
+                                            size_t staging_floats, gpt2_error* err) {
+    const size_t cols = (size_t)W.cols, bytes = (size_t)rows * cols * 2;
+    GPT2__TRY(gpt2__cuda_alloc(dm, bytes, out, "a weight matrix", err));
+    const uint32_t target = dm->bf16 ? GPT2_TYPE_BF16 : GPT2_TYPE_F16;
+    if (W.type == target) {
+        GPT2__CUDA_TRY(cudaMemcpy(*out, W.data, bytes, cudaMemcpyHostToDevice));
+        return GPT2_OK;
+    }
+    const int64_t slice = std::max<int64_t>(1, (int64_t)(staging_floats / cols));
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        const int64_t n_rows = std::min(slice, rows - r0);
+        const size_t n = (size_t)n_rows * cols;
+        const float* src = (const float*)(W.data + (size_t)r0 * W.row_bytes);
+        if (W.type != GPT2_TYPE_F32) {
+            for (int64_t r = 0; r < n_rows; r++) gpt2__dequantize_row(W.type, W.data + (size_t)(r0 + r) * W.row_bytes, host.data() + (size_t)r * cols, (int64_t)cols);
+            src = host.data();
+        }
+        GPT2__CUDA_TRY(cudaMemcpy(staging, src, n * 4, cudaMemcpyHostToDevice));
+        const size_t offset = (size_t)r0 * cols;
+        if (dm->bf16) gpt2__convert_kernel<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16*)*out + offset, staging, n);
+        else gpt2__convert_kernel<__half><<<1024, 256>>>((__half*)*out + offset, staging, n);
+        GPT2__LAUNCHED("convert");
+        GPT2__CUDA_TRY(cudaDeviceSynchronize());
+    }
+    return GPT2_OK;
+}
+
+static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
+    if (!dm->allocations.empty()) cudaSetDevice(dm->device);
+    for (void* p : dm->allocations) cudaFree(p);
+    cudaGetLastError(); /* leave no error behind for the next call */
+    dm->~gpt2__cuda_model();
+    GPT2_FREE(dm);
+}
+
+static gpt2_result gpt2__cuda_select_device(int index, gpt2_error* err) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: no usable GPU: cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    if (count == 0) return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: no GPU found");
+    if (index < 0 || index >= count)
+        return gpt2__fail(err, GPT2_ERROR_DEVICE, "cuda_device_index is %d, but there %s %d GPU%s (0 to %d)", index, count == 1 ? "is" : "are", count, count == 1 ? "" : "s", count - 1);
+    GPT2__CUDA_TRY(cudaSetDevice(index));
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_error* err) {
+    cudaGetLastError(); /* an error left by earlier calls of this thread is not ours */
+    GPT2__TRY(gpt2__cuda_select_device(dm->device, err));
+    cudaDeviceProp prop;
+    GPT2__CUDA_TRY(cudaGetDeviceProperties(&prop, dm->device));
+    dm->n_sm = prop.multiProcessorCount;
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, gpt2__convert_kernel<__half>) != cudaSuccess) {
+        cudaGetLastError();
+        return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: %s (compute capability %d.%d) cannot run this build's kernels (built for sm_80, sm_89, sm_90 and PTX 9.0); rebuild for it",
+                          prop.name, prop.major, prop.minor);
+    }
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
+    dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
+    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
+#if defined(GPT2_CUDA_NO_PDL)
+    dm->pdl = false;
+#else
+    dm->pdl = prop.major >= 9;
+#endif
+    const size_t staging_floats = std::min<size_t>((size_t)16 << 20, std::max((size_t)m->n_vocab_rows, (size_t)F) * (size_t)C);
+    gpt2__vector<float> host(staging_floats);
+    float* staging = nullptr;
+    GPT2__CUDA_TRY(cudaMalloc((void**)&staging, staging_floats * 4));
+    struct Free {
+        float* p;
+        ~Free() { cudaFree(p); }
+    } free_staging{staging};
+    auto matrix = [&](const gpt2__weight& W, int64_t rows, void** out) { return gpt2__cuda_upload_matrix(dm, W, rows, out, host, staging, staging_floats, err); };
+    GPT2__TRY(matrix(m->wte, m->n_vocab_rows, &dm->wte));
+    GPT2__TRY(matrix(m->wpe, m->n_ctx, &dm->wpe));
+    dm->lm_head = dm->wte;
+    if (m->lm_head.data != m->wte.data) GPT2__TRY(matrix(m->lm_head, m->n_vocab_rows, &dm->lm_head));
+    GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_weight, C, &dm->ln_f_w, err));
+    GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_bias, C, &dm->ln_f_b, err));
+    dm->layers.resize((size_t)m->n_layer);
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__layer& L = m->layers[(size_t)l];
+        gpt2__cuda_layer& G = dm->layers[(size_t)l];
+        GPT2__TRY(matrix(L.c_attn, 3 * C, &G.c_attn));
+        GPT2__TRY(matrix(L.c_proj, C, &G.c_proj));
+        GPT2__TRY(matrix(L.c_fc, F, &G.c_fc));
+        GPT2__TRY(matrix(L.mlp_proj, C, &G.mlp_proj));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_weight, C, &G.ln_1_w, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_bias, C, &G.ln_1_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_attn_bias, 3 * C, &G.c_attn_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_proj_bias, C, &G.c_proj_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_2_weight, C, &G.ln_2_w, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_2_bias, C, &G.ln_2_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_fc_bias, F, &G.c_fc_b, err));
+        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.mlp_proj_bias, C, &G.mlp_proj_b, err));
+    }
+    GPT2__CUDA_TRY(cudaDeviceSynchronize());
+    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
+              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "");
+    return GPT2_OK;
+}
+
+/* ---- src/cuda/session.cuh ---- */
+/* A CUDA session: its stream, cuBLAS handle, KV cache and scratch on the GPU. */
+
+/* ---- Sessions ----------------------------------------------------------------------------- */
+
+enum { GPT2__SCORE_ROWS = 64 }; /* rows of logits computed at once when scoring */
+
+/* The activations of a pass through the cuBLAS path (gpt2__cuda_forward_rows) over R rows, the
+   new tokens of one session or of a batch of them. */
+struct gpt2__cuda_rows {
+    float *x = nullptr, *qkv = nullptr, *fc = nullptr;                     /* (R, C) residual stream, (R, 3C), (R, F) */
+    void *xn16 = nullptr, *q16 = nullptr, *att16 = nullptr, *fc16 = nullptr; /* (R, C) LayerNorm output, (R, C), (R, C), (R, F) */
+    int32_t* ids = nullptr;                                                /* (R) the tokens */
+};
+
+/* gpt2_batch_eval's activations, held by the session whose stream runs the pass: R rows of B
+   sessions, grown on demand, freed with the session. */
+struct gpt2__cuda_batch_workspace {
+    size_t rows = 0, sessions = 0; /* R and B it has room for */
+    gpt2__cuda_rows a;
+    void* last16 = nullptr;        /* (B, C) each session's last row after ln_f: the head's input */
+    float* logits = nullptr;       /* (B, V) */
+    gpt2__vector<void*> allocations;
+};
+
+struct gpt2__cuda_session : gpt2_session {
+    gpt2__cuda_model* dm = nullptr;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    cudaEvent_t token_ready = nullptr;
+    gpt2__vector<void*> allocations;
+    float *x = nullptr, *qkv = nullptr, *fc = nullptr, *scores = nullptr, *logits_d = nullptr;
+    void *xn16 = nullptr, *q16 = nullptr, *att16 = nullptr, *fc16 = nullptr, *probs16 = nullptr, *k_cache = nullptr, *v_cache = nullptr;
+    float *q1 = nullptr, *att1 = nullptr, *fc1 = nullptr, *part = nullptr; /* one-token path */
+    unsigned* tickets = nullptr;
+    unsigned* grid_bar = nullptr; /* the persistent kernel's grid barrier */
+    int32_t* ids_d = nullptr;
+    int* step_d = nullptr;
+    int32_t* token_d = nullptr;
+    double* logp_d = nullptr;
+    int32_t* token_h = nullptr;     /* pinned, mapped: the sampled token */
+    int32_t* token_h_dev = nullptr; /* its device address */
+    int n_splits = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t graph_exec = nullptr;
+    bool graph_failed = false;
+    bool logits_on_host = false;
+    bool pending = false; /* the sampled token's forward pass is already queued */
+    int32_t pending_token = 0;
+    int pending_pos = 0;  /* the position that pass computes */
+    float* logits = nullptr; /* (V) host copy of logits_d */
+    gpt2__cuda_batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's stream */
+};
+
+static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
+
+/* The session's own prompt buffers (n_ctx rows) as the rows of a pass. */
+static gpt2__cuda_rows gpt2__cuda_own_rows(gpt2__cuda_session* s) {
+    gpt2__cuda_rows a;
+    a.x = s->x; a.qkv = s->qkv; a.fc = s->fc;
+    a.xn16 = s->xn16; a.q16 = s->q16; a.att16 = s->att16; a.fc16 = s->fc16;
+    a.ids = s->ids_d;
+    return a;
+}
+
+static void gpt2__cuda_batch_free(gpt2__cuda_batch_workspace* w) {
+    for (void* p : w->allocations) cudaFree(p);
+    *w = gpt2__cuda_batch_workspace();
+}
+
+static void gpt2__cuda_session_destroy(gpt2__cuda_session* s) {
+    if (s->dm) cudaSetDevice(s->dm->device);
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    if (s->graph_exec) cudaGraphExecDestroy(s->graph_exec);
+    if (s->graph) cudaGraphDestroy(s->graph);
+    if (s->blas) cublasDestroy(s->blas);
+    if (s->token_ready) cudaEventDestroy(s->token_ready);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    for (void* p : s->allocations) cudaFree(p);
+    gpt2__cuda_batch_free(&s->batch);
+    if (s->token_h) cudaFreeHost(s->token_h);
+    cudaGetLastError();
+    GPT2_FREE(s->logits);
+    gpt2__session_delete(s);
+}
+
+static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    gpt2__cuda_model* dm = s->dm;
+    GPT2__CUDA_TRY(cudaSetDevice(dm->device));
+    GPT2__CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    GPT2__CUDA_TRY(cudaEventCreateWithFlags(&s->token_ready, cudaEventDisableTiming));
+    GPT2__CUBLAS_TRY(cublasCreate(&s->blas));
+    GPT2__CUBLAS_TRY(cublasSetStream(s->blas, s->stream));
+    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd, F = (size_t)m->n_ff, H = (size_t)m->n_head, L = (size_t)m->n_layer, V = (size_t)m->n_vocab;
+    const size_t D = C / H;
+    s->n_splits = (int)((ctx + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
+    const size_t kv = L * ctx * C * 2;
+    struct { void** p; size_t bytes; } plan[] = {
+        {(void**)&s->x, ctx * C * 4}, {&s->xn16, ctx * C * 2}, {(void**)&s->qkv, ctx * 3 * C * 4}, {&s->q16, ctx * C * 2},
+        {&s->att16, ctx * C * 2}, {(void**)&s->fc, ctx * F * 4}, {&s->fc16, ctx * F * 2},
+        {(void**)&s->scores, H * ctx * ctx * 4}, {&s->probs16, H * ctx * ctx * 2}, {&s->k_cache, kv}, {&s->v_cache, kv},
+        {(void**)&s->logits_d, GPT2__SCORE_ROWS * V * 4}, {(void**)&s->ids_d, ctx * 4}, {(void**)&s->step_d, 16}, {(void**)&s->token_d, 16},
+        {(void**)&s->logp_d, ctx * 8}, {(void**)&s->q1, C * 4}, {(void**)&s->att1, C * 4}, {(void**)&s->fc1, F * 4},
+        {(void**)&s->part, H * (size_t)s->n_splits * (D + 2) * 4}, {(void**)&s->tickets, H * 4}, {(void**)&s->grid_bar, 16},
+    };
+    char what[48];
+    std::snprintf(what, sizeof what, "the session (n_ctx %d)", s->n_ctx);
+    for (auto& b : plan) {
+        GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
+        s->allocations.push_back(*b.p);
+    }
+    GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
+    GPT2__CUDA_TRY(cudaMemsetAsync(s->grid_bar, 0, 16, s->stream));
+    GPT2__CUDA_TRY(cudaMemsetAsync(s->step_d, 0, 16, s->stream));
+    /* the sampler writes the token straight into host memory: no copy between it and the next pass */
+    GPT2__CUDA_TRY(cudaHostAlloc((void**)&s->token_h, 16, cudaHostAllocMapped));
+    GPT2__CUDA_TRY(cudaHostGetDevicePointer((void**)&s->token_h_dev, s->token_h, 0));
+    s->logits = (float*)GPT2_MALLOC(V * 4);
+    if (!s->logits) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the logits", V * 4);
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__session_new<gpt2__cuda_session>(m, p);
+    if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    s->dm = gpt2__cuda_model_of(m);
+    s->kv_f16 = true; /* the GPU's KV cache is always 16-bit */
+    gpt2_result res = gpt2__cuda_session_alloc(s, err);
+    if (res != GPT2_OK) {
+        gpt2__cuda_session_destroy(s);
+        return res;
+    }
+    *out = s;
+    return GPT2_OK;
+}
+
+static void gpt2__cuda_session_free(gpt2_session* s) { gpt2__cuda_session_destroy(gpt2__cuda(s)); }
+
+/* ---- src/cuda/persistent.cuh ---- */
+/* The persistent one-token kernel, compiled only with GPT2_CUDA_PERSISTENT_DECODE (not yet run
+   on a GPU: bench/cuda_results.md). */
+
+#if defined(GPT2_CUDA_PERSISTENT_DECODE)
+
+/* ---- The persistent one-token kernel (GPT2_CUDA_PERSISTENT_DECODE) ------------------------
    One launch per token instead of ~5 kernels per layer: a grid of one block per SM, launched
    cooperatively (so every block is resident), walks the phases of the whole model with a
    grid-wide barrier between them. Per layer: LN_1 + c_attn (k, v into the cache) | attention
@@ -705,517 +1199,67 @@ __global__ void __launch_bounds__(GPT2__PK_THREADS, 1) gpt2__decode_persistent_k
     gpt2__pk_gemv<T, GPT2__EPI_STORE>(a, true, false, (const T*)a.lm_head, a.V, C, a.x, a.ln_f_w, a.ln_f_b, nullptr, a.logits, nullptr, nullptr, xs, red);
 }
 
-/* step[0] = position of the next token, step[1] = the token; read by the graph's kernels. */
-__global__ void gpt2__set_step_kernel(int* step, int pos, int32_t token) {
-    step[0] = pos;
-    step[1] = token;
-}
-
-/* SplitMix64 and the 53-bit uniform: the same numbers as gpt2__rng_next / gpt2__rng_uniform. */
-__device__ double gpt2__rng_uniform_device(uint64_t state) {
-    uint64_t z = state + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* Floats as unsigned keys whose order is the floats' order (for the radix select). */
-__device__ __forceinline__ uint32_t gpt2__float_key(float f) {
-    uint32_t b = __float_as_uint(f);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__device__ __forceinline__ float gpt2__key_float(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
-
-/* gpt2__sample on the GPU, one block of 1024 threads: argmax (the first maximum), nanoGPT's
-   top-k threshold (the k-th largest logit, found by radix select), weights exp((l - max) / t)
-   computed in double and rounded to float as on the CPU, and the draw: the first token whose
-   running sum, in index order, passes u * total. Writes the token and the next step. */
-enum { GPT2__SAMPLE_THREADS = 1024 };
-
-__global__ void __launch_bounds__(GPT2__SAMPLE_THREADS) gpt2__sample_kernel(const float* logits, int n, float temperature, int top_k, uint64_t rng,
-                                                                           int32_t* token_out, int* step, int next_pos) {
-    __shared__ float best_v[GPT2__SAMPLE_THREADS / 32];
-    __shared__ int best_i[GPT2__SAMPLE_THREADS / 32];
-    __shared__ unsigned hist[256];
-    __shared__ uint32_t s_prefix;
-    __shared__ int s_k;
-    __shared__ double sums[GPT2__SAMPLE_THREADS];
-    __shared__ int s_pick, s_last;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    /* argmax */
-    float bv = -INFINITY;
-    int bi = n;
-    for (int base = 0; base < n; base += 4 * (int)blockDim.x) { /* 4 loads in flight per thread */
-        float v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int i = base + u * (int)blockDim.x + tid;
-            v[u] = i < n ? logits[i] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int i = base + u * (int)blockDim.x + tid;
-            if (i < n && (v[u] > bv || bi == n)) { bv = v[u]; bi = i; }
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    if (lane == 0) { best_v[warp] = bv; best_i[warp] = bi; }
-    __syncthreads();
-    if (tid == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (best_v[w] > best_v[0] || (best_v[w] == best_v[0] && best_i[w] < best_i[0])) { best_v[0] = best_v[w]; best_i[0] = best_i[w]; }
-    }
-    __syncthreads();
-    const float max_logit = best_v[0];
-    int32_t token = best_i[0];
-    if (!(temperature == 0.0f || top_k == 1)) {
-        float threshold = -INFINITY;
-        if (top_k > 0 && top_k < n) {
-            if (tid == 0) { s_prefix = 0; s_k = top_k; }
-            for (int shift = 24; shift >= 0; shift -= 8) {
-                for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
-                __syncthreads();
-                const uint32_t prefix = s_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-                /* logits crowd into a few bins: lanes of a warp that share a bin add once */
-                for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
-                    float v[8];
-#pragma unroll
-                    for (int u = 0; u < 8; u++) {
-                        const int i = base + u * (int)blockDim.x + tid;
-                        v[u] = i < n ? logits[i] : 0.0f;
-                    }
-#pragma unroll
-                    for (int u = 0; u < 8; u++) {
-                        const int i = base + u * (int)blockDim.x + tid;
-                        const uint32_t key = gpt2__float_key(v[u]);
-                        const unsigned bin = i < n && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
-                        const unsigned same = __match_any_sync(0xffffffffu, bin);
-                        if (bin < 256u && lane == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
-                    }
-                }
-                __syncthreads();
-                if (warp == 0) { /* the digit holding the k-th largest: lane L owns bins 8L..8L+7 */
-                    unsigned cnt[8], mine = 0;
-#pragma unroll
-                    for (int b = 0; b < 8; b++) mine += cnt[b] = hist[8 * lane + b];
-                    unsigned at_or_above = mine; /* keys in this lane's bins and all higher ones */
-                    for (int off = 1; off < 32; off <<= 1) {
-                        const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
-                        if (lane + off < 32) at_or_above += t;
-                    }
-                    const int k = s_k;
-                    const unsigned above = at_or_above - mine;
-                    if ((int)above < k && k <= (int)at_or_above) {
-                        int kk = k - (int)above, d = 8 * lane;
-                        for (int b = 7; b >= 0; b--) {
-                            if ((int)cnt[b] >= kk) { d = 8 * lane + b; break; }
-                            kk -= (int)cnt[b];
-                        }
-                        s_k = kk;
-                        s_prefix = prefix | ((uint32_t)d << shift);
-                    }
-                }
-                __syncthreads();
-            }
-            threshold = gpt2__key_float(s_prefix);
-        }
-        /* contiguous chunks per thread keep the index order of the CPU's running sum */
-        const double inv_t = 1.0 / temperature;
-        const int chunk = (n + blockDim.x - 1) / blockDim.x, begin = min(n, tid * chunk), end = min(n, begin + chunk);
-        double local = 0.0;
-        int last_kept = -1;
-        for (int i0 = begin; i0 < end; i0 += 8) { /* 8 loads in flight, then in index order */
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float w = i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
-                local += w;
-                if (w != 0.0f) last_kept = i0 + u;
-            }
-        }
-        sums[tid] = local;
-        if (tid == 0) { s_pick = n; s_last = -1; }
-        __syncthreads();
-        if (last_kept >= 0) atomicMax(&s_last, last_kept);
-        /* inclusive scan of the chunk sums (Hillis-Steele) */
-        for (int off = 1; off < (int)blockDim.x; off <<= 1) {
-            const double add = tid >= off ? sums[tid - off] : 0.0;
-            __syncthreads();
-            sums[tid] += add;
-            __syncthreads();
-        }
-        const double total = sums[blockDim.x - 1];
-        const double target = gpt2__rng_uniform_device(rng) * total;
-        double running = sums[tid] - local;
-        if (target < sums[tid] + 1e-12 * total) { /* this chunk may hold the crossing: rescan it */
-            bool found = false;
-            for (int i0 = begin; i0 < end && !found; i0 += 8) {
-                float v[8];
-#pragma unroll
-                for (int u = 0; u < 8; u++) v[u] = i0 + u < end ? logits[i0 + u] : -INFINITY;
-#pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    const float w = !found && i0 + u < end && v[u] >= threshold ? (float)exp(((double)v[u] - max_logit) * inv_t) : 0.0f;
-                    if (w == 0.0f) continue;
-                    running += w;
-                    if (target < running) {
-                        atomicMin(&s_pick, i0 + u);
-                        found = true;
-                    }
-                }
-            }
-        }
-        __syncthreads();
-        token = s_pick < n ? s_pick : max(s_last, 0); /* rounding left target at the very top */
-    }
-    if (tid == 0) {
-        *token_out = token;
-        step[0] = next_pos;
-        step[1] = token;
-    }
-}
-
-/* log softmax(logits row)[target] for each row, in double; one block per row. */
-__global__ void gpt2__log_prob_kernel(const float* logits, int V, const int32_t* targets, double* out) {
-    __shared__ float red[32];
-    __shared__ double dred[32];
-    const float* l = logits + (size_t)blockIdx.x * V;
-    float m = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, l[i]);
-    m = gpt2__block_max(m, red);
-    double s = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp((double)l[i] - m);
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) dred[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += dred[w];
-        out[blockIdx.x] = (double)l[targets[blockIdx.x]] - m - log(total);
-    }
-}
-
-/* ---- Model upload ------------------------------------------------------------------------- */
-
-/* cudaMalloc, failing with a message that says what for and how much the device has left. */
-static gpt2_result gpt2__cuda_malloc(void** out, size_t bytes, int device, const char* what, gpt2_error* err) {
-    const cudaError_t e = cudaMalloc(out, bytes);
-    if (e == cudaSuccess) return GPT2_OK;
-    *out = nullptr;
-    cudaGetLastError();
-    size_t free_bytes = 0, total = 0;
-    cudaMemGetInfo(&free_bytes, &total);
-    return gpt2__fail(err, e == cudaErrorMemoryAllocation ? GPT2_ERROR_OUT_OF_MEMORY : GPT2_ERROR_DEVICE,
-                      "CUDA: cannot allocate %zu bytes for %s on device %d (%zu of %zu bytes free): %s", bytes, what, device, free_bytes, total,
-                      cudaGetErrorString(e));
-}
-
-static gpt2_result gpt2__cuda_alloc(gpt2__cuda_model* dm, size_t bytes, void** out, const char* what, gpt2_error* err) {
-    GPT2__TRY(gpt2__cuda_malloc(out, bytes, dm->device, what, err));
-    dm->allocations.push_back(*out);
-    dm->bytes += bytes;
-    return GPT2_OK;
-}
-
-static gpt2_result gpt2__cuda_upload_vector(gpt2__cuda_model* dm, const float* v, int64_t n, float** out, gpt2_error* err) {
-    *out = nullptr;
-    if (!v) return GPT2_OK;
-    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)n * 4, (void**)out, "a vector", err));
-    GPT2__CUDA_TRY(cudaMemcpy(*out, v, (size_t)n * 4, cudaMemcpyHostToDevice));
-    return GPT2_OK;
-}
-
-/* Rows [0, rows) of W as 16-bit floats: copied as they are when the file has that type, else
-   dequantized to f32 on the host a slice at a time and converted on the GPU. */
-static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__weight& W, int64_t rows, void** out, gpt2__vector<float>& host, float* staging,
-                                            size_t staging_floats, gpt2_error* err) {
-    const size_t cols = (size_t)W.cols, bytes = (size_t)rows * cols * 2;
-    GPT2__TRY(gpt2__cuda_alloc(dm, bytes, out, "a weight matrix", err));
-    const uint32_t target = dm->bf16 ? GPT2_TYPE_BF16 : GPT2_TYPE_F16;
-    if (W.type == target) {
-        GPT2__CUDA_TRY(cudaMemcpy(*out, W.data, bytes, cudaMemcpyHostToDevice));
+/* Makes the model decode with the persistent kernel where the GPU can launch it: the layer
+   table on the device, one block per SM. Else the graph of one-token kernels stays, with a
+   warning. */
+static gpt2_result gpt2__cuda_persistent_setup(const gpt2_model* m, gpt2__cuda_model* dm, gpt2_error* err) {
+    if (!dm->fast_decode || m->n_layer == 0) return GPT2_OK;
+    const int C = m->n_embd, F = m->n_ff;
+    int cooperative = 0;
+    GPT2__CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dm->device));
+    const size_t pk_smem = (size_t)std::max(C, F) * 4;
+    int per_sm = 0;
+    cudaError_t e = dm->bf16 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gpt2__decode_persistent_kernel<__nv_bfloat16>, GPT2__PK_THREADS, pk_smem)
+                             : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gpt2__decode_persistent_kernel<__half>, GPT2__PK_THREADS, pk_smem);
+    /* its static shared memory is ~17 KB: the input vector must fit in the 48 KB a launch gets without opting in */
+    if (e != cudaSuccess || per_sm < 1 || !cooperative || pk_smem > 30 * 1024) {
+        cudaGetLastError();
+        gpt2__log(m->params, GPT2_LOG_WARNING, "CUDA: the persistent decode kernel cannot run here (%s); using the graph of one-token kernels",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "no cooperative launch, or no room on an SM for this shape");
         return GPT2_OK;
     }
-    const int64_t slice = std::max<int64_t>(1, (int64_t)(staging_floats / cols));
-    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
-        const int64_t n_rows = std::min(slice, rows - r0);
-        const size_t n = (size_t)n_rows * cols;
-        const float* src = (const float*)(W.data + (size_t)r0 * W.row_bytes);
-        if (W.type != GPT2_TYPE_F32) {
-            for (int64_t r = 0; r < n_rows; r++) gpt2__dequantize_row(W.type, W.data + (size_t)(r0 + r) * W.row_bytes, host.data() + (size_t)r * cols, (int64_t)cols);
-            src = host.data();
-        }
-        GPT2__CUDA_TRY(cudaMemcpy(staging, src, n * 4, cudaMemcpyHostToDevice));
-        const size_t offset = (size_t)r0 * cols;
-        if (dm->bf16) gpt2__convert_kernel<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16*)*out + offset, staging, n);
-        else gpt2__convert_kernel<__half><<<1024, 256>>>((__half*)*out + offset, staging, n);
-        GPT2__LAUNCHED("convert");
-        GPT2__CUDA_TRY(cudaDeviceSynchronize());
-    }
+    GPT2__TRY(gpt2__cuda_alloc(dm, sizeof(gpt2__cuda_layer) * (size_t)m->n_layer, (void**)&dm->layers_d, "the layer table", err));
+    GPT2__CUDA_TRY(cudaMemcpy(dm->layers_d, dm->layers.data(), sizeof(gpt2__cuda_layer) * (size_t)m->n_layer, cudaMemcpyHostToDevice));
+    dm->persistent = true;
+    dm->pk_blocks = dm->n_sm;
+    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: one persistent kernel per token");
     return GPT2_OK;
 }
 
-static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
-    if (!dm->allocations.empty()) cudaSetDevice(dm->device);
-    for (void* p : dm->allocations) cudaFree(p);
-    cudaGetLastError(); /* leave no error behind for the next call */
-    dm->~gpt2__cuda_model();
-    GPT2_FREE(dm);
-}
-
-static gpt2_result gpt2__cuda_select_device(int index, gpt2_error* err) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: no usable GPU: cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
-    }
-    if (count == 0) return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: no GPU found");
-    if (index < 0 || index >= count)
-        return gpt2__fail(err, GPT2_ERROR_DEVICE, "cuda_device_index is %d, but there %s %d GPU%s (0 to %d)", index, count == 1 ? "is" : "are", count, count == 1 ? "" : "s", count - 1);
-    GPT2__CUDA_TRY(cudaSetDevice(index));
+/* The whole step in one cooperative launch. */
+template <class TT>
+static gpt2_result gpt2__cuda_launch_persistent(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2__cuda_model* dm = s->dm;
+    gpt2__decode_args a{};
+    a.layers = dm->layers_d;
+    a.n_layer = s->model->n_layer; a.C = s->model->n_embd; a.F = s->model->n_ff; a.H = s->model->n_head; a.D = a.C / a.H;
+    a.V = s->model->n_vocab; a.n_ctx = s->n_ctx; a.n_splits = s->n_splits;
+    a.gelu_tanh = s->model->gelu_tanh ? 1 : 0;
+    a.eps = s->model->layer_norm_eps;
+    a.scale = 1.0f / std::sqrt((float)a.D);
+    a.wte = dm->wte; a.wpe = dm->wpe; a.lm_head = dm->lm_head; a.ln_f_w = dm->ln_f_w; a.ln_f_b = dm->ln_f_b;
+    a.x = s->x; a.q = s->q1; a.att = s->att1; a.fc = s->fc1; a.logits = s->logits_d; a.part = s->part;
+    a.k_cache = s->k_cache; a.v_cache = s->v_cache; a.step = s->step_d; a.tickets = s->tickets; a.bar = s->grid_bar;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(dm->pk_blocks);
+    config.blockDim = dim3(GPT2__PK_THREADS);
+    config.dynamicSmemBytes = (size_t)std::max(a.C, a.F) * 4;
+    config.stream = s->stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeCooperative;
+    attribute[0].val.cooperative = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    GPT2__CUDA_TRY(cudaLaunchKernelEx(&config, gpt2__decode_persistent_kernel<TT>, a));
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_error* err) {
-    cudaGetLastError(); /* an error left by earlier calls of this thread is not ours */
-    GPT2__TRY(gpt2__cuda_select_device(dm->device, err));
-    cudaDeviceProp prop;
-    GPT2__CUDA_TRY(cudaGetDeviceProperties(&prop, dm->device));
-    dm->n_sm = prop.multiProcessorCount;
-    cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, gpt2__convert_kernel<__half>) != cudaSuccess) {
-        cudaGetLastError();
-        return gpt2__fail(err, GPT2_ERROR_DEVICE, "CUDA: %s (compute capability %d.%d) cannot run this build's kernels (built for sm_80, sm_89, sm_90 and PTX 9.0); rebuild for it",
-                          prop.name, prop.major, prop.minor);
-    }
-    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
-    dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
-    dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
-    const char* pdl = std::getenv("GPT2_CUDA_PDL");
-    dm->pdl = prop.major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
-    const size_t staging_floats = std::min<size_t>((size_t)16 << 20, std::max((size_t)m->n_vocab_rows, (size_t)F) * (size_t)C);
-    gpt2__vector<float> host(staging_floats);
-    float* staging = nullptr;
-    GPT2__CUDA_TRY(cudaMalloc((void**)&staging, staging_floats * 4));
-    struct Free {
-        float* p;
-        ~Free() { cudaFree(p); }
-    } free_staging{staging};
-    auto matrix = [&](const gpt2__weight& W, int64_t rows, void** out) { return gpt2__cuda_upload_matrix(dm, W, rows, out, host, staging, staging_floats, err); };
-    GPT2__TRY(matrix(m->wte, m->n_vocab_rows, &dm->wte));
-    GPT2__TRY(matrix(m->wpe, m->n_ctx, &dm->wpe));
-    dm->lm_head = dm->wte;
-    if (m->lm_head.data != m->wte.data) GPT2__TRY(matrix(m->lm_head, m->n_vocab_rows, &dm->lm_head));
-    GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_weight, C, &dm->ln_f_w, err));
-    GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_bias, C, &dm->ln_f_b, err));
-    dm->layers.resize((size_t)m->n_layer);
-    for (int l = 0; l < m->n_layer; l++) {
-        const gpt2__layer& L = m->layers[(size_t)l];
-        gpt2__cuda_layer& G = dm->layers[(size_t)l];
-        GPT2__TRY(matrix(L.c_attn, 3 * C, &G.c_attn));
-        GPT2__TRY(matrix(L.c_proj, C, &G.c_proj));
-        GPT2__TRY(matrix(L.c_fc, F, &G.c_fc));
-        GPT2__TRY(matrix(L.mlp_proj, C, &G.mlp_proj));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_weight, C, &G.ln_1_w, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_bias, C, &G.ln_1_b, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_attn_bias, 3 * C, &G.c_attn_b, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_proj_bias, C, &G.c_proj_b, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_2_weight, C, &G.ln_2_w, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_2_bias, C, &G.ln_2_b, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_fc_bias, F, &G.c_fc_b, err));
-        GPT2__TRY(gpt2__cuda_upload_vector(dm, L.mlp_proj_bias, C, &G.mlp_proj_b, err));
-    }
-    /* GPT2_CUDA_DECODE=persistent: one cooperative kernel per token (see gpt2__decode_persistent_kernel);
-       graph (the default): the captured graph of one-token kernels */
-    const char* decode = std::getenv("GPT2_CUDA_DECODE");
-    if (decode && *decode && std::strcmp(decode, "graph") != 0 && std::strcmp(decode, "persistent") != 0)
-        gpt2__log(m->params, GPT2_LOG_WARNING, "CUDA: GPT2_CUDA_DECODE=%s is neither graph nor persistent; using graph", decode);
-    if (decode && std::strcmp(decode, "persistent") == 0 && dm->fast_decode && m->n_layer > 0) {
-        const size_t pk_smem = (size_t)std::max(C, F) * 4;
-        int per_sm = 0;
-        cudaError_t e = dm->bf16 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gpt2__decode_persistent_kernel<__nv_bfloat16>, GPT2__PK_THREADS, pk_smem)
-                                 : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gpt2__decode_persistent_kernel<__half>, GPT2__PK_THREADS, pk_smem);
-        /* its static shared memory is ~17 KB: the input vector must fit in the 48 KB a launch gets without opting in */
-        if (e != cudaSuccess || per_sm < 1 || !prop.cooperativeLaunch || pk_smem > 30 * 1024) {
-            cudaGetLastError();
-            gpt2__log(m->params, GPT2_LOG_WARNING, "CUDA: the persistent decode kernel cannot run here (%s); using the graph of one-token kernels",
-                      e != cudaSuccess ? cudaGetErrorString(e) : "no cooperative launch, or no room on an SM for this shape");
-        } else {
-            GPT2__TRY(gpt2__cuda_alloc(dm, sizeof(gpt2__cuda_layer) * (size_t)m->n_layer, (void**)&dm->layers_d, "the layer table", err));
-            GPT2__CUDA_TRY(cudaMemcpy(dm->layers_d, dm->layers.data(), sizeof(gpt2__cuda_layer) * (size_t)m->n_layer, cudaMemcpyHostToDevice));
-            dm->persistent = true;
-            dm->pk_blocks = dm->n_sm;
-        }
-    }
-    GPT2__CUDA_TRY(cudaDeviceSynchronize());
-    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
-              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "");
-    return GPT2_OK;
-}
+#endif /* defined(GPT2_CUDA_PERSISTENT_DECODE) */
 
-static gpt2_result gpt2__cuda_model_attach(gpt2_model* m, gpt2_error* err) {
-    void* memory = GPT2_MALLOC(sizeof(gpt2__cuda_model));
-    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    gpt2__cuda_model* dm = new (memory) gpt2__cuda_model();
-    dm->device = m->params.cuda_device_index;
-    gpt2_result res = gpt2__cuda_upload(m, dm, err);
-    if (res != GPT2_OK) {
-        gpt2__cuda_model_free_memory(dm);
-        return res;
-    }
-    m->device_weights = dm;
-    return GPT2_OK;
-}
-
-static void gpt2__cuda_model_release(gpt2_model* m) {
-    if (m->device_weights) gpt2__cuda_model_free_memory(gpt2__cuda_model_of(m));
-    m->device_weights = nullptr;
-}
-
-/* ---- Sessions ----------------------------------------------------------------------------- */
-
-enum { GPT2__SCORE_ROWS = 64 }; /* rows of logits computed at once when scoring */
-
-/* The activations of a pass through the cuBLAS path (gpt2__cuda_forward_rows) over R rows, the
-   new tokens of one session or of a batch of them. */
-struct gpt2__cuda_rows {
-    float *x = nullptr, *qkv = nullptr, *fc = nullptr;                     /* (R, C) residual stream, (R, 3C), (R, F) */
-    void *xn16 = nullptr, *q16 = nullptr, *att16 = nullptr, *fc16 = nullptr; /* (R, C) LayerNorm output, (R, C), (R, C), (R, F) */
-    int32_t* ids = nullptr;                                                /* (R) the tokens */
-};
-
-/* gpt2_batch_eval's activations, held by the session whose stream runs the pass: R rows of B
-   sessions, grown on demand, freed with the session. */
-struct gpt2__cuda_batch_workspace {
-    size_t rows = 0, sessions = 0; /* R and B it has room for */
-    gpt2__cuda_rows a;
-    void* last16 = nullptr;        /* (B, C) each session's last row after ln_f: the head's input */
-    float* logits = nullptr;       /* (B, V) */
-    gpt2__vector<void*> allocations;
-};
-
-struct gpt2__cuda_session : gpt2_session {
-    gpt2__cuda_model* dm = nullptr;
-    cudaStream_t stream = nullptr;
-    cublasHandle_t blas = nullptr;
-    cudaEvent_t token_ready = nullptr;
-    gpt2__vector<void*> allocations;
-    float *x = nullptr, *qkv = nullptr, *fc = nullptr, *scores = nullptr, *logits_d = nullptr;
-    void *xn16 = nullptr, *q16 = nullptr, *att16 = nullptr, *fc16 = nullptr, *probs16 = nullptr, *k_cache = nullptr, *v_cache = nullptr;
-    float *q1 = nullptr, *att1 = nullptr, *fc1 = nullptr, *part = nullptr; /* one-token path */
-    unsigned* tickets = nullptr;
-    unsigned* grid_bar = nullptr; /* the persistent kernel's grid barrier */
-    int32_t* ids_d = nullptr;
-    int* step_d = nullptr;
-    int32_t* token_d = nullptr;
-    double* logp_d = nullptr;
-    int32_t* token_h = nullptr;     /* pinned, mapped: the sampled token */
-    int32_t* token_h_dev = nullptr; /* its device address */
-    int n_splits = 0;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t graph_exec = nullptr;
-    bool graph_failed = false;
-    bool logits_on_host = false;
-    bool pending = false; /* the sampled token's forward pass is already queued */
-    int32_t pending_token = 0;
-    int pending_pos = 0;  /* the position that pass computes */
-    float* logits = nullptr; /* (V) host copy of logits_d */
-    gpt2__cuda_batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's stream */
-};
-
-static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
-
-/* The session's own prompt buffers (n_ctx rows) as the rows of a pass. */
-static gpt2__cuda_rows gpt2__cuda_own_rows(gpt2__cuda_session* s) {
-    gpt2__cuda_rows a;
-    a.x = s->x; a.qkv = s->qkv; a.fc = s->fc;
-    a.xn16 = s->xn16; a.q16 = s->q16; a.att16 = s->att16; a.fc16 = s->fc16;
-    a.ids = s->ids_d;
-    return a;
-}
-
-static void gpt2__cuda_batch_free(gpt2__cuda_batch_workspace* w) {
-    for (void* p : w->allocations) cudaFree(p);
-    *w = gpt2__cuda_batch_workspace();
-}
-
-static void gpt2__cuda_session_destroy(gpt2__cuda_session* s) {
-    if (s->dm) cudaSetDevice(s->dm->device);
-    if (s->stream) cudaStreamSynchronize(s->stream);
-    if (s->graph_exec) cudaGraphExecDestroy(s->graph_exec);
-    if (s->graph) cudaGraphDestroy(s->graph);
-    if (s->blas) cublasDestroy(s->blas);
-    if (s->token_ready) cudaEventDestroy(s->token_ready);
-    if (s->stream) cudaStreamDestroy(s->stream);
-    for (void* p : s->allocations) cudaFree(p);
-    gpt2__cuda_batch_free(&s->batch);
-    if (s->token_h) cudaFreeHost(s->token_h);
-    cudaGetLastError();
-    GPT2_FREE(s->logits);
-    gpt2__session_delete(s);
-}
-
-static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* err) {
-    const gpt2_model* m = s->model;
-    gpt2__cuda_model* dm = s->dm;
-    GPT2__CUDA_TRY(cudaSetDevice(dm->device));
-    GPT2__CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-    GPT2__CUDA_TRY(cudaEventCreateWithFlags(&s->token_ready, cudaEventDisableTiming));
-    GPT2__CUBLAS_TRY(cublasCreate(&s->blas));
-    GPT2__CUBLAS_TRY(cublasSetStream(s->blas, s->stream));
-    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd, F = (size_t)m->n_ff, H = (size_t)m->n_head, L = (size_t)m->n_layer, V = (size_t)m->n_vocab;
-    const size_t D = C / H;
-    s->n_splits = (int)((ctx + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
-    const size_t kv = L * ctx * C * 2;
-    struct { void** p; size_t bytes; } plan[] = {
-        {(void**)&s->x, ctx * C * 4}, {&s->xn16, ctx * C * 2}, {(void**)&s->qkv, ctx * 3 * C * 4}, {&s->q16, ctx * C * 2},
-        {&s->att16, ctx * C * 2}, {(void**)&s->fc, ctx * F * 4}, {&s->fc16, ctx * F * 2},
-        {(void**)&s->scores, H * ctx * ctx * 4}, {&s->probs16, H * ctx * ctx * 2}, {&s->k_cache, kv}, {&s->v_cache, kv},
-        {(void**)&s->logits_d, GPT2__SCORE_ROWS * V * 4}, {(void**)&s->ids_d, ctx * 4}, {(void**)&s->step_d, 16}, {(void**)&s->token_d, 16},
-        {(void**)&s->logp_d, ctx * 8}, {(void**)&s->q1, C * 4}, {(void**)&s->att1, C * 4}, {(void**)&s->fc1, F * 4},
-        {(void**)&s->part, H * (size_t)s->n_splits * (D + 2) * 4}, {(void**)&s->tickets, H * 4}, {(void**)&s->grid_bar, 16},
-    };
-    char what[48];
-    std::snprintf(what, sizeof what, "the session (n_ctx %d)", s->n_ctx);
-    for (auto& b : plan) {
-        GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
-        s->allocations.push_back(*b.p);
-    }
-    GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
-    GPT2__CUDA_TRY(cudaMemsetAsync(s->grid_bar, 0, 16, s->stream));
-    GPT2__CUDA_TRY(cudaMemsetAsync(s->step_d, 0, 16, s->stream));
-    /* the sampler writes the token straight into host memory: no copy between it and the next pass */
-    GPT2__CUDA_TRY(cudaHostAlloc((void**)&s->token_h, 16, cudaHostAllocMapped));
-    GPT2__CUDA_TRY(cudaHostGetDevicePointer((void**)&s->token_h_dev, s->token_h, 0));
-    s->logits = (float*)GPT2_MALLOC(V * 4);
-    if (!s->logits) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the logits", V * 4);
-    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return GPT2_OK;
-}
-
-static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
-    gpt2__cuda_session* s = gpt2__session_new<gpt2__cuda_session>(m, p);
-    if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    s->dm = gpt2__cuda_model_of(m);
-    s->kv_f16 = true; /* the GPU's KV cache is always 16-bit */
-    gpt2_result res = gpt2__cuda_session_alloc(s, err);
-    if (res != GPT2_OK) {
-        gpt2__cuda_session_destroy(s);
-        return res;
-    }
-    *out = s;
-    return GPT2_OK;
-}
-
-static void gpt2__cuda_session_free(gpt2_session* s) { gpt2__cuda_session_destroy(gpt2__cuda(s)); }
+/* ---- src/cuda/forward.cuh ---- */
+/* The CUDA forward pass: a prompt as cuBLAS products with our kernels between them, a token as
+   one replay of the captured graph of one-token kernels; the logits, sampling, scoring and the
+   cache's rows for the session's state. */
 
 /* ---- Forward pass ------------------------------------------------------------------------- */
 
@@ -1324,29 +1368,9 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
     const gpt2__cuda_model* dm = s->dm;
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     cudaStream_t st = s->stream;
-    if (dm->persistent) { /* the whole step in one cooperative launch */
-        gpt2__decode_args a{};
-        a.layers = dm->layers_d;
-        a.n_layer = m->n_layer; a.C = C; a.F = F; a.H = H; a.D = D; a.V = m->n_vocab; a.n_ctx = s->n_ctx; a.n_splits = s->n_splits;
-        a.gelu_tanh = m->gelu_tanh ? 1 : 0;
-        a.eps = m->layer_norm_eps;
-        a.scale = 1.0f / std::sqrt((float)D);
-        a.wte = dm->wte; a.wpe = dm->wpe; a.lm_head = dm->lm_head; a.ln_f_w = dm->ln_f_w; a.ln_f_b = dm->ln_f_b;
-        a.x = s->x; a.q = s->q1; a.att = s->att1; a.fc = s->fc1; a.logits = s->logits_d; a.part = s->part;
-        a.k_cache = s->k_cache; a.v_cache = s->v_cache; a.step = s->step_d; a.tickets = s->tickets; a.bar = s->grid_bar;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(dm->pk_blocks);
-        config.blockDim = dim3(GPT2__PK_THREADS);
-        config.dynamicSmemBytes = (size_t)std::max(C, F) * 4;
-        config.stream = st;
-        cudaLaunchAttribute attribute[1];
-        attribute[0].id = cudaLaunchAttributeCooperative;
-        attribute[0].val.cooperative = 1;
-        config.attrs = attribute;
-        config.numAttrs = 1;
-        GPT2__CUDA_TRY(cudaLaunchKernelEx(&config, gpt2__decode_persistent_kernel<TT>, a));
-        return GPT2_OK;
-    }
+#if defined(GPT2_CUDA_PERSISTENT_DECODE)
+    if (dm->persistent) return gpt2__cuda_launch_persistent<TT>(s, err);
+#endif
     const int warps = 8, cap = dm->n_sm * 8;
     const bool pdl = dm->pdl;
     auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
@@ -1461,80 +1485,6 @@ static gpt2_result gpt2__cuda_run_session(gpt2_session* session, gpt2_error* err
     return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the forward pass");
 }
 
-/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
-static gpt2_result gpt2__cuda_batch_reserve(gpt2__cuda_session* s, size_t rows, size_t sessions, gpt2_error* err) {
-    gpt2__cuda_batch_workspace* w = &s->batch;
-    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
-    rows = std::max(rows, w->rows);
-    sessions = std::max(sessions, w->sessions);
-    gpt2__cuda_batch_free(w);
-    const size_t C = (size_t)s->model->n_embd, F = (size_t)s->model->n_ff, V = (size_t)s->model->n_vocab;
-    gpt2__cuda_rows& a = w->a;
-    struct { void** p; size_t bytes; } plan[] = {
-        {(void**)&a.x, rows * C * 4}, {(void**)&a.qkv, rows * 3 * C * 4}, {(void**)&a.fc, rows * F * 4}, {&a.xn16, rows * C * 2}, {&a.q16, rows * C * 2},
-        {&a.att16, rows * C * 2}, {&a.fc16, rows * F * 2}, {(void**)&a.ids, rows * 4}, {&w->last16, sessions * C * 2}, {(void**)&w->logits, sessions * V * 4},
-    };
-    char what[96];
-    std::snprintf(what, sizeof what, "a batch of %zu sessions and %zu new tokens", sessions, rows);
-    for (auto& b : plan) {
-        GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, s->dm->device, what, err));
-        w->allocations.push_back(*b.p);
-    }
-    w->rows = rows;
-    w->sessions = sessions;
-    return GPT2_OK;
-}
-
-/* Queues the batched pass on r's stream: the parts' tokens `ids` through gpt2__cuda_forward_rows
-   in r's batch workspace, then the head over each part's last row as one GEMM, and each
-   session's logits to its logits_d. */
-static gpt2_result gpt2__cuda_batch_pass(gpt2__cuda_session* r, const gpt2__vector<gpt2__cuda_part>& parts, const gpt2__vector<int32_t>& ids, gpt2_error* err) {
-    const gpt2_model* m = r->model;
-    gpt2__cuda_batch_workspace* w = &r->batch;
-    const size_t C = (size_t)m->n_embd, V = (size_t)m->n_vocab, R = ids.size(), B = parts.size();
-    cudaStream_t st = r->stream;
-    GPT2__CUDA_TRY(cudaMemcpyAsync(w->a.ids, ids.data(), R * 4, cudaMemcpyHostToDevice, st));
-    GPT2__TRY(r->dm->bf16 ? gpt2__cuda_forward_rows<__nv_bfloat16>(r, w->a, parts.data(), B, (int)R, err)
-                          : gpt2__cuda_forward_rows<__half>(r, w->a, parts.data(), B, (int)R, err));
-    for (size_t i = 0; i < B; i++) {
-        const size_t last = (size_t)(parts[i].row + parts[i].T - 1);
-        GPT2__CUDA_TRY(cudaMemcpyAsync((uint8_t*)w->last16 + i * C * 2, (const uint8_t*)w->a.xn16 + last * C * 2, C * 2, cudaMemcpyDeviceToDevice, st));
-    }
-    GPT2__TRY(gpt2__cuda_linear(r, r->dm->lm_head, w->last16, w->logits, false, (int)V, (int)B, (int)C, 0.0f, err));
-    for (size_t i = 0; i < B; i++) GPT2__CUDA_TRY(cudaMemcpyAsync(parts[i].s->logits_d, w->logits + i * V, V * 4, cudaMemcpyDeviceToDevice, st));
-    return GPT2_OK;
-}
-
-/* The backend's run_batch (only when built with GPT2_CUDA_BATCH: see the table): run for every
-   session at once, on the stream, cuBLAS handle and batch workspace of `runner`. The new tokens
-   of all sessions are the rows of one pass (gpt2__cuda_forward_rows, a part per session), so
-   each weight product reads the weights once for all of them; attention goes session by
-   session against its own cache. A session whose token the sampler's queued pass already
-   computed takes that pass, as run does. Polls runner's abort_fn once, before the pass, as run
-   does; the logits change only at the end. */
-[[maybe_unused]] static gpt2_result gpt2__cuda_run_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
-    gpt2__cuda_session* r = gpt2__cuda(runner);
-    GPT2__CUDA_TRY(cudaSetDevice(r->dm->device));
-    cudaGetLastError();
-    if (gpt2__abort_requested(r)) return gpt2__aborted(err);
-    gpt2__vector<gpt2__cuda_part> parts;
-    gpt2__vector<int32_t> ids; /* the new tokens of all sessions, in row order */
-    for (size_t i = 0; i < n; i++) {
-        gpt2__cuda_session* s = gpt2__cuda(sessions[i]);
-        GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream)); /* its own passes are done before r's stream uses its cache */
-        s->logits_on_host = false;
-        if (gpt2__cuda_take_pending(s)) continue;
-        parts.push_back({s, (int)ids.size(), (int)s->tokens.size() - s->n_cached, s->n_cached});
-        ids.insert(ids.end(), s->tokens.begin() + s->n_cached, s->tokens.end());
-    }
-    if (parts.empty()) return GPT2_OK;
-    GPT2__TRY(gpt2__cuda_batch_reserve(r, ids.size(), parts.size(), err));
-    const gpt2_result res = gpt2__cuda_batch_pass(r, parts, ids, err);
-    const cudaError_t e = cudaStreamSynchronize(r->stream); /* after a failure too: nothing may write the caches once we return */
-    if (res != GPT2_OK) return res;
-    return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the batched forward pass");
-}
-
 static const float* gpt2__cuda_logits(gpt2_session* session) {
     gpt2__cuda_session* s = gpt2__cuda(session);
     if (!s->logits_on_host) {
@@ -1630,6 +1580,113 @@ static gpt2_result gpt2__cuda_load_cache(gpt2_session* session, int n, const voi
     return GPT2_OK;
 }
 
+/* ---- src/cuda/batch.cuh ---- */
+/* Many sessions in one pass (the backend's run_batch), compiled only with GPT2_CUDA_BATCH (not
+   yet run on a GPU: bench/cuda_results.md). */
+
+#if defined(GPT2_CUDA_BATCH)
+
+/* Room in s->batch for a pass over `rows` rows of `sessions` sessions. */
+static gpt2_result gpt2__cuda_batch_reserve(gpt2__cuda_session* s, size_t rows, size_t sessions, gpt2_error* err) {
+    gpt2__cuda_batch_workspace* w = &s->batch;
+    if (rows <= w->rows && sessions <= w->sessions) return GPT2_OK;
+    rows = std::max(rows, w->rows);
+    sessions = std::max(sessions, w->sessions);
+    gpt2__cuda_batch_free(w);
+    const size_t C = (size_t)s->model->n_embd, F = (size_t)s->model->n_ff, V = (size_t)s->model->n_vocab;
+    gpt2__cuda_rows& a = w->a;
+    struct { void** p; size_t bytes; } plan[] = {
+        {(void**)&a.x, rows * C * 4}, {(void**)&a.qkv, rows * 3 * C * 4}, {(void**)&a.fc, rows * F * 4}, {&a.xn16, rows * C * 2}, {&a.q16, rows * C * 2},
+        {&a.att16, rows * C * 2}, {&a.fc16, rows * F * 2}, {(void**)&a.ids, rows * 4}, {&w->last16, sessions * C * 2}, {(void**)&w->logits, sessions * V * 4},
+    };
+    char what[96];
+    std::snprintf(what, sizeof what, "a batch of %zu sessions and %zu new tokens", sessions, rows);
+    for (auto& b : plan) {
+        GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, s->dm->device, what, err));
+        w->allocations.push_back(*b.p);
+    }
+    w->rows = rows;
+    w->sessions = sessions;
+    return GPT2_OK;
+}
+
+/* Queues the batched pass on r's stream: the parts' tokens `ids` through gpt2__cuda_forward_rows
+   in r's batch workspace, then the head over each part's last row as one GEMM, and each
+   session's logits to its logits_d. */
+static gpt2_result gpt2__cuda_batch_pass(gpt2__cuda_session* r, const gpt2__vector<gpt2__cuda_part>& parts, const gpt2__vector<int32_t>& ids, gpt2_error* err) {
+    const gpt2_model* m = r->model;
+    gpt2__cuda_batch_workspace* w = &r->batch;
+    const size_t C = (size_t)m->n_embd, V = (size_t)m->n_vocab, R = ids.size(), B = parts.size();
+    cudaStream_t st = r->stream;
+    GPT2__CUDA_TRY(cudaMemcpyAsync(w->a.ids, ids.data(), R * 4, cudaMemcpyHostToDevice, st));
+    GPT2__TRY(r->dm->bf16 ? gpt2__cuda_forward_rows<__nv_bfloat16>(r, w->a, parts.data(), B, (int)R, err)
+                          : gpt2__cuda_forward_rows<__half>(r, w->a, parts.data(), B, (int)R, err));
+    for (size_t i = 0; i < B; i++) {
+        const size_t last = (size_t)(parts[i].row + parts[i].T - 1);
+        GPT2__CUDA_TRY(cudaMemcpyAsync((uint8_t*)w->last16 + i * C * 2, (const uint8_t*)w->a.xn16 + last * C * 2, C * 2, cudaMemcpyDeviceToDevice, st));
+    }
+    GPT2__TRY(gpt2__cuda_linear(r, r->dm->lm_head, w->last16, w->logits, false, (int)V, (int)B, (int)C, 0.0f, err));
+    for (size_t i = 0; i < B; i++) GPT2__CUDA_TRY(cudaMemcpyAsync(parts[i].s->logits_d, w->logits + i * V, V * 4, cudaMemcpyDeviceToDevice, st));
+    return GPT2_OK;
+}
+
+/* The backend's run_batch (only when built with GPT2_CUDA_BATCH: see the table): run for every
+   session at once, on the stream, cuBLAS handle and batch workspace of `runner`. The new tokens
+   of all sessions are the rows of one pass (gpt2__cuda_forward_rows, a part per session), so
+   each weight product reads the weights once for all of them; attention goes session by
+   session against its own cache. A session whose token the sampler's queued pass already
+   computed takes that pass, as run does. Polls runner's abort_fn once, before the pass, as run
+   does; the logits change only at the end. */
+[[maybe_unused]] static gpt2_result gpt2__cuda_run_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    gpt2__cuda_session* r = gpt2__cuda(runner);
+    GPT2__CUDA_TRY(cudaSetDevice(r->dm->device));
+    cudaGetLastError();
+    if (gpt2__abort_requested(r)) return gpt2__aborted(err);
+    gpt2__vector<gpt2__cuda_part> parts;
+    gpt2__vector<int32_t> ids; /* the new tokens of all sessions, in row order */
+    for (size_t i = 0; i < n; i++) {
+        gpt2__cuda_session* s = gpt2__cuda(sessions[i]);
+        GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream)); /* its own passes are done before r's stream uses its cache */
+        s->logits_on_host = false;
+        if (gpt2__cuda_take_pending(s)) continue;
+        parts.push_back({s, (int)ids.size(), (int)s->tokens.size() - s->n_cached, s->n_cached});
+        ids.insert(ids.end(), s->tokens.begin() + s->n_cached, s->tokens.end());
+    }
+    if (parts.empty()) return GPT2_OK;
+    GPT2__TRY(gpt2__cuda_batch_reserve(r, ids.size(), parts.size(), err));
+    const gpt2_result res = gpt2__cuda_batch_pass(r, parts, ids, err);
+    const cudaError_t e = cudaStreamSynchronize(r->stream); /* after a failure too: nothing may write the caches once we return */
+    if (res != GPT2_OK) return res;
+    return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the batched forward pass");
+}
+
+#endif /* defined(GPT2_CUDA_BATCH) */
+
+/* ---- src/cuda/backend_cuda.cuh ---- */
+/* The CUDA backend's table: the model's attach and release, and the functions of the parts. */
+
+static gpt2_result gpt2__cuda_model_attach(gpt2_model* m, gpt2_error* err) {
+    void* memory = GPT2_MALLOC(sizeof(gpt2__cuda_model));
+    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    gpt2__cuda_model* dm = new (memory) gpt2__cuda_model();
+    dm->device = m->params.cuda_device_index;
+    gpt2_result res = gpt2__cuda_upload(m, dm, err);
+#if defined(GPT2_CUDA_PERSISTENT_DECODE)
+    if (res == GPT2_OK) res = gpt2__cuda_persistent_setup(m, dm, err);
+#endif
+    if (res != GPT2_OK) {
+        gpt2__cuda_model_free_memory(dm);
+        return res;
+    }
+    m->device_weights = dm;
+    return GPT2_OK;
+}
+
+static void gpt2__cuda_model_release(gpt2_model* m) {
+    if (m->device_weights) gpt2__cuda_model_free_memory(gpt2__cuda_model_of(m));
+    m->device_weights = nullptr;
+}
+
 static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach, gpt2__cuda_model_release, gpt2__cuda_session_create, gpt2__cuda_session_free,
                                                  gpt2__cuda_run_session, gpt2__cuda_logits, gpt2__cuda_sample, gpt2__cuda_window_logprob,
                                                  gpt2__cuda_save_cache, gpt2__cuda_load_cache,
@@ -1643,4 +1700,5 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
                                                  nullptr}; /* sample_batch: each session samples on the GPU in turn */
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
+/* ---- src/cuda/end.cuh ---- */
 #endif /* GPT2_IMPLEMENTATION (CUDA) */

@@ -62,8 +62,7 @@
 #endif
 
 /* GPT2_MALLOC memory aligned to a cache line, so no vector load of the kernels straddles two
-   lines (124M prefill, one thread, Zen 4: the session's buffers at malloc's 16-byte alignment
-   measured 4-6% slower). The pointer malloc gave sits just below. */
+   lines (docs/PERFORMANCE.md, Kernel notes). The pointer malloc gave sits just below. */
 static void* gpt2__malloc_aligned(size_t bytes) {
     void* raw = GPT2_MALLOC(bytes + 64 + sizeof(void*));
     if (!raw) return nullptr;
@@ -80,8 +79,8 @@ static void gpt2__free_aligned(void* p) {
 }
 
 /* Asks for transparent huge pages on the 2 MiB-aligned part of a large buffer the kernels
-   stream through (the KV cache): from 4 KiB pages a core streams about 25% slower (measured
-   on Zen 4, one thread, plain read: 24 vs 34 GB/s). Only for the default allocator's memory,
+   stream through (the KV cache): from 4 KiB pages a core streams slower (docs/PERFORMANCE.md,
+   Kernel notes). Only for the default allocator's memory,
    on Linux; the OS may ignore the advice. */
 static void gpt2__advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(GPT2__DEFAULT_ALLOCATOR)

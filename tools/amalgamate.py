@@ -35,7 +35,10 @@ OUTPUTS = {
         "src/cpu/kernels/scalar.h",      # portable kernels, the reference for the others
         "src/cpu/kernels/x86_prefill.h", # x86 target macros and the prefill driver AVX2 and AVX-512 share
         "src/cpu/kernels/avx2.h",        # AVX2 + FMA + F16C kernels
-        "src/cpu/kernels/avx512.h",      # AVX-512 kernels
+        "src/cpu/kernels/avx512_rows.h", # AVX-512: shared loads, decode's int8 rows
+        "src/cpu/kernels/avx512_float_tiles.h", # AVX-512: prefill's float tiles
+        "src/cpu/kernels/avx512_panels.h", # AVX-512: int8 panels and lanes
+        "src/cpu/kernels/avx512.h",      # AVX-512: exp, GELU, attention, the set's matmul
         "src/cpu/kernels/avx512_bf16.h", # AVX-512 with the bf16 unit: bf16 weights' many-row products
         "src/cpu/kernels/neon.h",        # Arm NEON kernels
         "src/cpu/kernels/wasm_simd128.h", # WebAssembly SIMD128 kernels (Emscripten -msimd128)
@@ -49,8 +52,17 @@ OUTPUTS = {
         "src/end.h",                     # closes the implementation; license
     ],
     "gpt2_cuda.cuh": [
-        "src/cuda/cuda_api.h",
-        "src/cuda/backend_cuda.cuh",
+        "src/cuda/cuda_api.h",           # the CUDA path's docs and build options; includes gpt2.h
+        "src/cuda/implementation.cuh",   # the CUDA implementation starts (GPT2_IMPLEMENTATION)
+        "src/cuda/common.cuh",           # CUDA headers, errors, the weights on the device
+        "src/cuda/kernels.cuh",          # prompt and one-token kernels, sampling, log-probabilities
+        "src/cuda/model.cuh",            # the weights uploaded once
+        "src/cuda/session.cuh",          # a session's stream, cache and scratch
+        "src/cuda/persistent.cuh",       # the persistent one-token kernel (GPT2_CUDA_PERSISTENT_DECODE only)
+        "src/cuda/forward.cuh",          # the forward pass: prompts through cuBLAS, tokens through the graph
+        "src/cuda/batch.cuh",            # many sessions in one pass (GPT2_CUDA_BATCH only)
+        "src/cuda/backend_cuda.cuh",     # the backend's table
+        "src/cuda/end.cuh",              # closes the CUDA implementation
     ],
 }
 

@@ -217,8 +217,8 @@ struct gpt2__pass_rows {
     gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
     /* the threads' shares of W's rows are multiples of this: a lone session's decode rows in
        groups of lanes, its prompt in whole panels; a batch's in two panels or more, so each
-       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md) */
-    int share_rows = 2 * gpt2__q8_panel_rows;
+       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md, Kernel notes) */
+    int share_rows = 2 * gpt2__panel_rows;
 };
 
 /* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
@@ -307,7 +307,7 @@ static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int 
     head.rows = s->model->n_vocab;
     gpt2__pass_rows last;
     last.n_one = last.n_rows = n;
-    if (n == 1) last.share_rows = gpt2__q8_lane_rows;
+    if (n == 1) last.share_rows = gpt2__lane_rows;
     gpt2__matmul(s, logits, h, head, nullptr, last);
 }
 
@@ -343,7 +343,7 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__q8_lane_rows : gpt2__q8_panel_rows;
+    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
     for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */

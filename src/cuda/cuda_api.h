@@ -31,19 +31,19 @@
      errors   no device, an unsupported GPU or driver, out of GPU memory, or a failed kernel
               come back as GPT2_ERROR_DEVICE / GPT2_ERROR_OUT_OF_MEMORY with a message.
 
-   BUILD OPTION (define it where the implementation is compiled, e.g. nvcc -DGPT2_CUDA_BATCH)
+   BUILD OPTIONS (define them where the implementation is compiled, e.g. nvcc -DGPT2_CUDA_BATCH;
+   the library reads no environment variable)
      GPT2_CUDA_BATCH              gpt2_batch_eval and gpt2_generate_batch run all sessions in one
                                   pass: their new tokens as the rows of one activation matrix, so
                                   each weight product is one cuBLAS GEMM for all of them, attention
                                   per session against its own cache. Without it (the default) they
                                   run the sessions one by one. Not yet run on a GPU: see
                                   bench/cuda_results.md; tests/cuda/test_cuda.cu is built with it.
-
-   ENVIRONMENT (read when a model loads; for measuring, not for users)
-     GPT2_CUDA_DECODE=persistent  decode each token with one cooperative kernel instead of the
-                                  graph of one-token kernels (the default, "graph"). Not yet run
-                                  on a GPU: see bench/cuda_results.md.
-     GPT2_CUDA_PDL=0              no programmatic dependent launch between the one-token kernels
+     GPT2_CUDA_PERSISTENT_DECODE  decode each token with one cooperative kernel instead of the
+                                  graph of one-token kernels (the default). Not yet run on a GPU:
+                                  see bench/cuda_results.md (gpt2-bench-cuda-persistent and
+                                  gpt2-cuda-tests-persistent are built with it).
+     GPT2_CUDA_NO_PDL             no programmatic dependent launch between the one-token kernels
                                   (on by default on sm_90 and newer; measured no different).
 */
 #ifndef GPT2_CUDA_CUH

@@ -31,9 +31,7 @@ static int32_t gpt2__argmax(const float* logits, int n) {
 
 /* The k-th largest of x[0..n), 1 <= k < n (nth_element's answer), in one pass that keeps the k
    largest seen so far in a min-heap (`heap`: k floats): after the first few thousand values few
-   enter it, so it costs about a comparison per value (top_k 200 of GPT-2's 50,257 normal logits,
-   one thread: 31 us, where nth_element over a copy took 270-280, most of a sampled token's
-   330). */
+   enter it, so it costs about a comparison per value (docs/PERFORMANCE.md, Kernel notes). */
 static float gpt2__kth_largest(const float* x, int n, int k, float* heap) {
     std::copy(x, x + k, heap);
     std::make_heap(heap, heap + k, std::greater<float>());

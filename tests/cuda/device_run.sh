@@ -61,9 +61,9 @@ cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGPT2_CUDA=ON -DC
     -DGPT2_BUILD_TESTS=OFF -DGPT2_BUILD_EXAMPLES=OFF -DGPT2_CUDA_TESTS="$([ -n "$doctest_dir" ] && echo ON || echo OFF)" \
     ${doctest_dir:+-DGPT2_DOCTEST_INCLUDE_DIR="$doctest_dir"} >"$OUT/configure.log" 2>&1 || fail configure "$OUT/configure.log"
 
-step "build the benchmark"
-bench="$build/gpt2-bench-cuda"
-cmake --build "$build" -j"$jobs" --target gpt2-bench-cuda >"$OUT/build-bench.log" 2>&1 || fail "build gpt2-bench-cuda" "$OUT/build-bench.log"
+step "build the benchmarks (graph decode; persistent decode, GPT2_CUDA_PERSISTENT_DECODE)"
+cmake --build "$build" -j"$jobs" --target gpt2-bench-cuda gpt2-bench-cuda-persistent >"$OUT/build-bench.log" 2>&1 ||
+    fail "build gpt2-bench-cuda" "$OUT/build-bench.log"
 
 step "test models"
 models="$build/models"
@@ -72,9 +72,9 @@ export GPT2_SC_GGUF="$root/$models/shakespeare_char.gguf" GPT2_TEST_DATA_DIR="$r
 ls -l "$GPT2_SC_GGUF" 2>&1
 
 step "build the CUDA tests"
-tests="$build/tests/cuda/gpt2-cuda-tests"
 if [ -n "$doctest_dir" ]; then
-    cmake --build "$build" -j"$jobs" --target gpt2-cuda-tests >"$OUT/build-tests.log" 2>&1 || fail "build gpt2-cuda-tests" "$OUT/build-tests.log"
+    cmake --build "$build" -j"$jobs" --target gpt2-cuda-tests gpt2-cuda-tests-persistent >"$OUT/build-tests.log" 2>&1 ||
+        fail "build gpt2-cuda-tests" "$OUT/build-tests.log"
 else
     failed+=("the CUDA tests: no doctest header")
 fi
@@ -82,17 +82,21 @@ fi
 budget="${BUDGET_S:-300}"
 left() { if [ "$mode" != dry ] && (( SECONDS > budget )); then echo "(skipped: ${SECONDS}s past the ${budget}s budget)"; return 1; fi; }
 : >"$OUT/bench.jsonl"
+# The binaries of a decode mode: graph (the default build) or persistent (GPT2_CUDA_PERSISTENT_DECODE).
+suffix() { [ "$1" = persistent ] && echo -persistent; }
 bench_run() { # decode-mode shape extra-args...
     local decode=$1 shape=$2; shift 2
-    [ -x "$bench" ] || { echo "no benchmark binary"; return 1; }
-    [ "$mode" = dry ] && { gpu env GPT2_CUDA_DECODE="$decode" timeout 70 "$bench" --random "$shape" "$@" --json; return 0; }
-    env GPT2_CUDA_DECODE="$decode" timeout 70 "$bench" --random "$shape" "$@" --json 2>&1 |
+    local bench="$build/gpt2-bench-cuda$(suffix "$decode")"
+    [ -x "$bench" ] || { echo "no benchmark binary $bench"; return 1; }
+    [ "$mode" = dry ] && { gpu timeout 70 "$bench" --random "$shape" "$@" --json; return 0; }
+    timeout 70 "$bench" --random "$shape" "$@" --json 2>&1 |
         sed "s/\"model\": \"random-$shape\"/\"model\": \"random-$shape-$decode\"/" | tee -a "$OUT/bench.jsonl"
 }
 run_tests() { # decode-mode
-    [ -x "$tests" ] || { echo "no test binary"; return 1; }
-    [ "$mode" = dry ] && { gpu env GPT2_CUDA_DECODE="$1" timeout 100 "$tests"; return 0; }
-    env GPT2_CUDA_DECODE="$1" timeout 100 "$tests" 2>&1 | tee "$OUT/tests-$1.log" | grep -E "MESSAGE|ERROR|FAILED|test cases|assertions|CHECK|REQUIRE|CUDA" | tail -30
+    local tests="$build/tests/cuda/gpt2-cuda-tests$(suffix "$1")"
+    [ -x "$tests" ] || { echo "no test binary $tests"; return 1; }
+    [ "$mode" = dry ] && { gpu timeout 100 "$tests"; return 0; }
+    timeout 100 "$tests" 2>&1 | tee "$OUT/tests-$1.log" | grep -E "MESSAGE|ERROR|FAILED|test cases|assertions|CHECK|REQUIRE|CUDA" | tail -30
 }
 
 # Most telling first: the verified graph path, then the persistent kernel, not yet run on a GPU.
@@ -102,7 +106,7 @@ step "benchmark 124M, graph decode"
 left && bench_run graph 124M --prompt 1024 --decode 256
 step "Hugging Face transformers generate, 124M fp16"
 left && gpu sh -c "PYTHONUNBUFFERED=1 timeout 80 python3 tests/cuda/hf_generate.py --shape 124M --new 128 --json 2>'$OUT/hf.err' | tee '$OUT/hf.jsonl'"
-step "CUDA tests, persistent decode (GPT2_CUDA_DECODE=persistent, not yet verified)"
+step "CUDA tests, persistent decode (GPT2_CUDA_PERSISTENT_DECODE, not yet verified)"
 left && run_tests persistent
 step "benchmark 124M, persistent decode"
 left && bench_run persistent 124M --prompt 1024 --decode 256

@@ -412,8 +412,7 @@ static const int gpt2__attend_block_keys = 8;
 /* Prefetches share h of H of the rows of the block after the one from key j0 in `cache` (rows of
    `row` values, n_keys of them). A block's rows are read head by head, across its rows, an order
    the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth of the
-   next block (one thread, 384 sessions' f16 caches: the blocks ran at 13 GB/s without this, 22
-   with it, and the key-by-key kernel before at 18). Always inlined, as gpt2__prefetch_row_ahead
+   next block (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
    is, or GCC deletes the calls. */
 template <class KV>
 GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j0, int n_keys, size_t row, int h, int H) {

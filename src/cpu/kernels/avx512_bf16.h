@@ -44,7 +44,7 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
         }
     }
     GPT2__UNROLL
-    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__q8_lane_rows * v, lo, hi, t0, acc[v]);
+    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, acc[v]);
 }
 
 /* n rows of K floats (x) rounded to bf16, to nearest even, into dst as rows of `width` (K or K +

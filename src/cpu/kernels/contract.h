@@ -70,10 +70,10 @@ static inline const uint8_t* gpt2__q4_nibbles(const uint8_t* block) { return blo
 /* Int8 panels: a set that has them (gpt2__kernels.quantize_q8_packed) multiplies q8_0 and q4_0
    weights with many rows of int8 activations in integer dot products, the products of a whole
    block adding up in one 32-bit lane before they meet their scales. It packs up to
-   gpt2__q8_panel_rows rows of W at a time into its panel scratch, gpt2__q8_panel_row_block_bytes
+   gpt2__panel_rows rows of W at a time into its panel scratch, gpt2__q8_panel_row_block_bytes
    per row and block, and the activation rows with quantize_q8_packed, gpt2__q8_packed_row_bytes
    each: the values, a float scale and an int32 per block. The layouts are the set's own. */
-static const int gpt2__q8_panel_rows = 32;
+static const int gpt2__panel_rows = 32;
 static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a row's 32 values and its f16 scale, packed */
 
 /* Lanes: a set with int8 panels may also have pack_lanes, which packs a whole q8_0, q4_0, f16 or
@@ -81,10 +81,10 @@ static const size_t gpt2__q8_panel_row_block_bytes = gpt2__q8_block_bytes; /* a 
    gpt2__weight.lanes). Every product of that matrix, a single token's included, then multiplies
    the lanes in place (int8 activations for q8_0 and q4_0, x as it is for f16 and bf16, or x
    rounded to bf16 for a bf16 prompt on the bf16 unit): no packing per product, and the same bytes
-   per weight as the file (gpt2__lanes_bytes: the rows rounded up to gpt2__q8_panel_rows, bf16's
+   per weight as the file (gpt2__lanes_bytes: the rows rounded up to gpt2__panel_rows, bf16's
    columns to an even count). Lanes are made only by the
    process's own set (gpt2__cpu_kernels), and every set with pack_lanes shares its layout. */
-static const int gpt2__q8_lane_rows = 16;
+static const int gpt2__lane_rows = 16;
 /* Whether pack_lanes takes matrices of this type: q8_0, q4_0, and the 16-bit floats f16 and bf16
    (whose lanes hold their values column by column, or bf16's by pairs of columns). */
 static constexpr bool gpt2__float16_lanes(uint32_t type) { return type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16; }
@@ -92,7 +92,7 @@ static inline bool gpt2__lanes_type(uint32_t type) { return gpt2__int8_weights(t
 /* Columns of a 16-bit matrix's lanes: bf16's go in pairs, an odd count padded with a zero. */
 static inline int64_t gpt2__lanes_columns(const gpt2__weight& W) { return W.type == GPT2_TYPE_BF16 ? (W.cols + 1) / 2 * 2 : W.cols; }
 static inline size_t gpt2__lanes_bytes(const gpt2__weight& W) {
-    const size_t rows = (size_t)(W.rows + gpt2__q8_panel_rows - 1) / gpt2__q8_panel_rows * gpt2__q8_panel_rows;
+    const size_t rows = (size_t)(W.rows + gpt2__panel_rows - 1) / gpt2__panel_rows * gpt2__panel_rows;
     if (gpt2__float16_lanes(W.type)) return rows * (size_t)gpt2__lanes_columns(W) * 2;
     const size_t block_bytes = W.type == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes;
     return rows * (size_t)(W.cols / gpt2__q8_block_values) * block_bytes;
@@ -132,7 +132,7 @@ struct gpt2__matmul_args {
 
 /* A batch's decode rows share panels, as a prompt's tokens do, once there are this many of them:
    each panel converted once serves them all, where streamed rows convert and re-read every
-   weight row once per session (docs/PERFORMANCE.md). Fewer stream W together, each weight row
+   weight row once per session (docs/PERFORMANCE.md, Kernel notes). Fewer stream W together, each weight row
    read from memory once for all of them and its dot products with every row those a lone
    session computes, so bit for bit the lone results. */
 static const int gpt2__panel_min_rows = 4;
@@ -143,10 +143,10 @@ static const int gpt2__panel_min_rows = 4;
 static const int gpt2__tile_rows = 4, gpt2__chunk_tokens = 64;
 
 /* Floats of per-thread scratch a matmul kernel may use as its weight panel, for rows of `cols`:
-   gpt2__tile_rows rows as floats, gpt2__q8_panel_rows rows as an int8 panel, or a chunk of tokens
+   gpt2__tile_rows rows as floats, gpt2__panel_rows rows as an int8 panel, or a chunk of tokens
    rounded to bf16 (the bf16 unit's activations, avx512_bf16.h). */
 static size_t gpt2__panel_floats(int64_t cols) {
-    const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__q8_panel_rows / 4;
+    const size_t int8_panel = (size_t)cols / gpt2__q8_block_values * gpt2__q8_panel_row_block_bytes * gpt2__panel_rows / 4;
     return std::max({(size_t)cols * gpt2__tile_rows, int8_panel, (size_t)(cols + 1) * gpt2__chunk_tokens / 2});
 }
 

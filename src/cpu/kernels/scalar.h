@@ -14,6 +14,14 @@ static void gpt2__widen_row(const uint8_t* row, float* out, int64_t n, float (*t
     }
 }
 
+/* Value i of a q8_0 or q4_0 block, before its scale: q8_0's byte, or q4_0's nibble - 8 (value j in
+   byte j's low nibble, value j + 16 in its high one). */
+static inline int gpt2__block_value(uint32_t type, const uint8_t* block, int i) {
+    if (type == GPT2_TYPE_Q8_0) return gpt2__q8_values(block)[i];
+    const uint8_t byte = gpt2__q4_nibbles(block)[i % (gpt2__q4_block_values / 2)];
+    return (i < gpt2__q4_block_values / 2 ? byte & 15 : byte >> 4) - 8;
+}
+
 /* Converts one row of `n` values of any weight type to float. */
 static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, int64_t n) {
     switch (type) {
@@ -27,25 +35,15 @@ static void gpt2__dequantize_row(uint32_t type, const uint8_t* row, float* out, 
         gpt2__widen_row(row, out, n, gpt2__bf16_to_f32);
         break;
     case GPT2_TYPE_Q8_0:
+    case GPT2_TYPE_Q4_0: { /* both blocks: 32 values after one f16 scale */
+        const size_t block_bytes = type == GPT2_TYPE_Q8_0 ? gpt2__q8_block_bytes : gpt2__q4_block_bytes;
         for (int64_t b = 0; b < n / gpt2__q8_block_values; b++) {
-            gpt2__block_q8_0 block;
-            std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
-            const float scale = gpt2__f16_to_f32(block.scale);
-            for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)block.q[i];
+            const uint8_t* block = row + block_bytes * b;
+            const float scale = gpt2__f16_to_f32(gpt2__q8_scale_f16(block));
+            for (int i = 0; i < gpt2__q8_block_values; i++) out[gpt2__q8_block_values * b + i] = scale * (float)gpt2__block_value(type, block, i);
         }
         break;
-    case GPT2_TYPE_Q4_0:
-        for (int64_t b = 0; b < n / gpt2__q4_block_values; b++) {
-            gpt2__block_q4_0 block;
-            std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
-            const float scale = gpt2__f16_to_f32(block.scale);
-            float* o = out + gpt2__q4_block_values * b;
-            for (int j = 0; j < gpt2__q4_block_values / 2; j++) {
-                o[j] = scale * (float)((block.q[j] & 15) - 8);
-                o[j + gpt2__q4_block_values / 2] = scale * (float)((block.q[j] >> 4) - 8);
-            }
-        }
-        break;
+    }
     default:
         GPT2_ASSERT(!"unknown weight type");
     }
@@ -95,36 +93,23 @@ static float gpt2__dot_row_scalar(uint32_t type, const uint8_t* row, const float
     return sum;
 }
 
-/* A q8_0 weight row against activations quantized by gpt2__quantize_q8: exact integer sums
-   per block, scaled by both blocks' scales. */
-static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
+/* A q8_0 or q4_0 (TYPE) weight row against activations quantized by gpt2__quantize_q8: exact
+   integer sums per block of value x, scaled by both blocks' scales. */
+template <uint32_t TYPE>
+static float gpt2__dot_int8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
     const int B = gpt2__q8_block_values;
+    const size_t block_bytes = TYPE == GPT2_TYPE_Q8_0 ? gpt2__q8_block_bytes : gpt2__q4_block_bytes;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / B; b++) {
-        gpt2__block_q8_0 block;
-        std::memcpy(&block, row + gpt2__q8_block_bytes * b, gpt2__q8_block_bytes);
+        const uint8_t* block = row + block_bytes * b;
         int32_t isum = 0;
-        for (int i = 0; i < B; i++) isum += (int32_t)block.q[i] * (int32_t)xq[B * b + i];
-        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
+        for (int i = 0; i < B; i++) isum += gpt2__block_value(TYPE, block, i) * (int32_t)xq[B * b + i];
+        sum += (float)isum * (gpt2__f16_to_f32(gpt2__q8_scale_f16(block)) * xscale[b]);
     }
     return sum;
 }
-
-/* A q4_0 weight row against activations quantized by gpt2__quantize_q8, as gpt2__dot_q8_scalar:
-   per block the exact integer sum of (nibble - 8) x, scaled by both blocks' scales. */
-static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) {
-    const int B = gpt2__q4_block_values;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / B; b++) {
-        gpt2__block_q4_0 block;
-        std::memcpy(&block, row + gpt2__q4_block_bytes * b, gpt2__q4_block_bytes);
-        const int8_t* x = xq + B * b;
-        int32_t isum = 0;
-        for (int j = 0; j < B / 2; j++) isum += ((block.q[j] & 15) - 8) * (int32_t)x[j] + ((block.q[j] >> 4) - 8) * (int32_t)x[j + B / 2];
-        sum += (float)isum * (gpt2__f16_to_f32(block.scale) * xscale[b]);
-    }
-    return sum;
-}
+static float gpt2__dot_q8_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) { return gpt2__dot_int8_scalar<GPT2_TYPE_Q8_0>(row, xq, xscale, n); }
+static float gpt2__dot_q4_scalar(const uint8_t* row, const int8_t* xq, const float* xscale, int64_t n) { return gpt2__dot_int8_scalar<GPT2_TYPE_Q4_0>(row, xq, xscale, n); }
 
 /* The streamed strategies (GPT2__STREAM_ROWS, GPT2__STREAM_INT8) of any row dot kernels (q8_0 and
    q4_0 rows against int8 activations, any row against floats), one output row at a time: the
@@ -159,7 +144,7 @@ static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int
 }
 
 /* The sum of f(x[i]) in double, in 8 chains added at the end: one chain waits on each add's
-   latency (124M q8_0 prefill of 128 tokens: its layer norms took 7% of the time). */
+   latency (docs/PERFORMANCE.md, Kernel notes). */
 template <class F>
 static double gpt2__sum_double(const float* x, int n, const F& f) {
     double chain[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -44,8 +44,7 @@
 
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
-   each time: the float tiles ran at half speed (gpt2-kernel-bench 0 64 avx512 3072 768, one
-   thread: 1,650 us in a plain build, 3,110 us with -march=native, 1,610-1,810 with this).
+   each time: the float tiles ran at half speed (docs/PERFORMANCE.md, Kernel notes).
    Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
@@ -85,11 +84,9 @@ static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Pane
 /* A converted panel's rows come from DRAM in bursts (a panel's rows, then tiles that touch no
    weight memory for a while), which neither the hardware prefetcher nor the driver's prefetch of
    the next panel runs far enough ahead of: on the AVX-512 set each row converted also prefetches
-   the row gpt2__prefill_prefetch_bytes after it. One thread, f16 50257 x 768 from DRAM
-   (`gpt2-kernel-bench 1 T avx512 50257 768`, medians of 3 alternated): 8 tokens 8.4 -> 5.0 ms,
-   32 tokens 19.1 -> 13.4 ms; 8 KB ahead gained a third of that, 48 KB no more. The AVX2 set
-   measured 6-8% slower with it (its tiles, not memory, are its limit here) and goes without;
-   panels read in place (f32) gained nothing over the driver's prefetch. */
+   the row gpt2__prefill_prefetch_bytes after it. The AVX2 set goes without (its tiles, not
+   memory, are its limit there), and panels read in place (f32) gained nothing over the driver's
+   prefetch (docs/PERFORMANCE.md, Kernel notes). */
 static const int64_t gpt2__prefill_prefetch_bytes = 24576;
 
 /* Always inlined: left a function of its own, GCC 12 finds it has no side effects (a prefetch

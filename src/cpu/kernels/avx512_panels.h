@@ -1,0 +1,485 @@
+#ifndef GPT2__PART_CPU_KERNELS_AVX512_PANELS_H
+#define GPT2__PART_CPU_KERNELS_AVX512_PANELS_H
+#include "avx512_float_tiles.h"
+
+/* The AVX-512 set, part 3 of 4: int8 panels (GPT2__INT8_PANELS) and lanes (GPT2__FLOAT16_LANES;
+   the bf16 unit's tile is avx512_bf16.h's): the packed layouts, their tiles, and the packing of
+   a whole matrix into lanes at load. */
+
+#if defined(GPT2__X86)
+
+/* ---- Int8 panels: q8_0 and q4_0 weights times many rows of int8 activations (contract.h) -----
+
+   vpdpbusd adds 4 byte products into each of 16 int32 lanes. A lane per weight row and an
+   activation's 4 bytes broadcast to all, 8 of them give the dot products of 16 rows with one
+   32-value block of a token, exact in int32; one conversion, one product of scales and one FMA
+   bring the 16 sums to float. A panel of 32 rows (two vectors) times a tile of 6 tokens keeps
+   24 block sums and 24 float sums in registers, each weight vector loaded once for 6 tokens and
+   each broadcast once for 2 vectors. vpdpbusd multiplies unsigned by signed bytes: the weights
+   are stored as w + 128 (a q4_0 value, nibble - 8, as nibble + 120), and a token's block sum
+   starts from -128 times the sum of its values (gpt2__quantize_q8_packed_avx512). Every output
+   is its own lane and its own sum over the blocks in order, so no result depends on the panel
+   or tile it falls in, nor on how many tokens the tile has.
+   A panel: 32 rows, two groups of 16 (a vector's lanes each); per block, the two groups' 8
+   vectors of words, interleaved line by line, then the 16 f16 scales of each: 1,088 bytes, 17
+   cache lines, the same bytes as the rows' q8_0 blocks, and one stream through memory. A matrix's
+   lanes (gpt2__pack_lanes_avx512) are its panels in order, the last one's missing rows repeating
+   its last row. A q4_0 matrix's lanes keep its nibbles: 4 vectors a group, vector k's bytes
+   holding word k in their low nibbles and word k + 4 in their high ones (a q4_0 block's bytes
+   4k..4k+3 as they are), as unsigned values 0-15 whose block sums start from -8 times the sum of
+   x: 576 bytes a block, again the rows' own bytes. (A q4_0 product's per-product panel is packed
+   as q8_0's, each value as nibble + 120.) */
+static const int gpt2__q8_tile_tokens = 6;
+/* How far ahead in its lanes a product of one or two tokens prefetches (Zen 5, from DRAM): a
+   lone token streams fastest 4 KB ahead, non-temporally (docs/PERFORMANCE.md, Kernel notes).
+   More tokens prefetch the next panel (gpt2__matmul_lanes_avx512). */
+static const size_t gpt2__lanes_stream_ahead = 4096;
+static const size_t gpt2__q8_scales_bytes = 2 * gpt2__lane_rows; /* a group's 16 f16 scales */
+/* Vectors of a group's block, and bytes of a panel's block, in the layout of TYPE. */
+template <uint32_t TYPE>
+static constexpr size_t gpt2__lane_vectors = TYPE == GPT2_TYPE_Q4_0 ? 4 : 8;
+template <uint32_t TYPE>
+static constexpr size_t gpt2__panel_block_bytes = 2 * (64 * gpt2__lane_vectors<TYPE> + gpt2__q8_scales_bytes);
+static_assert(gpt2__panel_rows == 2 * gpt2__lane_rows && gpt2__panel_block_bytes<GPT2_TYPE_Q8_0> == gpt2__panel_rows * (size_t)gpt2__q8_block_bytes &&
+                  gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> == gpt2__panel_rows * (size_t)gpt2__q4_block_bytes,
+              "a panel is two groups of 16 rows, the rows' own bytes");
+/* Where group j (0 or 1) of the panel at p keeps its vectors (128 bytes apart) and its scales. */
+static inline const uint8_t* gpt2__q8_group_words(const uint8_t* p, int j) { return p + 64 * j; }
+template <uint32_t TYPE>
+static inline const uint8_t* gpt2__q8_group_scales(const uint8_t* p, int j) { return p + 128 * gpt2__lane_vectors<TYPE> + gpt2__q8_scales_bytes * j; }
+/* The lane that holds row i of a group (gpt2__lane_order's order). */
+static inline int gpt2__lane_of_row(int i) { return 4 * (i / 4 == 1 ? 2 : i / 4 == 2 ? 1 : i / 4) + i % 4; }
+
+/* A transpose with in-lane shuffles leaves the rows in lanes 0-3, 8-11, 4-7, 12-15: this turns
+   a vector of 16 rows in order into that order, and back. */
+GPT2__AVX512 static inline __m512 gpt2__lane_order(__m512 v) { return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 1, 2, 0)); }
+
+/* The 32 values of the block at p and of the block at q (a q8_0 or a q4_0 block: nibble - 8) as
+   signed bytes, p's low. */
+template <uint32_t TYPE>
+GPT2__AVX512 static inline __m512i gpt2__two_blocks_avx512(const uint8_t* p, const uint8_t* q) {
+    if constexpr (TYPE == GPT2_TYPE_Q4_0) { /* each block's 16 bytes in two 128-bit lanes, the second shifted to its high nibbles */
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p)))),
+                                                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(q))), 1);
+        const __m512i nibbles = _mm512_and_si512(_mm512_mask_srli_epi16(both, (__mmask32)0xff00ff00u, both, 4), _mm512_set1_epi8(15));
+        return _mm512_sub_epi8(nibbles, _mm512_set1_epi8(8));
+    } else {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)gpt2__q8_values(p))), _mm256_loadu_si256((const __m256i*)gpt2__q8_values(q)), 1);
+    }
+}
+
+/* 16 q8_0 or q4_0 rows (row[i]) of nb blocks into group j of the panel at p: per block, vector s
+   lane i holds 4-byte word s of the block of row i (in gpt2__lane_order) as w + 128; the
+   scales in the same order. Both types' blocks begin with their f16 scale. With `ahead` (else 0),
+   the same block of the rows that many bytes on (the next panel's) is prefetched. */
+template <uint32_t TYPE>
+GPT2__AVX512 static void gpt2__pack_int8_group_avx512(uint8_t* p, int j, const uint8_t* const* row, int64_t nb, size_t ahead) {
+    const __m512i to_unsigned = _mm512_set1_epi8((char)0x80);
+    uint8_t* dst = (uint8_t*)gpt2__q8_group_words(p, j);
+    uint8_t* scales = (uint8_t*)gpt2__q8_group_scales<GPT2_TYPE_Q8_0>(p, j);
+    const size_t block_bytes = gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>;
+    for (int64_t b = 0; b < nb; b++, dst += block_bytes, scales += block_bytes) {
+        const size_t at = (size_t)b * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
+        if (ahead)
+            for (int i = 0; i < gpt2__lane_rows; i++) _mm_prefetch((const char*)row[i] + at + ahead, _MM_HINT_T1);
+        __m128i low = _mm_setzero_si128(), high = _mm_setzero_si128(); /* the scales of lanes 0-7 (rows 0-3, 8-11) and 8-15 (rows 4-7, 12-15) */
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[0] + at), 0); /* immediates: a loop's index is not one for every compiler */
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[1] + at), 1);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[2] + at), 2);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[3] + at), 3);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[8] + at), 4);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[9] + at), 5);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[10] + at), 6);
+        low = _mm_insert_epi16(low, gpt2__q8_scale_f16(row[11] + at), 7);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[4] + at), 0);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[5] + at), 1);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[6] + at), 2);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[7] + at), 3);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[12] + at), 4);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[13] + at), 5);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[14] + at), 6);
+        high = _mm_insert_epi16(high, gpt2__q8_scale_f16(row[15] + at), 7);
+        _mm256_storeu_si256((__m256i*)scales, _mm256_set_m128i(high, low));
+        __m512i z[8], t[8], u[8]; /* z[i]: the block of row i, then of row i + 8 */
+        for (int i = 0; i < 8; i++) z[i] = gpt2__two_blocks_avx512<TYPE>(row[i] + at, row[i + 8] + at);
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+            t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+        }
+        for (int h = 0; h < 8; h += 4) { /* u[h + k], 128-bit lanes: word k, 4 + k of rows h.., then of rows h + 8.. */
+            u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+            u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+            u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+            u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+        }
+        for (int k = 0; k < 4; k++) {
+            _mm512_storeu_si512(dst + 128 * k, _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(2, 0, 2, 0)), to_unsigned));
+            _mm512_storeu_si512(dst + 128 * (4 + k), _mm512_xor_si512(_mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(3, 1, 3, 1)), to_unsigned));
+        }
+    }
+}
+
+/* 64 bytes at p; with `halves`, as two 256-bit loads, which Zen 4 and 5 stream from DRAM faster
+   than one 512-bit load (it splits those anyway): a tile of few tokens waits on memory, where
+   tiles of 5 or 6 are busy enough that the extra load costs (docs/PERFORMANCE.md, Kernel notes). */
+template <bool halves>
+GPT2__AVX512 static inline __m512i gpt2__load_streamed_avx512(const uint8_t* p) {
+    if constexpr (halves) return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)p)), _mm256_loadu_si256((const __m256i*)(p + 32)), 1);
+    else return _mm512_loadu_si512(p);
+}
+
+/* Tokens t0.. t0 + N - 1's sums of a group of 16 rows from row r (row r + i in lane i), stored
+   for the rows in [lo, hi) as gpt2__store_out does: the bias added, and with `accumulate` y
+   added to. */
+template <int N>
+GPT2__AVX512 static inline void gpt2__store_group_avx512(const gpt2__matmul_args& a, int64_t r, int64_t lo, int64_t hi, int t0, const __m512* sums) {
+    const int64_t from = std::max<int64_t>(lo - r, 0), to = std::min<int64_t>(hi - r, gpt2__lane_rows);
+    if (from >= to) return;
+    const __mmask16 m = (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
+    const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(m, a.bias + r) : _mm512_setzero_ps();
+    GPT2__UNROLL
+    for (int t = 0; t < N; t++) {
+        float* y = a.y + (size_t)(t0 + t) * a.W->rows + r;
+        const __m512 out = _mm512_add_ps(bias, sums[t]);
+        _mm512_mask_storeu_ps(y, m, a.accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), out) : out);
+    }
+}
+
+/* Tokens t0.. t0 + N - 1: V groups of a panel from group j (lane 0 of the first is row
+   first_row) times N packed activation rows, the panel in the layout of LAYOUT (q8_0's, or q4_0
+   lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does. `lines` cache lines from
+   `prefetch` on are prefetched, spread over the blocks. */
+template <uint32_t LAYOUT, int V, int N>
+GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                              const char* prefetch, size_t lines) {
+    constexpr bool nibbles = LAYOUT == GPT2_TYPE_Q4_0;
+    constexpr size_t block_bytes = gpt2__panel_block_bytes<LAYOUT>;
+    const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
+    const size_t ldx = gpt2__q8_packed_row_bytes(K);
+    const uint8_t *w = gpt2__q8_group_words(p, j), *scales = gpt2__q8_group_scales<LAYOUT>(p, j);
+    const int8_t* xq[N];
+    const float* xs[N];
+    const int32_t* start[N];
+    for (int t = 0; t < N; t++) {
+        const uint8_t* row = a.xq_packed + (size_t)(t0 + t) * ldx;
+        xq[t] = (const int8_t*)row;
+        xs[t] = (const float*)(row + K);
+        start[t] = (const int32_t*)(xs[t] + nb);
+    }
+    __m512 f[V][N];
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++)
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) f[v][t] = _mm512_setzero_ps();
+    const size_t lines_per_block = (lines + (size_t)nb - 1) / (size_t)nb;
+    for (int64_t b = 0; b < nb; b++) {
+        for (size_t l = (size_t)b * lines_per_block, end = std::min(lines, l + lines_per_block); l < end; l++) {
+            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
+        }
+        const uint8_t* wb = w + (size_t)b * block_bytes;
+        __m512i d[V][N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512i s = _mm512_set1_epi32(nibbles ? start[t][b] / 16 : start[t][b]); /* -8 or -128 times the sum of x: exact */
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) d[v][t] = s;
+        }
+        __m512i packed[V];
+        GPT2__UNROLL
+        for (int i = 0; i < 8; i++) {
+            const int s = nibbles ? (i % 2 ? i / 2 + 4 : i / 2) : i; /* nibbles: words 0, 4, 1, 5, ..., two from each vector */
+            __m512i wv[V];
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) {
+                if constexpr (!nibbles) {
+                    wv[v] = gpt2__load_streamed_avx512<N <= 4>(wb + 64 * v + 128 * s);
+                } else if (i % 2 == 0) {
+                    packed[v] = gpt2__load_streamed_avx512<N <= 4>(wb + 64 * v + 128 * s);
+                    wv[v] = _mm512_and_si512(packed[v], _mm512_set1_epi8(15));
+                } else {
+                    wv[v] = _mm512_and_si512(_mm512_srli_epi16(packed[v], 4), _mm512_set1_epi8(15));
+                }
+            }
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) {
+                int32_t word;
+                std::memcpy(&word, xq[t] + gpt2__q8_block_values * b + 4 * s, 4);
+                const __m512i x = _mm512_set1_epi32(word);
+                GPT2__UNROLL
+                for (int v = 0; v < V; v++) d[v][t] = _mm512_dpbusd_epi32(d[v][t], wv[v], x);
+            }
+        }
+        __m512 w_scale[V];
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) w_scale[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(scales + (size_t)b * block_bytes + v * gpt2__q8_scales_bytes)));
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x_scale = _mm512_set1_ps(xs[t][b]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) f[v][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[v][t]), _mm512_mul_ps(w_scale[v], x_scale), f[v][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) {
+        __m512 sums[N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) sums[t] = gpt2__lane_order(f[v][t]);
+        gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
+    }
+}
+
+/* f16 lanes: an f16 matrix's panels of 32 rows, column by column: per column a cache line of
+   the 32 rows' values there (group 0's 16, then group 1's), the last panel's missing rows
+   repeating its last row: 64 bytes a column, the rows' own bytes. bf16 lanes hold pairs of
+   columns instead: per pair two cache lines, group 0's then group 1's, each row's two values in
+   its 32-bit lane (the even column low), as the bf16 unit multiplies them; an odd last column
+   is paired with a zero. A tile widens a group's 16 values of a column at once (bf16: a shift
+   and a mask of the pair) and multiplies them with each token's value there, broadcast, so each
+   output is its own lane: summed over the even and the odd columns apart (two chains, which a
+   lone token needs to keep up with memory) and then together, the same for every tile width and
+   row range. */
+static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
+/* Tokens in a tile of LAYOUT: 6 for int8 panels; 16-bit tiles keep two sums per output and run
+   out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
+template <uint32_t LAYOUT>
+static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
+
+/* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
+   w points at the tile's first group. Without `odd`, column 2i alone (an odd count's last). */
+template <uint32_t TYPE>
+GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64_t i, int v, __m512* even, __m512* odd) {
+    const uint8_t* pair = w + gpt2__f16_column_bytes * 2 * (size_t)i;
+    if constexpr (TYPE == GPT2_TYPE_F16) {
+        *even = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pair + 32 * v)));
+        if (odd) *odd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pair + gpt2__f16_column_bytes + 32 * v)));
+    } else {
+        const __m512i both = _mm512_loadu_si512(pair + 64 * v);
+        *even = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+        if (odd) *odd = _mm512_castsi512_ps(_mm512_and_si512(both, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+}
+
+template <uint32_t TYPE, int V, int N>
+GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                   const char* prefetch, size_t lines) {
+    const int64_t K = a.W->cols;
+    const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
+    const float* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    __m512 even[V][N], odd[V][N];
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++)
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) even[v][t] = odd[v][t] = _mm512_setzero_ps();
+    const int64_t pairs = K / 2;
+    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    for (int64_t i = 0; i < pairs; i++) {
+        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
+            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
+        }
+        __m512 w0[V], w1[V];
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
+        /* The even column's products, then the odd one's, one broadcast live at a time (26
+           registers in all). Interleaved token by token, GCC tuned for Zen (-march=native on
+           AMD) spilled a weight; group by group, with a token's broadcast kept for both, plain
+           builds did (docs/PERFORMANCE.md, Kernel notes). */
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) even[v][t] = _mm512_fmadd_ps(w0[v], x0, even[v][t]);
+        }
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+        }
+    }
+    if (K % 2) { /* the last column, to the even sums */
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) {
+            __m512 wv;
+            gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), even[v][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) {
+        __m512 sums[N];
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) sums[t] = _mm512_add_ps(even[v][t], odd[v][t]);
+        gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
+    }
+}
+
+/* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for GPT2__BF16_UNIT: one sum per output,
+   so wider than the FMA tiles (8 x 2 sums fill half the registers; docs/PERFORMANCE.md, Kernel
+   notes). */
+static const int gpt2__bf16_unit_tile_tokens = 8;
+template <int V, int N>
+GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                          const char* prefetch, size_t lines);
+
+/* A tile of N tokens in the layout of LAYOUT: f16 or bf16 lanes, or an int8 panel (q8_0's, or
+   q4_0 lanes'). */
+template <uint32_t LAYOUT, int V, int N>
+GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                 const char* prefetch, size_t lines) {
+    if constexpr (LAYOUT == GPT2_TYPE_BF16) {
+        if (a.strategy == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    }
+    if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return; /* only the bf16 unit's tiles are this wide */
+    else if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+    else gpt2__tile_int8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+}
+
+template <uint32_t LAYOUT, int V>
+GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                  const char* prefetch, size_t lines) {
+    constexpr int widest = LAYOUT == GPT2_TYPE_BF16 ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
+    static_assert(widest >= 5 && widest <= 8, "a case per tile width");
+    switch (n) {
+    case 1: gpt2__tile_lanes_avx512<LAYOUT, V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 2: gpt2__tile_lanes_avx512<LAYOUT, V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 3: gpt2__tile_lanes_avx512<LAYOUT, V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 4: gpt2__tile_lanes_avx512<LAYOUT, V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 5: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(5, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 6: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(6, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    case 7: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(7, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    default: gpt2__tile_lanes_avx512<LAYOUT, V, widest>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
+    }
+}
+
+/* All of a.T's tokens through V groups (as gpt2__tile_lanes_avx512), shared evenly among the
+   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does;
+   docs/PERFORMANCE.md, Kernel notes). The tiles share the prefetch of `lines` cache lines
+   from `prefetch` on, spread along their blocks. */
+template <uint32_t LAYOUT, int V>
+GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
+    const int widest = a.strategy == GPT2__BF16_UNIT ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
+    const int tiles = (a.T + widest - 1) / widest;
+    for (int i = 0, t = 0; i < tiles; i++) {
+        const int n = a.T / tiles + (i < a.T % tiles);
+        const size_t from = lines * i / tiles, to = lines * (i + 1) / tiles;
+        gpt2__tile_tokens_avx512<LAYOUT, V>(n, a, p, j, first_row, lo, hi, t, prefetch + 64 * from, to - from);
+        t += n;
+    }
+}
+
+/* W (q8_0, q4_0, f16 or bf16: TYPE) on its lanes, in place, two groups at a time, times
+   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
+   end half-way through a panel: that group alone. A lone token or two prefetch
+   gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
+   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
+   Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
+   into L2 (docs/PERFORMANCE.md, Kernel notes). */
+template <uint32_t TYPE>
+GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    const size_t panel_bytes = gpt2__float16_lanes(TYPE) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
+                                                     : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
+    for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
+        const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
+        const int j = (int)(first / gpt2__lane_rows % 2);
+        const bool both = j == 0 && first + gpt2__lane_rows < o_end;
+        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
+        const size_t next_lines = first + gpt2__panel_rows < o_end ? panel_bytes / 64 : 0;
+        if (both) gpt2__tiles_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
+        else gpt2__tiles_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
+        first += gpt2__lane_rows * (both ? 2 : 1);
+    }
+}
+
+/* q8_0 or q4_0 W times a.xq_packed. With lanes (made at load), the tokens go through them in
+   place, two groups at a time. Else each panel of up to 32 rows is packed first, then all tokens
+   go through it in tiles (the panel stays in L2, a tile's activations in L1). A last panel of
+   16 rows or fewer takes one group; lanes past the last row repeat it and are not stored. */
+GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    const gpt2__weight* W = a.W;
+    if (W->lanes) return W->type == GPT2_TYPE_Q4_0 ? gpt2__matmul_lanes_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end) : gpt2__matmul_lanes_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
+    const int64_t nb = W->cols / gpt2__q8_block_values;
+    uint8_t* w = (uint8_t*)panel;
+    for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {
+        const int rows = (int)std::min<int64_t>(gpt2__panel_rows, o_end - o), V = rows > gpt2__lane_rows ? 2 : 1;
+        for (int v = 0; v < V; v++) {
+            const uint8_t* row[gpt2__lane_rows];
+            for (int i = 0; i < gpt2__lane_rows; i++) row[i] = W->data + (size_t)(o + std::min(gpt2__lane_rows * v + i, rows - 1)) * W->row_bytes;
+            const size_t ahead = o + gpt2__panel_rows < o_end ? gpt2__panel_rows * W->row_bytes : 0;
+            if (W->type == GPT2_TYPE_Q4_0) gpt2__pack_int8_group_avx512<GPT2_TYPE_Q4_0>(w, v, row, nb, ahead);
+            else gpt2__pack_int8_group_avx512<GPT2_TYPE_Q8_0>(w, v, row, nb, ahead);
+        }
+        /* The next panel's rows come from DRAM, 32 streams the hardware prefetcher does not all
+           follow: prefetched along the pack (with few tokens there are few tiles; docs/
+           PERFORMANCE.md, Kernel notes) and spread over the tiles, which touch no weight memory. */
+        const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+        const size_t next_lines = (size_t)std::min<int64_t>(gpt2__panel_rows, o_end - o - rows) * W->row_bytes / 64;
+        if (V == 2) gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
+        else gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
+    }
+}
+
+/* A q8_0, q4_0, f16 or bf16 matrix's lanes (contract.h): its panels in order, q8_0's packed as a
+   product's are, q4_0's bytes moved into their lanes as 4-byte words, nibbles as they are, f16's
+   values column by column, bf16's by pairs of columns. */
+GPT2__AVX512 static void gpt2__pack_lanes_avx512(uint8_t* dst, const gpt2__weight& W) {
+    if (gpt2__float16_lanes(W.type)) {
+        const bool pairs = W.type == GPT2_TYPE_BF16;
+        uint16_t* out = (uint16_t*)dst;
+        for (int64_t first = 0; first < W.rows; first += gpt2__panel_rows) {
+            const uint16_t* row[gpt2__panel_rows];
+            for (int i = 0; i < gpt2__panel_rows; i++) row[i] = (const uint16_t*)(W.data + (size_t)std::min<int64_t>(first + i, W.rows - 1) * W.row_bytes);
+            for (int64_t k = 0; k < W.cols; k += pairs ? 2 : 1)
+                for (int i = 0; i < gpt2__panel_rows; i++) {
+                    *out++ = row[i][k];
+                    if (pairs) *out++ = k + 1 < W.cols ? row[i][k + 1] : 0;
+                }
+        }
+        return;
+    }
+    const int64_t nb = W.cols / gpt2__q8_block_values;
+    const bool q4 = W.type == GPT2_TYPE_Q4_0;
+    const size_t block_bytes = q4 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>;
+    for (int64_t first = 0; first < W.rows; first += gpt2__panel_rows, dst += (size_t)nb * block_bytes)
+        for (int j = 0; j < 2; j++) {
+            const uint8_t* row[gpt2__lane_rows];
+            for (int i = 0; i < gpt2__lane_rows; i++) row[i] = W.data + (size_t)std::min<int64_t>(first + gpt2__lane_rows * j + i, W.rows - 1) * W.row_bytes;
+            if (!q4) {
+                gpt2__pack_int8_group_avx512<GPT2_TYPE_Q8_0>(dst, j, row, nb, 0);
+                continue;
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t* words = dst + (size_t)b * block_bytes + 64 * j;
+                uint8_t* scales = (uint8_t*)gpt2__q8_group_scales<GPT2_TYPE_Q4_0>(dst + (size_t)b * block_bytes, j);
+                for (int i = 0; i < gpt2__lane_rows; i++) {
+                    const uint8_t* block = row[i] + (size_t)b * gpt2__q4_block_bytes;
+                    const int lane = gpt2__lane_of_row(i);
+                    for (int k = 0; k < 4; k++) std::memcpy(words + 128 * k + 4 * lane, gpt2__q4_nibbles(block) + 4 * k, 4);
+                    std::memcpy(scales + 2 * lane, block, 2);
+                }
+            }
+        }
+}
+
+/* Rows of x quantized as gpt2__quantize_q8_avx512 does, packed for gpt2__tile_int8_avx512: per
+   row the int8 values, the block scales, and per block -128 times the sum of its values (the
+   start of its sums against weights stored as w + 128). */
+GPT2__AVX512 static void gpt2__quantize_q8_packed_avx512(uint8_t* dst, const float* x, int rows, int64_t cols) {
+    const int B = gpt2__q8_block_values;
+    const int64_t nb = cols / B;
+    for (int t = 0; t < rows; t++, dst += gpt2__q8_packed_row_bytes(cols)) {
+        int8_t* q = (int8_t*)dst;
+        float* scale = (float*)(dst + cols);
+        int32_t* start = (int32_t*)(scale + nb);
+        gpt2__quantize_q8_avx512(q, scale, x + (size_t)t * cols, cols);
+        for (int64_t b = 0; b < nb; b++) {
+            const __m128i* v = (const __m128i*)(q + B * b);
+            start[b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(v)), _mm512_cvtepi8_epi32(_mm_loadu_si128(v + 1))));
+        }
+    }
+}
+
+#endif /* GPT2__X86 */
+
+#endif /* GPT2__PART_CPU_KERNELS_AVX512_PANELS_H */

@@ -1,0 +1,1 @@
+#endif /* GPT2_IMPLEMENTATION (CUDA) */

@@ -1,0 +1,328 @@
+#ifndef GPT2__PART_CUDA_FORWARD_CUH
+#define GPT2__PART_CUDA_FORWARD_CUH
+#include "persistent.cuh"
+
+/* The CUDA forward pass: a prompt as cuBLAS products with our kernels between them, a token as
+   one replay of the captured graph of one-token kernels; the logits, sampling, scoring and the
+   cache's rows for the session's state. */
+
+/* ---- Forward pass ------------------------------------------------------------------------- */
+
+static cudaDataType_t gpt2__cuda_type(const gpt2__cuda_model* dm) { return dm->bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+/* Y (T, N) row-major (f32, or 16-bit when out16) = X (T, K) W^T, W (N, K) row-major; beta 1
+   accumulates into Y (the residual stream). */
+static gpt2_result gpt2__cuda_linear(gpt2__cuda_session* s, const void* W, const void* X, void* Y, bool out16, int N, int T, int K, float beta, gpt2_error* err) {
+    const float alpha = 1.0f;
+    const cudaDataType_t t = gpt2__cuda_type(s->dm);
+    GPT2__CUBLAS_TRY(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, t, K, X, t, K, &beta, Y, out16 ? t : CUDA_R_32F, N,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return GPT2_OK;
+}
+
+/* Launches a kernel, with programmatic dependent launch when `pdl` (see gpt2__grid_wait). */
+template <class... Params, class... Args>
+static cudaError_t gpt2__launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+static int gpt2__cuda_grid(size_t n, int threads) { return (int)std::min<size_t>((n + threads - 1) / threads, 65535); }
+
+/* Rows [row, row + T) of a pass through the cuBLAS path: one session's new tokens, at positions
+   pos0.. of its KV cache. */
+struct gpt2__cuda_part {
+    gpt2__cuda_session* s;
+    int row, T, pos0;
+};
+
+/* The R tokens a.ids[0..R) through the whole model with cuBLAS, on the stream and cuBLAS handle
+   of `r`: the prompt path (any T), and the batched pass (gpt2__cuda_run_batch). Each weight
+   product is one GEMM over all R rows and LayerNorm, bias and GELU one launch each; embedding
+   and attention go part by part, each part against its own session's cache, in that session's
+   attention scratch (scores, probs16). A prompt is one part. Leaves the final LayerNorm of every
+   row in a.xn16 (R, C). */
+template <class TT>
+static gpt2_result gpt2__cuda_forward_rows(gpt2__cuda_session* r, const gpt2__cuda_rows& a, const gpt2__cuda_part* parts, size_t n_parts, int R, gpt2_error* err) {
+    const gpt2_model* m = r->model;
+    const gpt2__cuda_model* dm = r->dm;
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
+    const float eps = m->layer_norm_eps;
+    cudaStream_t st = r->stream;
+    const size_t ln_smem = (size_t)C * 4;
+    for (size_t i = 0; i < n_parts; i++) {
+        const gpt2__cuda_part& p = parts[i];
+        gpt2__embed_kernel<TT><<<p.T, 256, 0, st>>>(a.x + (size_t)p.row * C, (const TT*)dm->wte, (const TT*)dm->wpe, a.ids + p.row, nullptr, p.pos0, C);
+        GPT2__LAUNCHED("embed");
+    }
+    const float* pending_bias = nullptr; /* the bias of the last residual product, added with the next LayerNorm */
+    const cudaDataType_t t16 = gpt2__cuda_type(dm);
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__cuda_layer& G = dm->layers[(size_t)l];
+        gpt2__add_layer_norm_kernel<TT><<<R, 256, ln_smem, st>>>(a.x, pending_bias, G.ln_1_w, G.ln_1_b, (TT*)a.xn16, C, eps);
+        GPT2__LAUNCHED("layer norm");
+        GPT2__TRY(gpt2__cuda_linear(r, G.c_attn, a.xn16, a.qkv, false, 3 * C, R, C, 0.0f, err));
+        for (size_t i = 0; i < n_parts; i++) {
+            const gpt2__cuda_part& p = parts[i];
+            gpt2__cuda_session* s = p.s;
+            const int T = p.T, Lk = p.pos0 + T;
+            TT* kc = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
+            TT* vc = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
+            TT* q16 = (TT*)a.q16 + (size_t)p.row * C;
+            TT* att16 = (TT*)a.att16 + (size_t)p.row * C;
+            gpt2__qkv_split_kernel<TT><<<gpt2__cuda_grid((size_t)T * 3 * C, 256), 256, 0, st>>>(a.qkv + (size_t)p.row * 3 * C, G.c_attn_b, q16, kc, vc, T, C, p.pos0);
+            GPT2__LAUNCHED("qkv split");
+            /* scores_h (T, Lk) = q_h k_h^T; column-major: S^T (Lk, T) = K_h (Lk, D) x Q_h^T */
+            const float one = 1.0f, zero = 0.0f;
+            GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, Lk, T, D, &one, kc, t16, C, D, q16, t16, C, D, &zero, s->scores, CUDA_R_32F,
+                                                        Lk, (long long)T * Lk, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            gpt2__causal_softmax_kernel<TT><<<H * T, 256, 0, st>>>(s->scores, (TT*)s->probs16, T, Lk, p.pos0, 1.0f / std::sqrt((float)D));
+            GPT2__LAUNCHED("softmax");
+            /* att_h (T, D) = P_h (T, Lk) v_h (Lk, D); column-major: O^T (D, T) = V^T (D, Lk) P^T (Lk, T) */
+            GPT2__CUBLAS_TRY(cublasGemmStridedBatchedEx(r->blas, CUBLAS_OP_N, CUBLAS_OP_N, D, T, Lk, &one, vc, t16, C, D, s->probs16, t16, Lk, (long long)T * Lk, &zero,
+                                                        att16, t16, C, D, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        GPT2__TRY(gpt2__cuda_linear(r, G.c_proj, a.att16, a.x, false, C, R, C, 1.0f, err)); /* x += att W^T */
+        gpt2__add_layer_norm_kernel<TT><<<R, 256, ln_smem, st>>>(a.x, G.c_proj_b, G.ln_2_w, G.ln_2_b, (TT*)a.xn16, C, eps);
+        GPT2__LAUNCHED("layer norm");
+        GPT2__TRY(gpt2__cuda_linear(r, G.c_fc, a.xn16, a.fc, false, F, R, C, 0.0f, err));
+        gpt2__bias_gelu_kernel<TT><<<gpt2__cuda_grid((size_t)R * F, 256), 256, 0, st>>>(a.fc, G.c_fc_b, (TT*)a.fc16, (size_t)R * F, F, m->gelu_tanh ? 1 : 0);
+        GPT2__LAUNCHED("gelu");
+        GPT2__TRY(gpt2__cuda_linear(r, G.mlp_proj, a.fc16, a.x, false, C, R, F, 1.0f, err));
+        pending_bias = G.mlp_proj_b;
+    }
+    gpt2__add_layer_norm_kernel<TT><<<R, 256, ln_smem, st>>>(a.x, pending_bias, dm->ln_f_w, dm->ln_f_b, (TT*)a.xn16, C, eps);
+    GPT2__LAUNCHED("layer norm");
+    return GPT2_OK;
+}
+
+/* The kernels of one token at position step_d[0], token step_d[1]; logits to logits_d. Reads
+   its position and token from device memory, so one captured graph serves every step. */
+template <class TT>
+static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const gpt2__cuda_model* dm = s->dm;
+    const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
+    cudaStream_t st = s->stream;
+#if defined(GPT2_CUDA_PERSISTENT_DECODE)
+    if (dm->persistent) return gpt2__cuda_launch_persistent<TT>(s, err);
+#endif
+    const int warps = 8, cap = dm->n_sm * 8;
+    const bool pdl = dm->pdl;
+    auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
+        const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
+        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4 * (a.ln_w ? 3 : 1), st, a);
+    };
+    gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
+    GPT2__LAUNCHED("embed");
+    for (int l = 0; l < m->n_layer; l++) {
+        const gpt2__cuda_layer& G = dm->layers[(size_t)l];
+        gpt2__gemv_args a{};
+        a.eps = m->layer_norm_eps;
+        a.C = C;
+        a.pos = s->step_d;
+        a.gelu_tanh = m->gelu_tanh ? 1 : 0;
+        /* q, k, v = c_attn(ln_1(x)) + bias; k and v straight into the cache */
+        a.W = G.c_attn; a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
+        a.k_cache = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
+        a.v_cache = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, a));
+        GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
+                                    (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D)));
+        /* x += c_proj(att) + bias */
+        a.W = G.c_proj; a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        /* fc = gelu(c_fc(ln_2(x)) + bias) */
+        a.W = G.c_fc; a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, a));
+        /* x += mlp c_proj(fc) + bias */
+        a.W = G.mlp_proj; a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+    }
+    gpt2__gemv_args a{};
+    a.W = dm->lm_head; a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
+    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, a));
+    return GPT2_OK;
+}
+
+/* Queues one token's pass: a replay of the captured graph (captured on first use). */
+static gpt2_result gpt2__cuda_launch_token(gpt2__cuda_session* s, gpt2_error* err) {
+    if (!s->graph_exec && !s->graph_failed) {
+        gpt2_result res = GPT2_OK;
+        GPT2__CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        res = s->dm->bf16 ? gpt2__cuda_forward_token<__nv_bfloat16>(s, err) : gpt2__cuda_forward_token<__half>(s, err);
+        cudaGraph_t graph = nullptr;
+        cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+        if (res != GPT2_OK) {
+            if (graph) cudaGraphDestroy(graph);
+            graph = nullptr;
+            if (!s->dm->persistent) return res;
+            /* a cooperative launch that the capture refused: launch it directly from now on */
+            if (e == cudaSuccess) e = cudaErrorStreamCaptureUnsupported;
+        }
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&s->graph_exec, graph, 0);
+        if (e != cudaSuccess) { /* run the kernels directly from now on */
+            cudaGetLastError();
+            s->graph_failed = true;
+            s->graph_exec = nullptr;
+            gpt2__log(s->model->params, GPT2_LOG_WARNING, "CUDA: graph capture failed (%s); launching kernels directly", cudaGetErrorString(e));
+        }
+        s->graph = graph;
+    }
+    if (s->graph_exec) {
+        GPT2__CUDA_TRY(cudaGraphLaunch(s->graph_exec, s->stream));
+        return GPT2_OK;
+    }
+    return s->dm->bf16 ? gpt2__cuda_forward_token<__nv_bfloat16>(s, err) : gpt2__cuda_forward_token<__half>(s, err);
+}
+
+/* Runs tokens[n_cached..) at positions n_cached.. and leaves the last position's logits in
+   logits_d. One token at a time goes through the graph; more through the prompt path. */
+static gpt2_result gpt2__cuda_run(gpt2__cuda_session* s, gpt2_error* err) {
+    const gpt2_model* m = s->model;
+    const int T = (int)s->tokens.size() - s->n_cached, pos0 = s->n_cached;
+    if (T == 1 && s->dm->fast_decode) {
+        gpt2__set_step_kernel<<<1, 1, 0, s->stream>>>(s->step_d, pos0, s->tokens.back());
+        GPT2__LAUNCHED("set step");
+        GPT2__TRY(gpt2__cuda_launch_token(s, err));
+    } else {
+        GPT2__CUDA_TRY(cudaMemcpyAsync(s->ids_d, s->tokens.data() + pos0, (size_t)T * 4, cudaMemcpyHostToDevice, s->stream));
+        const gpt2__cuda_rows own = gpt2__cuda_own_rows(s);
+        const gpt2__cuda_part prompt{s, 0, T, pos0};
+        GPT2__TRY(s->dm->bf16 ? gpt2__cuda_forward_rows<__nv_bfloat16>(s, own, &prompt, 1, T, err) : gpt2__cuda_forward_rows<__half>(s, own, &prompt, 1, T, err));
+        const size_t C = (size_t)m->n_embd;
+        const void* last = (const uint8_t*)s->xn16 + (size_t)(T - 1) * C * 2;
+        GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, last, s->logits_d, false, m->n_vocab, 1, (int)C, 0.0f, err));
+    }
+    return GPT2_OK;
+}
+
+/* True when the pass gpt2__cuda_sample queued computes what is to run now: the one new token, at
+   the position it was queued for. The queued pass is spent either way. */
+static bool gpt2__cuda_take_pending(gpt2__cuda_session* s) {
+    if (!s->pending) return false;
+    s->pending = false;
+    return s->tokens.size() == (size_t)s->n_cached + 1 && s->n_cached == s->pending_pos && s->tokens.back() == s->pending_token;
+}
+
+/* The backend's run: the shared part appended the tokens; n_cached says where they start. */
+static gpt2_result gpt2__cuda_run_session(gpt2_session* session, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    if (gpt2__abort_requested(s)) { /* one pass is one graph or one prompt: polled before it */
+        s->pending = false;
+        return gpt2__aborted(err);
+    }
+    s->logits_on_host = false;
+    if (gpt2__cuda_take_pending(s)) return GPT2_OK;
+    GPT2__TRY(gpt2__cuda_run(s, err));
+    const cudaError_t e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? GPT2_OK : gpt2__cuda_fail(err, e, "the forward pass");
+}
+
+static const float* gpt2__cuda_logits(gpt2_session* session) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    if (!s->logits_on_host) {
+        cudaSetDevice(s->dm->device);
+        if (cudaMemcpyAsync(s->logits, s->logits_d, (size_t)s->model->n_vocab * 4, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
+            cudaStreamSynchronize(s->stream) != cudaSuccess) {
+            cudaGetLastError();
+            return nullptr;
+        }
+        s->logits_on_host = true;
+    }
+    return s->logits;
+}
+
+/* Samples on the GPU from logits_d. When the token will simply extend the context, its pass
+   is queued right behind the sampler, so the GPU works while the host handles the token. */
+static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    const bool extend = s->dm->fast_decode && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx;
+    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
+    GPT2__LAUNCHED("sample");
+    GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
+    s->pending = false;
+    if (extend) GPT2__TRY(gpt2__cuda_launch_token(s, err));
+    GPT2__CUDA_TRY(cudaEventSynchronize(s->token_ready));
+    *token = *s->token_h;
+    if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
+    s->pending = extend;
+    s->pending_token = *token;
+    s->pending_pos = s->n_cached;
+    return GPT2_OK;
+}
+
+/* Log-probabilities of tokens[1..n) after the prompt pass over tokens[0..n) (xn16 holds every
+   position's final hidden state): the head over GPT2__SCORE_ROWS rows at a time. */
+static gpt2_result gpt2__cuda_window_logprob(gpt2_session* session, const int32_t* tokens, size_t n, double* sum, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    *sum = 0.0;
+    if (n < 2) return GPT2_OK;
+    const gpt2_model* m = s->model;
+    const size_t C = (size_t)m->n_embd;
+    GPT2__CUDA_TRY(cudaMemcpyAsync(s->ids_d, tokens, n * 4, cudaMemcpyHostToDevice, s->stream));
+    for (size_t r0 = 0; r0 + 1 < n; r0 += GPT2__SCORE_ROWS) {
+        const int rows = (int)std::min<size_t>(GPT2__SCORE_ROWS, n - 1 - r0);
+        GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, (const uint8_t*)s->xn16 + r0 * C * 2, s->logits_d, false, m->n_vocab, rows, (int)C, 0.0f, err));
+        gpt2__log_prob_kernel<<<rows, 256, 0, s->stream>>>(s->logits_d, m->n_vocab, s->ids_d + r0 + 1, s->logp_d + r0);
+        GPT2__LAUNCHED("log prob");
+    }
+    gpt2__vector<double> logp(n - 1);
+    GPT2__CUDA_TRY(cudaMemcpyAsync(logp.data(), s->logp_d, (n - 1) * 8, cudaMemcpyDeviceToHost, s->stream));
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    for (double v : logp) *sum += v;
+    /* logits_d held the head of other rows: put back the last position's */
+    GPT2__TRY(gpt2__cuda_linear(s, s->dm->lm_head, (const uint8_t*)s->xn16 + (n - 1) * C * 2, s->logits_d, false, m->n_vocab, 1, (int)C, 0.0f, err));
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    s->logits_on_host = false;
+    return GPT2_OK;
+}
+
+/* Rows [0, n) of every layer's 16-bit caches to or from `packed` host memory: the keys
+   (n_layer, n, C), then the values. */
+static gpt2_result gpt2__cuda_copy_rows(gpt2__cuda_session* s, int n, uint8_t* packed, bool to_device, gpt2_error* err) {
+    const size_t row = (size_t)s->model->n_embd * 2, rows = (size_t)n * row, layer = (size_t)s->n_ctx * row, L = (size_t)s->model->n_layer;
+    void* caches[2] = {s->k_cache, s->v_cache};
+    for (void* cache : caches) {
+        if (to_device) GPT2__CUDA_TRY(cudaMemcpy2DAsync(cache, layer, packed, rows, rows, L, cudaMemcpyHostToDevice, s->stream));
+        else GPT2__CUDA_TRY(cudaMemcpy2DAsync(packed, rows, cache, layer, rows, L, cudaMemcpyDeviceToHost, s->stream));
+        packed += L * rows;
+    }
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_save_cache(gpt2_session* session, int n, void* rows, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    if (n) GPT2__TRY(gpt2__cuda_copy_rows(s, n, (uint8_t*)rows, false, err));
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__cuda_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    s->pending = false;
+    if (n) GPT2__TRY(gpt2__cuda_copy_rows(s, n, (uint8_t*)const_cast<void*>(rows), true, err));
+    if (logits) {
+        GPT2__CUDA_TRY(cudaMemcpyAsync(s->logits_d, logits, (size_t)s->model->n_vocab * 4, cudaMemcpyHostToDevice, s->stream));
+        s->logits_on_host = false;
+    }
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+    return GPT2_OK;
+}
+
+#endif /* GPT2__PART_CUDA_FORWARD_CUH */
