@@ -52,10 +52,16 @@
                    rewound (undo the last answer), continuing exactly as if never interrupted.
 
    THREADS
-     A model is read-only once loaded: any thread may use it. A session is used by one thread at
-     a time (no locks inside); different sessions, even on one model, run in parallel. Each
-     session has its own worker threads (gpt2_session_params.n_threads; 1 = only the caller's).
-     Free every session before its model. Callbacks (on_token, log) run on the calling thread.
+     A model is read-only once loaded: any thread may use it. A session takes one call at a
+     time: a call on a session that another call is using (another thread's, or a callback
+     asking its own session to generate) fails at once with GPT2_ERROR_BUSY and changes nothing
+     (a batch: when any of its sessions is in use); inside a callback the session may still be
+     read (gpt2_session_logits, gpt2_session_save, gpt2_session_tokens). gpt2_session_reset
+     does nothing while another call uses the session; gpt2_session_free and the readers that
+     return no result (gpt2_session_tokens, gpt2_session_n_tokens) do not check: call them when
+     no call runs. Different sessions, even on one model, run in parallel. Each session has its
+     own worker threads (gpt2_session_params.n_threads; 1 = only the caller's). Free every
+     session before its model. Callbacks (on_token, log) run on the calling thread.
 
    GENERATION
      gpt2_generate samples as nanoGPT's sample.py does: logits / temperature, keep the top_k
@@ -170,7 +176,8 @@ typedef enum gpt2_result {
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
     GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
-    GPT2_ERROR_INTERNAL          /* a bug in gpt2.h (an unexpected internal exception): please report it */
+    GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
+    GPT2_ERROR_BUSY              /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -2481,7 +2488,58 @@ struct gpt2_session {
     int (*abort_fn)(void* user) = nullptr;
     void* abort_user = nullptr;
     int first_written_row = 0;    /* the lowest cache row a pass wrote since gpt2__checkpoint_take */
+    std::atomic<std::thread::id> user{}; /* the thread of the call using the session (gpt2__session_use); none when idle */
 };
+
+/* One call at a time on a session: the C API's functions hold a gpt2__session_use for as long
+   as they run. A second call finds it taken and fails with GPT2_ERROR_BUSY, changing nothing,
+   whether it comes from another thread or from a callback of the first call that would change
+   the session; a callback may still read its session (`read_only`: the logits, a save). */
+class gpt2__session_use {
+  public:
+    gpt2__session_use(const gpt2_session* s, bool read_only) : s_(const_cast<gpt2_session*>(s)) {
+        std::thread::id idle;
+        held_ = s_->user.compare_exchange_strong(idle, std::this_thread::get_id());
+        allowed_ = held_ || (read_only && idle == std::this_thread::get_id());
+    }
+    ~gpt2__session_use() {
+        if (held_) s_->user.store(std::thread::id());
+    }
+    gpt2__session_use(const gpt2__session_use&) = delete;
+    gpt2__session_use& operator=(const gpt2__session_use&) = delete;
+    bool allowed() const { return allowed_; }
+
+  private:
+    gpt2_session* s_;
+    bool held_ = false, allowed_ = false;
+};
+
+static gpt2_result gpt2__busy(gpt2_error* err, const char* which) {
+    return gpt2__fail(err, GPT2_ERROR_BUSY, "%s is in use by another call (one call at a time on a session: wait for it, or give each thread its own session); nothing changed", which);
+}
+
+/* gpt2__session_use for every session of a batch: all of them taken, or none (the first in use
+   named in the error). Released when it goes. */
+struct gpt2__batch_use {
+    gpt2__vector<gpt2_session*> held;
+    ~gpt2__batch_use() {
+        for (gpt2_session* s : held) s->user.store(std::thread::id());
+    }
+};
+
+static gpt2_result gpt2__use_batch(gpt2_session* const* sessions, size_t n, gpt2__batch_use* use, gpt2_error* err) {
+    use->held.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+        std::thread::id idle;
+        if (!sessions[i]->user.compare_exchange_strong(idle, std::this_thread::get_id())) {
+            char which[48];
+            std::snprintf(which, sizeof which, "sessions[%zu]", i);
+            return gpt2__busy(err, which);
+        }
+        use->held.push_back(sessions[i]);
+    }
+    return GPT2_OK;
+}
 
 /* True when the caller's abort_fn asks to stop; backends poll it between layers. */
 static bool gpt2__abort_requested(const gpt2_session* s) { return s->abort_fn && s->abort_fn(s->abort_user) != 0; }
@@ -6572,6 +6630,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_DEVICE: return "device error";
     case GPT2_ERROR_ABORTED: return "aborted";
     case GPT2_ERROR_INTERNAL: return "internal error";
+    case GPT2_ERROR_BUSY: return "session busy";
     }
     return "unknown result";
 }
@@ -6786,15 +6845,23 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
     if (!session) return;
+    /* Freeing a session that a call is using pulls its memory from under that call: caught in debug builds. */
+    GPT2_ASSERT(session->user.load() == std::thread::id() && "gpt2_session_free: a call is still using this session");
     session->backend->session_free(session);
 }
 
-GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
-    if (!s) return;
+/* Empties the context: gpt2_session_reset, and the calls that start from nothing. */
+static void gpt2__session_clear(gpt2_session* s) {
     s->tokens.clear();
     s->n_cached = 0;
     s->has_logits = false;
     s->stream = gpt2__utf8_stream();
+}
+
+GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
+    if (!s) return;
+    gpt2__session_use use(s, false);
+    if (use.allowed()) gpt2__session_clear(s); /* else another call is using it: that call's result stands */
 }
 
 GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return s ? s->tokens.size() : 0; }
@@ -6805,6 +6872,8 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
     if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
     if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
+    gpt2__session_use use(session, true);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     gpt2_session* s = const_cast<gpt2_session*>(session); /* a device may copy its logits to the host */
     const size_t size = gpt2__state_size(s);
     if (n_bytes) *n_bytes = size;
@@ -6819,6 +6888,8 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
 GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     GPT2__GUARD_BEGIN
     gpt2__state_view v;
     GPT2__TRY(gpt2__state_check(s, (const uint8_t*)buf, n_bytes, &v, err));
@@ -6830,6 +6901,9 @@ GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t 
 GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err) {
     if (!dst || !src) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst or src is NULL");
     if (dst == src) return gpt2__ok(err);
+    gpt2__session_use use_dst(dst, false), use_src(src, true);
+    if (!use_dst.allowed()) return gpt2__busy(err, "dst");
+    if (!use_src.allowed()) return gpt2__busy(err, "src");
     if (dst->model != src->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst and src are sessions of different models");
     if (src->tokens.size() > (size_t)dst->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "src holds %zu tokens but dst's context is %d", src->tokens.size(), dst->n_ctx);
@@ -6845,10 +6919,12 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
 
 GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     if (n_tokens > s->tokens.size())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
     if (n_tokens == 0) {
-        gpt2_session_reset(s);
+        gpt2__session_clear(s);
         return gpt2__ok(err);
     }
     if (n_tokens == s->tokens.size() && s->has_logits) return gpt2__ok(err);
@@ -6862,7 +6938,7 @@ GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt
     const gpt2_result res = s->backend->run(s, err);
     s->abort_fn = abort_fn;
     if (res != GPT2_OK) {
-        gpt2_session_reset(s);
+        gpt2__session_clear(s);
         return res;
     }
     s->n_cached = (int)n_tokens;
@@ -6875,6 +6951,8 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     GPT2__GUARD_BEGIN
     GPT2__TRY(gpt2__session_append(s, tokens, n, err));
     return gpt2__ok(err);
@@ -6883,15 +6961,19 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
 
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
     /* const for the caller; a device session may copy its logits into host memory here */
-    return s && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
+    if (!s) return nullptr;
+    gpt2__session_use use(s, true);
+    return use.allowed() && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
 }
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
     if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
     if (!tokens || n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to score");
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     GPT2__GUARD_BEGIN
-    gpt2_session_reset(s);
+    gpt2__session_clear(s);
     const size_t first = std::min(n, (size_t)s->n_ctx);
     GPT2__TRY(gpt2__session_append(s, tokens, first, err));
     double sum = 0.0;
@@ -6902,7 +6984,7 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
         sum += gpt2__log_prob(logits, s->model->n_vocab, tokens[t]);
         if (t + 1 < n) GPT2__TRY(gpt2__session_append(s, tokens + t, 1, err));
     }
-    gpt2_session_reset(s);
+    gpt2__session_clear(s);
     *out_logprob_sum = sum;
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
@@ -6950,6 +7032,8 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
@@ -7009,6 +7093,8 @@ GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
         GPT2__TRY(gpt2__check_batch_tokens(sessions[i], i, tokens[i], n_tokens[i], err));
     }
     GPT2__GUARD_BEGIN
+    gpt2__batch_use use;
+    GPT2__TRY(gpt2__use_batch(sessions, n_sessions, &use, err));
     GPT2__TRY(gpt2__batch_append(sessions[0], sessions, tokens, n_tokens, n_sessions, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
@@ -7037,6 +7123,8 @@ static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* cons
 GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts, const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err) {
     GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
     GPT2__GUARD_BEGIN
+    gpt2__batch_use use;
+    GPT2__TRY(gpt2__use_batch(sessions, n_sessions, &use, err));
     gpt2__vector<gpt2_generate_params> p(n_sessions);
     gpt2__vector<gpt2__vector<int32_t>> ids(n_sessions);
     for (size_t i = 0; i < n_sessions; i++) {

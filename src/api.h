@@ -51,10 +51,16 @@
                    rewound (undo the last answer), continuing exactly as if never interrupted.
 
    THREADS
-     A model is read-only once loaded: any thread may use it. A session is used by one thread at
-     a time (no locks inside); different sessions, even on one model, run in parallel. Each
-     session has its own worker threads (gpt2_session_params.n_threads; 1 = only the caller's).
-     Free every session before its model. Callbacks (on_token, log) run on the calling thread.
+     A model is read-only once loaded: any thread may use it. A session takes one call at a
+     time: a call on a session that another call is using (another thread's, or a callback
+     asking its own session to generate) fails at once with GPT2_ERROR_BUSY and changes nothing
+     (a batch: when any of its sessions is in use); inside a callback the session may still be
+     read (gpt2_session_logits, gpt2_session_save, gpt2_session_tokens). gpt2_session_reset
+     does nothing while another call uses the session; gpt2_session_free and the readers that
+     return no result (gpt2_session_tokens, gpt2_session_n_tokens) do not check: call them when
+     no call runs. Different sessions, even on one model, run in parallel. Each session has its
+     own worker threads (gpt2_session_params.n_threads; 1 = only the caller's). Free every
+     session before its model. Callbacks (on_token, log) run on the calling thread.
 
    GENERATION
      gpt2_generate samples as nanoGPT's sample.py does: logits / temperature, keep the top_k
@@ -169,7 +175,8 @@ typedef enum gpt2_result {
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
     GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
-    GPT2_ERROR_INTERNAL          /* a bug in gpt2.h (an unexpected internal exception): please report it */
+    GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
+    GPT2_ERROR_BUSY              /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */

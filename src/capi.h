@@ -34,6 +34,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_DEVICE: return "device error";
     case GPT2_ERROR_ABORTED: return "aborted";
     case GPT2_ERROR_INTERNAL: return "internal error";
+    case GPT2_ERROR_BUSY: return "session busy";
     }
     return "unknown result";
 }
@@ -248,15 +249,23 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
     if (!session) return;
+    /* Freeing a session that a call is using pulls its memory from under that call: caught in debug builds. */
+    GPT2_ASSERT(session->user.load() == std::thread::id() && "gpt2_session_free: a call is still using this session");
     session->backend->session_free(session);
 }
 
-GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
-    if (!s) return;
+/* Empties the context: gpt2_session_reset, and the calls that start from nothing. */
+static void gpt2__session_clear(gpt2_session* s) {
     s->tokens.clear();
     s->n_cached = 0;
     s->has_logits = false;
     s->stream = gpt2__utf8_stream();
+}
+
+GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
+    if (!s) return;
+    gpt2__session_use use(s, false);
+    if (use.allowed()) gpt2__session_clear(s); /* else another call is using it: that call's result stands */
 }
 
 GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return s ? s->tokens.size() : 0; }
@@ -267,6 +276,8 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
     if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
     if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
+    gpt2__session_use use(session, true);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     gpt2_session* s = const_cast<gpt2_session*>(session); /* a device may copy its logits to the host */
     const size_t size = gpt2__state_size(s);
     if (n_bytes) *n_bytes = size;
@@ -281,6 +292,8 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
 GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     GPT2__GUARD_BEGIN
     gpt2__state_view v;
     GPT2__TRY(gpt2__state_check(s, (const uint8_t*)buf, n_bytes, &v, err));
@@ -292,6 +305,9 @@ GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t 
 GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err) {
     if (!dst || !src) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst or src is NULL");
     if (dst == src) return gpt2__ok(err);
+    gpt2__session_use use_dst(dst, false), use_src(src, true);
+    if (!use_dst.allowed()) return gpt2__busy(err, "dst");
+    if (!use_src.allowed()) return gpt2__busy(err, "src");
     if (dst->model != src->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst and src are sessions of different models");
     if (src->tokens.size() > (size_t)dst->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "src holds %zu tokens but dst's context is %d", src->tokens.size(), dst->n_ctx);
@@ -307,10 +323,12 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
 
 GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     if (n_tokens > s->tokens.size())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
     if (n_tokens == 0) {
-        gpt2_session_reset(s);
+        gpt2__session_clear(s);
         return gpt2__ok(err);
     }
     if (n_tokens == s->tokens.size() && s->has_logits) return gpt2__ok(err);
@@ -324,7 +342,7 @@ GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt
     const gpt2_result res = s->backend->run(s, err);
     s->abort_fn = abort_fn;
     if (res != GPT2_OK) {
-        gpt2_session_reset(s);
+        gpt2__session_clear(s);
         return res;
     }
     s->n_cached = (int)n_tokens;
@@ -337,6 +355,8 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     GPT2__GUARD_BEGIN
     GPT2__TRY(gpt2__session_append(s, tokens, n, err));
     return gpt2__ok(err);
@@ -345,15 +365,19 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
 
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
     /* const for the caller; a device session may copy its logits into host memory here */
-    return s && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
+    if (!s) return nullptr;
+    gpt2__session_use use(s, true);
+    return use.allowed() && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
 }
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
     if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
     if (!tokens || n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to score");
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     GPT2__GUARD_BEGIN
-    gpt2_session_reset(s);
+    gpt2__session_clear(s);
     const size_t first = std::min(n, (size_t)s->n_ctx);
     GPT2__TRY(gpt2__session_append(s, tokens, first, err));
     double sum = 0.0;
@@ -364,7 +388,7 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
         sum += gpt2__log_prob(logits, s->model->n_vocab, tokens[t]);
         if (t + 1 < n) GPT2__TRY(gpt2__session_append(s, tokens + t, 1, err));
     }
-    gpt2_session_reset(s);
+    gpt2__session_clear(s);
     *out_logprob_sum = sum;
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
@@ -412,6 +436,8 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
+    gpt2__session_use use(s, false);
+    if (!use.allowed()) return gpt2__busy(err, "the session");
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
@@ -471,6 +497,8 @@ GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
         GPT2__TRY(gpt2__check_batch_tokens(sessions[i], i, tokens[i], n_tokens[i], err));
     }
     GPT2__GUARD_BEGIN
+    gpt2__batch_use use;
+    GPT2__TRY(gpt2__use_batch(sessions, n_sessions, &use, err));
     GPT2__TRY(gpt2__batch_append(sessions[0], sessions, tokens, n_tokens, n_sessions, err));
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
@@ -499,6 +527,8 @@ static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* cons
 GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts, const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err) {
     GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
     GPT2__GUARD_BEGIN
+    gpt2__batch_use use;
+    GPT2__TRY(gpt2__use_batch(sessions, n_sessions, &use, err));
     gpt2__vector<gpt2_generate_params> p(n_sessions);
     gpt2__vector<gpt2__vector<int32_t>> ids(n_sessions);
     for (size_t i = 0; i < n_sessions; i++) {

@@ -23,7 +23,58 @@ struct gpt2_session {
     int (*abort_fn)(void* user) = nullptr;
     void* abort_user = nullptr;
     int first_written_row = 0;    /* the lowest cache row a pass wrote since gpt2__checkpoint_take */
+    std::atomic<std::thread::id> user{}; /* the thread of the call using the session (gpt2__session_use); none when idle */
 };
+
+/* One call at a time on a session: the C API's functions hold a gpt2__session_use for as long
+   as they run. A second call finds it taken and fails with GPT2_ERROR_BUSY, changing nothing,
+   whether it comes from another thread or from a callback of the first call that would change
+   the session; a callback may still read its session (`read_only`: the logits, a save). */
+class gpt2__session_use {
+  public:
+    gpt2__session_use(const gpt2_session* s, bool read_only) : s_(const_cast<gpt2_session*>(s)) {
+        std::thread::id idle;
+        held_ = s_->user.compare_exchange_strong(idle, std::this_thread::get_id());
+        allowed_ = held_ || (read_only && idle == std::this_thread::get_id());
+    }
+    ~gpt2__session_use() {
+        if (held_) s_->user.store(std::thread::id());
+    }
+    gpt2__session_use(const gpt2__session_use&) = delete;
+    gpt2__session_use& operator=(const gpt2__session_use&) = delete;
+    bool allowed() const { return allowed_; }
+
+  private:
+    gpt2_session* s_;
+    bool held_ = false, allowed_ = false;
+};
+
+static gpt2_result gpt2__busy(gpt2_error* err, const char* which) {
+    return gpt2__fail(err, GPT2_ERROR_BUSY, "%s is in use by another call (one call at a time on a session: wait for it, or give each thread its own session); nothing changed", which);
+}
+
+/* gpt2__session_use for every session of a batch: all of them taken, or none (the first in use
+   named in the error). Released when it goes. */
+struct gpt2__batch_use {
+    gpt2__vector<gpt2_session*> held;
+    ~gpt2__batch_use() {
+        for (gpt2_session* s : held) s->user.store(std::thread::id());
+    }
+};
+
+static gpt2_result gpt2__use_batch(gpt2_session* const* sessions, size_t n, gpt2__batch_use* use, gpt2_error* err) {
+    use->held.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+        std::thread::id idle;
+        if (!sessions[i]->user.compare_exchange_strong(idle, std::this_thread::get_id())) {
+            char which[48];
+            std::snprintf(which, sizeof which, "sessions[%zu]", i);
+            return gpt2__busy(err, which);
+        }
+        use->held.push_back(sessions[i]);
+    }
+    return GPT2_OK;
+}
 
 /* True when the caller's abort_fn asks to stop; backends poll it between layers. */
 static bool gpt2__abort_requested(const gpt2_session* s) { return s->abort_fn && s->abort_fn(s->abort_user) != 0; }

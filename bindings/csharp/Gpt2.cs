@@ -203,7 +203,8 @@ namespace Gpt2
         }
     }
 
-    /// <summary>One conversation (KV cache, RNG, worker threads); used by one thread at a time.</summary>
+    /// <summary>One conversation (KV cache, RNG, worker threads). One call at a time: a call while another
+    /// thread's call runs throws Gpt2Exception with GPT2_ERROR_BUSY and changes nothing.</summary>
     public sealed class Gpt2Session : IDisposable
     {
         static readonly Gpt2Native.gpt2_token_fn TokenThunk = OnToken;

@@ -24,7 +24,8 @@ namespace Gpt2
         GPT2_ERROR_BAD_TEXT,
         GPT2_ERROR_DEVICE,
         GPT2_ERROR_ABORTED,
-        GPT2_ERROR_INTERNAL
+        GPT2_ERROR_INTERNAL,
+        GPT2_ERROR_BUSY
     }
 
     public enum gpt2_log_level { GPT2_LOG_ERROR, GPT2_LOG_WARNING, GPT2_LOG_INFO, GPT2_LOG_DEBUG }
