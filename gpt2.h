@@ -171,7 +171,7 @@ typedef enum gpt2_result {
     GPT2_ERROR_UNSUPPORTED,      /* a valid file using something this build cannot run */
     GPT2_ERROR_OUT_OF_MEMORY,
     GPT2_ERROR_BAD_TOKEN,        /* a token id outside the vocabulary */
-    GPT2_ERROR_CONTEXT_FULL,     /* more tokens than the session's context holds */
+    GPT2_ERROR_CONTEXT_FULL,     /* a session state or copy holds more tokens than the session's context */
     GPT2_ERROR_NO_VOCABULARY,    /* text was given to a model that has no tokenizer */
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
@@ -298,7 +298,10 @@ typedef struct gpt2_session_params {
     /* What happens when the context is full (see CONCEPTS): GPT2_CONTEXT_EXACT keeps the last
        n_ctx tokens and recomputes them for every new token, exactly as nanoGPT; with
        GPT2_CONTEXT_DISCARD the first n_keep tokens (a persona, a preamble) always stay and the
-       n_discard oldest of the others go at once, so only one pass in n_discard recomputes. */
+       n_discard oldest of the others go at once, so only one pass in n_discard recomputes.
+       A call may give more tokens than n_ctx (a long prompt): they are cropped the same way,
+       EXACT keeping the last n_ctx of the context and the new tokens (nanoGPT crops its input
+       so), DISCARD the first n_keep and the last that fill the rest. */
     gpt2_context_policy context_policy;
     int n_keep;     /* with GPT2_CONTEXT_DISCARD: tokens at the start that never go; < n_ctx */
     int n_discard;  /* with GPT2_CONTEXT_DISCARD: tokens dropped at once; 0 = half of those not kept */
@@ -342,7 +345,8 @@ GPT2_API gpt2_result gpt2_session_truncate(gpt2_session* session, size_t n_token
 
 /* Appends tokens to the context and runs the model over them (all new tokens in one pass).
    Afterwards gpt2_session_logits() holds the prediction after the last token. When the context
-   would exceed n_ctx, the oldest tokens are dropped and the last n_ctx are recomputed. */
+   would exceed n_ctx, tokens are dropped under the session's context policy (any number of
+   tokens may be given; see gpt2_session_params). */
 GPT2_API gpt2_result gpt2_session_eval(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
                                        gpt2_error* err);
 /* n_vocab logits of the last evaluated position; NULL before the first eval. */
@@ -460,6 +464,26 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 /* ======================================================================================== */
 #if defined(GPT2_IMPLEMENTATION) && !defined(GPT2_IMPLEMENTATION_DONE)
 #define GPT2_IMPLEMENTATION_DONE
+
+/* The implementation is C++17 (the API above is C): say so before a compiler in an older mode
+   (clang's and MSVC's default, C++14) fails on what it cannot parse. MSVC reports the standard
+   in _MSVC_LANG; __cplusplus only with /Zc:__cplusplus. */
+#if !defined(__cplusplus)
+#error "gpt2.h: the file that defines GPT2_IMPLEMENTATION must be compiled as C++17 or later (e.g. g++ -std=c++17); the API alone compiles as C"
+#elif (defined(_MSVC_LANG) && _MSVC_LANG < 201703L) || (!defined(_MSVC_LANG) && __cplusplus < 201703L)
+#error "gpt2.h: the implementation needs C++17 or later: compile with -std=c++17 (MSVC: /std:c++17)"
+#endif
+
+/* Without optimisation the model runs about ten times slower (a 200-token answer from the shipped
+   model: 28 s against 2.4 s with -O2). GCC and Clang say whether they optimise (__OPTIMIZE__):
+   tell the user at compile time, and in a warning at every model load (gpt2__model_init). Define
+   GPT2_UNOPTIMISED_OK to build a debug build in silence. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE__)
+#define GPT2__UNOPTIMISED 1
+#if !defined(GPT2_UNOPTIMISED_OK)
+#pragma message("gpt2.h: the implementation is compiled without optimisation and runs about 10x slower; compile it with -O2 (define GPT2_UNOPTIMISED_OK to silence this)")
+#endif
+#endif
 
 /* ---- src/common.h ---- */
 /* What every part of the implementation uses: the standard headers, the allocator and assert
@@ -2176,6 +2200,9 @@ static gpt2_result gpt2__model_init(gpt2_model* m, gpt2_error* err) {
     GPT2__TRY(gpt2__load_vocabulary(m, err));
     gpt2__log(m->params, GPT2_LOG_INFO, "loaded '%s': %d layers, %d heads, n_embd %d, n_ctx %d, vocabulary %d, %s weights, %zu bytes",
               m->name.c_str(), m->n_layer, m->n_head, m->n_embd, m->n_ctx, m->n_vocab, gpt2__type_name(m->weight_type), m->weight_bytes);
+#if defined(GPT2__UNOPTIMISED) && !defined(GPT2_UNOPTIMISED_OK)
+    gpt2__log(m->params, GPT2_LOG_WARNING, "this program's copy of gpt2.h was compiled without optimisation and runs about 10x slower: compile it with -O2");
+#endif
     return GPT2_OK;
 }
 
@@ -2437,8 +2464,9 @@ struct gpt2__backend {
     /* Optional (NULL: gpt2_batch_eval runs the sessions one after another through run): run for
        every session of sessions[0..n), distinct sessions of one model, in one pass over the
        weights, on the device resources (threads, scratch) of `runner`, a session of the same
-       model that need not be among them. Polls runner's abort_fn between layers; an aborted pass
-       returns GPT2_ERROR_ABORTED with every session's logits unchanged. */
+       model that need not be among them (a generation of one session is a batch of the runner
+       alone). Polls runner's abort_fn between layers; an aborted pass returns
+       GPT2_ERROR_ABORTED with every session's logits unchanged. */
     gpt2_result (*run_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err);
     /* Optional (NULL: sample for each session in turn): sample, as sample does, for every session
        of sessions[0..n) (distinct, one model) with temperature[i] and top_k[i] into tokens[i], on
@@ -2495,15 +2523,22 @@ struct gpt2_session {
    as they run. A second call finds it taken and fails with GPT2_ERROR_BUSY, changing nothing,
    whether it comes from another thread or from a callback of the first call that would change
    the session; a callback may still read its session (`read_only`: the logits, a save). */
+/* Takes s for the calling thread; false when a call holds it, *holder then its thread. */
+static bool gpt2__session_take(gpt2_session* s, std::thread::id* holder) {
+    *holder = std::thread::id();
+    return s->user.compare_exchange_strong(*holder, std::this_thread::get_id());
+}
+static void gpt2__session_release(gpt2_session* s) { s->user.store(std::thread::id()); }
+
 class gpt2__session_use {
   public:
     gpt2__session_use(const gpt2_session* s, bool read_only) : s_(const_cast<gpt2_session*>(s)) {
-        std::thread::id idle;
-        held_ = s_->user.compare_exchange_strong(idle, std::this_thread::get_id());
-        allowed_ = held_ || (read_only && idle == std::this_thread::get_id());
+        std::thread::id holder;
+        held_ = gpt2__session_take(s_, &holder);
+        allowed_ = held_ || (read_only && holder == std::this_thread::get_id());
     }
     ~gpt2__session_use() {
-        if (held_) s_->user.store(std::thread::id());
+        if (held_) gpt2__session_release(s_);
     }
     gpt2__session_use(const gpt2__session_use&) = delete;
     gpt2__session_use& operator=(const gpt2__session_use&) = delete;
@@ -2518,20 +2553,26 @@ static gpt2_result gpt2__busy(gpt2_error* err, const char* which) {
     return gpt2__fail(err, GPT2_ERROR_BUSY, "%s is in use by another call (one call at a time on a session: wait for it, or give each thread its own session); nothing changed", which);
 }
 
+/* Holds session s for the rest of the calling C API function (gpt2__session_use), or returns
+   GPT2_ERROR_BUSY through err. */
+#define GPT2__USE_SESSION(s, read_only, err)            \
+    gpt2__session_use gpt2__use((s), (read_only));      \
+    if (!gpt2__use.allowed()) return gpt2__busy((err), "the session")
+
 /* gpt2__session_use for every session of a batch: all of them taken, or none (the first in use
    named in the error). Released when it goes. */
 struct gpt2__batch_use {
     gpt2__vector<gpt2_session*> held;
     ~gpt2__batch_use() {
-        for (gpt2_session* s : held) s->user.store(std::thread::id());
+        for (gpt2_session* s : held) gpt2__session_release(s);
     }
 };
 
 static gpt2_result gpt2__use_batch(gpt2_session* const* sessions, size_t n, gpt2__batch_use* use, gpt2_error* err) {
     use->held.reserve(n);
     for (size_t i = 0; i < n; i++) {
-        std::thread::id idle;
-        if (!sessions[i]->user.compare_exchange_strong(idle, std::this_thread::get_id())) {
+        std::thread::id holder;
+        if (!gpt2__session_take(sessions[i], &holder)) {
             char which[48];
             std::snprintf(which, sizeof which, "sessions[%zu]", i);
             return gpt2__busy(err, which);
@@ -2581,36 +2622,49 @@ static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, s
     return GPT2_OK;
 }
 
-/* What gpt2__make_room does under GPT2_CONTEXT_DISCARD, changing nothing: keep the first *keep
-   tokens and drop the *drop after them; fails when that leaves no room for n more (never under
-   GPT2_CONTEXT_EXACT, for n <= n_ctx). */
-static gpt2_result gpt2__room_plan(const gpt2_session* s, size_t n, size_t* keep, size_t* drop, gpt2_error* err) {
-    const size_t needed = s->tokens.size() + n > (size_t)s->n_ctx ? s->tokens.size() + n - (size_t)s->n_ctx : 0;
-    *keep = std::min((size_t)s->n_keep, s->tokens.size());
-    *drop = needed ? std::min(s->tokens.size() - *keep, std::max(needed, (size_t)s->n_discard)) : 0;
-    if (s->context_policy == GPT2_CONTEXT_DISCARD && *drop < needed)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, *keep, s->n_ctx);
-    return GPT2_OK;
-}
-
-/* Makes room for n more tokens when the context would overflow. GPT2_CONTEXT_EXACT keeps the
-   last n_ctx - n tokens, as nanoGPT's generate() crops its input (every position moves: the whole
-   window is recomputed); GPT2_CONTEXT_DISCARD drops at least n_discard tokens after the first
-   n_keep (whose cache rows stay valid). Nothing changes when it fails. */
-static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
+/* Makes room for n more tokens when the context would overflow (n fits: gpt2__crop_overlong).
+   GPT2_CONTEXT_EXACT keeps the last n_ctx - n tokens, as nanoGPT's generate() crops its input
+   (every position moves: the whole window is recomputed); GPT2_CONTEXT_DISCARD drops at least
+   n_discard tokens after the first n_keep (whose cache rows stay valid). */
+static void gpt2__make_room(gpt2_session* s, size_t n) {
     const size_t total = s->tokens.size() + n, ctx = (size_t)s->n_ctx;
-    if (total <= ctx) return GPT2_OK;
+    if (total <= ctx) return;
     const size_t needed = total - ctx;
     if (s->context_policy == GPT2_CONTEXT_EXACT) {
         s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)needed);
         s->n_cached = 0;
-        return GPT2_OK;
+        return;
     }
-    size_t keep, drop;
-    GPT2__TRY(gpt2__room_plan(s, n, &keep, &drop, err));
+    const size_t keep = std::min((size_t)s->n_keep, s->tokens.size());
+    const size_t drop = std::min(s->tokens.size() - keep, std::max(needed, (size_t)s->n_discard));
     s->tokens.erase(s->tokens.begin() + (ptrdiff_t)keep, s->tokens.begin() + (ptrdiff_t)(keep + drop));
     s->n_cached = std::min(s->n_cached, (int)keep);
-    return GPT2_OK;
+}
+
+/* More new tokens than the context can take beside what the policy keeps (a prompt longer than
+   the context) are cropped as the policy crops a context, so the window after the call is what
+   it keeps of the old tokens and the new: GPT2_CONTEXT_EXACT the last n_ctx (nanoGPT's generate()
+   crops its input to the last block_size tokens), GPT2_CONTEXT_DISCARD the first n_keep and the
+   last that fill the rest. *ids and *n become the new tokens that stay (in `kept` where they are
+   not one run of the given ones), and the old tokens past the kept ones go. */
+static void gpt2__crop_overlong(gpt2_session* s, const int32_t** ids, size_t* n, gpt2__vector<int32_t>* kept) {
+    const size_t ctx = (size_t)s->n_ctx;
+    if (s->context_policy == GPT2_CONTEXT_EXACT) {
+        if (*n <= ctx) return;
+        *ids += *n - ctx;
+        *n = ctx; /* gpt2__make_room then drops every old token */
+        return;
+    }
+    const size_t keep_old = std::min((size_t)s->n_keep, s->tokens.size());
+    if (keep_old + *n <= ctx) return;
+    const size_t head = std::min(*n, (size_t)s->n_keep - keep_old); /* new tokens among the first n_keep */
+    const size_t tail = ctx - keep_old - head;
+    kept->assign(*ids, *ids + head);
+    kept->insert(kept->end(), *ids + *n - tail, *ids + *n);
+    s->tokens.resize(keep_old);
+    s->n_cached = std::min(s->n_cached, (int)keep_old);
+    *ids = kept->data();
+    *n = kept->size();
 }
 
 /* What appending tokens changed, kept to undo it when the pass is aborted. */
@@ -2622,16 +2676,17 @@ struct gpt2__append_undo {
 
 /* Makes room for n tokens (gpt2__make_room) and appends them, so that tokens[n_cached..) is what
    the pass runs; *undo keeps what an aborted pass needs put back (`abortable`: an abort_fn will
-   be polled). Nothing changes when it fails. */
-static gpt2_result gpt2__append_begin(gpt2_session* s, const int32_t* ids, size_t n, bool abortable, gpt2__append_undo* undo, gpt2_error* err) {
+   be polled). */
+static void gpt2__append_begin(gpt2_session* s, const int32_t* ids, size_t n, bool abortable, gpt2__append_undo* undo) {
     if (abortable && s->tokens.size() + n > (size_t)s->n_ctx) undo->tokens = s->tokens;
     undo->n_tokens = s->tokens.size();
     undo->n_cached = s->n_cached;
-    GPT2__TRY(gpt2__make_room(s, n, err));
+    gpt2__vector<int32_t> kept;
+    gpt2__crop_overlong(s, &ids, &n, &kept);
+    gpt2__make_room(s, n);
     s->tokens.insert(s->tokens.end(), ids, ids + n);
     undo->first_row = s->n_cached;
     s->first_written_row = std::min(s->first_written_row, s->n_cached);
-    return GPT2_OK;
 }
 
 /* The pass's result on the session: aborted, the tokens as they were (the cache rows it wrote are
@@ -2652,15 +2707,13 @@ static void gpt2__append_end(gpt2_session* s, gpt2_result res, gpt2__append_undo
     }
 }
 
-/* Appends tokens to the context window and runs the model over what the cache lacks, with
-   gpt2__append_begin and gpt2__append_end. */
+/* Appends tokens to the context window (any number: gpt2__crop_overlong) and runs the model over
+   what the cache lacks, with gpt2__append_begin and gpt2__append_end. */
 static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
     GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
     if (n == 0) return GPT2_OK;
     gpt2__append_undo undo;
-    GPT2__TRY(gpt2__append_begin(s, ids, n, s->abort_fn != nullptr, &undo, err));
+    gpt2__append_begin(s, ids, n, s->abort_fn != nullptr, &undo);
     const gpt2_result res = s->backend->run(s, err);
     gpt2__append_end(s, res, &undo);
     return res;
@@ -2681,20 +2734,16 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
    after another through run (the same results, slower); runner's abort_fn is polled either
-   way. A batch of the runner alone is its run. Nothing changes when a session lacks room; an aborted pass leaves every session as it
-   was; a pass that fails otherwise leaves every context empty. */
+   way. An aborted pass leaves every session as it was; a pass that fails otherwise leaves every
+   context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
-    for (size_t i = 0; i < n_sessions; i++) {
-        size_t keep, drop;
-        GPT2__TRY(gpt2__in_batch(gpt2__room_plan(sessions[i], n[i], &keep, &drop, err), i, err));
-    }
     const bool abortable = runner->abort_fn != nullptr;
     gpt2__vector<gpt2__append_undo> undo(n_sessions);
-    for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i], err));
+    for (size_t i = 0; i < n_sessions; i++) gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i]);
     gpt2_result res = GPT2_OK;
     size_t ran = 0; /* without run_batch: the sessions run */
     gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
-    if (runner->backend->run_batch && !(n_sessions == 1 && sessions[0] == runner)) {
+    if (runner->backend->run_batch) {
         res = runner->backend->run_batch(runner, sessions, n_sessions, err);
     } else {
         for (; ran < n_sessions && res == GPT2_OK; ran++) {
@@ -2753,6 +2802,25 @@ static gpt2_result gpt2__checkpoint_restore(gpt2_session* s, gpt2__checkpoint* c
     s->rng_state = c->rng_state;
     s->stream = c->stream;
     return gpt2__aborted(err);
+}
+
+/* The checkpoints of a call on sessions[0..n) (a generation: one session, or a batch run by
+   sessions[0]), taken where sessions[0]'s abort_fn may stop it. */
+static gpt2_result gpt2__checkpoints_take(gpt2_session* const* sessions, size_t n, gpt2__vector<gpt2__checkpoint>* before, gpt2_error* err) {
+    if (!sessions[0]->abort_fn) return GPT2_OK;
+    before->resize(n);
+    for (size_t i = 0; i < n; i++) GPT2__TRY(gpt2__checkpoint_take(sessions[i], &(*before)[i], err));
+    return GPT2_OK;
+}
+
+/* The call's result res; where it was aborted, every session restored from its checkpoint first. */
+static gpt2_result gpt2__undo_if_aborted(gpt2_result res, gpt2_session* const* sessions, size_t n, gpt2__vector<gpt2__checkpoint>* before, gpt2_error* err) {
+    if (res != GPT2_ERROR_ABORTED) return res;
+    for (size_t i = 0; i < n; i++) {
+        const gpt2_result restored = gpt2__checkpoint_restore(sessions[i], &(*before)[i], err);
+        if (restored != GPT2_ERROR_ABORTED) return restored;
+    }
+    return GPT2_ERROR_ABORTED;
 }
 
 /* ---- src/state.h ---- */
@@ -3080,7 +3148,7 @@ static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)co
 
 /* How one product multiplies. gpt2__strategy_for (forward.h) chooses it, once per product, from
    W's type, the rows and what the kernel set has; a set reads it and infers nothing. A set that
-   lacks a strategy is never handed it (gpt2__kernels says what each set has). */
+   lacks a strategy is never handed it (its kernel in gpt2__kernels.matmul is NULL). */
 enum gpt2__strategy : uint8_t {
     GPT2__STREAM_ROWS,   /* decode: W read row by row in its own type, each row's dot products with every token of x */
     GPT2__STREAM_INT8,   /* decode: q8_0 or q4_0 rows the same way against xq, the tokens quantized per block (integer dot products) */
@@ -3088,6 +3156,7 @@ enum gpt2__strategy : uint8_t {
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+    gpt2__strategies
 };
 
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
@@ -3167,10 +3236,16 @@ using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, 
 template <class KV>
 using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch);
 
+/* A matmul kernel: the output columns [o_begin, o_end) of a.y; `panel` holds
+   gpt2__panel_floats(a.W->cols). */
+typedef void (*gpt2__matmul_fn)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+
 struct gpt2__kernels {
     const char* name;
-    /* the output columns [o_begin, o_end) of a.y; `panel` holds gpt2__panel_floats(a.W->cols) */
-    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+    /* the kernel of each strategy, in gpt2__strategy's order; NULL where the set lacks it. Every
+       set streams rows; GPT2__INT8_PANELS comes with quantize_q8_packed, GPT2__FLOAT16_LANES
+       with pack_lanes. */
+    gpt2__matmul_fn matmul[gpt2__strategies];
     /* x (n, a multiple of gpt2__q8_block_values) to int8 blocks q and their scales, bit for bit
        as gpt2__quantize_q8_scalar */
     void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
@@ -3189,9 +3264,6 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
-    /* the strategies the set has beyond streaming rows: GPT2__FLOAT_TILES, GPT2__BF16_UNIT
-       (GPT2__INT8_PANELS where it has quantize_q8_packed, the lanes where it has pack_lanes) */
-    bool float_tiles, bf16_unit;
 };
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */
@@ -3334,7 +3406,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
     }
 }
 
-static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+static void gpt2__matmul_rows_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
@@ -3507,34 +3579,18 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 #define GPT2__IN_REGISTER(v) __asm__("" : "+v"(v))
 #endif
 
-/* Stores an output with the bias and the residual, as gpt2__matmul_scalar does. */
+/* Stores an output with the bias and the residual, as gpt2__matmul_rows_scalar does. */
 static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o, float dot) {
     const float v = (a.bias ? a.bias[o] : 0.0f) + dot;
     float* y = a.y + (size_t)t * a.W->rows + o;
     *y = a.accumulate ? *y + v : v;
 }
 
-/* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <=
-   gpt2__tile_rows and 1 <= n <= Set::NT, which are known only at run time. */
-template <class Set, int R>
-static void gpt2__tile_tokens(float* out, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
-    switch (n) {
-    case 1: Set::template tile<R, 1>(out, w, a, t, k0, kn); break;
-    case 2: Set::template tile<R, 2>(out, w, a, t, k0, kn); break;
-    case 3: Set::template tile<R, 3>(out, w, a, t, k0, kn); break;
-    default: Set::template tile<R, Set::NT>(out, w, a, t, k0, kn); break;
-    }
-}
-
-template <class Set>
-static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
-    switch (rows) {
-    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, a, t, k0, kn); break;
-    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, a, t, k0, kn); break;
-    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, a, t, k0, kn); break;
-    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, a, t, k0, kn); break;
-    }
-}
+/* A float tile: out[t * gpt2__tile_rows + r] += w_r . x_t for its R rows and N tokens over K
+   columns, w's rows ldw floats apart and x's tokens ldx. A set's tiles are a table of them by
+   [R - 1][N - 1] (NULL past its widest), so the driver picks a tile at run time in one step. */
+typedef void (*gpt2__float_tile_fn)(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K);
+typedef gpt2__float_tile_fn gpt2__float_tiles[gpt2__tile_rows][4];
 
 /* A converted panel's rows come from DRAM in bursts (a panel's rows, then tiles that touch no
    weight memory for a while), which neither the hardware prefetcher nor the driver's prefetch of
@@ -3577,13 +3633,12 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
 }
 
 /* Prefill, shared by the x86 kernel sets and their panel types: for each group of
-   gpt2__tile_rows rows (Set::panel: a float panel), tiles of Set::NT tokens, over the tokens in
+   gpt2__tile_rows rows (a float panel), tiles of Set::NT tokens, over the tokens in
    chunks of about gpt2__chunk_tokens. K goes in blocks of at most gpt2__k_block (starting at
    multiples of gpt2__k_align floats, a 512-bit vector), so a tile's rows and
    tokens stay in L1, the partial sums of the chunk's tiles adding up in `sums`.
-   Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
-   Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
-   over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
+   A Set has NT, its float panel's row_to_float and prefetch_ahead (gpt2__float_panel_of), and
+   its tiles (gpt2__float_tiles). */
 static const int gpt2__k_block = 1024, gpt2__k_align = 16;
 
 template <class Set>
@@ -3600,7 +3655,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
         for (int64_t o = o_begin; o < o_end; o += MR) {
             const int rows = (int)std::min<int64_t>(MR, o_end - o);
-            const typename Set::Panel w = Set::panel(a, o, rows, panel);
+            const gpt2__float_panel w = gpt2__float_panel_of<Set::row_to_float, Set::prefetch_ahead>(a, o, rows, panel);
             /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
                spread prefetches of the next group's bytes over them. */
             const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
@@ -3613,7 +3668,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 for (int i = 0; i < n_tiles; i++) {
                     for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
                     const int t = t0 + i * NT;
-                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w, a, t, k0, kn);
+                    Set::tiles[rows - 1][std::min(NT, t_end - t) - 1](sums[i], w.w + k0, w.ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
                 }
             }
             for (int i = 0; i < n_tiles; i++) {
@@ -3867,18 +3922,22 @@ struct gpt2__prefill_avx2 {
     /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
        and one of 1, whose single token loads 5 vectors per 4 FMAs */
     static constexpr int NT = 3;
-    using Panel = gpt2__float_panel;
-    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx2, false>(a, o, rows, scratch); }
-    template <int R, int N>
-    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
-        const size_t K = (size_t)a.W->cols;
-        gpt2__tile_avx2<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
-    }
+    static constexpr auto row_to_float = gpt2__row_to_float_avx2;
+    static constexpr bool prefetch_ahead = false;
+    static constexpr gpt2__float_tiles tiles = {{gpt2__tile_avx2<1, 1>, gpt2__tile_avx2<1, 2>, gpt2__tile_avx2<1, 3>, nullptr},
+                                                {gpt2__tile_avx2<2, 1>, gpt2__tile_avx2<2, 2>, gpt2__tile_avx2<2, 3>, nullptr},
+                                                {gpt2__tile_avx2<3, 1>, gpt2__tile_avx2<3, 2>, gpt2__tile_avx2<3, 3>, nullptr},
+                                                {gpt2__tile_avx2<4, 1>, gpt2__tile_avx2<4, 2>, gpt2__tile_avx2<4, 3>, nullptr}};
 };
 
-/* Decode streams the weights row by row in their own type; prefill multiplies float panels. */
-GPT2__AVX2 static void gpt2__matmul_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.strategy == GPT2__FLOAT_TILES) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+/* The set's matmul kernels (dispatch.h): decode streams the weights row by row in their own
+   type (GPT2__STREAM_ROWS, GPT2__STREAM_INT8); prefill multiplies float panels
+   (GPT2__FLOAT_TILES). */
+GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+}
+GPT2__AVX2 static void gpt2__matmul_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
@@ -4431,13 +4490,12 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 struct gpt2__prefill_avx512 {
     static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
     static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
-    using Panel = gpt2__float_panel;
-    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512, true>(a, o, rows, scratch); }
-    template <int R, int N>
-    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
-        const size_t K = (size_t)a.W->cols;
-        gpt2__tile_avx512<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
-    }
+    static constexpr auto row_to_float = gpt2__row_to_float_avx512;
+    static constexpr bool prefetch_ahead = true;
+    static constexpr gpt2__float_tiles tiles = {{gpt2__tile_avx512<1, 1>, gpt2__tile_avx512<1, 2>, gpt2__tile_avx512<1, 3>, gpt2__tile_avx512<1, 4>},
+                                                {gpt2__tile_avx512<2, 1>, gpt2__tile_avx512<2, 2>, gpt2__tile_avx512<2, 3>, gpt2__tile_avx512<2, 4>},
+                                                {gpt2__tile_avx512<3, 1>, gpt2__tile_avx512<3, 2>, gpt2__tile_avx512<3, 3>, gpt2__tile_avx512<3, 4>},
+                                                {gpt2__tile_avx512<4, 1>, gpt2__tile_avx512<4, 2>, gpt2__tile_avx512<4, 3>, gpt2__tile_avx512<4, 4>}};
 };
 
 #endif /* GPT2__X86 */
@@ -4764,71 +4822,78 @@ template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                           const char* prefetch, size_t lines);
 
-/* A tile of N tokens in the layout of LAYOUT: f16 or bf16 lanes, or an int8 panel (q8_0's, or
-   q4_0 lanes'). */
-template <uint32_t LAYOUT, int V, int N>
-GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                 const char* prefetch, size_t lines) {
-    if constexpr (LAYOUT == GPT2_TYPE_BF16) {
-        if (a.strategy == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
-    }
-    if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return; /* only the bf16 unit's tiles are this wide */
-    else if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
-    else gpt2__tile_int8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+/* A tile: N tokens from t0 on through V groups of the panel at p (group j alone when V is 1),
+   the outputs of rows [lo, hi) stored, prefetching `lines` cache lines from `prefetch` on along
+   its blocks. */
+typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                     const char* prefetch, size_t lines);
+
+/* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
+   panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
+template <uint32_t LAYOUT, bool BF16_UNIT, int V, int N>
+static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
+    if constexpr (BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
+    else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
+    else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
 
-template <uint32_t LAYOUT, int V>
-GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                  const char* prefetch, size_t lines) {
-    constexpr int widest = LAYOUT == GPT2_TYPE_BF16 ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
-    static_assert(widest >= 5 && widest <= 8, "a case per tile width");
-    switch (n) {
-    case 1: gpt2__tile_lanes_avx512<LAYOUT, V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 2: gpt2__tile_lanes_avx512<LAYOUT, V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 3: gpt2__tile_lanes_avx512<LAYOUT, V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 4: gpt2__tile_lanes_avx512<LAYOUT, V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 5: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(5, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 6: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(6, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 7: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(7, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    default: gpt2__tile_lanes_avx512<LAYOUT, V, widest>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    }
+/* Every tile of a layout, by [V - 1][N - 1]. */
+static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
+typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
+template <uint32_t LAYOUT, bool BF16_UNIT = false>
+static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
+    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 3>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 6>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 8>()},
+    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 3>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 6>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 8>()}};
+static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens, "a column per tile width");
+
+/* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
+   small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
+   share of `lines` prefetched lines: its first token, its tokens and its lines [from, to). */
+struct gpt2__tile_share {
+    int t0, n;
+    size_t from, to;
+};
+static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t lines) {
+    return {i * (T / tiles) + std::min(i, T % tiles), T / tiles + (i < T % tiles), lines * i / tiles, lines * (i + 1) / tiles};
 }
 
-/* All of a.T's tokens through V groups (as gpt2__tile_lanes_avx512), shared evenly among the
-   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does;
-   docs/PERFORMANCE.md, Kernel notes). The tiles share the prefetch of `lines` cache lines
-   from `prefetch` on, spread along their blocks. */
-template <uint32_t LAYOUT, int V>
-GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
-    const int widest = a.strategy == GPT2__BF16_UNIT ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
-    const int tiles = (a.T + widest - 1) / widest;
-    for (int i = 0, t = 0; i < tiles; i++) {
-        const int n = a.T / tiles + (i < a.T % tiles);
-        const size_t from = lines * i / tiles, to = lines * (i + 1) / tiles;
-        gpt2__tile_tokens_avx512<LAYOUT, V>(n, a, p, j, first_row, lo, hi, t, prefetch + 64 * from, to - from);
-        t += n;
-    }
-}
-
-/* W (q8_0, q4_0, f16 or bf16: TYPE) on its lanes, in place, two groups at a time, times
-   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
-   end half-way through a panel: that group alone. A lone token or two prefetch
+/* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time, times a.xq_packed
+   (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way
+   through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
+   (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
    gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
    next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
    Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
-   into L2 (docs/PERFORMANCE.md, Kernel notes). */
-template <uint32_t TYPE>
-GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const size_t panel_bytes = gpt2__float16_lanes(TYPE) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
-                                                     : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
+   into L2 (docs/PERFORMANCE.md, Kernel notes). The kernel of GPT2__FLOAT16_LANES. */
+GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
+    const uint32_t type = a.W->type;
+    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT;
+    const gpt2__tiles_avx512& tiles = bf16_unit                     ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, true>
+                                      : type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16>
+                                      : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
+                                      : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
+                                                               : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
+    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const int n_tiles = (a.T + widest - 1) / widest;
+    const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
+                               : (size_t)(a.W->cols / gpt2__q8_block_values) *
+                                     (type == GPT2_TYPE_Q4_0 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>);
     for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__lane_rows % 2);
         const bool both = j == 0 && first + gpt2__lane_rows < o_end;
         const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
         const size_t next_lines = first + gpt2__panel_rows < o_end ? panel_bytes / 64 : 0;
-        if (both) gpt2__tiles_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
-        else gpt2__tiles_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
+        for (int i = 0; i < n_tiles; i++) {
+            const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
+            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, next + 64 * t.from, t.to - t.from);
+        }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }
 }
@@ -4839,8 +4904,10 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
    16 rows or fewer takes one group; lanes past the last row repeat it and are not stored. */
 GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
-    if (W->lanes) return W->type == GPT2_TYPE_Q4_0 ? gpt2__matmul_lanes_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end) : gpt2__matmul_lanes_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
+    if (W->lanes) return gpt2__matmul_lanes_avx512(a, o_begin, o_end, panel);
     const int64_t nb = W->cols / gpt2__q8_block_values;
+    const gpt2__tiles_avx512& tiles = gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
+    const int n_tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {
         const int rows = (int)std::min<int64_t>(gpt2__panel_rows, o_end - o), V = rows > gpt2__lane_rows ? 2 : 1;
@@ -4856,8 +4923,10 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
            PERFORMANCE.md, Kernel notes) and spread over the tiles, which touch no weight memory. */
         const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__panel_rows, o_end - o - rows) * W->row_bytes / 64;
-        if (V == 2) gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
-        else gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
+        for (int i = 0; i < n_tiles; i++) {
+            const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
+            tiles[V - 1][t.n - 1](a, w, 0, o, o, o + rows, t.t0, next + 64 * t.from, t.to - t.from);
+        }
     }
 }
 
@@ -5059,26 +5128,22 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     }
 }
 
-/* Decode streams the weights row by row in their own type; prefill multiplies int8 panels (q8_0
-   and q4_0 against packed activations) or float panels. Float rows stream with the 256-bit row
-   kernel, which Zen 4 feeds from DRAM faster than 512-bit loads (it splits those in two anyway);
-   q8_0 and q4_0 rows use 512-bit integer dot products, gpt2__decode_rows<TYPE> at a time. */
-GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    switch (a.strategy) {
-    case GPT2__FLOAT16_LANES:
-        if (a.W->type == GPT2_TYPE_BF16) return gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(a, o_begin, o_end);
-        return gpt2__matmul_lanes_avx512<GPT2_TYPE_F16>(a, o_begin, o_end);
-    case GPT2__INT8_PANELS: return gpt2__matmul_int8_panels_avx512(a, o_begin, o_end, panel);
-    case GPT2__FLOAT_TILES: return gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
-    case GPT2__STREAM_INT8:
-        if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
-        return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
-    case GPT2__STREAM_ROWS:
-    case GPT2__BF16_UNIT: /* the avx512_bf16 set's, which takes it before this */
-        break;
-    }
+/* The set's matmul kernels besides the panels' and lanes' (dispatch.h). Decode streams the
+   weights row by row in their own type: float rows with the 256-bit row kernel, which Zen 4
+   feeds from DRAM faster than 512-bit loads (it splits those in two anyway), compiled here for
+   AVX-512; q8_0 and q4_0 rows with 512-bit integer dot products, gpt2__decode_rows<TYPE> at a
+   time. Prefill multiplies int8 panels (avx512_panels.h) or float panels. */
+GPT2__AVX512 static void gpt2__matmul_rows_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2>(a, o_begin, o_end);
+}
+GPT2__AVX512 static void gpt2__matmul_stream_int8_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
+    gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+}
+GPT2__AVX512 static void gpt2__matmul_float_tiles_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    gpt2__prefill_x86<gpt2__prefill_avx512>(a, o_begin, o_end, panel);
 }
 
 #endif /* GPT2__X86 */
@@ -5086,7 +5151,7 @@ GPT2__AVX512 static void gpt2__matmul_avx512(const gpt2__matmul_args& a, int64_t
 /* ---- src/cpu/kernels/avx512_bf16.h ---- */
 /* The AVX-512 set with the bf16 unit (AVX512_BF16, an extra runtime check: dispatch.h): bf16
    weights' products over a prompt's tokens run on vdpbf16ps; everything else is the AVX-512
-   set's, a batch's decode rows too (gpt2__matmul_avx512_bf16 says why).
+   set's, a batch's decode rows too (gpt2__matmul_bf16_unit_avx512 says why).
 
    vdpbf16ps adds the products of 16 pairs of bf16 values into 16 float lanes: 32 multiply-adds
    per instruction where an fp32 FMA does 16. bf16 lanes (avx512.h) hold each row's pairs of
@@ -5141,14 +5206,13 @@ GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float
     }
 }
 
-/* bf16 weights' products over a prompt's tokens on the bf16 unit, the rest as
-   gpt2__matmul_avx512: per chunk of gpt2__chunk_tokens tokens, the thread rounds them to bf16 in
+/* bf16 weights' products over a prompt's tokens on the bf16 unit (GPT2__BF16_UNIT; the set's other
+   kernels are the AVX-512 set's): per chunk of gpt2__chunk_tokens tokens, the thread rounds them to bf16 in
    `panel` once, then runs the lanes' driver over its rows. A token's sums do not depend on its
    chunk or tile. A batch's decode rows stay on the fp32 FMAs: they must give what each session
    gets alone, where a single token streams with float activations, to rounding
    (tests/test_batch.cpp: 1e-4; on the bf16 unit they differ by 0.05). */
-GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.strategy != GPT2__BF16_UNIT) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
+GPT2__AVX512_BF16 static void gpt2__matmul_bf16_unit_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W);
     for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
         gpt2__matmul_args chunk = a;
@@ -5157,7 +5221,7 @@ GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& 
         chunk.y = a.y + (size_t)t0 * a.W->rows;
         gpt2__round_bf16_avx512((uint16_t*)panel, chunk.x, chunk.T, K, width);
         chunk.x_bf16 = (const uint16_t*)panel;
-        gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(chunk, o_begin, o_end);
+        gpt2__matmul_lanes_avx512(chunk, o_begin, o_end, panel);
     }
 }
 
@@ -5257,7 +5321,7 @@ static float gpt2__dot_blocks_neon(const uint8_t* row, const int8_t* xq, const f
     return vaddvq_f32(acc);
 }
 
-static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+static void gpt2__matmul_rows_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_blocks_neon<gpt2__q8_block_bytes, gpt2__block_dot_q8_neon>,
                          gpt2__dot_blocks_neon<gpt2__q4_block_bytes, gpt2__block_dot_q4_neon>, gpt2__dot_row_neon>(a, o_begin, o_end);
@@ -5363,7 +5427,7 @@ static float gpt2__dot_q8_float_wasm(const uint8_t* row, const float* x, int64_t
 
 /* Dot product of one weight row with float x. A weight type this set has no loop for (q4_0, and
    any added later) takes the portable dot product, so every type the loader accepts runs; q4_0
-   rows against int8 activations take gpt2__dot_q4_scalar (gpt2__matmul_wasm). */
+   rows against int8 activations take gpt2__dot_q4_scalar (gpt2__matmul_rows_wasm). */
 static float gpt2__dot_row_wasm(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
     switch (type) {
     case GPT2_TYPE_F32: return gpt2__dot_row16_wasm<GPT2_TYPE_F32>(row, x, n);
@@ -5414,10 +5478,15 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
    once per token. Widening is exact and the dot products add in the order of the streamed ones
    (gpt2__dot_q8_float_wasm's pairs of four lanes are those of gpt2__dot_row16_wasm), so prefill
    and decode give the same bits. Other types stream in prefill too. */
-static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+static void gpt2__matmul_rows_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
+    gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
+}
+/* GPT2__FLOAT_TILES: widened rows. */
+static void gpt2__matmul_widened_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
     const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (a.strategy != GPT2__FLOAT_TILES || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    if (!widen) return gpt2__matmul_rows_wasm(a, o_begin, o_end, panel);
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
     float* y = a.y;
@@ -5502,17 +5571,29 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
                                       best one it does */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
-static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr, false, false};
+static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
+                                                   /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
+                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, nullptr, nullptr, nullptr, nullptr},
+                                                   gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
-static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr, true, false};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
+                                                 {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr},
+                                                 gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr};
+static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
+                                                   {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
+                                                    gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr},
+                                                   gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
-                                                   gpt2__pack_lanes_avx512, true, false};
-static const gpt2__kernels gpt2__kernels_avx512_bf16 = {"avx512_bf16", gpt2__matmul_avx512_bf16, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>,
-                                                        gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
-                                                        gpt2__pack_lanes_avx512, true, true};
+                                                   gpt2__pack_lanes_avx512};
+/* the AVX-512 set with bf16 prompts on the bf16 unit */
+static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
+    k.name = "avx512_bf16";
+    k.matmul[GPT2__BF16_UNIT] = gpt2__matmul_bf16_unit_avx512;
+    return k;
+}
+static constexpr gpt2__kernels gpt2__kernels_avx512_bf16 = gpt2__with_bf16_unit(gpt2__kernels_avx512);
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false, avx512_bf16 = false;
@@ -5560,12 +5641,25 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_neon, nullptr, false, false};
+/* the scalar set with NEON's row dot products and f16 conversion */
+static constexpr gpt2__kernels gpt2__with_neon(gpt2__kernels k) {
+    k.name = "neon";
+    k.matmul[GPT2__STREAM_ROWS] = k.matmul[GPT2__STREAM_INT8] = gpt2__matmul_rows_neon;
+    k.to_f16 = gpt2__to_f16_neon;
+    return k;
+}
+static constexpr gpt2__kernels gpt2__kernels_neon = gpt2__with_neon(gpt2__kernels_scalar);
 #endif
 #if defined(GPT2__WASM_SIMD128)
-static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm, gpt2__to_f16_scalar, nullptr, true, false};
+/* the scalar set with SIMD128's dot products, widened prefill rows and GELU */
+static constexpr gpt2__kernels gpt2__with_simd128(gpt2__kernels k) {
+    k.name = "wasm_simd128";
+    k.matmul[GPT2__STREAM_ROWS] = k.matmul[GPT2__STREAM_INT8] = gpt2__matmul_rows_wasm;
+    k.matmul[GPT2__FLOAT_TILES] = gpt2__matmul_widened_wasm;
+    k.gelu = gpt2__gelu_wasm;
+    return k;
+}
+static constexpr gpt2__kernels gpt2__kernels_wasm_simd128 = gpt2__with_simd128(gpt2__kernels_scalar);
 #endif
 
 /* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,
@@ -5638,7 +5732,7 @@ static const gpt2__kernels& gpt2__cpu_kernels() {
 #endif
 
 struct gpt2__pool {
-    typedef void (*job_fn)(void* context, int thread_index, int n_threads);
+    typedef void (*job_fn)(void* context, int thread_index);
     int n_threads = 1;
     std::vector<std::thread> workers;
     std::mutex mutex;
@@ -5677,7 +5771,7 @@ static void gpt2__pool_worker(gpt2__pool* pool, int index) {
         }
         seen = pool->generation.load(std::memory_order_acquire);
         if (pool->stopping.load()) return;
-        pool->job(pool->context, index, pool->n_threads);
+        pool->job(pool->context, index);
         if (pool->pending.fetch_sub(1) == 1 && pool->caller_sleeping.load()) {
             std::lock_guard<std::mutex> lock(pool->mutex);
             pool->done.notify_one();
@@ -5733,43 +5827,48 @@ static void gpt2__pool_stop(gpt2__pool* pool) {
     pool->workers.clear();
 }
 
-/* Runs job(context, i, n) on every thread i of the pool and returns when all are done. */
-static void gpt2__pool_run(gpt2__pool* pool, gpt2__pool::job_fn job, void* context) {
-    if (pool->n_threads == 1) return job(context, 0, 1);
+/* Hands job(context, i) to every worker i (1 ..); the caller does its own share, then waits. */
+static void gpt2__pool_begin(gpt2__pool* pool, gpt2__pool::job_fn job, void* context) {
     pool->job = job;
     pool->context = context;
     pool->pending.store(pool->n_threads - 1, std::memory_order_relaxed);
     pool->generation.fetch_add(1);
     gpt2__pool_wake(pool);
-    job(context, 0, pool->n_threads);
-    if (!gpt2__spin_until([&] { return pool->pending.load(std::memory_order_acquire) == 0; })) {
-        std::unique_lock<std::mutex> lock(pool->mutex);
-        /* an exchange, not a store: as a read-modify-write it is ordered before the load of
-           `pending` on every target, emulators included (qemu-user runs an AArch64 store-release
-           and a later load-acquire as plain x86 moves, which the store buffer reorders: the
-           last worker then misses the flag, and both sides sleep for ever) */
-        pool->caller_sleeping.exchange(true);
-        pool->done.wait(lock, [&] { return pool->pending.load() == 0; });
-        pool->caller_sleeping.store(false);
-    }
+}
+
+/* Returns when every worker has finished the job of gpt2__pool_begin. */
+static void gpt2__pool_wait(gpt2__pool* pool) {
+    if (gpt2__spin_until([&] { return pool->pending.load(std::memory_order_acquire) == 0; })) return;
+    std::unique_lock<std::mutex> lock(pool->mutex);
+    /* an exchange, not a store: as a read-modify-write it is ordered before the load of
+       `pending` on every target, emulators included (qemu-user runs an AArch64 store-release
+       and a later load-acquire as plain x86 moves, which the store buffer reorders: the last
+       worker then misses the flag, and both sides sleep for ever) */
+    pool->caller_sleeping.exchange(true);
+    pool->done.wait(lock, [&] { return pool->pending.load() == 0; });
+    pool->caller_sleeping.store(false);
 }
 
 /* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
-   thread_index) on each; threads take chunks from a shared counter, so a thread the OS
-   preempts (a busy machine, a game's own threads) delays only its current chunk instead of a
-   whole 1/n share. About 8 chunks per thread keep the counter cheap. */
+   thread_index) on each, the calling thread being thread 0; threads take chunks from a shared
+   counter, so a thread the OS preempts (a busy machine, a game's own threads) delays only its
+   current chunk instead of a whole 1/n share. About 8 chunks per thread keep the counter cheap.
+   The caller runs its chunks here, so a body is one call below the parallel region. */
 template <class Body>
 static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
         int64_t n, chunk, n_chunks;
         std::atomic<int64_t> next{0};
-        static void run(void* context, int index, int) {
+        bool take(int64_t* begin, int64_t* end) {
+            const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+            *begin = c * chunk;
+            *end = std::min(n, *begin + chunk);
+            return c < n_chunks;
+        }
+        static void run(void* context, int index) {
             Job* job = (Job*)context;
-            for (int64_t c = job->next.fetch_add(1, std::memory_order_relaxed); c < job->n_chunks; c = job->next.fetch_add(1, std::memory_order_relaxed)) {
-                const int64_t begin = c * job->chunk, end = std::min(job->n, begin + job->chunk);
-                (*job->body)(begin, end, index);
-            }
+            for (int64_t begin, end; job->take(&begin, &end);) (*job->body)(begin, end, index);
         }
     };
     const int64_t units = (n + align - 1) / align;
@@ -5779,7 +5878,10 @@ static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const
     job.n = n;
     job.chunk = chunk;
     job.n_chunks = (n + chunk - 1) / chunk;
-    gpt2__pool_run(pool, Job::run, &job);
+    const bool workers = pool->n_threads > 1;
+    if (workers) gpt2__pool_begin(pool, Job::run, &job);
+    for (int64_t begin, end; job.take(&begin, &end);) body(begin, end, 0);
+    if (workers) gpt2__pool_wait(pool);
 }
 
 /* ---- src/cpu/forward.h ---- */
@@ -5805,6 +5907,45 @@ struct gpt2__activations {
     float* logits = nullptr;   /* (B, V) */
 };
 
+struct gpt2__cpu_session;
+
+/* One session's causal self-attention in a pass: T new queries at positions pos0.. against the
+   cache of one layer, cut into tasks for the threads. A lone session runs its own tasks; a batch
+   (gpt2__pass) runs every session's tasks in one parallel region. */
+struct gpt2__attention_job {
+    gpt2__cpu_session* s;
+    const float* qkv;  /* (T, 3C) */
+    float* att;        /* (T, C) */
+    float* parts;      /* decode: (T, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
+    int layer, T, pos0;
+    int ranges[gpt2__decode_max_tokens]; /* decode: the key ranges of each query */
+    int tasks;
+};
+
+/* The rows of a pass, in this order: n_one rows of sessions adding one token, n_few rows of
+   sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
+struct gpt2__pass_rows {
+    int n_one = 0, n_few = 0, n_rows = 0;
+    gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
+    int share_rows = 0; /* gpt2__share_rows */
+};
+
+/* One session's new tokens in a pass: rows [row, row + T) at positions pos0.. */
+struct gpt2__pass_item {
+    gpt2__cpu_session* s;
+    int row, T, pos0;
+};
+
+/* What a pass plans before it runs, kept by the session that runs it so that once these have
+   grown a pass allocates nothing. */
+struct gpt2__pass_plan {
+    gpt2__pass_rows rows;
+    gpt2__vector<gpt2__pass_item> items;       /* in row order */
+    gpt2__vector<gpt2__attention_job> jobs;    /* an item's attention in the current layer */
+    gpt2__vector<int> first_task;              /* jobs[i]'s tasks are [first_task[i], first_task[i + 1]) */
+    gpt2__vector<gpt2__matmul_args> parts;     /* the current product's parts (gpt2__matmul) */
+};
+
 /* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
@@ -5815,6 +5956,7 @@ struct gpt2__cpu_session : gpt2_session {
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
     gpt2__activations act;    /* the passes run on this session's threads: its own, and batches it runs */
+    gpt2__pass_plan plan;     /* and their plans */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
@@ -5859,19 +6001,6 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
         for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
-
-/* One session's causal self-attention in a pass: T new queries at positions pos0.. against the
-   cache of one layer, cut into tasks for the threads. A lone session runs its own tasks; a batch
-   (gpt2__forward_batch) runs every session's tasks in one parallel region. */
-struct gpt2__attention_job {
-    gpt2__cpu_session* s;
-    const float* qkv;  /* (T, 3C) */
-    float* att;        /* (T, C) */
-    float* parts;      /* decode: (T, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
-    int layer, T, pos0;
-    int ranges[gpt2__decode_max_tokens]; /* decode: the key ranges of each query */
-    int tasks;
-};
 
 /* Writes the job's keys and values to the cache and counts its tasks. */
 template <class KV>
@@ -5957,14 +6086,16 @@ static void gpt2__activations_free(gpt2__activations* w) {
 }
 
 /* Room in s->act for a pass over `rows` rows, `decode_rows` of them decode rows, of `sessions`
-   sessions. */
+   sessions. Where it cannot grow, the activations stay as they were (a batch too large for memory
+   leaves its runner able to run alone). */
 static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, size_t decode_rows, size_t sessions, gpt2_error* err) {
-    gpt2__activations* w = &s->act;
-    if (rows <= w->rows && decode_rows <= w->decode_rows && sessions <= w->sessions) return GPT2_OK;
-    rows = std::max(rows, w->rows);
-    decode_rows = std::max(decode_rows, w->decode_rows);
-    sessions = std::max(sessions, w->sessions);
-    gpt2__activations_free(w);
+    const gpt2__activations& had = s->act;
+    if (rows <= had.rows && decode_rows <= had.decode_rows && sessions <= had.sessions) return GPT2_OK;
+    rows = std::max(rows, had.rows);
+    decode_rows = std::max(decode_rows, had.decode_rows);
+    sessions = std::max(sessions, had.sessions);
+    gpt2__activations grown;
+    gpt2__activations* w = &grown;
     const gpt2_model* m = s->model;
     const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
     struct { void** p; size_t bytes; } plan[] = {
@@ -5986,19 +6117,19 @@ static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, 
     w->rows = rows;
     w->decode_rows = decode_rows;
     w->sessions = sessions;
+    gpt2__activations_free(&s->act);
+    s->act = grown;
     return GPT2_OK;
 }
 
-/* The rows of a pass, in this order: n_one rows of sessions adding one token, n_few rows of
-   sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
-struct gpt2__pass_rows {
-    int n_one = 0, n_few = 0, n_rows = 0;
-    gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
-    /* the threads' shares of W's rows are multiples of this: a lone session's decode rows in
-       groups of lanes, its prompt in whole panels; a batch's in two panels or more, so each
-       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md, Kernel notes) */
-    int share_rows = 2 * gpt2__panel_rows;
-};
+/* The threads' shares of W's rows in a pass of `sessions` sessions over `rows` rows are multiples
+   of this: a lone session's decode rows in groups of lanes, its prompt in whole panels; a batch's
+   in two panels or more, so each share starts a panel's tiles and prefetches the next
+   (docs/PERFORMANCE.md, Kernel notes). */
+static int gpt2__share_rows(size_t sessions, int rows) {
+    if (sessions > 1) return 2 * gpt2__panel_rows;
+    return gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
+}
 
 /* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
    the kernel set has, and the T rows: a lone session's tokens, or a batch's `decode_rows` (single
@@ -6017,11 +6148,11 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
         if (decode_rows) return GPT2__STREAM_INT8;
     } else if (gpt2__uses_lanes(kernels, W)) {
         const bool prompt = !decode_rows && !gpt2__is_decode(T);
-        return W.type == GPT2_TYPE_BF16 && kernels->bf16_unit && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+        return W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT] && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
     } else if (streams) {
         return GPT2__STREAM_ROWS;
     }
-    return kernels->float_tiles ? GPT2__FLOAT_TILES : GPT2__STREAM_ROWS;
+    return kernels->matmul[GPT2__FLOAT_TILES] ? GPT2__FLOAT_TILES : GPT2__STREAM_ROWS;
 }
 
 /* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a pass, split over the rows of W;
@@ -6036,13 +6167,8 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     const gpt2__kernels* kernels = s->kernels;
     gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
-    gpt2__matmul_args parts[2 + gpt2__decode_max_tokens];
-    gpt2__vector<gpt2__matmul_args> more; /* the parts past the first few, where a batch has many prompts */
-    int n_parts = 0;
-    auto add = [&](const gpt2__matmul_args& a) {
-        if (n_parts < (int)(sizeof parts / sizeof parts[0])) parts[n_parts++] = a;
-        else more.push_back(a);
-    };
+    gpt2__vector<gpt2__matmul_args>& parts = s->plan.parts;
+    parts.clear();
     /* int8 panels' activations are packed in one call for all the parts that take them, which
        are the last rows of the pass */
     const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
@@ -6057,7 +6183,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
         }
-        add(a);
+        parts.push_back(a);
     }
     for (const auto& [row, T] : r.several)
         if (row >= n_streamed) {
@@ -6066,14 +6192,13 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
                 first_packed = std::min(first_packed, row);
                 a.xq_packed = w->xq_packed + row * ldx;
             }
-            add(a);
+            parts.push_back(a);
         }
     if (first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
-        for (int i = 0; i < n_parts; i++) kernels->matmul(parts[i], begin, end, s->panel + (size_t)thread * panel);
-        for (const gpt2__matmul_args& a : more) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+        for (const gpt2__matmul_args& a : parts) kernels->matmul[a.strategy](a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
     });
@@ -6086,15 +6211,9 @@ static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int 
     head.rows = s->model->n_vocab;
     gpt2__pass_rows last;
     last.n_one = last.n_rows = n;
-    if (n == 1) last.share_rows = gpt2__lane_rows;
+    last.share_rows = gpt2__share_rows((size_t)n, n);
     gpt2__matmul(s, logits, h, head, nullptr, last);
 }
-
-/* One session's new tokens in a pass: rows [row, row + T) at positions pos0.. */
-struct gpt2__pass_item {
-    gpt2__cpu_session* s;
-    int row, T, pos0;
-};
 
 /* The model's layer sequence, nanoGPT's GPT.forward, over the new tokens of `sessions`
    (tokens[n_cached..) of each, at positions n_cached..; its cache holds the positions before),
@@ -6102,14 +6221,17 @@ struct gpt2__pass_item {
    The products run over the new rows of all sessions together (gpt2__matmul); attention runs
    per session against its own cache, every session's tasks in one parallel region. Leaves the
    final LayerNorm of every new row in runner->act.xn and each session's prediction after its
-   last token in its logits. The backend's run is a pass of one session, its run_batch one of
-   many. */
-static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+   last token in its logits. The backend's run is a pass of one session; this is its run_batch. */
+static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    gpt2__cpu_session* runner = gpt2__cpu(runner_session);
     const gpt2_model* m = runner->model;
     const int C = m->n_embd, V = m->n_vocab;
-    gpt2__vector<gpt2__pass_item> items;
-    items.reserve(n);
-    gpt2__pass_rows r;
+    gpt2__pass_plan& plan = runner->plan;
+    gpt2__vector<gpt2__pass_item>& items = plan.items;
+    items.clear();
+    gpt2__pass_rows& r = plan.rows;
+    r.n_one = r.n_few = r.n_rows = 0;
+    r.several.clear();
     int& rows = r.n_rows;
     for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul: one token, a few, prompts */
         for (size_t i = 0; i < n; i++) {
@@ -6122,7 +6244,7 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
+    r.share_rows = gpt2__share_rows(n, rows);
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
     for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
@@ -6132,8 +6254,10 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
             gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
             gpt2__add(x, w->att, (size_t)C);
         }
-    gpt2__vector<gpt2__attention_job> jobs(items.size());
-    gpt2__vector<int> first_task(items.size() + 1);
+    gpt2__vector<gpt2__attention_job>& jobs = plan.jobs;
+    gpt2__vector<int>& first_task = plan.first_task;
+    jobs.resize(items.size());
+    first_task.assign(items.size() + 1, 0);
     const size_t part = gpt2__max_key_ranges * ((size_t)C + 2 * m->n_head), scratch = gpt2__attention_scratch(m->n_head, m->n_ctx);
     for (int l = 0; l < m->n_layer; l++) {
         if (gpt2__abort_requested(runner)) return gpt2__aborted(err);
@@ -6172,11 +6296,8 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
     return GPT2_OK;
 }
 
-/* The backend's run and run_batch. */
-static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { return gpt2__pass(gpt2__cpu(session), &session, 1, err); }
-static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
-    return gpt2__pass(gpt2__cpu(runner), sessions, n, err);
-}
+/* The backend's run; its run_batch is gpt2__pass. */
+static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { return gpt2__pass(session, &session, 1, err); }
 
 /* ---- src/cpu/forward_reference.h ---- */
 /* The reference forward pass: nanoGPT's model.py as plain loops over f32 arrays. One thread,
@@ -6415,7 +6536,7 @@ static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->devic
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__forward_batch, gpt2__cpu_sample_batch};
+                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch};
     return &table;
 }
 
@@ -6872,8 +6993,7 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
     if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
     if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
-    gpt2__session_use use(session, true);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(session, true, err);
     gpt2_session* s = const_cast<gpt2_session*>(session); /* a device may copy its logits to the host */
     const size_t size = gpt2__state_size(s);
     if (n_bytes) *n_bytes = size;
@@ -6888,8 +7008,7 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
 GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
     gpt2__state_view v;
     GPT2__TRY(gpt2__state_check(s, (const uint8_t*)buf, n_bytes, &v, err));
@@ -6919,8 +7038,7 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
 
 GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     if (n_tokens > s->tokens.size())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
     if (n_tokens == 0) {
@@ -6951,8 +7069,7 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
     GPT2__TRY(gpt2__session_append(s, tokens, n, err));
     return gpt2__ok(err);
@@ -6970,8 +7087,7 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
     if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
     if (!tokens || n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to score");
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
     gpt2__session_clear(s);
     const size_t first = std::min(n, (size_t)s->n_ctx);
@@ -7032,13 +7148,12 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
-    gpt2__checkpoint before; /* to undo the call when abort_fn stops it */
-    if (s->abort_fn) GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
+    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when abort_fn stops it */
+    GPT2__TRY(gpt2__checkpoints_take(&s, 1, &before, err));
     gpt2_result res = n_prompt ? gpt2__session_append(s, prompt, n_prompt, err) : GPT2_OK;
     if (res == GPT2_OK) {
         gpt2__generator g;
@@ -7046,9 +7161,8 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
         res = gpt2__generate(s, &g, 1, err);
     }
     if (res == GPT2_OK) return gpt2__ok(err);
-    if (res != GPT2_ERROR_ABORTED) return res;
-    if (n_generated) *n_generated = 0;
-    return gpt2__checkpoint_restore(s, &before, err);
+    if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
+    return gpt2__undo_if_aborted(res, &s, 1, &before, err);
     GPT2__GUARD_END(err)
 }
 
@@ -7077,10 +7191,8 @@ static gpt2_result gpt2__check_batch(gpt2_session* const* sessions, size_t n_ses
     return GPT2_OK;
 }
 
-/* n tokens for session i of a batch: within the vocabulary and the session's context. */
+/* n tokens for session i of a batch: within the vocabulary. */
 static gpt2_result gpt2__check_batch_tokens(const gpt2_session* s, size_t i, const int32_t* ids, size_t n, gpt2_error* err) {
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "sessions[%zu]: %zu tokens given at once, but the context holds %d; split them or use a shorter prompt", i, n, s->n_ctx);
     return gpt2__in_batch(gpt2__check_tokens(s->model, ids, n, err), i, err);
 }
 
@@ -7137,19 +7249,10 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
         if (ids[i].empty() && s->tokens.empty())
             return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu]: empty prompt: generation needs at least one token of context", i);
     }
-    gpt2_session* runner = sessions[0];
-    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when runner's abort_fn stops it */
-    if (runner->abort_fn) {
-        before.resize(n_sessions);
-        for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__checkpoint_take(sessions[i], &before[i], err));
-    }
-    const gpt2_result res = gpt2__generate_batch(runner, sessions, ids, p.data(), n_sessions, err);
-    if (res != GPT2_ERROR_ABORTED) return res;
-    for (size_t i = 0; i < n_sessions; i++) {
-        const gpt2_result restored = gpt2__checkpoint_restore(sessions[i], &before[i], err);
-        if (restored != GPT2_ERROR_ABORTED) return restored;
-    }
-    return GPT2_ERROR_ABORTED;
+    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when sessions[0]'s abort_fn stops it */
+    GPT2__TRY(gpt2__checkpoints_take(sessions, n_sessions, &before, err));
+    const gpt2_result res = gpt2__generate_batch(sessions[0], sessions, ids, p.data(), n_sessions, err);
+    return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
     GPT2__GUARD_END(err)
 }
 

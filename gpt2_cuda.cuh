@@ -1636,8 +1636,10 @@ static gpt2_result gpt2__cuda_batch_pass(gpt2__cuda_session* r, const gpt2__vect
    each weight product reads the weights once for all of them; attention goes session by
    session against its own cache. A session whose token the sampler's queued pass already
    computed takes that pass, as run does. Polls runner's abort_fn once, before the pass, as run
-   does; the logits change only at the end. */
+   does; the logits change only at the end. A batch of the runner alone is its run, the graph
+   path. */
 [[maybe_unused]] static gpt2_result gpt2__cuda_run_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    if (n == 1 && sessions[0] == runner) return gpt2__cuda_run_session(runner, err);
     gpt2__cuda_session* r = gpt2__cuda(runner);
     GPT2__CUDA_TRY(cudaSetDevice(r->dm->device));
     cudaGetLastError();

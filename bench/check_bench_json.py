@@ -5,8 +5,10 @@ that a bad option value is refused with a message naming it.
     python3 bench/check_bench_json.py path/to/gpt2-bench
 """
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 KEYS = ["type", "threads", "prompt_tokens", "prefill_tok_s", "decode_ms_per_token", "bandwidth_gb_s",
         "decode_pct_of_limit", "decode_pct_of_limit_with_kv", "prefill_pct_of_limit", "peak_rss_mb", "kernels"]
@@ -42,6 +44,18 @@ def main():
     if run["batch"] != 3 or run["decode_tok_s"] <= 0:
         sys.exit(f"unexpected batch/decode_tok_s in {run}")
     print(json.dumps(run))
+    # --save writes llama.cpp's general.file_type of the weights (before: 0, "all F32", for q8_0)
+    gguf_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "gguf.py")
+    for weight_type, file_type in [("f32", 0), ("f16", 1), ("q8_0", 7), ("q4_0", 2)]:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "random.gguf")
+            subprocess.run([sys.argv[1], "--random", "tiny", "--type", weight_type, "--save", path], check=True, capture_output=True, timeout=60)
+            dump = subprocess.run([sys.executable, gguf_py, path], capture_output=True, text=True, timeout=60)
+            if dump.returncode != 0:
+                sys.exit(f"gguf.py {path}: {dump.stderr.strip()}")
+            line = next((l for l in dump.stdout.splitlines() if "general.file_type" in l), "")
+            if not line.rstrip().endswith(f" {file_type}"):
+                sys.exit(f"--save --type {weight_type}: expected general.file_type {file_type}, got '{line.strip()}'")
     bad = [sys.argv[1], "--random", "tiny", "--bandwidth-mb", "0"]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=60)
     if out.returncode != 2 or "bandwidth-mb" not in out.stderr:

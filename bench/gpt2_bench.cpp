@@ -194,14 +194,7 @@ static double measure_int8_peak(gpt2__pool* pool, const gpt2__kernels* kernels) 
 }
 
 // Whether the set multiplies bf16 weights' products over a prompt on the bf16 unit.
-static bool uses_bf16_unit(const gpt2__kernels* kernels) {
-#if defined(GPT2__X86)
-    return kernels == &gpt2__kernels_avx512_bf16;
-#else
-    (void)kernels;
-    return false;
-#endif
-}
+static bool uses_bf16_unit(const gpt2__kernels* kernels) { return kernels->matmul[GPT2__BF16_UNIT] != nullptr; }
 
 // The bf16 dot-product peak (vdpbf16ps) in GFLOP/s; 0 where the set does not use the unit.
 static double measure_bf16_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
@@ -276,6 +269,7 @@ static PageBuffer build_random_model(const Shape& sh, uint32_t type, size_t* siz
         const uint32_t t_type = t.ne.size() == 2 ? gguf_matrix_type(t.name, type, false) : (uint32_t)GPT2_TYPE_F32;
         w.add_tensor(t.name, t.ne, t_type, gguf_tensor_bytes(t_type, t.ne));
     }
+    w.set("general.file_type", gguf_file_type(gguf_dominant_type(w)));
     const uint64_t total = (w.layout() + 63) / 64 * 64;
     PageBuffer page = alloc_pages(total);
     uint8_t* buf = page.data;

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
             k->quantize_q8_packed(packed.data(), x.data(), T, cols);
             a.xq_packed = packed.data();
         }
-        k->matmul(a, 0, rows, panel.data());
+        k->matmul[a.strategy](a, 0, rows, panel.data());
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     const double macs = (double)rows * cols * T;

@@ -56,7 +56,12 @@ static const char* usage =
     "  --json               print one JSON object: prompt_ids, ids, text, last_logits\n"
     "  --tokenize TEXT      print the token ids of TEXT as a JSON array\n"
     "  --tokenize-file P    print the token ids of the bytes of file P as a JSON array\n"
-    "  -h, --help           this help\n";
+    "  -h, --help           this help\n"
+    "\n"
+    "nanoGPT's sample.py flags work too, as --flag VALUE or --flag=VALUE: --start TEXT (or\n"
+    "FILE:path, the prompt read from a file), --num_samples N (N samples, each from the prompt,\n"
+    "sample i with seed + i, each followed by a line of dashes), --max_new_tokens N, --temperature T,\n"
+    "--top_k K, --seed S. Without a prompt, a prompt piped to stdin is read.\n";
 
 struct Options {
     std::string model, prompt, prompt_ids, tokenize_text, tokenize_file;
@@ -70,7 +75,21 @@ struct Options {
     bool stop_at_eos = false;
     std::string save_state, load_state, context_policy; // context_policy "": the mode's default
     int keep = -1;                                     // -1: not given
+    int num_samples = 0;                               // sample.py's: 0 = not given (one, without the dashes)
 };
+
+// sample.py's --start: TEXT, or FILE:path for the contents of a file.
+static std::string read_start(const std::string& start, Options* o) {
+    if (start.rfind("FILE:", 0) != 0) {
+        o->prompt = start;
+    } else {
+        std::ifstream f(start.substr(5), std::ios::binary);
+        if (!f) return "--start: cannot open " + start.substr(5);
+        o->prompt.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    o->has_prompt = true;
+    return "";
+}
 
 static int fail(const std::string& message) {
     std::fprintf(stderr, "gpt2: %s\n", message.c_str());
@@ -80,8 +99,15 @@ static int fail(const std::string& message) {
 // Returns an empty string on success, else the complaint.
 static std::string parse_options(int argc, char** argv, Options* o) {
     for (int i = 1; i < argc; i++) {
-        std::string a = argv[i];
+        std::string a = argv[i], given; // --flag=VALUE: `given` holds VALUE
+        const size_t equals = a.find('=');
+        const bool inline_value = a.rfind("--", 0) == 0 && equals != std::string::npos;
+        if (inline_value) {
+            given = a.substr(equals + 1);
+            a.resize(equals);
+        }
         auto value = [&](std::string* out) -> bool {
+            if (inline_value) return *out = given, true;
             if (i + 1 >= argc) return false;
             *out = argv[++i];
             return true;
@@ -93,14 +119,16 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         else if (!value(&v)) return "unknown option '" + a + "' or missing value (see --help)";
         else if (a == "-m" || a == "--model") o->model = v;
         else if (a == "-p" || a == "--prompt") { o->prompt = v; o->has_prompt = true; }
+        else if (a == "--start") { const std::string complaint = read_start(v, o); if (!complaint.empty()) return complaint; }
+        else if (a == "--num_samples") { if (!cli_parse_int(v, 1, 1 << 20, &o->num_samples)) return "--num_samples expects an integer >= 1, got '" + v + "'"; }
         else if (a == "--prompt-ids") { o->prompt_ids = v; o->has_prompt_ids = true; }
         else if (a == "--tokenize") { o->tokenize_text = v; o->has_tokenize = true; }
         else if (a == "--tokenize-file") { o->tokenize_file = v; o->has_tokenize_file = true; }
-        else if (a == "-n" || a == "--n-tokens") { if (!cli_parse_int(v, 0, 1 << 24, &o->n_tokens)) return "-n expects 0 to 16777216, got '" + v + "'"; }
-        else if (a == "--top-k") { if (!cli_parse_int(v, 0, 1 << 30, &o->top_k)) return "--top-k expects an integer >= 0, got '" + v + "'"; }
+        else if (a == "-n" || a == "--n-tokens" || a == "--max_new_tokens") { if (!cli_parse_int(v, 0, 1 << 24, &o->n_tokens)) return a + " expects 0 to 16777216, got '" + v + "'"; }
+        else if (a == "--top-k" || a == "--top_k") { if (!cli_parse_int(v, 0, 1 << 30, &o->top_k)) return a + " expects an integer >= 0, got '" + v + "'"; }
         else if (a == "-t" || a == "--threads") { if (!cli_parse_int(v, 0, 1024, &o->threads)) return "--threads expects 0 to 1024, got '" + v + "'"; }
         else if (a == "--ctx") { if (!cli_parse_int(v, 0, 1 << 20, &o->ctx)) return "--ctx expects an integer >= 0, got '" + v + "'"; }
-        else if (a == "--temp") { if (!cli_parse_float(v, &o->temperature)) return "--temp expects a number >= 0, got '" + v + "'"; }
+        else if (a == "--temp" || a == "--temperature") { if (!cli_parse_float(v, &o->temperature)) return a + " expects a number >= 0, got '" + v + "'"; }
         else if (a == "--seed") { if (!cli_parse_u64(v, &o->seed)) return "--seed expects an unsigned integer, got '" + v + "'"; }
         else if (a == "--top-p") { if (!cli_parse_float_in(v, 0.0f, 1.0f, &o->top_p)) return "--top-p expects a number from 0 to 1, got '" + v + "'"; }
         else if (a == "--min-p") { if (!cli_parse_float_in(v, 0.0f, 1.0f, &o->min_p)) return "--min-p expects a number from 0 to 1, got '" + v + "'"; }
@@ -115,7 +143,8 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         else if (a == "--stop") { if (v.empty()) return "--stop expects a string of at least one character"; o->stops.push_back(v); }
         else return "unknown option '" + a + "' (see --help)";
     }
-    if (o->has_prompt && o->has_prompt_ids) return "give -p or --prompt-ids, not both";
+    if (o->has_prompt && o->has_prompt_ids) return "give -p (or --start) or --prompt-ids, not both";
+    if (o->num_samples && o->json) return "--num_samples prints text; give it without --json";
     return "";
 }
 
@@ -151,6 +180,27 @@ static int on_token(void* user, int32_t, const char* text, size_t len) {
     return 0;
 }
 
+// sample.py's --num_samples: each sample from the prompt (evaluated in `session`, whose state is
+// restored before each), seed + i for sample i, the prompt and the text printed, then dashes.
+static int samples(gpt2_session* session, gpt2_generate_params gp, const Options& o) {
+    gpt2_error err;
+    size_t size = 0;
+    if (gpt2_session_save(session, nullptr, 0, &size, &err) != GPT2_OK) return fail(err.message);
+    std::vector<uint8_t> prompted(size);
+    if (gpt2_session_save(session, prompted.data(), prompted.size(), &size, &err) != GPT2_OK) return fail(err.message);
+    for (int i = 0; i < o.num_samples; i++) {
+        if (gpt2_session_load(session, prompted.data(), prompted.size(), &err) != GPT2_OK) return fail(err.message);
+        Printer printer{"", true, o.prompt};
+        gp.on_token = on_token;
+        gp.user = &printer;
+        gp.seed = o.seed + (uint64_t)i;
+        if (o.n_tokens > 0 && gpt2_generate(session, nullptr, 0, &gp, nullptr, 0, nullptr, &err) != GPT2_OK) return fail(err.message);
+        if (!printer.prefix.empty()) std::fputs(printer.prefix.c_str(), stdout);
+        std::printf("\n---------------\n");
+    }
+    return 0;
+}
+
 int main(int argc, char** argv) {
     Options o;
     std::string complaint = parse_options(argc, argv, &o);
@@ -171,10 +221,15 @@ int main(int argc, char** argv) {
         return tokenize(model, std::string(std::istreambuf_iterator<char>(f), {}));
     }
 
-    // No prompt and no saved conversation to continue: the REPL, where long chats want the
-    // discard policy (one recomputation per half context instead of one per token).
+    // No prompt and no saved conversation to continue: a prompt piped to stdin (as sample.py
+    // users pipe one), else the REPL, where long chats want the discard policy (one
+    // recomputation per half context instead of one per token).
+    if (!o.has_prompt && !o.has_prompt_ids && o.load_state.empty() && !cli_stdin_is_terminal()) {
+        char buffer[4096];
+        for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, stdin)) > 0;) o.prompt.append(buffer, n);
+        o.has_prompt = true;
+    }
     const bool repl = !o.has_prompt && !o.has_prompt_ids && o.load_state.empty();
-    if (repl && !cli_stdin_is_terminal()) return fail("no prompt: give -p TEXT, --prompt-ids or --load-state (the REPL needs a terminal)");
     if (repl && !o.save_state.empty()) return fail("--save-state needs -p, --prompt-ids or --load-state; in the REPL use /save FILE");
     const std::string policy = !o.context_policy.empty() ? o.context_policy : repl ? "discard" : "exact";
     if (o.keep >= 0 && policy != "discard") return fail("--keep needs --context-policy discard");
@@ -227,6 +282,7 @@ int main(int argc, char** argv) {
     std::vector<float> last_logits;
     if (const float* logits = gpt2_session_logits(session)) last_logits.assign(logits, logits + info.n_vocab);
 
+    if (o.num_samples) return samples(session, gp, o);
     Printer printer{"", !o.json, o.has_prompt ? o.prompt : ""};
     gp.on_token = on_token;
     gp.user = &printer;

@@ -170,7 +170,7 @@ typedef enum gpt2_result {
     GPT2_ERROR_UNSUPPORTED,      /* a valid file using something this build cannot run */
     GPT2_ERROR_OUT_OF_MEMORY,
     GPT2_ERROR_BAD_TOKEN,        /* a token id outside the vocabulary */
-    GPT2_ERROR_CONTEXT_FULL,     /* more tokens than the session's context holds */
+    GPT2_ERROR_CONTEXT_FULL,     /* a session state or copy holds more tokens than the session's context */
     GPT2_ERROR_NO_VOCABULARY,    /* text was given to a model that has no tokenizer */
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
@@ -297,7 +297,10 @@ typedef struct gpt2_session_params {
     /* What happens when the context is full (see CONCEPTS): GPT2_CONTEXT_EXACT keeps the last
        n_ctx tokens and recomputes them for every new token, exactly as nanoGPT; with
        GPT2_CONTEXT_DISCARD the first n_keep tokens (a persona, a preamble) always stay and the
-       n_discard oldest of the others go at once, so only one pass in n_discard recomputes. */
+       n_discard oldest of the others go at once, so only one pass in n_discard recomputes.
+       A call may give more tokens than n_ctx (a long prompt): they are cropped the same way,
+       EXACT keeping the last n_ctx of the context and the new tokens (nanoGPT crops its input
+       so), DISCARD the first n_keep and the last that fill the rest. */
     gpt2_context_policy context_policy;
     int n_keep;     /* with GPT2_CONTEXT_DISCARD: tokens at the start that never go; < n_ctx */
     int n_discard;  /* with GPT2_CONTEXT_DISCARD: tokens dropped at once; 0 = half of those not kept */
@@ -341,7 +344,8 @@ GPT2_API gpt2_result gpt2_session_truncate(gpt2_session* session, size_t n_token
 
 /* Appends tokens to the context and runs the model over them (all new tokens in one pass).
    Afterwards gpt2_session_logits() holds the prediction after the last token. When the context
-   would exceed n_ctx, the oldest tokens are dropped and the last n_ctx are recomputed. */
+   would exceed n_ctx, tokens are dropped under the session's context policy (any number of
+   tokens may be given; see gpt2_session_params). */
 GPT2_API gpt2_result gpt2_session_eval(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
                                        gpt2_error* err);
 /* n_vocab logits of the last evaluated position; NULL before the first eval. */

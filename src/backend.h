@@ -34,8 +34,9 @@ struct gpt2__backend {
     /* Optional (NULL: gpt2_batch_eval runs the sessions one after another through run): run for
        every session of sessions[0..n), distinct sessions of one model, in one pass over the
        weights, on the device resources (threads, scratch) of `runner`, a session of the same
-       model that need not be among them. Polls runner's abort_fn between layers; an aborted pass
-       returns GPT2_ERROR_ABORTED with every session's logits unchanged. */
+       model that need not be among them (a generation of one session is a batch of the runner
+       alone). Polls runner's abort_fn between layers; an aborted pass returns
+       GPT2_ERROR_ABORTED with every session's logits unchanged. */
     gpt2_result (*run_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err);
     /* Optional (NULL: sample for each session in turn): sample, as sample does, for every session
        of sessions[0..n) (distinct, one model) with temperature[i] and top_k[i] into tokens[i], on

@@ -276,8 +276,7 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
     if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
     if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
-    gpt2__session_use use(session, true);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(session, true, err);
     gpt2_session* s = const_cast<gpt2_session*>(session); /* a device may copy its logits to the host */
     const size_t size = gpt2__state_size(s);
     if (n_bytes) *n_bytes = size;
@@ -292,8 +291,7 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
 GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
     gpt2__state_view v;
     GPT2__TRY(gpt2__state_check(s, (const uint8_t*)buf, n_bytes, &v, err));
@@ -323,8 +321,7 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
 
 GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     if (n_tokens > s->tokens.size())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
     if (n_tokens == 0) {
@@ -355,8 +352,7 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
     GPT2__TRY(gpt2__session_append(s, tokens, n, err));
     return gpt2__ok(err);
@@ -374,8 +370,7 @@ GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n
     if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
     if (!tokens || n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to score");
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
     gpt2__session_clear(s);
     const size_t first = std::min(n, (size_t)s->n_ctx);
@@ -436,13 +431,12 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
-    gpt2__session_use use(s, false);
-    if (!use.allowed()) return gpt2__busy(err, "the session");
+    GPT2__USE_SESSION(s, false, err);
     if (n_prompt == 0 && s->tokens.empty())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
     GPT2__GUARD_BEGIN
-    gpt2__checkpoint before; /* to undo the call when abort_fn stops it */
-    if (s->abort_fn) GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
+    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when abort_fn stops it */
+    GPT2__TRY(gpt2__checkpoints_take(&s, 1, &before, err));
     gpt2_result res = n_prompt ? gpt2__session_append(s, prompt, n_prompt, err) : GPT2_OK;
     if (res == GPT2_OK) {
         gpt2__generator g;
@@ -450,9 +444,8 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
         res = gpt2__generate(s, &g, 1, err);
     }
     if (res == GPT2_OK) return gpt2__ok(err);
-    if (res != GPT2_ERROR_ABORTED) return res;
-    if (n_generated) *n_generated = 0;
-    return gpt2__checkpoint_restore(s, &before, err);
+    if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
+    return gpt2__undo_if_aborted(res, &s, 1, &before, err);
     GPT2__GUARD_END(err)
 }
 
@@ -481,10 +474,8 @@ static gpt2_result gpt2__check_batch(gpt2_session* const* sessions, size_t n_ses
     return GPT2_OK;
 }
 
-/* n tokens for session i of a batch: within the vocabulary and the session's context. */
+/* n tokens for session i of a batch: within the vocabulary. */
 static gpt2_result gpt2__check_batch_tokens(const gpt2_session* s, size_t i, const int32_t* ids, size_t n, gpt2_error* err) {
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "sessions[%zu]: %zu tokens given at once, but the context holds %d; split them or use a shorter prompt", i, n, s->n_ctx);
     return gpt2__in_batch(gpt2__check_tokens(s->model, ids, n, err), i, err);
 }
 
@@ -541,19 +532,10 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
         if (ids[i].empty() && s->tokens.empty())
             return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu]: empty prompt: generation needs at least one token of context", i);
     }
-    gpt2_session* runner = sessions[0];
-    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when runner's abort_fn stops it */
-    if (runner->abort_fn) {
-        before.resize(n_sessions);
-        for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__checkpoint_take(sessions[i], &before[i], err));
-    }
-    const gpt2_result res = gpt2__generate_batch(runner, sessions, ids, p.data(), n_sessions, err);
-    if (res != GPT2_ERROR_ABORTED) return res;
-    for (size_t i = 0; i < n_sessions; i++) {
-        const gpt2_result restored = gpt2__checkpoint_restore(sessions[i], &before[i], err);
-        if (restored != GPT2_ERROR_ABORTED) return restored;
-    }
-    return GPT2_ERROR_ABORTED;
+    gpt2__vector<gpt2__checkpoint> before; /* to undo the call when sessions[0]'s abort_fn stops it */
+    GPT2__TRY(gpt2__checkpoints_take(sessions, n_sessions, &before, err));
+    const gpt2_result res = gpt2__generate_batch(sessions[0], sessions, ids, p.data(), n_sessions, err);
+    return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
     GPT2__GUARD_END(err)
 }
 

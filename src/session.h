@@ -30,15 +30,22 @@ struct gpt2_session {
    as they run. A second call finds it taken and fails with GPT2_ERROR_BUSY, changing nothing,
    whether it comes from another thread or from a callback of the first call that would change
    the session; a callback may still read its session (`read_only`: the logits, a save). */
+/* Takes s for the calling thread; false when a call holds it, *holder then its thread. */
+static bool gpt2__session_take(gpt2_session* s, std::thread::id* holder) {
+    *holder = std::thread::id();
+    return s->user.compare_exchange_strong(*holder, std::this_thread::get_id());
+}
+static void gpt2__session_release(gpt2_session* s) { s->user.store(std::thread::id()); }
+
 class gpt2__session_use {
   public:
     gpt2__session_use(const gpt2_session* s, bool read_only) : s_(const_cast<gpt2_session*>(s)) {
-        std::thread::id idle;
-        held_ = s_->user.compare_exchange_strong(idle, std::this_thread::get_id());
-        allowed_ = held_ || (read_only && idle == std::this_thread::get_id());
+        std::thread::id holder;
+        held_ = gpt2__session_take(s_, &holder);
+        allowed_ = held_ || (read_only && holder == std::this_thread::get_id());
     }
     ~gpt2__session_use() {
-        if (held_) s_->user.store(std::thread::id());
+        if (held_) gpt2__session_release(s_);
     }
     gpt2__session_use(const gpt2__session_use&) = delete;
     gpt2__session_use& operator=(const gpt2__session_use&) = delete;
@@ -53,20 +60,26 @@ static gpt2_result gpt2__busy(gpt2_error* err, const char* which) {
     return gpt2__fail(err, GPT2_ERROR_BUSY, "%s is in use by another call (one call at a time on a session: wait for it, or give each thread its own session); nothing changed", which);
 }
 
+/* Holds session s for the rest of the calling C API function (gpt2__session_use), or returns
+   GPT2_ERROR_BUSY through err. */
+#define GPT2__USE_SESSION(s, read_only, err)            \
+    gpt2__session_use gpt2__use((s), (read_only));      \
+    if (!gpt2__use.allowed()) return gpt2__busy((err), "the session")
+
 /* gpt2__session_use for every session of a batch: all of them taken, or none (the first in use
    named in the error). Released when it goes. */
 struct gpt2__batch_use {
     gpt2__vector<gpt2_session*> held;
     ~gpt2__batch_use() {
-        for (gpt2_session* s : held) s->user.store(std::thread::id());
+        for (gpt2_session* s : held) gpt2__session_release(s);
     }
 };
 
 static gpt2_result gpt2__use_batch(gpt2_session* const* sessions, size_t n, gpt2__batch_use* use, gpt2_error* err) {
     use->held.reserve(n);
     for (size_t i = 0; i < n; i++) {
-        std::thread::id idle;
-        if (!sessions[i]->user.compare_exchange_strong(idle, std::this_thread::get_id())) {
+        std::thread::id holder;
+        if (!gpt2__session_take(sessions[i], &holder)) {
             char which[48];
             std::snprintf(which, sizeof which, "sessions[%zu]", i);
             return gpt2__busy(err, which);
@@ -116,36 +129,49 @@ static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, s
     return GPT2_OK;
 }
 
-/* What gpt2__make_room does under GPT2_CONTEXT_DISCARD, changing nothing: keep the first *keep
-   tokens and drop the *drop after them; fails when that leaves no room for n more (never under
-   GPT2_CONTEXT_EXACT, for n <= n_ctx). */
-static gpt2_result gpt2__room_plan(const gpt2_session* s, size_t n, size_t* keep, size_t* drop, gpt2_error* err) {
-    const size_t needed = s->tokens.size() + n > (size_t)s->n_ctx ? s->tokens.size() + n - (size_t)s->n_ctx : 0;
-    *keep = std::min((size_t)s->n_keep, s->tokens.size());
-    *drop = needed ? std::min(s->tokens.size() - *keep, std::max(needed, (size_t)s->n_discard)) : 0;
-    if (s->context_policy == GPT2_CONTEXT_DISCARD && *drop < needed)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu new tokens and the %zu kept (n_keep) exceed the context of %d; give fewer at once", n, *keep, s->n_ctx);
-    return GPT2_OK;
-}
-
-/* Makes room for n more tokens when the context would overflow. GPT2_CONTEXT_EXACT keeps the
-   last n_ctx - n tokens, as nanoGPT's generate() crops its input (every position moves: the whole
-   window is recomputed); GPT2_CONTEXT_DISCARD drops at least n_discard tokens after the first
-   n_keep (whose cache rows stay valid). Nothing changes when it fails. */
-static gpt2_result gpt2__make_room(gpt2_session* s, size_t n, gpt2_error* err) {
+/* Makes room for n more tokens when the context would overflow (n fits: gpt2__crop_overlong).
+   GPT2_CONTEXT_EXACT keeps the last n_ctx - n tokens, as nanoGPT's generate() crops its input
+   (every position moves: the whole window is recomputed); GPT2_CONTEXT_DISCARD drops at least
+   n_discard tokens after the first n_keep (whose cache rows stay valid). */
+static void gpt2__make_room(gpt2_session* s, size_t n) {
     const size_t total = s->tokens.size() + n, ctx = (size_t)s->n_ctx;
-    if (total <= ctx) return GPT2_OK;
+    if (total <= ctx) return;
     const size_t needed = total - ctx;
     if (s->context_policy == GPT2_CONTEXT_EXACT) {
         s->tokens.erase(s->tokens.begin(), s->tokens.begin() + (ptrdiff_t)needed);
         s->n_cached = 0;
-        return GPT2_OK;
+        return;
     }
-    size_t keep, drop;
-    GPT2__TRY(gpt2__room_plan(s, n, &keep, &drop, err));
+    const size_t keep = std::min((size_t)s->n_keep, s->tokens.size());
+    const size_t drop = std::min(s->tokens.size() - keep, std::max(needed, (size_t)s->n_discard));
     s->tokens.erase(s->tokens.begin() + (ptrdiff_t)keep, s->tokens.begin() + (ptrdiff_t)(keep + drop));
     s->n_cached = std::min(s->n_cached, (int)keep);
-    return GPT2_OK;
+}
+
+/* More new tokens than the context can take beside what the policy keeps (a prompt longer than
+   the context) are cropped as the policy crops a context, so the window after the call is what
+   it keeps of the old tokens and the new: GPT2_CONTEXT_EXACT the last n_ctx (nanoGPT's generate()
+   crops its input to the last block_size tokens), GPT2_CONTEXT_DISCARD the first n_keep and the
+   last that fill the rest. *ids and *n become the new tokens that stay (in `kept` where they are
+   not one run of the given ones), and the old tokens past the kept ones go. */
+static void gpt2__crop_overlong(gpt2_session* s, const int32_t** ids, size_t* n, gpt2__vector<int32_t>* kept) {
+    const size_t ctx = (size_t)s->n_ctx;
+    if (s->context_policy == GPT2_CONTEXT_EXACT) {
+        if (*n <= ctx) return;
+        *ids += *n - ctx;
+        *n = ctx; /* gpt2__make_room then drops every old token */
+        return;
+    }
+    const size_t keep_old = std::min((size_t)s->n_keep, s->tokens.size());
+    if (keep_old + *n <= ctx) return;
+    const size_t head = std::min(*n, (size_t)s->n_keep - keep_old); /* new tokens among the first n_keep */
+    const size_t tail = ctx - keep_old - head;
+    kept->assign(*ids, *ids + head);
+    kept->insert(kept->end(), *ids + *n - tail, *ids + *n);
+    s->tokens.resize(keep_old);
+    s->n_cached = std::min(s->n_cached, (int)keep_old);
+    *ids = kept->data();
+    *n = kept->size();
 }
 
 /* What appending tokens changed, kept to undo it when the pass is aborted. */
@@ -157,16 +183,17 @@ struct gpt2__append_undo {
 
 /* Makes room for n tokens (gpt2__make_room) and appends them, so that tokens[n_cached..) is what
    the pass runs; *undo keeps what an aborted pass needs put back (`abortable`: an abort_fn will
-   be polled). Nothing changes when it fails. */
-static gpt2_result gpt2__append_begin(gpt2_session* s, const int32_t* ids, size_t n, bool abortable, gpt2__append_undo* undo, gpt2_error* err) {
+   be polled). */
+static void gpt2__append_begin(gpt2_session* s, const int32_t* ids, size_t n, bool abortable, gpt2__append_undo* undo) {
     if (abortable && s->tokens.size() + n > (size_t)s->n_ctx) undo->tokens = s->tokens;
     undo->n_tokens = s->tokens.size();
     undo->n_cached = s->n_cached;
-    GPT2__TRY(gpt2__make_room(s, n, err));
+    gpt2__vector<int32_t> kept;
+    gpt2__crop_overlong(s, &ids, &n, &kept);
+    gpt2__make_room(s, n);
     s->tokens.insert(s->tokens.end(), ids, ids + n);
     undo->first_row = s->n_cached;
     s->first_written_row = std::min(s->first_written_row, s->n_cached);
-    return GPT2_OK;
 }
 
 /* The pass's result on the session: aborted, the tokens as they were (the cache rows it wrote are
@@ -187,15 +214,13 @@ static void gpt2__append_end(gpt2_session* s, gpt2_result res, gpt2__append_undo
     }
 }
 
-/* Appends tokens to the context window and runs the model over what the cache lacks, with
-   gpt2__append_begin and gpt2__append_end. */
+/* Appends tokens to the context window (any number: gpt2__crop_overlong) and runs the model over
+   what the cache lacks, with gpt2__append_begin and gpt2__append_end. */
 static gpt2_result gpt2__session_append(gpt2_session* s, const int32_t* ids, size_t n, gpt2_error* err) {
     GPT2__TRY(gpt2__check_tokens(s->model, ids, n, err));
-    if (n > (size_t)s->n_ctx)
-        return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "%zu tokens given at once, but the context holds %d; split them or use a shorter prompt", n, s->n_ctx);
     if (n == 0) return GPT2_OK;
     gpt2__append_undo undo;
-    GPT2__TRY(gpt2__append_begin(s, ids, n, s->abort_fn != nullptr, &undo, err));
+    gpt2__append_begin(s, ids, n, s->abort_fn != nullptr, &undo);
     const gpt2_result res = s->backend->run(s, err);
     gpt2__append_end(s, res, &undo);
     return res;
@@ -216,20 +241,16 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
    after another through run (the same results, slower); runner's abort_fn is polled either
-   way. A batch of the runner alone is its run. Nothing changes when a session lacks room; an aborted pass leaves every session as it
-   was; a pass that fails otherwise leaves every context empty. */
+   way. An aborted pass leaves every session as it was; a pass that fails otherwise leaves every
+   context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
-    for (size_t i = 0; i < n_sessions; i++) {
-        size_t keep, drop;
-        GPT2__TRY(gpt2__in_batch(gpt2__room_plan(sessions[i], n[i], &keep, &drop, err), i, err));
-    }
     const bool abortable = runner->abort_fn != nullptr;
     gpt2__vector<gpt2__append_undo> undo(n_sessions);
-    for (size_t i = 0; i < n_sessions; i++) GPT2__TRY(gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i], err));
+    for (size_t i = 0; i < n_sessions; i++) gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i]);
     gpt2_result res = GPT2_OK;
     size_t ran = 0; /* without run_batch: the sessions run */
     gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
-    if (runner->backend->run_batch && !(n_sessions == 1 && sessions[0] == runner)) {
+    if (runner->backend->run_batch) {
         res = runner->backend->run_batch(runner, sessions, n_sessions, err);
     } else {
         for (; ran < n_sessions && res == GPT2_OK; ran++) {
@@ -288,6 +309,25 @@ static gpt2_result gpt2__checkpoint_restore(gpt2_session* s, gpt2__checkpoint* c
     s->rng_state = c->rng_state;
     s->stream = c->stream;
     return gpt2__aborted(err);
+}
+
+/* The checkpoints of a call on sessions[0..n) (a generation: one session, or a batch run by
+   sessions[0]), taken where sessions[0]'s abort_fn may stop it. */
+static gpt2_result gpt2__checkpoints_take(gpt2_session* const* sessions, size_t n, gpt2__vector<gpt2__checkpoint>* before, gpt2_error* err) {
+    if (!sessions[0]->abort_fn) return GPT2_OK;
+    before->resize(n);
+    for (size_t i = 0; i < n; i++) GPT2__TRY(gpt2__checkpoint_take(sessions[i], &(*before)[i], err));
+    return GPT2_OK;
+}
+
+/* The call's result res; where it was aborted, every session restored from its checkpoint first. */
+static gpt2_result gpt2__undo_if_aborted(gpt2_result res, gpt2_session* const* sessions, size_t n, gpt2__vector<gpt2__checkpoint>* before, gpt2_error* err) {
+    if (res != GPT2_ERROR_ABORTED) return res;
+    for (size_t i = 0; i < n; i++) {
+        const gpt2_result restored = gpt2__checkpoint_restore(sessions[i], &(*before)[i], err);
+        if (restored != GPT2_ERROR_ABORTED) return restored;
+    }
+    return GPT2_ERROR_ABORTED;
 }
 
 #endif /* GPT2__PART_SESSION_H */

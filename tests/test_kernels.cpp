@@ -109,7 +109,7 @@ TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the st
             std::vector<float> x = random_floats(rng, (size_t)(T * n), 1.0f), bias = random_floats(rng, rows, 1.0f);
             std::vector<float> y((size_t)(T * rows)), panel(gpt2__panel_floats(n));
             gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, false, GPT2__FLOAT_TILES};
-            gpt2__matmul_wasm(a, 0, rows, panel.data());
+            gpt2__matmul_widened_wasm(a, 0, rows, panel.data());
             for (int t = 0; t < T; t++)
                 for (int64_t o = 0; o < rows; o++)
                     CHECK(y[(size_t)(t * rows + o)] == bias[(size_t)o] + gpt2__dot_row_wasm(type, m.w.data + o * m.w.row_bytes, x.data() + t * n, n));
@@ -136,7 +136,7 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
                     std::vector<float> xs((size_t)cols / 32 + 1);
                     const bool quantized = gpt2__int8_activations(T, type); // as the forward pass does
                     // the matrix has no lanes and no int8 panels are made: one token's int8 rows, else decode's rows or prefill's tiles
-                    const bool streams = quantized || (gpt2__is_decode(T) && !gpt2__int8_weights(type)) || !k->float_tiles;
+                    const bool streams = quantized || (gpt2__is_decode(T) && !gpt2__int8_weights(type)) || !k->matmul[GPT2__FLOAT_TILES];
                     const gpt2__strategy strategy = quantized ? GPT2__STREAM_INT8 : streams ? GPT2__STREAM_ROWS : GPT2__FLOAT_TILES;
                     if (quantized) gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), cols);
                     for (bool accumulate : {false, true}) {
@@ -145,13 +145,13 @@ TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token cou
                         std::vector<float> panel(gpt2__panel_floats(cols));
                         gpt2__matmul_args a{want.data(), x.data(), quantized ? xq.data() : nullptr, quantized ? xs.data() : nullptr, &m.w, bias.data(), T, accumulate, strategy};
                         a.strategy = quantized ? GPT2__STREAM_INT8 : GPT2__STREAM_ROWS; // the scalar set streams every product
-                        gpt2__matmul_scalar(a, 0, rows, panel.data());
+                        gpt2__matmul_rows_scalar(a, 0, rows, panel.data());
                         a.strategy = strategy;
                         a.y = got.data();
-                        k->matmul(a, 0, rows, panel.data());
+                        k->matmul[a.strategy](a, 0, rows, panel.data());
                         a.y = split.data(); // two threads' ranges at an odd boundary give the same bits
-                        k->matmul(a, 0, 13, panel.data());
-                        k->matmul(a, 13, rows, panel.data());
+                        k->matmul[a.strategy](a, 0, 13, panel.data());
+                        k->matmul[a.strategy](a, 13, rows, panel.data());
                         CHECK(split == got);
                         float worst = 0;
                         for (size_t i = 0; i < want.size(); i++) {
@@ -190,12 +190,12 @@ TEST_CASE("int8 panels (q8_0 and q4_0 prompts, many decode rows of a batch) equa
                         std::vector<float> want = start, got = start, split = start;
                         std::vector<float> panel(gpt2__panel_floats(cols));
                         gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, accumulate, GPT2__STREAM_INT8};
-                        gpt2__matmul_scalar(a, 0, rows, panel.data());
+                        gpt2__matmul_rows_scalar(a, 0, rows, panel.data());
                         gpt2__matmul_args p{got.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate, GPT2__INT8_PANELS, packed.data()};
-                        k->matmul(p, 0, rows, panel.data());
+                        k->matmul[p.strategy](p, 0, rows, panel.data());
                         p.y = split.data();
-                        k->matmul(p, 0, 13, panel.data());
-                        k->matmul(p, 13, rows, panel.data());
+                        k->matmul[p.strategy](p, 0, 13, panel.data());
+                        k->matmul[p.strategy](p, 13, rows, panel.data());
                         CHECK(split == got);
                         float worst = 0;
                         for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - got[i]) / (1.0f + (float)cols * 0.05f)); // as above
@@ -233,17 +233,17 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
                         std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
                         std::vector<float> panels = start, in_lanes = start, split = start, want = start, panel(gpt2__panel_floats(cols));
                         gpt2__matmul_args p{panels.data(), x.data(), nullptr, nullptr, &m.w, bias.data(), T, true, GPT2__INT8_PANELS, packed.data()};
-                        k->matmul(p, 0, rows, panel.data());
+                        k->matmul[p.strategy](p, 0, rows, panel.data());
                         p.W = &lane_weight;
                         p.y = in_lanes.data();
-                        k->matmul(p, 0, rows, panel.data());
+                        k->matmul[p.strategy](p, 0, rows, panel.data());
                         CHECK(in_lanes == panels);
                         p.y = split.data(); // ranges that start and end inside a group of 16
-                        for (int64_t from = 0; from < rows; from += 13) k->matmul(p, from, std::min(rows, from + 13), panel.data());
+                        for (int64_t from = 0; from < rows; from += 13) k->matmul[p.strategy](p, from, std::min(rows, from + 13), panel.data());
                         CHECK(split == panels);
                         if (T == 1) { // a lone token: as the scalar set's row against the same quantized activations
                             gpt2__matmul_args a{want.data(), x.data(), xq.data(), xs.data(), &m.w, bias.data(), T, true, GPT2__STREAM_INT8};
-                            gpt2__matmul_scalar(a, 0, rows, panel.data());
+                            gpt2__matmul_rows_scalar(a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - in_lanes[i]) / (1.0f + (float)cols * 0.05f));
                             CHECK(worst < 1e-5f);
@@ -283,11 +283,11 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             const std::vector<float> x_scalar = bf16_unit(T) && !decode_rows ? rounded_to_bf16(x) : x;
                             std::vector<float> want = start;
                             gpt2__matmul_args s{want.data(), x_scalar.data(), nullptr, nullptr, &m.w, bias.data(), T, accumulate};
-                            gpt2__matmul_scalar(s, 0, rows, panel.data());
+                            gpt2__matmul_rows_scalar(s, 0, rows, panel.data());
                             a.y = decode_rows ? batch.data() : prompt.data();
                             a.strategy = gpt2__strategy_for(k, lane_weight, T, decode_rows);
                             CHECK(a.strategy == (bf16_unit(T) && !decode_rows ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES));
-                            k->matmul(a, 0, rows, panel.data());
+                            k->matmul[a.strategy](a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - a.y[i]) / (1.0f + (float)cols * 0.05f));
                             CHECK(worst < 1e-5f);
@@ -298,7 +298,7 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             a.y = few.data();
                             a.T = n;
                             a.strategy = gpt2__strategy_for(k, lane_weight, n, false);
-                            for (int64_t from = 0; from < rows; from += 13) k->matmul(a, from, std::min(rows, from + 13), panel.data());
+                            for (int64_t from = 0; from < rows; from += 13) k->matmul[a.strategy](a, from, std::min(rows, from + 13), panel.data());
                             const std::vector<float>& all = bf16_unit(n) ? prompt : batch;
                             CHECK(std::equal(few.begin(), few.end(), all.begin()));
                             tested++;
@@ -327,11 +327,11 @@ TEST_CASE("streamed q8_0 and q4_0 decode rows of a batch give each row's lone re
                     gpt2__quantize_q8_scalar(xq.data(), xs.data(), x.data(), T * cols);
                     std::vector<float> together((size_t)(T * rows)), lone((size_t)(T * rows)), panel(gpt2__panel_floats(cols));
                     gpt2__matmul_args a{together.data(), x.data(), xq.data(), xs.data(), &m.w, nullptr, T, false, GPT2__STREAM_INT8};
-                    k->matmul(a, 0, rows, panel.data());
+                    k->matmul[a.strategy](a, 0, rows, panel.data());
                     for (int t = 0; t < T; t++) {
                         gpt2__matmul_args one{lone.data() + t * rows, x.data() + t * cols, xq.data() + t * cols, xs.data() + t * (cols / 32), &m.w, nullptr, 1, false, GPT2__STREAM_INT8};
-                        k->matmul(one, 0, 13, panel.data());
-                        k->matmul(one, 13, rows, panel.data());
+                        k->matmul[one.strategy](one, 0, 13, panel.data());
+                        k->matmul[one.strategy](one, 13, rows, panel.data());
                     }
                     CHECK(together == lone);
                 }

@@ -10,6 +10,7 @@
 #include "gguf_builder.h"
 #include "tools/gguf_write.h"
 #include <doctest/doctest.h>
+#include <memory>
 
 // The reference's logits (T, V) of the T ids.
 static std::vector<float> reference_logits(const gpt2_model* m, const std::vector<int32_t>& ids) {
@@ -146,4 +147,50 @@ TEST_CASE("a trained model, shakespeare_char (no biases, erf GELU, tied head): t
     REQUIRE_MESSAGE(m.model, m.err.message);
     const float worst = check_kernel_sets(m.model, 0, {1}, token_ids(m.model->n_ctx, m.model->n_vocab));
     MESSAGE("largest relative logit error " << worst);
+}
+
+// The tokens in a session's context.
+static std::vector<int32_t> context_of(const gpt2_session* s) {
+    return std::vector<int32_t>(gpt2_session_tokens(s), gpt2_session_tokens(s) + gpt2_session_n_tokens(s));
+}
+
+TEST_CASE("more tokens than the context holds are cropped as the policy crops: the reference's logits of the window kept, alone and in a batch") {
+    Loaded m(random_model(GPT2_TYPE_F32));
+    REQUIRE_MESSAGE(m.model, m.err.message);
+    const int V = m.model->n_vocab, n_ctx = 16;
+    const std::vector<int32_t> ids = token_ids(23, V), before = {5, 6};
+    // What each policy keeps of `before` and then `ids` given at once: EXACT the last n_ctx of
+    // both (nanoGPT's crop); DISCARD with n_keep 3 the first 3, then the last 13.
+    std::vector<int32_t> exact(ids.end() - n_ctx, ids.end()), discard = {5, 6, ids[0]};
+    discard.insert(discard.end(), ids.end() - (n_ctx - 3), ids.end());
+    for (gpt2_context_policy policy : {GPT2_CONTEXT_EXACT, GPT2_CONTEXT_DISCARD}) {
+        CAPTURE(policy);
+        const std::vector<int32_t>& window = policy == GPT2_CONTEXT_EXACT ? exact : discard;
+        const std::vector<float> want = reference_logits(m.model, window);
+        gpt2_session_params p = gpt2_session_default_params();
+        p.n_threads = 2;
+        p.n_ctx = n_ctx;
+        p.context_policy = policy;
+        p.n_keep = policy == GPT2_CONTEXT_DISCARD ? 3 : 0;
+        gpt2_session *alone = nullptr, *other = nullptr;
+        gpt2_error err{};
+        REQUIRE(gpt2_session_create(m.model, &p, &alone, &err) == GPT2_OK);
+        std::unique_ptr<gpt2_session, void (*)(gpt2_session*)> free_alone(alone, gpt2_session_free);
+        REQUIRE(gpt2_session_create(m.model, &p, &other, &err) == GPT2_OK);
+        std::unique_ptr<gpt2_session, void (*)(gpt2_session*)> free_other(other, gpt2_session_free);
+        REQUIRE(gpt2_session_eval(alone, before.data(), before.size(), &err) == GPT2_OK);
+        REQUIRE_MESSAGE(gpt2_session_eval(alone, ids.data(), ids.size(), &err) == GPT2_OK, err.message);
+        CHECK(context_of(alone) == window);
+        CHECK(logit_error(gpt2_session_logits(alone), &want[(size_t)(n_ctx - 1) * V], V) <= 1e-5f);
+        // the same in a batch beside a session that fits
+        gpt2_session_reset(alone);
+        REQUIRE(gpt2_session_eval(alone, before.data(), before.size(), &err) == GPT2_OK);
+        gpt2_session* both[] = {other, alone};
+        const int32_t* tokens[] = {before.data(), ids.data()};
+        const size_t counts[] = {before.size(), ids.size()};
+        REQUIRE_MESSAGE(gpt2_batch_eval(both, tokens, counts, 2, &err) == GPT2_OK, err.message);
+        CHECK(context_of(alone) == window);
+        CHECK(context_of(other) == before);
+        CHECK(logit_error(gpt2_session_logits(alone), &want[(size_t)(n_ctx - 1) * V], V) <= 1e-5f);
+    }
 }

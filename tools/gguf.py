@@ -245,7 +245,10 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("dump", help="print the keys and tensors of a GGUF file")
     p.add_argument("file", help="the .gguf file")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    if argv and argv[0] not in ("dump", "-h", "--help"):
+        argv = ["dump", *argv]  # `gguf.py FILE` is `gguf.py dump FILE`, the one command
+    args = parser.parse_args(argv)
     try:
         dump(args.file)
     except BrokenPipeError:  # e.g. piped into head

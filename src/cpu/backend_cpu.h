@@ -134,7 +134,7 @@ static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->devic
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__forward_batch, gpt2__cpu_sample_batch};
+                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch};
     return &table;
 }
 

@@ -17,17 +17,29 @@
                                       best one it does */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
-static const gpt2__kernels gpt2__kernels_scalar = {"scalar", gpt2__matmul_scalar, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr, false, false};
+static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
+                                                   /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
+                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, nullptr, nullptr, nullptr, nullptr},
+                                                   gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
-static const gpt2__kernels gpt2__kernels_avx2 = {"avx2", gpt2__matmul_avx2, gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr, true, false};
-static const gpt2__kernels gpt2__kernels_avx512 = {"avx512", gpt2__matmul_avx512, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
+static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
+                                                 {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr},
+                                                 gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr};
+static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
+                                                   {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
+                                                    gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr},
+                                                   gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
-                                                   gpt2__pack_lanes_avx512, true, false};
-static const gpt2__kernels gpt2__kernels_avx512_bf16 = {"avx512_bf16", gpt2__matmul_avx512_bf16, gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>,
-                                                        gpt2__attend_avx512<uint16_t>, gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
-                                                        gpt2__pack_lanes_avx512, true, true};
+                                                   gpt2__pack_lanes_avx512};
+/* the AVX-512 set with bf16 prompts on the bf16 unit */
+static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
+    k.name = "avx512_bf16";
+    k.matmul[GPT2__BF16_UNIT] = gpt2__matmul_bf16_unit_avx512;
+    return k;
+}
+static constexpr gpt2__kernels gpt2__kernels_avx512_bf16 = gpt2__with_bf16_unit(gpt2__kernels_avx512);
 
 struct gpt2__x86_features {
     bool avx2 = false, avx512 = false, avx512_bf16 = false;
@@ -75,12 +87,25 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-static const gpt2__kernels gpt2__kernels_neon = {"neon", gpt2__matmul_neon, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                 gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_neon, nullptr, false, false};
+/* the scalar set with NEON's row dot products and f16 conversion */
+static constexpr gpt2__kernels gpt2__with_neon(gpt2__kernels k) {
+    k.name = "neon";
+    k.matmul[GPT2__STREAM_ROWS] = k.matmul[GPT2__STREAM_INT8] = gpt2__matmul_rows_neon;
+    k.to_f16 = gpt2__to_f16_neon;
+    return k;
+}
+static constexpr gpt2__kernels gpt2__kernels_neon = gpt2__with_neon(gpt2__kernels_scalar);
 #endif
 #if defined(GPT2__WASM_SIMD128)
-static const gpt2__kernels gpt2__kernels_wasm_simd128 = {"wasm_simd128", gpt2__matmul_wasm, gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                         gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_wasm, gpt2__to_f16_scalar, nullptr, true, false};
+/* the scalar set with SIMD128's dot products, widened prefill rows and GELU */
+static constexpr gpt2__kernels gpt2__with_simd128(gpt2__kernels k) {
+    k.name = "wasm_simd128";
+    k.matmul[GPT2__STREAM_ROWS] = k.matmul[GPT2__STREAM_INT8] = gpt2__matmul_rows_wasm;
+    k.matmul[GPT2__FLOAT_TILES] = gpt2__matmul_widened_wasm;
+    k.gelu = gpt2__gelu_wasm;
+    return k;
+}
+static constexpr gpt2__kernels gpt2__kernels_wasm_simd128 = gpt2__with_simd128(gpt2__kernels_scalar);
 #endif
 
 /* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,

@@ -26,6 +26,45 @@ struct gpt2__activations {
     float* logits = nullptr;   /* (B, V) */
 };
 
+struct gpt2__cpu_session;
+
+/* One session's causal self-attention in a pass: T new queries at positions pos0.. against the
+   cache of one layer, cut into tasks for the threads. A lone session runs its own tasks; a batch
+   (gpt2__pass) runs every session's tasks in one parallel region. */
+struct gpt2__attention_job {
+    gpt2__cpu_session* s;
+    const float* qkv;  /* (T, 3C) */
+    float* att;        /* (T, C) */
+    float* parts;      /* decode: (T, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
+    int layer, T, pos0;
+    int ranges[gpt2__decode_max_tokens]; /* decode: the key ranges of each query */
+    int tasks;
+};
+
+/* The rows of a pass, in this order: n_one rows of sessions adding one token, n_few rows of
+   sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
+struct gpt2__pass_rows {
+    int n_one = 0, n_few = 0, n_rows = 0;
+    gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
+    int share_rows = 0; /* gpt2__share_rows */
+};
+
+/* One session's new tokens in a pass: rows [row, row + T) at positions pos0.. */
+struct gpt2__pass_item {
+    gpt2__cpu_session* s;
+    int row, T, pos0;
+};
+
+/* What a pass plans before it runs, kept by the session that runs it so that once these have
+   grown a pass allocates nothing. */
+struct gpt2__pass_plan {
+    gpt2__pass_rows rows;
+    gpt2__vector<gpt2__pass_item> items;       /* in row order */
+    gpt2__vector<gpt2__attention_job> jobs;    /* an item's attention in the current layer */
+    gpt2__vector<int> first_task;              /* jobs[i]'s tasks are [first_task[i], first_task[i + 1]) */
+    gpt2__vector<gpt2__matmul_args> parts;     /* the current product's parts (gpt2__matmul) */
+};
+
 /* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
@@ -36,6 +75,7 @@ struct gpt2__cpu_session : gpt2_session {
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
     gpt2__activations act;    /* the passes run on this session's threads: its own, and batches it runs */
+    gpt2__pass_plan plan;     /* and their plans */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
@@ -80,19 +120,6 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
         for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
-
-/* One session's causal self-attention in a pass: T new queries at positions pos0.. against the
-   cache of one layer, cut into tasks for the threads. A lone session runs its own tasks; a batch
-   (gpt2__forward_batch) runs every session's tasks in one parallel region. */
-struct gpt2__attention_job {
-    gpt2__cpu_session* s;
-    const float* qkv;  /* (T, 3C) */
-    float* att;        /* (T, C) */
-    float* parts;      /* decode: (T, gpt2__max_key_ranges, C + 2 * n_head) attention of key ranges */
-    int layer, T, pos0;
-    int ranges[gpt2__decode_max_tokens]; /* decode: the key ranges of each query */
-    int tasks;
-};
 
 /* Writes the job's keys and values to the cache and counts its tasks. */
 template <class KV>
@@ -178,14 +205,16 @@ static void gpt2__activations_free(gpt2__activations* w) {
 }
 
 /* Room in s->act for a pass over `rows` rows, `decode_rows` of them decode rows, of `sessions`
-   sessions. */
+   sessions. Where it cannot grow, the activations stay as they were (a batch too large for memory
+   leaves its runner able to run alone). */
 static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, size_t decode_rows, size_t sessions, gpt2_error* err) {
-    gpt2__activations* w = &s->act;
-    if (rows <= w->rows && decode_rows <= w->decode_rows && sessions <= w->sessions) return GPT2_OK;
-    rows = std::max(rows, w->rows);
-    decode_rows = std::max(decode_rows, w->decode_rows);
-    sessions = std::max(sessions, w->sessions);
-    gpt2__activations_free(w);
+    const gpt2__activations& had = s->act;
+    if (rows <= had.rows && decode_rows <= had.decode_rows && sessions <= had.sessions) return GPT2_OK;
+    rows = std::max(rows, had.rows);
+    decode_rows = std::max(decode_rows, had.decode_rows);
+    sessions = std::max(sessions, had.sessions);
+    gpt2__activations grown;
+    gpt2__activations* w = &grown;
     const gpt2_model* m = s->model;
     const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
     struct { void** p; size_t bytes; } plan[] = {
@@ -207,19 +236,19 @@ static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, 
     w->rows = rows;
     w->decode_rows = decode_rows;
     w->sessions = sessions;
+    gpt2__activations_free(&s->act);
+    s->act = grown;
     return GPT2_OK;
 }
 
-/* The rows of a pass, in this order: n_one rows of sessions adding one token, n_few rows of
-   sessions adding 2 to gpt2__decode_max_tokens, then the prompts' rows, n_rows in all. */
-struct gpt2__pass_rows {
-    int n_one = 0, n_few = 0, n_rows = 0;
-    gpt2__vector<std::pair<int, int>> several; /* (first row, T) of each session adding more than one token, in row order */
-    /* the threads' shares of W's rows are multiples of this: a lone session's decode rows in
-       groups of lanes, its prompt in whole panels; a batch's in two panels or more, so each
-       share starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md, Kernel notes) */
-    int share_rows = 2 * gpt2__panel_rows;
-};
+/* The threads' shares of W's rows in a pass of `sessions` sessions over `rows` rows are multiples
+   of this: a lone session's decode rows in groups of lanes, its prompt in whole panels; a batch's
+   in two panels or more, so each share starts a panel's tiles and prefetches the next
+   (docs/PERFORMANCE.md, Kernel notes). */
+static int gpt2__share_rows(size_t sessions, int rows) {
+    if (sessions > 1) return 2 * gpt2__panel_rows;
+    return gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
+}
 
 /* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
    the kernel set has, and the T rows: a lone session's tokens, or a batch's `decode_rows` (single
@@ -238,11 +267,11 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
         if (decode_rows) return GPT2__STREAM_INT8;
     } else if (gpt2__uses_lanes(kernels, W)) {
         const bool prompt = !decode_rows && !gpt2__is_decode(T);
-        return W.type == GPT2_TYPE_BF16 && kernels->bf16_unit && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+        return W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT] && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
     } else if (streams) {
         return GPT2__STREAM_ROWS;
     }
-    return kernels->float_tiles ? GPT2__FLOAT_TILES : GPT2__STREAM_ROWS;
+    return kernels->matmul[GPT2__FLOAT_TILES] ? GPT2__FLOAT_TILES : GPT2__STREAM_ROWS;
 }
 
 /* y (R, W.rows) = x (R, W.cols) W^T + bias over the rows of a pass, split over the rows of W;
@@ -257,13 +286,8 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     const gpt2__kernels* kernels = s->kernels;
     gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
-    gpt2__matmul_args parts[2 + gpt2__decode_max_tokens];
-    gpt2__vector<gpt2__matmul_args> more; /* the parts past the first few, where a batch has many prompts */
-    int n_parts = 0;
-    auto add = [&](const gpt2__matmul_args& a) {
-        if (n_parts < (int)(sizeof parts / sizeof parts[0])) parts[n_parts++] = a;
-        else more.push_back(a);
-    };
+    gpt2__vector<gpt2__matmul_args>& parts = s->plan.parts;
+    parts.clear();
     /* int8 panels' activations are packed in one call for all the parts that take them, which
        are the last rows of the pass */
     const size_t ldx = gpt2__q8_packed_row_bytes(W.cols);
@@ -278,7 +302,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
         }
-        add(a);
+        parts.push_back(a);
     }
     for (const auto& [row, T] : r.several)
         if (row >= n_streamed) {
@@ -287,14 +311,13 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
                 first_packed = std::min(first_packed, row);
                 a.xq_packed = w->xq_packed + row * ldx;
             }
-            add(a);
+            parts.push_back(a);
         }
     if (first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
     gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
-        for (int i = 0; i < n_parts; i++) kernels->matmul(parts[i], begin, end, s->panel + (size_t)thread * panel);
-        for (const gpt2__matmul_args& a : more) kernels->matmul(a, begin, end, s->panel + (size_t)thread * panel);
+        for (const gpt2__matmul_args& a : parts) kernels->matmul[a.strategy](a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
     });
@@ -307,15 +330,9 @@ static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int 
     head.rows = s->model->n_vocab;
     gpt2__pass_rows last;
     last.n_one = last.n_rows = n;
-    if (n == 1) last.share_rows = gpt2__lane_rows;
+    last.share_rows = gpt2__share_rows((size_t)n, n);
     gpt2__matmul(s, logits, h, head, nullptr, last);
 }
-
-/* One session's new tokens in a pass: rows [row, row + T) at positions pos0.. */
-struct gpt2__pass_item {
-    gpt2__cpu_session* s;
-    int row, T, pos0;
-};
 
 /* The model's layer sequence, nanoGPT's GPT.forward, over the new tokens of `sessions`
    (tokens[n_cached..) of each, at positions n_cached..; its cache holds the positions before),
@@ -323,14 +340,17 @@ struct gpt2__pass_item {
    The products run over the new rows of all sessions together (gpt2__matmul); attention runs
    per session against its own cache, every session's tasks in one parallel region. Leaves the
    final LayerNorm of every new row in runner->act.xn and each session's prediction after its
-   last token in its logits. The backend's run is a pass of one session, its run_batch one of
-   many. */
-static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+   last token in its logits. The backend's run is a pass of one session; this is its run_batch. */
+static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
+    gpt2__cpu_session* runner = gpt2__cpu(runner_session);
     const gpt2_model* m = runner->model;
     const int C = m->n_embd, V = m->n_vocab;
-    gpt2__vector<gpt2__pass_item> items;
-    items.reserve(n);
-    gpt2__pass_rows r;
+    gpt2__pass_plan& plan = runner->plan;
+    gpt2__vector<gpt2__pass_item>& items = plan.items;
+    items.clear();
+    gpt2__pass_rows& r = plan.rows;
+    r.n_one = r.n_few = r.n_rows = 0;
+    r.several.clear();
     int& rows = r.n_rows;
     for (int kind = 0; kind < 3; kind++) /* the order of gpt2__matmul: one token, a few, prompts */
         for (size_t i = 0; i < n; i++) {
@@ -343,7 +363,7 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    if (n == 1) r.share_rows = gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
+    r.share_rows = gpt2__share_rows(n, rows);
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
     for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
@@ -353,8 +373,10 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
             gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
             gpt2__add(x, w->att, (size_t)C);
         }
-    gpt2__vector<gpt2__attention_job> jobs(items.size());
-    gpt2__vector<int> first_task(items.size() + 1);
+    gpt2__vector<gpt2__attention_job>& jobs = plan.jobs;
+    gpt2__vector<int>& first_task = plan.first_task;
+    jobs.resize(items.size());
+    first_task.assign(items.size() + 1, 0);
     const size_t part = gpt2__max_key_ranges * ((size_t)C + 2 * m->n_head), scratch = gpt2__attention_scratch(m->n_head, m->n_ctx);
     for (int l = 0; l < m->n_layer; l++) {
         if (gpt2__abort_requested(runner)) return gpt2__aborted(err);
@@ -393,10 +415,7 @@ static gpt2_result gpt2__pass(gpt2__cpu_session* runner, gpt2_session* const* se
     return GPT2_OK;
 }
 
-/* The backend's run and run_batch. */
-static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { return gpt2__pass(gpt2__cpu(session), &session, 1, err); }
-static gpt2_result gpt2__forward_batch(gpt2_session* runner, gpt2_session* const* sessions, size_t n, gpt2_error* err) {
-    return gpt2__pass(gpt2__cpu(runner), sessions, n, err);
-}
+/* The backend's run; its run_batch is gpt2__pass. */
+static gpt2_result gpt2__forward(gpt2_session* session, gpt2_error* err) { return gpt2__pass(session, &session, 1, err); }
 
 #endif /* GPT2__PART_CPU_FORWARD_H */

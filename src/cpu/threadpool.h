@@ -24,7 +24,7 @@
 #endif
 
 struct gpt2__pool {
-    typedef void (*job_fn)(void* context, int thread_index, int n_threads);
+    typedef void (*job_fn)(void* context, int thread_index);
     int n_threads = 1;
     std::vector<std::thread> workers;
     std::mutex mutex;
@@ -63,7 +63,7 @@ static void gpt2__pool_worker(gpt2__pool* pool, int index) {
         }
         seen = pool->generation.load(std::memory_order_acquire);
         if (pool->stopping.load()) return;
-        pool->job(pool->context, index, pool->n_threads);
+        pool->job(pool->context, index);
         if (pool->pending.fetch_sub(1) == 1 && pool->caller_sleeping.load()) {
             std::lock_guard<std::mutex> lock(pool->mutex);
             pool->done.notify_one();
@@ -119,43 +119,48 @@ static void gpt2__pool_stop(gpt2__pool* pool) {
     pool->workers.clear();
 }
 
-/* Runs job(context, i, n) on every thread i of the pool and returns when all are done. */
-static void gpt2__pool_run(gpt2__pool* pool, gpt2__pool::job_fn job, void* context) {
-    if (pool->n_threads == 1) return job(context, 0, 1);
+/* Hands job(context, i) to every worker i (1 ..); the caller does its own share, then waits. */
+static void gpt2__pool_begin(gpt2__pool* pool, gpt2__pool::job_fn job, void* context) {
     pool->job = job;
     pool->context = context;
     pool->pending.store(pool->n_threads - 1, std::memory_order_relaxed);
     pool->generation.fetch_add(1);
     gpt2__pool_wake(pool);
-    job(context, 0, pool->n_threads);
-    if (!gpt2__spin_until([&] { return pool->pending.load(std::memory_order_acquire) == 0; })) {
-        std::unique_lock<std::mutex> lock(pool->mutex);
-        /* an exchange, not a store: as a read-modify-write it is ordered before the load of
-           `pending` on every target, emulators included (qemu-user runs an AArch64 store-release
-           and a later load-acquire as plain x86 moves, which the store buffer reorders: the
-           last worker then misses the flag, and both sides sleep for ever) */
-        pool->caller_sleeping.exchange(true);
-        pool->done.wait(lock, [&] { return pool->pending.load() == 0; });
-        pool->caller_sleeping.store(false);
-    }
+}
+
+/* Returns when every worker has finished the job of gpt2__pool_begin. */
+static void gpt2__pool_wait(gpt2__pool* pool) {
+    if (gpt2__spin_until([&] { return pool->pending.load(std::memory_order_acquire) == 0; })) return;
+    std::unique_lock<std::mutex> lock(pool->mutex);
+    /* an exchange, not a store: as a read-modify-write it is ordered before the load of
+       `pending` on every target, emulators included (qemu-user runs an AArch64 store-release
+       and a later load-acquire as plain x86 moves, which the store buffer reorders: the last
+       worker then misses the flag, and both sides sleep for ever) */
+    pool->caller_sleeping.exchange(true);
+    pool->done.wait(lock, [&] { return pool->pending.load() == 0; });
+    pool->caller_sleeping.store(false);
 }
 
 /* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
-   thread_index) on each; threads take chunks from a shared counter, so a thread the OS
-   preempts (a busy machine, a game's own threads) delays only its current chunk instead of a
-   whole 1/n share. About 8 chunks per thread keep the counter cheap. */
+   thread_index) on each, the calling thread being thread 0; threads take chunks from a shared
+   counter, so a thread the OS preempts (a busy machine, a game's own threads) delays only its
+   current chunk instead of a whole 1/n share. About 8 chunks per thread keep the counter cheap.
+   The caller runs its chunks here, so a body is one call below the parallel region. */
 template <class Body>
 static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
         int64_t n, chunk, n_chunks;
         std::atomic<int64_t> next{0};
-        static void run(void* context, int index, int) {
+        bool take(int64_t* begin, int64_t* end) {
+            const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+            *begin = c * chunk;
+            *end = std::min(n, *begin + chunk);
+            return c < n_chunks;
+        }
+        static void run(void* context, int index) {
             Job* job = (Job*)context;
-            for (int64_t c = job->next.fetch_add(1, std::memory_order_relaxed); c < job->n_chunks; c = job->next.fetch_add(1, std::memory_order_relaxed)) {
-                const int64_t begin = c * job->chunk, end = std::min(job->n, begin + job->chunk);
-                (*job->body)(begin, end, index);
-            }
+            for (int64_t begin, end; job->take(&begin, &end);) (*job->body)(begin, end, index);
         }
     };
     const int64_t units = (n + align - 1) / align;
@@ -165,7 +170,10 @@ static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const
     job.n = n;
     job.chunk = chunk;
     job.n_chunks = (n + chunk - 1) / chunk;
-    gpt2__pool_run(pool, Job::run, &job);
+    const bool workers = pool->n_threads > 1;
+    if (workers) gpt2__pool_begin(pool, Job::run, &job);
+    for (int64_t begin, end; job.take(&begin, &end);) body(begin, end, 0);
+    if (workers) gpt2__pool_wait(pool);
 }
 
 #endif /* GPT2__PART_CPU_THREADPOOL_H */

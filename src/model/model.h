@@ -382,6 +382,9 @@ static gpt2_result gpt2__model_init(gpt2_model* m, gpt2_error* err) {
     GPT2__TRY(gpt2__load_vocabulary(m, err));
     gpt2__log(m->params, GPT2_LOG_INFO, "loaded '%s': %d layers, %d heads, n_embd %d, n_ctx %d, vocabulary %d, %s weights, %zu bytes",
               m->name.c_str(), m->n_layer, m->n_head, m->n_embd, m->n_ctx, m->n_vocab, gpt2__type_name(m->weight_type), m->weight_bytes);
+#if defined(GPT2__UNOPTIMISED) && !defined(GPT2_UNOPTIMISED_OK)
+    gpt2__log(m->params, GPT2_LOG_WARNING, "this program's copy of gpt2.h was compiled without optimisation and runs about 10x slower: compile it with -O2");
+#endif
     return GPT2_OK;
 }
 

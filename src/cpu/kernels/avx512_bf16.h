@@ -4,7 +4,7 @@
 
 /* The AVX-512 set with the bf16 unit (AVX512_BF16, an extra runtime check: dispatch.h): bf16
    weights' products over a prompt's tokens run on vdpbf16ps; everything else is the AVX-512
-   set's, a batch's decode rows too (gpt2__matmul_avx512_bf16 says why).
+   set's, a batch's decode rows too (gpt2__matmul_bf16_unit_avx512 says why).
 
    vdpbf16ps adds the products of 16 pairs of bf16 values into 16 float lanes: 32 multiply-adds
    per instruction where an fp32 FMA does 16. bf16 lanes (avx512.h) hold each row's pairs of
@@ -59,14 +59,13 @@ GPT2__AVX512_BF16 static void gpt2__round_bf16_avx512(uint16_t* dst, const float
     }
 }
 
-/* bf16 weights' products over a prompt's tokens on the bf16 unit, the rest as
-   gpt2__matmul_avx512: per chunk of gpt2__chunk_tokens tokens, the thread rounds them to bf16 in
+/* bf16 weights' products over a prompt's tokens on the bf16 unit (GPT2__BF16_UNIT; the set's other
+   kernels are the AVX-512 set's): per chunk of gpt2__chunk_tokens tokens, the thread rounds them to bf16 in
    `panel` once, then runs the lanes' driver over its rows. A token's sums do not depend on its
    chunk or tile. A batch's decode rows stay on the fp32 FMAs: they must give what each session
    gets alone, where a single token streams with float activations, to rounding
    (tests/test_batch.cpp: 1e-4; on the bf16 unit they differ by 0.05). */
-GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.strategy != GPT2__BF16_UNIT) return gpt2__matmul_avx512(a, o_begin, o_end, panel);
+GPT2__AVX512_BF16 static void gpt2__matmul_bf16_unit_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W);
     for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
         gpt2__matmul_args chunk = a;
@@ -75,7 +74,7 @@ GPT2__AVX512_BF16 static void gpt2__matmul_avx512_bf16(const gpt2__matmul_args& 
         chunk.y = a.y + (size_t)t0 * a.W->rows;
         gpt2__round_bf16_avx512((uint16_t*)panel, chunk.x, chunk.T, K, width);
         chunk.x_bf16 = (const uint16_t*)panel;
-        gpt2__matmul_lanes_avx512<GPT2_TYPE_BF16>(chunk, o_begin, o_end);
+        gpt2__matmul_lanes_avx512(chunk, o_begin, o_end, panel);
     }
 }
 

@@ -323,71 +323,78 @@ template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                           const char* prefetch, size_t lines);
 
-/* A tile of N tokens in the layout of LAYOUT: f16 or bf16 lanes, or an int8 panel (q8_0's, or
-   q4_0 lanes'). */
-template <uint32_t LAYOUT, int V, int N>
-GPT2__AVX512 static void gpt2__tile_lanes_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                 const char* prefetch, size_t lines) {
-    if constexpr (LAYOUT == GPT2_TYPE_BF16) {
-        if (a.strategy == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
-    }
-    if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return; /* only the bf16 unit's tiles are this wide */
-    else if constexpr (gpt2__float16_lanes(LAYOUT)) gpt2__tile_float16_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
-    else gpt2__tile_int8_avx512<LAYOUT, V, N>(a, p, j, first_row, lo, hi, t0, prefetch, lines);
+/* A tile: N tokens from t0 on through V groups of the panel at p (group j alone when V is 1),
+   the outputs of rows [lo, hi) stored, prefetching `lines` cache lines from `prefetch` on along
+   its blocks. */
+typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                     const char* prefetch, size_t lines);
+
+/* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
+   panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
+template <uint32_t LAYOUT, bool BF16_UNIT, int V, int N>
+static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
+    if constexpr (BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
+    else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
+    else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
 
-template <uint32_t LAYOUT, int V>
-GPT2__AVX512 static void gpt2__tile_tokens_avx512(int n, const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                  const char* prefetch, size_t lines) {
-    constexpr int widest = LAYOUT == GPT2_TYPE_BF16 ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
-    static_assert(widest >= 5 && widest <= 8, "a case per tile width");
-    switch (n) {
-    case 1: gpt2__tile_lanes_avx512<LAYOUT, V, 1>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 2: gpt2__tile_lanes_avx512<LAYOUT, V, 2>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 3: gpt2__tile_lanes_avx512<LAYOUT, V, 3>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 4: gpt2__tile_lanes_avx512<LAYOUT, V, 4>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 5: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(5, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 6: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(6, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    case 7: gpt2__tile_lanes_avx512<LAYOUT, V, std::min(7, widest)>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    default: gpt2__tile_lanes_avx512<LAYOUT, V, widest>(a, p, j, first_row, lo, hi, t0, prefetch, lines); break;
-    }
+/* Every tile of a layout, by [V - 1][N - 1]. */
+static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
+typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
+template <uint32_t LAYOUT, bool BF16_UNIT = false>
+static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
+    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 3>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 6>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 8>()},
+    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 3>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 6>(),
+     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 8>()}};
+static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens, "a column per tile width");
+
+/* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
+   small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
+   share of `lines` prefetched lines: its first token, its tokens and its lines [from, to). */
+struct gpt2__tile_share {
+    int t0, n;
+    size_t from, to;
+};
+static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t lines) {
+    return {i * (T / tiles) + std::min(i, T % tiles), T / tiles + (i < T % tiles), lines * i / tiles, lines * (i + 1) / tiles};
 }
 
-/* All of a.T's tokens through V groups (as gpt2__tile_lanes_avx512), shared evenly among the
-   tiles (8 tokens as 4 + 4, not 6 + 2: a small tile costs about what a full one does;
-   docs/PERFORMANCE.md, Kernel notes). The tiles share the prefetch of `lines` cache lines
-   from `prefetch` on, spread along their blocks. */
-template <uint32_t LAYOUT, int V>
-GPT2__AVX512 static void gpt2__tiles_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, const char* prefetch, size_t lines) {
-    const int widest = a.strategy == GPT2__BF16_UNIT ? gpt2__bf16_unit_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>;
-    const int tiles = (a.T + widest - 1) / widest;
-    for (int i = 0, t = 0; i < tiles; i++) {
-        const int n = a.T / tiles + (i < a.T % tiles);
-        const size_t from = lines * i / tiles, to = lines * (i + 1) / tiles;
-        gpt2__tile_tokens_avx512<LAYOUT, V>(n, a, p, j, first_row, lo, hi, t, prefetch + 64 * from, to - from);
-        t += n;
-    }
-}
-
-/* W (q8_0, q4_0, f16 or bf16: TYPE) on its lanes, in place, two groups at a time, times
-   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
-   end half-way through a panel: that group alone. A lone token or two prefetch
+/* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time, times a.xq_packed
+   (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way
+   through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
+   (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
    gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
    next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
    Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
-   into L2 (docs/PERFORMANCE.md, Kernel notes). */
-template <uint32_t TYPE>
-GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    const size_t panel_bytes = gpt2__float16_lanes(TYPE) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
-                                                     : (size_t)(a.W->cols / gpt2__q8_block_values) * gpt2__panel_block_bytes<TYPE>;
+   into L2 (docs/PERFORMANCE.md, Kernel notes). The kernel of GPT2__FLOAT16_LANES. */
+GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
+    const uint32_t type = a.W->type;
+    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT;
+    const gpt2__tiles_avx512& tiles = bf16_unit                     ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, true>
+                                      : type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16>
+                                      : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
+                                      : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
+                                                               : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
+    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const int n_tiles = (a.T + widest - 1) / widest;
+    const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
+                               : (size_t)(a.W->cols / gpt2__q8_block_values) *
+                                     (type == GPT2_TYPE_Q4_0 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>);
     for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__lane_rows % 2);
         const bool both = j == 0 && first + gpt2__lane_rows < o_end;
         const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
         const size_t next_lines = first + gpt2__panel_rows < o_end ? panel_bytes / 64 : 0;
-        if (both) gpt2__tiles_avx512<TYPE, 2>(a, p, 0, first, o_begin, o_end, next, next_lines);
-        else gpt2__tiles_avx512<TYPE, 1>(a, p, j, first, o_begin, o_end, next, next_lines);
+        for (int i = 0; i < n_tiles; i++) {
+            const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
+            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, next + 64 * t.from, t.to - t.from);
+        }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }
 }
@@ -398,8 +405,10 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
    16 rows or fewer takes one group; lanes past the last row repeat it and are not stored. */
 GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight* W = a.W;
-    if (W->lanes) return W->type == GPT2_TYPE_Q4_0 ? gpt2__matmul_lanes_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end) : gpt2__matmul_lanes_avx512<GPT2_TYPE_Q8_0>(a, o_begin, o_end);
+    if (W->lanes) return gpt2__matmul_lanes_avx512(a, o_begin, o_end, panel);
     const int64_t nb = W->cols / gpt2__q8_block_values;
+    const gpt2__tiles_avx512& tiles = gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
+    const int n_tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {
         const int rows = (int)std::min<int64_t>(gpt2__panel_rows, o_end - o), V = rows > gpt2__lane_rows ? 2 : 1;
@@ -415,8 +424,10 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
            PERFORMANCE.md, Kernel notes) and spread over the tiles, which touch no weight memory. */
         const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__panel_rows, o_end - o - rows) * W->row_bytes / 64;
-        if (V == 2) gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 2>(a, w, 0, o, o, o + rows, next, next_lines);
-        else gpt2__tiles_avx512<GPT2_TYPE_Q8_0, 1>(a, w, 0, o, o, o + rows, next, next_lines);
+        for (int i = 0; i < n_tiles; i++) {
+            const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
+            tiles[V - 1][t.n - 1](a, w, 0, o, o, o + rows, t.t0, next + 64 * t.from, t.to - t.from);
+        }
     }
 }
 

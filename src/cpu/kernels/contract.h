@@ -102,7 +102,7 @@ static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)co
 
 /* How one product multiplies. gpt2__strategy_for (forward.h) chooses it, once per product, from
    W's type, the rows and what the kernel set has; a set reads it and infers nothing. A set that
-   lacks a strategy is never handed it (gpt2__kernels says what each set has). */
+   lacks a strategy is never handed it (its kernel in gpt2__kernels.matmul is NULL). */
 enum gpt2__strategy : uint8_t {
     GPT2__STREAM_ROWS,   /* decode: W read row by row in its own type, each row's dot products with every token of x */
     GPT2__STREAM_INT8,   /* decode: q8_0 or q4_0 rows the same way against xq, the tokens quantized per block (integer dot products) */
@@ -110,6 +110,7 @@ enum gpt2__strategy : uint8_t {
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+    gpt2__strategies
 };
 
 /* The arguments of one matrix multiplication, y (T, W.rows) = x (T, W.cols) W^T + bias.
@@ -189,10 +190,16 @@ using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, 
 template <class KV>
 using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch);
 
+/* A matmul kernel: the output columns [o_begin, o_end) of a.y; `panel` holds
+   gpt2__panel_floats(a.W->cols). */
+typedef void (*gpt2__matmul_fn)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+
 struct gpt2__kernels {
     const char* name;
-    /* the output columns [o_begin, o_end) of a.y; `panel` holds gpt2__panel_floats(a.W->cols) */
-    void (*matmul)(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel);
+    /* the kernel of each strategy, in gpt2__strategy's order; NULL where the set lacks it. Every
+       set streams rows; GPT2__INT8_PANELS comes with quantize_q8_packed, GPT2__FLOAT16_LANES
+       with pack_lanes. */
+    gpt2__matmul_fn matmul[gpt2__strategies];
     /* x (n, a multiple of gpt2__q8_block_values) to int8 blocks q and their scales, bit for bit
        as gpt2__quantize_q8_scalar */
     void (*quantize_q8)(int8_t* q, float* scale, const float* x, int64_t n);
@@ -211,9 +218,6 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
-    /* the strategies the set has beyond streaming rows: GPT2__FLOAT_TILES, GPT2__BF16_UNIT
-       (GPT2__INT8_PANELS where it has quantize_q8_packed, the lanes where it has pack_lanes) */
-    bool float_tiles, bf16_unit;
 };
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */

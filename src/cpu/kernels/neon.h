@@ -92,7 +92,7 @@ static float gpt2__dot_blocks_neon(const uint8_t* row, const int8_t* xq, const f
     return vaddvq_f32(acc);
 }
 
-static void gpt2__matmul_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+static void gpt2__matmul_rows_neon(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_blocks_neon<gpt2__q8_block_bytes, gpt2__block_dot_q8_neon>,
                          gpt2__dot_blocks_neon<gpt2__q4_block_bytes, gpt2__block_dot_q4_neon>, gpt2__dot_row_neon>(a, o_begin, o_end);

@@ -138,7 +138,7 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
     }
 }
 
-static void gpt2__matmul_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+static void gpt2__matmul_rows_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }

@@ -91,7 +91,7 @@ static float gpt2__dot_q8_float_wasm(const uint8_t* row, const float* x, int64_t
 
 /* Dot product of one weight row with float x. A weight type this set has no loop for (q4_0, and
    any added later) takes the portable dot product, so every type the loader accepts runs; q4_0
-   rows against int8 activations take gpt2__dot_q4_scalar (gpt2__matmul_wasm). */
+   rows against int8 activations take gpt2__dot_q4_scalar (gpt2__matmul_rows_wasm). */
 static float gpt2__dot_row_wasm(uint32_t type, const uint8_t* row, const float* x, int64_t n) {
     switch (type) {
     case GPT2_TYPE_F32: return gpt2__dot_row16_wasm<GPT2_TYPE_F32>(row, x, n);
@@ -142,10 +142,15 @@ static void gpt2__widen_row_wasm(uint32_t type, const uint8_t* row, float* out, 
    once per token. Widening is exact and the dot products add in the order of the streamed ones
    (gpt2__dot_q8_float_wasm's pairs of four lanes are those of gpt2__dot_row16_wasm), so prefill
    and decode give the same bits. Other types stream in prefill too. */
-static void gpt2__matmul_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+static void gpt2__matmul_rows_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    (void)panel;
+    gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
+}
+/* GPT2__FLOAT_TILES: widened rows. */
+static void gpt2__matmul_widened_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
     const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (a.strategy != GPT2__FLOAT_TILES || !widen) return gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
+    if (!widen) return gpt2__matmul_rows_wasm(a, o_begin, o_end, panel);
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
     float* y = a.y;
