@@ -3,6 +3,7 @@
 #ifndef GPT2_EXAMPLES_DEFAULT_MODEL_H
 #define GPT2_EXAMPLES_DEFAULT_MODEL_H
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
 #include <unistd.h>
@@ -46,8 +47,16 @@ static inline const char* example_default_model(const char* argv0) {
     return NULL;
 }
 
-/* argv[1] when given, else the shipped model (NULL when not found). */
+/* argv[1] when given, else the shipped model (NULL when not found). The examples take nothing
+   else: -h or --help prints their usage and exits, another option is refused (before, `npc
+   --help` tried to open a model file named "--help"). */
 static inline const char* example_model_path(int argc, char** argv) {
+    if (argc > 1 && argv[1][0] == '-') {
+        const int help = strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0;
+        if (!help) fprintf(stderr, "unknown option '%s'\n", argv[1]);
+        fprintf(help ? stdout : stderr, "usage: %s [MODEL.gguf]\n  MODEL.gguf  the model to run (default: the one the repo ships)\n", argv[0]);
+        exit(help ? 0 : 2);
+    }
     return argc > 1 ? argv[1] : example_default_model(argv[0]);
 }
 #endif

@@ -83,6 +83,11 @@ namespace Gpt2
 
         IntPtr handle;
         GCHandle logHandle;
+        // The native model outlives this object's Dispose while sessions use it (Unity does not
+        // order OnDestroy): it is freed with the last of them.
+        readonly object gate = new object();
+        int liveSessions;
+        bool disposed;
 
         /// <summary>Loads a GGUF file. log (may be null) receives the library's messages, on the loading thread.</summary>
         public Gpt2Model(string path, Action<gpt2_log_level, string> log = null, bool noMmap = false)
@@ -107,9 +112,36 @@ namespace Gpt2
         {
             get
             {
-                if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Model");
+                if (disposed) throw new ObjectDisposedException("Gpt2Model");
                 return handle;
             }
+        }
+
+        // A session's hold on the native model: taken when it is made, released when it is disposed.
+        internal IntPtr AcquireForSession()
+        {
+            lock (gate)
+            {
+                if (disposed) throw new ObjectDisposedException("Gpt2Model");
+                liveSessions++;
+                return handle;
+            }
+        }
+
+        internal void ReleaseForSession()
+        {
+            lock (gate)
+            {
+                liveSessions--;
+                if (disposed && liveSessions == 0) FreeNative();
+            }
+        }
+
+        void FreeNative()
+        {
+            Gpt2Native.gpt2_model_free(handle);
+            handle = IntPtr.Zero;
+            if (logHandle.IsAllocated) logHandle.Free();
         }
 
         public Gpt2Native.gpt2_model_info Info { get { return Gpt2Native.gpt2_model_get_info(Handle); } }
@@ -142,13 +174,17 @@ namespace Gpt2
             return Encoding.UTF8.GetString(text);
         }
 
-        /// <summary>Frees the model; dispose its sessions first. No finalizer: a forgotten model leaks
-        /// rather than being freed under a session still using it.</summary>
+        /// <summary>Frees the model, or, while sessions of it live, lets the last of them free it: they
+        /// keep working, and this object's own members throw ObjectDisposedException from now on.
+        /// No finalizer: a forgotten model leaks rather than being freed under a session.</summary>
         public void Dispose()
         {
-            if (handle != IntPtr.Zero) Gpt2Native.gpt2_model_free(handle);
-            handle = IntPtr.Zero;
-            if (logHandle.IsAllocated) logHandle.Free();
+            lock (gate)
+            {
+                if (disposed) return;
+                disposed = true;
+                if (liveSessions == 0) FreeNative();
+            }
         }
 
         [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_log_fn))]
@@ -215,7 +251,8 @@ namespace Gpt2
         static readonly IntPtr AbortThunkPointer = Marshal.GetFunctionPointerForDelegate(AbortThunk);
 
         IntPtr handle;
-        readonly Gpt2Model model; // kept reachable while the session lives
+        readonly Gpt2Model model; // its native model lives until this session is disposed
+        readonly int nVocab;
         readonly AbortState abort = new AbortState();
         GCHandle abortHandle; // abort_user: the library polls OnAbort with it for the session's life
 
@@ -227,12 +264,18 @@ namespace Gpt2
             if (model == null) throw new ArgumentNullException("model");
             if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("set Gpt2Session.ShouldAbort instead of abort_fn");
             this.model = model;
+            IntPtr modelHandle = model.AcquireForSession();
+            nVocab = Gpt2Native.gpt2_model_get_info(modelHandle).n_vocab;
             abortHandle = GCHandle.Alloc(abort);
             p.abort_fn = AbortThunkPointer;
             p.abort_user = GCHandle.ToIntPtr(abortHandle);
             Gpt2Native.gpt2_error err;
-            gpt2_result result = Gpt2Native.gpt2_session_create(model.Handle, ref p, out handle, out err);
-            if (result != gpt2_result.GPT2_OK) abortHandle.Free();
+            gpt2_result result = Gpt2Native.gpt2_session_create(modelHandle, ref p, out handle, out err);
+            if (result != gpt2_result.GPT2_OK)
+            {
+                abortHandle.Free();
+                model.ReleaseForSession();
+            }
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
@@ -315,7 +358,7 @@ namespace Gpt2
             {
                 IntPtr logits = Gpt2Native.gpt2_session_logits(Handle);
                 if (logits == IntPtr.Zero) return null;
-                float[] copy = new float[model.Info.n_vocab];
+                float[] copy = new float[nVocab];
                 Marshal.Copy(logits, copy, 0, copy.Length);
                 return copy;
             }
@@ -436,11 +479,14 @@ namespace Gpt2
             return handles;
         }
 
+        /// <summary>Frees the session (and its model, when the model was disposed before it).</summary>
         public void Dispose()
         {
-            if (handle != IntPtr.Zero) Gpt2Native.gpt2_session_free(handle);
+            if (handle == IntPtr.Zero) return;
+            Gpt2Native.gpt2_session_free(handle);
             handle = IntPtr.Zero;
             if (abortHandle.IsAllocated) abortHandle.Free();
+            model.ReleaseForSession();
         }
 
         // What OnAbort needs: the caller's predicate, and an exception it threw, to rethrow.

@@ -204,6 +204,49 @@ static class BindingTest
                 Check("after the aborts the session continues as it would have", continued.Length > 0 && s.Generate("", Options(20, 8)) == continued);
             }
         }
+        // Dispose orders (Unity does not order OnDestroy): a model disposed before its sessions
+        // lives on for them and is freed with the last; a disposed object throws ObjectDisposedException.
+        {
+            var model = new Gpt2Model(path);
+            var first = new Gpt2Session(model);
+            var second = new Gpt2Session(model);
+            string before = first.Generate("ROMEO:", Options(30, 7));
+            first.Reset();
+            model.Dispose();
+            model.Dispose(); // twice: nothing more
+            Check("a session outlives its disposed model and generates as before", first.Generate("ROMEO:", Options(30, 7)) == before);
+            try
+            {
+                model.Tokenize("ROMEO:");
+                Check("a disposed model throws ObjectDisposedException", false);
+            }
+            catch (ObjectDisposedException)
+            {
+                Check("a disposed model throws ObjectDisposedException", true);
+            }
+            try
+            {
+                new Gpt2Session(model);
+                Check("no new session of a disposed model", false);
+            }
+            catch (ObjectDisposedException)
+            {
+                Check("no new session of a disposed model: ObjectDisposedException", true);
+            }
+            first.Dispose();
+            Check("the second session still runs after the first is gone", second.Generate("ROMEO:", Options(30, 7)) == before);
+            second.Dispose(); // the last: frees the model
+            second.Dispose();
+            try
+            {
+                second.Generate("ROMEO:", Options(5, 7));
+                Check("a disposed session throws ObjectDisposedException", false);
+            }
+            catch (ObjectDisposedException)
+            {
+                Check("a disposed session throws ObjectDisposedException", true);
+            }
+        }
         Console.WriteLine(failures == 0 ? "passed" : failures + " FAILED");
         return failures == 0 ? 0 : 1;
     }
