@@ -860,7 +860,8 @@ struct gpt2__cuda_session : gpt2_session {
     cudaGraphExec_t graph_exec = nullptr;
     bool graph_failed = false;
     bool logits_on_host = false;
-    bool pending = false; /* the sampled token's forward pass is already queued */
+    bool pending = false; /* the sampled token's forward pass is already queued; the logits it
+                             replaces are kept in logits_d's second row until it is taken */
     int32_t pending_token = 0;
     int pending_pos = 0;  /* the position that pass computes */
     float* logits = nullptr; /* (V) host copy of logits_d */
@@ -941,7 +942,10 @@ static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_ses
     gpt2__cuda_session* s = gpt2__session_new<gpt2__cuda_session>(m, p);
     if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     s->dm = gpt2__cuda_model_of(m);
-    s->kv_f16 = true; /* the GPU's KV cache is always 16-bit */
+    /* The GPU's KV cache is 16-bit, of the model's 16-bit type. An f16 cache's rows go into a
+       session state as f16; a bf16 cache's (bf16 models) as f32, which holds them exactly: the
+       state says what it holds (gpt2__cuda_copy_rows), and a CPU session loads it as it is. */
+    s->kv_f16 = !s->dm->bf16;
     gpt2_result res = gpt2__cuda_session_alloc(s, err);
     if (res != GPT2_OK) {
         gpt2__cuda_session_destroy(s);
@@ -1475,6 +1479,10 @@ static gpt2_result gpt2__cuda_run_session(gpt2_session* session, gpt2_error* err
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
     cudaGetLastError();
     if (gpt2__abort_requested(s)) { /* one pass is one graph or one prompt: polled before it */
+        if (s->pending) { /* the queued pass overwrote the logits: an aborted run leaves them as they were */
+            GPT2__CUDA_TRY(cudaMemcpyAsync(s->logits_d, s->logits_d + s->model->n_vocab, (size_t)s->model->n_vocab * 4, cudaMemcpyDeviceToDevice, s->stream));
+            GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream));
+        }
         s->pending = false;
         return gpt2__aborted(err);
     }
@@ -1510,7 +1518,10 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     GPT2__LAUNCHED("sample");
     GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
     s->pending = false;
-    if (extend) GPT2__TRY(gpt2__cuda_launch_token(s, err));
+    if (extend) { /* the logits the queued pass replaces, for an abort before it is taken (logits_d's second row: scoring's scratch) */
+        GPT2__CUDA_TRY(cudaMemcpyAsync(s->logits_d + s->model->n_vocab, s->logits_d, (size_t)s->model->n_vocab * 4, cudaMemcpyDeviceToDevice, s->stream));
+        GPT2__TRY(gpt2__cuda_launch_token(s, err));
+    }
     GPT2__CUDA_TRY(cudaEventSynchronize(s->token_ready));
     *token = *s->token_h;
     if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
@@ -1546,16 +1557,31 @@ static gpt2_result gpt2__cuda_window_logprob(gpt2_session* session, const int32_
     return GPT2_OK;
 }
 
-/* Rows [0, n) of every layer's 16-bit caches to or from `packed` host memory: the keys
-   (n_layer, n, C), then the values. */
+/* Rows [0, n) of every layer's 16-bit caches to or from `packed` host memory in the state's
+   format (gpt2__backend.save_cache): the keys (n_layer, n, C), then the values; an f16 cache's
+   as they are, a bf16 cache's as f32 (exact; on the way back rounded to nearest even, as the
+   GPU rounds what it writes). */
 static gpt2_result gpt2__cuda_copy_rows(gpt2__cuda_session* s, int n, uint8_t* packed, bool to_device, gpt2_error* err) {
     const size_t row = (size_t)s->model->n_embd * 2, rows = (size_t)n * row, layer = (size_t)s->n_ctx * row, L = (size_t)s->model->n_layer;
-    void* caches[2] = {s->k_cache, s->v_cache};
-    for (void* cache : caches) {
-        if (to_device) GPT2__CUDA_TRY(cudaMemcpy2DAsync(cache, layer, packed, rows, rows, L, cudaMemcpyHostToDevice, s->stream));
-        else GPT2__CUDA_TRY(cudaMemcpy2DAsync(packed, rows, cache, layer, rows, L, cudaMemcpyDeviceToHost, s->stream));
-        packed += L * rows;
+    const size_t values = 2 * L * (size_t)n * (size_t)s->model->n_embd;
+    gpt2__vector<uint16_t> bf16; /* a bf16 cache's rows on the host */
+    uint8_t* raw = packed;
+    if (s->dm->bf16) {
+        bf16.resize(values);
+        raw = (uint8_t*)bf16.data();
+        if (to_device)
+            for (size_t i = 0; i < values; i++) bf16[i] = gpt2__f32_to_bf16(((const float*)packed)[i]);
     }
+    void* caches[2] = {s->k_cache, s->v_cache};
+    uint8_t* at = raw;
+    for (void* cache : caches) {
+        if (to_device) GPT2__CUDA_TRY(cudaMemcpy2DAsync(cache, layer, at, rows, rows, L, cudaMemcpyHostToDevice, s->stream));
+        else GPT2__CUDA_TRY(cudaMemcpy2DAsync(at, rows, cache, layer, rows, L, cudaMemcpyDeviceToHost, s->stream));
+        at += L * rows;
+    }
+    GPT2__CUDA_TRY(cudaStreamSynchronize(s->stream)); /* the staging buffer goes at the return */
+    if (s->dm->bf16 && !to_device)
+        for (size_t i = 0; i < values; i++) ((float*)packed)[i] = gpt2__bf16_to_f32(bf16[i]);
     return GPT2_OK;
 }
 

@@ -186,4 +186,13 @@ static inline float gpt2__bf16_to_f32(uint16_t b) {
     return f;
 }
 
+/* Float to bf16, rounded to nearest even (as PyTorch and CUDA's __float2bfloat16_rn); a NaN stays
+   a quiet NaN. */
+static inline uint16_t gpt2__f32_to_bf16(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
 #endif /* GPT2__PART_COMMON_H */

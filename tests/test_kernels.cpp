@@ -391,6 +391,41 @@ TEST_CASE("f32 to f16 rounds to the nearest f16 (ties to even, past 65520 infini
     }
 }
 
+TEST_CASE("f32 to bf16 rounds to the nearest bf16 (ties to even, past the largest infinity), NaN to NaN") {
+    std::mt19937 rng(5);
+    std::vector<float> x = f16_rounding_cases();
+    for (int i = 0; i < 20000; i++) { // every exponent: random bit patterns
+        const uint32_t bits = (uint32_t)rng();
+        float v;
+        std::memcpy(&v, &bits, 4);
+        x.push_back(v);
+    }
+    for (uint32_t tie : {0x3f808000u, 0x3f818000u, 0x7f7f8000u, 0x7f7fffffu}) { // ties both ways; past the largest bf16
+        float v;
+        std::memcpy(&v, &tie, 4);
+        x.push_back(v);
+    }
+    int wrong = 0;
+    for (float v : x) {
+        const uint16_t got = gpt2__f32_to_bf16(v);
+        if (std::isnan(v)) {
+            wrong += !std::isnan(gpt2__bf16_to_f32(got));
+            continue;
+        }
+        // float64 reference: the nearer of the two bf16 values around v (truncated, and one step
+        // up in magnitude), the even one on a tie; one step past the largest finite is infinity
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        const uint16_t down = (uint16_t)(bits >> 16), up = (uint16_t)(down + 1);
+        const double a = std::fabs((double)v), lo = std::fabs((double)gpt2__bf16_to_f32(down));
+        const double hi = (down & 0x7fff) == 0x7f7f ? std::ldexp(1.0, 128) : std::fabs((double)gpt2__bf16_to_f32(up));
+        const uint16_t expected = (down & 0x7fff) == 0x7f80 ? down // infinity stays
+                                  : a - lo < hi - a || (a - lo == hi - a && down % 2 == 0) ? down : up;
+        if (got != expected) wrong++;
+    }
+    CHECK(wrong == 0);
+}
+
 TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactly") {
     std::mt19937 rng(7);
     for (const gpt2__kernels* k : simd_kernels()) {

@@ -366,10 +366,7 @@ inline void gguf_quantize_row(uint32_t type, const float* x, uint8_t* out, int64
         break;
     case GPT2_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) {
-            uint32_t bits;
-            std::memcpy(&bits, &x[i], 4);
-            uint16_t b = (bits & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((bits >> 16) | 0x40) /* quiet NaN */
-                                                           : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
+            const uint16_t b = gpt2__f32_to_bf16(x[i]);
             std::memcpy(out + 2 * i, &b, 2);
         }
         break;

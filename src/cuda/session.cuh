@@ -48,7 +48,8 @@ struct gpt2__cuda_session : gpt2_session {
     cudaGraphExec_t graph_exec = nullptr;
     bool graph_failed = false;
     bool logits_on_host = false;
-    bool pending = false; /* the sampled token's forward pass is already queued */
+    bool pending = false; /* the sampled token's forward pass is already queued; the logits it
+                             replaces are kept in logits_d's second row until it is taken */
     int32_t pending_token = 0;
     int pending_pos = 0;  /* the position that pass computes */
     float* logits = nullptr; /* (V) host copy of logits_d */
@@ -129,7 +130,10 @@ static gpt2_result gpt2__cuda_session_create(const gpt2_model* m, const gpt2_ses
     gpt2__cuda_session* s = gpt2__session_new<gpt2__cuda_session>(m, p);
     if (!s) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     s->dm = gpt2__cuda_model_of(m);
-    s->kv_f16 = true; /* the GPU's KV cache is always 16-bit */
+    /* The GPU's KV cache is 16-bit, of the model's 16-bit type. An f16 cache's rows go into a
+       session state as f16; a bf16 cache's (bf16 models) as f32, which holds them exactly: the
+       state says what it holds (gpt2__cuda_copy_rows), and a CPU session loads it as it is. */
+    s->kv_f16 = !s->dm->bf16;
     gpt2_result res = gpt2__cuda_session_alloc(s, err);
     if (res != GPT2_OK) {
         gpt2__cuda_session_destroy(s);
