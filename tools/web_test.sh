@@ -25,7 +25,8 @@ echo "web_test: $(em++ --version | head -1); node $(node --version); $(chromium 
 
 step_start=$SECONDS
 step() { echo "web_test: $1 ($((SECONDS - step_start)) s)"; step_start=$SECONDS; }
-# Emscripten 3.1.6's loader fetches the .wasm by its file path when Node has fetch (Node 18+).
+# Emscripten 3.1.6's loader fetches the .wasm by its file path when Node has fetch (Node 18+): the
+# doctest suite runs without it; node_generate.js turns fetch off itself, so it runs with plain node.
 node_run() { node --no-experimental-fetch "$@"; }
 json_field() { python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)[sys.argv[1]]))' "$1"; }
 # same_fields WHAT KEYS WANT_JSON WASM_JSON: fails unless both objects hold the same non-empty values at KEYS.
@@ -53,7 +54,7 @@ step "doctest suite under Node passed (4 tests excluded: fork, threads)"
 check_same() { # kernels prompt n temperature top_k seed
     local native_json wasm_json
     native_json=$("$native" -m "$model" -p "$2" -n "$3" --temp "$4" --top-k "$5" --seed "$6" -t 1 --context-policy discard --json)
-    wasm_json=$(node_run examples/web/node_generate.js "$model" "$2" "$3" "$4" "$5" "$6")
+    wasm_json=$(node examples/web/node_generate.js "$model" "$2" "$3" "$4" "$5" "$6")
     same_fields "prompt '$2', seed $6, Node" ids,text "$native_json" "$wasm_json"
     same_fields "kernel set under Node" kernels "{\"kernels\": \"$1\"}" "$wasm_json"
     native_last=$native_json
@@ -87,7 +88,7 @@ same_fields "the page in Chromium" text "$native_last" "$page_json"
 step "Chromium shows the native text; screenshot build-wasm/web_page.png"
 
 # Speed, all measured now on this machine: 500 tokens (the page's default), one thread.
-node_speed=$(node_run examples/web/node_generate.js "$model" "ROMEO:" 500 0.8 200 7 | python3 -c 'import json, sys; r = json.load(sys.stdin); print(round(r["tokens"] / r["seconds"], 1))')
+node_speed=$(node examples/web/node_generate.js "$model" "ROMEO:" 500 0.8 200 7 | python3 -c 'import json, sys; r = json.load(sys.stdin); print(round(r["tokens"] / r["seconds"], 1))')
 native_speed=$(python3 - "$native" "$model" <<'EOF'
 import subprocess, sys, time
 def run(n):  # the program's wall time, its start-up and model load measured apart with -n 0

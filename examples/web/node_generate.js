@@ -1,11 +1,14 @@
 // Generates with the web module (gpt2_web.js) under Node, as the page's worker does, and prints
 // one JSON object: {kernels, ids, text, tokens, seconds}. tools/web_test.sh compares it with the
 // native program's output.
-//   node --no-experimental-fetch examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED
-// (--no-experimental-fetch: Emscripten 3.1.6 would fetch the .wasm by its file path under Node 18+.)
+//   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED
 // GPT2_WEB_MODULE=PATH loads another build of the module (build.sh's GPT2_WASM_OUT).
 const fs = require('fs');
 const path = require('path');
+// Emscripten 3.1.6's loader fetches the .wasm by its file path when Node has fetch (Node 18+),
+// which fails ("Failed to parse URL", after the module's whole source); without fetch it reads
+// the file, as with `node --no-experimental-fetch`.
+delete globalThis.fetch;
 const createGpt2 = require(path.resolve(process.env.GPT2_WEB_MODULE || path.join(__dirname, 'gpt2_web.js')));
 
 const [model, prompt, n, temperature, topK, seed] = process.argv.slice(2);
