@@ -210,12 +210,13 @@ struct gpt2__prefill_avx2 {
     /* tiles of 3 tokens, one pass of gpt2__tokens_avx2 each: a tile of 4 would take a pass of 3
        and one of 1, whose single token loads 5 vectors per 4 FMAs */
     static constexpr int NT = 3;
-    static constexpr auto row_to_float = gpt2__row_to_float_avx2;
-    static constexpr bool prefetch_ahead = false;
-    static constexpr gpt2__float_tiles tiles = {{gpt2__tile_avx2<1, 1>, gpt2__tile_avx2<1, 2>, gpt2__tile_avx2<1, 3>, nullptr},
-                                                {gpt2__tile_avx2<2, 1>, gpt2__tile_avx2<2, 2>, gpt2__tile_avx2<2, 3>, nullptr},
-                                                {gpt2__tile_avx2<3, 1>, gpt2__tile_avx2<3, 2>, gpt2__tile_avx2<3, 3>, nullptr},
-                                                {gpt2__tile_avx2<4, 1>, gpt2__tile_avx2<4, 2>, gpt2__tile_avx2<4, 3>, nullptr}};
+    using Panel = gpt2__float_panel;
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx2, false>(a, o, rows, scratch); }
+    template <int R, int N>
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_avx2<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
+    }
 };
 
 /* The set's matmul kernels (dispatch.h): decode streams the weights row by row in their own

@@ -76,12 +76,13 @@ GPT2__AVX512 static void gpt2__tile_avx512(float* out, const float* w, size_t ld
 struct gpt2__prefill_avx512 {
     static constexpr int NT = 4; /* 4 rows x 4 tokens: 16 accumulators, one 16-way reduction */
     static_assert(gpt2__tile_rows * NT == 16, "a full tile fills gpt2__hsum16_avx512");
-    static constexpr auto row_to_float = gpt2__row_to_float_avx512;
-    static constexpr bool prefetch_ahead = true;
-    static constexpr gpt2__float_tiles tiles = {{gpt2__tile_avx512<1, 1>, gpt2__tile_avx512<1, 2>, gpt2__tile_avx512<1, 3>, gpt2__tile_avx512<1, 4>},
-                                                {gpt2__tile_avx512<2, 1>, gpt2__tile_avx512<2, 2>, gpt2__tile_avx512<2, 3>, gpt2__tile_avx512<2, 4>},
-                                                {gpt2__tile_avx512<3, 1>, gpt2__tile_avx512<3, 2>, gpt2__tile_avx512<3, 3>, gpt2__tile_avx512<3, 4>},
-                                                {gpt2__tile_avx512<4, 1>, gpt2__tile_avx512<4, 2>, gpt2__tile_avx512<4, 3>, gpt2__tile_avx512<4, 4>}};
+    using Panel = gpt2__float_panel;
+    static Panel panel(const gpt2__matmul_args& a, int64_t o, int rows, float* scratch) { return gpt2__float_panel_of<gpt2__row_to_float_avx512, true>(a, o, rows, scratch); }
+    template <int R, int N>
+    static void tile(float* out, const Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+        const size_t K = (size_t)a.W->cols;
+        gpt2__tile_avx512<R, N>(out, w.w + k0, w.ldw, a.x + t * K + k0, K, kn);
+    }
 };
 
 #endif /* GPT2__X86 */

@@ -59,11 +59,27 @@ static inline void gpt2__store_out(const gpt2__matmul_args& a, int t, int64_t o,
     *y = a.accumulate ? *y + v : v;
 }
 
-/* A float tile: out[t * gpt2__tile_rows + r] += w_r . x_t for its R rows and N tokens over K
-   columns, w's rows ldw floats apart and x's tokens ldx. A set's tiles are a table of them by
-   [R - 1][N - 1] (NULL past its widest), so the driver picks a tile at run time in one step. */
-typedef void (*gpt2__float_tile_fn)(float* out, const float* w, size_t ldw, const float* x, size_t ldx, int64_t K);
-typedef gpt2__float_tile_fn gpt2__float_tiles[gpt2__tile_rows][4];
+/* Runs Set::tile<R, N> (a kernel set's tile of R rows and N tokens) for 1 <= rows <=
+   gpt2__tile_rows and 1 <= n <= Set::NT, which are known only at run time. */
+template <class Set, int R>
+static void gpt2__tile_tokens(float* out, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+    switch (n) {
+    case 1: Set::template tile<R, 1>(out, w, a, t, k0, kn); break;
+    case 2: Set::template tile<R, 2>(out, w, a, t, k0, kn); break;
+    case 3: Set::template tile<R, 3>(out, w, a, t, k0, kn); break;
+    default: Set::template tile<R, Set::NT>(out, w, a, t, k0, kn); break;
+    }
+}
+
+template <class Set>
+static void gpt2__tile_any(float* out, int rows, int n, const typename Set::Panel& w, const gpt2__matmul_args& a, int t, int64_t k0, int64_t kn) {
+    switch (rows) {
+    case 1: gpt2__tile_tokens<Set, 1>(out, n, w, a, t, k0, kn); break;
+    case 2: gpt2__tile_tokens<Set, 2>(out, n, w, a, t, k0, kn); break;
+    case 3: gpt2__tile_tokens<Set, 3>(out, n, w, a, t, k0, kn); break;
+    default: gpt2__tile_tokens<Set, gpt2__tile_rows>(out, n, w, a, t, k0, kn); break;
+    }
+}
 
 /* A converted panel's rows come from DRAM in bursts (a panel's rows, then tiles that touch no
    weight memory for a while), which neither the hardware prefetcher nor the driver's prefetch of
@@ -106,12 +122,13 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
 }
 
 /* Prefill, shared by the x86 kernel sets and their panel types: for each group of
-   gpt2__tile_rows rows (a float panel), tiles of Set::NT tokens, over the tokens in
+   gpt2__tile_rows rows (Set::panel: a float panel), tiles of Set::NT tokens, over the tokens in
    chunks of about gpt2__chunk_tokens. K goes in blocks of at most gpt2__k_block (starting at
    multiples of gpt2__k_align floats, a 512-bit vector), so a tile's rows and
    tokens stay in L1, the partial sums of the chunk's tiles adding up in `sums`.
-   A Set has NT, its float panel's row_to_float and prefetch_ahead (gpt2__float_panel_of), and
-   its tiles (gpt2__float_tiles). */
+   Set::panel(a, o, rows, scratch) makes the panel of rows [o, o + rows) in `scratch`;
+   Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
+   over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
 static const int gpt2__k_block = 1024, gpt2__k_align = 16;
 
 template <class Set>
@@ -128,7 +145,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
         for (int64_t o = o_begin; o < o_end; o += MR) {
             const int rows = (int)std::min<int64_t>(MR, o_end - o);
-            const gpt2__float_panel w = gpt2__float_panel_of<Set::row_to_float, Set::prefetch_ahead>(a, o, rows, panel);
+            const typename Set::Panel w = Set::panel(a, o, rows, panel);
             /* The next rows come from DRAM, and the tiles touch no weight memory for a while:
                spread prefetches of the next group's bytes over them. */
             const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
@@ -141,7 +158,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 for (int i = 0; i < n_tiles; i++) {
                     for (size_t end = std::min(next_lines, line + lines_per_step); line < end; line++) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
                     const int t = t0 + i * NT;
-                    Set::tiles[rows - 1][std::min(NT, t_end - t) - 1](sums[i], w.w + k0, w.ldw, a.x + (size_t)t * K + k0, (size_t)K, kn);
+                    gpt2__tile_any<Set>(sums[i], rows, std::min(NT, t_end - t), w, a, t, k0, kn);
                 }
             }
             for (int i = 0; i < n_tiles; i++) {
