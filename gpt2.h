@@ -73,7 +73,7 @@
      model emits its end-of-text token. The tokens made so far stay in the context, a stop
      string's and the end-of-text token too (gpt2_session_truncate removes them).
      More controls, each off when zero, form one chain, applied in this order:
-         logit_bias, penalties (repeat, frequency, presence), on_logits, top_k, top_p, min_p,
+         logit_bias, penalties (repeat, frequency, presence), grammar, on_logits, top_k, top_p, min_p,
          temperature, draw
      That is llama.cpp's default chain (which users know) without its DRY, typical and XTC
      steps. With every added control off the tokens are exactly nanoGPT's, as before. Where
@@ -177,7 +177,8 @@ typedef enum gpt2_result {
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
     GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
     GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
-    GPT2_ERROR_BUSY              /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
+    GPT2_ERROR_BUSY,             /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
+    GPT2_ERROR_BAD_GRAMMAR       /* a grammar that cannot be read or used: the message says where and why */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -381,6 +382,37 @@ typedef struct gpt2_logit_bias {
    At least one token must stay finite, and none may become NaN or +INFINITY. */
 typedef void (*gpt2_logits_fn)(void* user, float* logits, int n_vocab);
 
+/* ---- Grammars (structured output) ----------------------------------------------------------
+   A grammar makes generation follow a form the program can parse: an NPC's `ACTION: wave`, one
+   of a list of choices, a JSON object. With params.grammar set, every token drawn keeps the
+   generated text the beginning of a sentence of the grammar (tokens that would leave it are
+   removed before the draw), the end-of-text token is allowed exactly when the text is a whole
+   sentence, and generation ends when the text is a whole sentence the grammar lets nothing
+   extend, at the end-of-text token, at a stop string, or at max_new_tokens (then
+   params.grammar_match says PREFIX). The check is on the text's bytes, so a token may cross
+   the grammar's literals and classes, and a token may end inside a UTF-8 character.
+   Grammars are written in llama.cpp's GBNF (docs/GRAMMARS.md):
+       root   ::= "ACTION: " action "\n" line
+       action ::= "wave" | "attack" | "flee"
+       line   ::= [^\n]+
+   rules, alternatives |, groups ( ), x* x+ x? x{m} x{m,} x{m,n}, "literals" and [classes]
+   (ranges a-z, negated [^...]) with the escapes \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH,
+   . (any character), # comments. Left recursion (expr ::= expr "+" term) is refused. */
+typedef struct gpt2_grammar gpt2_grammar; /* immutable once made: share it between sessions and threads */
+
+/* Makes a grammar for `model`'s vocabulary from GBNF text (UTF-8, NUL-terminated). root: the
+   start rule's name; NULL = "root". A malformed grammar gives GPT2_ERROR_BAD_GRAMMAR and a
+   message with the line, the column and what was expected. Free it before the model. */
+GPT2_API gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root,
+                                            gpt2_grammar** out_grammar, gpt2_error* err);
+GPT2_API void gpt2_grammar_free(gpt2_grammar* grammar);
+
+typedef enum gpt2_match { GPT2_MATCH_NONE = 0, GPT2_MATCH_PREFIX = 1, GPT2_MATCH_COMPLETE = 2 } gpt2_match;
+/* Is this text (len UTF-8 bytes) a whole sentence of the grammar (COMPLETE), the beginning of
+   one (PREFIX), or neither (NONE; text that is not UTF-8 too)? */
+GPT2_API gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* out_match,
+                                        gpt2_error* err);
+
 typedef struct gpt2_generate_params {
     int max_new_tokens;  /* 0 = the default, 256 */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
@@ -409,6 +441,11 @@ typedef struct gpt2_generate_params {
     size_t n_stop;
     int stop_at_eos;         /* 1: end at the end-of-text token (gpt2_model_info.eos_token; never, for
                                 a model without one) */
+    const gpt2_grammar* grammar; /* the form the text must take (see Grammars above); NULL = free text.
+                                    Applied after logit_bias and the penalties, before on_logits and
+                                    top_k: top_k then keeps the k most likely of the allowed tokens */
+    gpt2_match* grammar_match;   /* may be NULL; with a grammar, receives COMPLETE when the generated
+                                    text is a whole sentence, PREFIX when generation ended before */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);
@@ -1504,6 +1541,59 @@ static inline gpt2_result gpt2__tokenizer_encode(const gpt2__tokenizer* tok, con
     return gpt2__ok(err);
 }
 
+/* ---- src/model/token_trie.h ---- */
+/* The vocabulary as a trie of its tokens' bytes, for the grammar's token masks: a walk visits
+   each prefix shared by several tokens once, and leaves a whole subtree the moment its prefix
+   cannot continue the text. The nodes are stored in depth-first order, so a walk is a loop over
+   an array: node i's subtree is [i, skip[i]); its parent is the last node before it one level up.
+   Built once per model, on first use (gpt2_grammar_from_gbnf), and shared by every grammar. */
+struct gpt2__token_trie {
+    gpt2__vector<uint8_t> byte;    /* the byte that leads from the parent to node i */
+    gpt2__vector<uint16_t> depth;  /* 1 for the first byte of a token */
+    gpt2__vector<uint32_t> skip;   /* the first node after node i's subtree */
+    gpt2__vector<uint32_t> tokens_begin; /* the tokens whose bytes end at node i: */
+    gpt2__vector<int32_t> tokens;        /* tokens[tokens_begin[i], tokens_begin[i + 1]) */
+    uint16_t max_depth = 0;
+};
+
+/* Every token with bytes, but `excluded` (the end-of-text token, which the grammar treats on
+   its own; -1 = none). Tokens with no bytes are left out: they would change nothing. */
+static void gpt2__token_trie_build(gpt2__token_trie* trie, const gpt2__tokenizer* tok, int32_t excluded) {
+    const size_t V = gpt2__tokenizer_size(tok);
+    gpt2__vector<int32_t> order;
+    for (size_t id = 0; id < V; id++)
+        if ((int32_t)id != excluded && !gpt2__tokenizer_token_bytes(tok, (int32_t)id).empty()) order.push_back((int32_t)id);
+    std::sort(order.begin(), order.end(), [tok](int32_t a, int32_t b) {
+        return gpt2__tokenizer_token_bytes(tok, a) < gpt2__tokenizer_token_bytes(tok, b);
+    });
+    *trie = gpt2__token_trie();
+    gpt2__vector<uint32_t> open; /* the nodes on the path to the last one added, one per depth */
+    std::string_view previous;
+    for (int32_t id : order) {
+        const std::string_view bytes = gpt2__tokenizer_token_bytes(tok, id);
+        size_t shared = 0;
+        while (shared < bytes.size() && shared < previous.size() && bytes[shared] == previous[shared]) shared++;
+        if (shared == bytes.size() && shared == previous.size()) { /* the same bytes as the last token */
+            trie->tokens.push_back(id);
+            continue;
+        }
+        for (size_t d = open.size(); d > shared; d--) trie->skip[open[d - 1]] = (uint32_t)trie->byte.size();
+        open.resize(shared);
+        for (size_t d = shared; d < bytes.size(); d++) {
+            open.push_back((uint32_t)trie->byte.size());
+            trie->byte.push_back((uint8_t)bytes[d]);
+            trie->depth.push_back((uint16_t)std::min<size_t>(d + 1, UINT16_MAX));
+            trie->skip.push_back(0);
+            trie->tokens_begin.push_back((uint32_t)trie->tokens.size());
+        }
+        trie->tokens.push_back(id);
+        trie->max_depth = std::max(trie->max_depth, trie->depth.back());
+        previous = bytes;
+    }
+    for (uint32_t node : open) trie->skip[node] = (uint32_t)trie->byte.size();
+    trie->tokens_begin.push_back((uint32_t)trie->tokens.size());
+}
+
 /* ---- src/model/gguf.h ---- */
 /* GGUF reader: parses and validates the whole header of a file held in memory. Nothing is
    trusted: every count, length, shape and offset is checked against the bytes that exist. */
@@ -1900,6 +1990,8 @@ struct gpt2_model {
     void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
     mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
     mutable uint64_t fingerprint = 0;
+    mutable std::once_flag token_trie_once; /* the vocabulary's trie, built for the first grammar */
+    mutable gpt2__token_trie token_trie;
 };
 
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
@@ -2322,7 +2414,7 @@ static bool gpt2__penalties_on(const gpt2_generate_params& p) {
 
 /* Whether any control beyond temperature and top_k is on. */
 static bool gpt2__chain_on(const gpt2_generate_params& p) {
-    return (p.top_p > 0.0f && p.top_p < 1.0f) || p.min_p > 0.0f || gpt2__penalties_on(p) || p.n_logit_bias > 0 || p.on_logits;
+    return (p.top_p > 0.0f && p.top_p < 1.0f) || p.min_p > 0.0f || gpt2__penalties_on(p) || p.n_logit_bias > 0 || p.on_logits || p.grammar;
 }
 
 static gpt2_result gpt2__check_chain(const gpt2_generate_params& p, int n_vocab, gpt2_error* err) {
@@ -2413,14 +2505,19 @@ static void gpt2__truncate(float* logits, int n, int top_k, float top_p, float m
    draw is greedy, top_k/top_p/min_p are skipped: they always keep the most likely token).
    Fails when on_logits leaves NaN, +INFINITY or no finite logit. scratch: n floats; counts: n
    zeros. */
-static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_params& p, const int32_t* context, size_t n_context, float* scratch,
-                                      int* counts, gpt2_error* err) {
+static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_params& p, const int32_t* context, size_t n_context, const uint32_t* allowed,
+                                      float* scratch, int* counts, gpt2_error* err) {
     for (size_t i = 0; i < p.n_logit_bias; i++) logits[p.logit_bias[i].token] += p.logit_bias[i].bias;
     if (gpt2__penalties_on(p)) {
         const size_t last_n = p.repeat_last_n < 0 ? n_context : p.repeat_last_n == 0 ? (size_t)GPT2__DEFAULT_REPEAT_LAST_N : (size_t)p.repeat_last_n;
         const size_t n_window = std::min(n_context, last_n);
         gpt2__apply_penalties(logits, context + (n_context - n_window), n_window, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, counts);
     }
+    /* the grammar's mask after the penalties (they never bring a removed token back) and before
+       on_logits and top_k (which see only what the grammar allows) */
+    if (allowed)
+        for (int i = 0; i < n; i++)
+            if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
     if (p.on_logits) p.on_logits(p.user, logits, n);
     bool any = false;
     for (int i = 0; i < n; i++) {
@@ -2429,7 +2526,9 @@ static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_
                               (double)logits[i]);
         any = any || logits[i] > -INFINITY;
     }
-    if (!any) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no token left to sample: logit_bias or on_logits set every logit to -INFINITY");
+    if (!any)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no token left to sample: logit_bias or on_logits set every logit to -INFINITY%s",
+                          allowed ? " that the grammar allows" : "");
     if (p.temperature != 0.0f && p.top_k != 1) gpt2__truncate(logits, n, p.top_k, p.top_p, p.min_p, scratch);
     return GPT2_OK;
 }
@@ -2438,6 +2537,823 @@ static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_
    top_k already applied; top_k 1 stays greedy). scratch: n floats. */
 static int32_t gpt2__chain_draw(const float* filtered, int n, const gpt2_generate_params& p, uint64_t* rng, float* scratch) {
     return gpt2__sample(filtered, n, p.temperature, p.top_k == 1 ? 1 : 0, rng, scratch);
+}
+
+/* ---- src/grammar/gbnf.h ---- */
+/* Grammars in llama.cpp's GBNF, made into the form the matcher (matcher.h) walks: every rule a
+   list of alternatives, every alternative a sequence of elements - a character class (a set of
+   code points), a reference to a rule, and an end. A literal is a sequence of one-character
+   classes; a group, `x*`, `x+`, `x?` and `x{m,n}` become rules of their own, as llama.cpp
+   makes them (x* is r ::= x r | empty), named after the rule they are written in ("value_2"),
+   so that an error can name them. */
+
+enum gpt2__gkind : uint8_t { GPT2__G_END, GPT2__G_CHARS, GPT2__G_RULE };
+
+struct gpt2__gelem {
+    gpt2__gkind kind;
+    uint32_t value; /* CHARS: an index into gpt2_grammar::classes; RULE: a rule's index */
+};
+
+/* A set of code points: sorted, disjoint, inclusive ranges, and the ASCII ones as bits too
+   (most text a grammar checks is ASCII). */
+struct gpt2__code_points {
+    uint64_t ascii[2] = {0, 0};
+    gpt2__vector<std::pair<uint32_t, uint32_t>> ranges;
+};
+
+static bool gpt2__class_has(const gpt2__code_points& c, uint32_t cp) {
+    if (cp < 128) return (c.ascii[cp >> 6] >> (cp & 63)) & 1;
+    auto it = std::upper_bound(c.ranges.begin(), c.ranges.end(), std::make_pair(cp, UINT32_MAX));
+    return it != c.ranges.begin() && std::prev(it)->second >= cp;
+}
+
+/* Whether the class holds any code point of [lo, hi]. */
+static bool gpt2__class_meets(const gpt2__code_points& c, uint32_t lo, uint32_t hi) {
+    auto it = std::upper_bound(c.ranges.begin(), c.ranges.end(), std::make_pair(hi, UINT32_MAX));
+    return it != c.ranges.begin() && std::prev(it)->second >= lo;
+}
+
+struct gpt2__grule {
+    gpt2__string name;
+    uint32_t alts_begin = 0, alts_end = 0; /* its alternatives: gpt2_grammar::alt_starts[begin, end) */
+};
+
+struct gpt2_grammar {
+    const gpt2_model* model = nullptr;
+    gpt2__vector<gpt2__gelem> elems; /* every alternative's elements, each ending with GPT2__G_END */
+    gpt2__vector<uint32_t> alt_starts;
+    gpt2__vector<gpt2__grule> rules;
+    gpt2__vector<gpt2__code_points> classes;
+    uint32_t root = 0;
+};
+
+enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 22, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
+
+/* The parser: recursive descent over the text, one rule at a time. Rules are built as nested
+   vectors (a group's rule is made while its parent's alternative is open), then laid flat. */
+struct gpt2__gbnf_parser {
+    const char* text = nullptr;
+    size_t n = 0, pos = 0;
+    gpt2_error* err = nullptr;
+    gpt2__vector<gpt2__vector<gpt2__vector<gpt2__gelem>>> alts; /* per rule */
+    gpt2__vector<gpt2__string> names;
+    gpt2__vector<size_t> defined_at, used_at; /* text offsets; SIZE_MAX = not yet */
+    gpt2__vector<uint32_t> n_children;        /* groups and repetitions made inside each rule */
+    gpt2__vector<gpt2__code_points> classes;
+    size_t n_elems = 0;
+};
+
+/* "line 3, column 14" of a text offset (columns count bytes, from 1). */
+static void gpt2__gbnf_where(const gpt2__gbnf_parser& ps, size_t at, int* line, int* column) {
+    *line = 1;
+    size_t line_start = 0;
+    for (size_t i = 0; i < at && i < ps.n; i++)
+        if (ps.text[i] == '\n') {
+            (*line)++;
+            line_start = i + 1;
+        }
+    *column = (int)(at - line_start) + 1;
+}
+
+/* A syntax error at `at`: "line L, column C: <what>". */
+static gpt2_result gpt2__gbnf_fail(const gpt2__gbnf_parser& ps, size_t at, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
+static gpt2_result gpt2__gbnf_fail(const gpt2__gbnf_parser& ps, size_t at, const char* fmt, ...) {
+    char what[400];
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(what, sizeof what, fmt, args);
+    va_end(args);
+    int line, column;
+    gpt2__gbnf_where(ps, at, &line, &column);
+    return gpt2__fail(ps.err, GPT2_ERROR_BAD_GRAMMAR, "grammar, line %d, column %d: %s", line, column, what);
+}
+
+/* What is at the parser's position, for "found ..." in messages. */
+static const char* gpt2__gbnf_found(const gpt2__gbnf_parser& ps, char* buf, size_t size) {
+    if (ps.pos >= ps.n) return "the end of the grammar";
+    const unsigned char c = (unsigned char)ps.text[ps.pos];
+    if (c == '\n') return "the end of the line";
+    if (c >= 0x20 && c < 0x7F) std::snprintf(buf, size, "'%c'", c);
+    else std::snprintf(buf, size, "byte 0x%02X", c);
+    return buf;
+}
+
+static bool gpt2__gbnf_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* Spaces, newlines and # comments. A rule ends where the next `name ::=` begins, so newlines
+   need no special meaning (llama.cpp allows them only inside groups and after ::= and |; every
+   grammar it reads reads the same here). */
+static void gpt2__gbnf_skip_space(gpt2__gbnf_parser* ps) {
+    while (ps->pos < ps->n) {
+        const char c = ps->text[ps->pos];
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\n') ps->pos++;
+        else if (c == '#')
+            while (ps->pos < ps->n && ps->text[ps->pos] != '\n') ps->pos++;
+        else break;
+    }
+}
+
+static std::string_view gpt2__gbnf_name_at(const gpt2__gbnf_parser& ps, size_t at) {
+    size_t end = at;
+    while (end < ps.n && gpt2__gbnf_name_char(ps.text[end])) end++;
+    return std::string_view(ps.text + at, end - at);
+}
+
+/* Whether a rule's definition (`name ::=`) starts at `at`. */
+static bool gpt2__gbnf_definition_at(const gpt2__gbnf_parser& ps, size_t at) {
+    gpt2__gbnf_parser look = ps;
+    look.pos = at + gpt2__gbnf_name_at(ps, at).size();
+    if (look.pos == at) return false;
+    gpt2__gbnf_skip_space(&look);
+    return look.n - look.pos >= 3 && std::memcmp(look.text + look.pos, "::=", 3) == 0;
+}
+
+static uint32_t gpt2__gbnf_new_rule(gpt2__gbnf_parser* ps, std::string_view name) {
+    ps->alts.emplace_back();
+    ps->names.emplace_back(name);
+    ps->defined_at.push_back(SIZE_MAX);
+    ps->used_at.push_back(SIZE_MAX);
+    ps->n_children.push_back(0);
+    return (uint32_t)(ps->alts.size() - 1);
+}
+
+/* A rule of its own for a group or a repetition inside `parent`: "parent_1", "parent_2", ... */
+static uint32_t gpt2__gbnf_child_rule(gpt2__gbnf_parser* ps, uint32_t parent, size_t at) {
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "_%u", (unsigned)++ps->n_children[parent]);
+    gpt2__string name = ps->names[parent];
+    name += suffix;
+    const uint32_t id = gpt2__gbnf_new_rule(ps, name);
+    ps->defined_at[id] = at;
+    return id;
+}
+
+static uint32_t gpt2__gbnf_rule_named(gpt2__gbnf_parser* ps, std::string_view name) {
+    for (size_t i = 0; i < ps->names.size(); i++)
+        if (ps->names[i] == name) return (uint32_t)i;
+    return gpt2__gbnf_new_rule(ps, name);
+}
+
+static gpt2_result gpt2__gbnf_hex(gpt2__gbnf_parser* ps, int digits, uint32_t* cp) {
+    const size_t at = ps->pos;
+    *cp = 0;
+    for (int i = 0; i < digits; i++) {
+        const char c = ps->pos < ps->n ? ps->text[ps->pos] : 0;
+        const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (v < 0) return gpt2__gbnf_fail(*ps, at, "expected %d hexadecimal digits after \\%c", digits, digits == 2 ? 'x' : digits == 4 ? 'u' : 'U');
+        *cp = *cp * 16 + (uint32_t)v;
+        ps->pos++;
+    }
+    if (*cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF))
+        return gpt2__gbnf_fail(*ps, at, "U+%X is not a character (a surrogate, or above U+10FFFF)", (unsigned)*cp);
+    return GPT2_OK;
+}
+
+/* One character of a literal or a class: UTF-8, or an escape. */
+static gpt2_result gpt2__gbnf_char(gpt2__gbnf_parser* ps, uint32_t* cp) {
+    const size_t at = ps->pos;
+    const unsigned char* s = (const unsigned char*)ps->text;
+    if (s[at] != '\\') {
+        ps->pos += gpt2__utf8_decode(s + at, ps->n - at, cp);
+        if (*cp == GPT2__INVALID_CP) return gpt2__gbnf_fail(*ps, at, "byte 0x%02X is not UTF-8 text", s[at]);
+        return GPT2_OK;
+    }
+    if (at + 1 >= ps->n) return gpt2__gbnf_fail(*ps, at, "the grammar ends inside an escape");
+    ps->pos += 2;
+    switch (s[at + 1]) {
+    case 'x': return gpt2__gbnf_hex(ps, 2, cp);
+    case 'u': return gpt2__gbnf_hex(ps, 4, cp);
+    case 'U': return gpt2__gbnf_hex(ps, 8, cp);
+    case 'n': *cp = '\n'; return GPT2_OK;
+    case 'r': *cp = '\r'; return GPT2_OK;
+    case 't': *cp = '\t'; return GPT2_OK;
+    case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/': *cp = s[at + 1]; return GPT2_OK;
+    }
+    const unsigned char c = s[at + 1];
+    if (c >= 0x20 && c < 0x7F)
+        return gpt2__gbnf_fail(*ps, at, "invalid escape \\%c; expected one of \\n \\r \\t \\\\ \\\" \\[ \\] \\- \\^ \\xHH \\uHHHH \\UHHHHHHHH", c);
+    return gpt2__gbnf_fail(*ps, at, "invalid escape: byte 0x%02X after the backslash", c);
+}
+
+/* Adds a class made of `ranges` (any order, may overlap; `negated`: every other code point). */
+static gpt2_result gpt2__gbnf_add_class(gpt2__gbnf_parser* ps, gpt2__vector<std::pair<uint32_t, uint32_t>> ranges, bool negated, size_t at,
+                                        gpt2__gelem* out) {
+    std::sort(ranges.begin(), ranges.end());
+    gpt2__code_points c;
+    for (const auto& r : ranges)
+        if (!c.ranges.empty() && r.first <= c.ranges.back().second + 1) c.ranges.back().second = std::max(c.ranges.back().second, r.second);
+        else c.ranges.push_back(r);
+    if (negated) {
+        gpt2__vector<std::pair<uint32_t, uint32_t>> rest;
+        uint32_t next = 0;
+        for (const auto& r : c.ranges) {
+            if (r.first > next) rest.push_back({next, r.first - 1});
+            next = r.second + 1;
+        }
+        if (next <= 0x10FFFF) rest.push_back({next, 0x10FFFF});
+        c.ranges = rest;
+    }
+    if (c.ranges.empty()) return gpt2__gbnf_fail(*ps, at, "this character class matches no character");
+    for (const auto& r : c.ranges)
+        for (uint32_t cp = r.first; cp <= std::min<uint32_t>(r.second, 127); cp++) c.ascii[cp >> 6] |= 1ull << (cp & 63);
+    ps->classes.push_back(std::move(c));
+    *out = {GPT2__G_CHARS, (uint32_t)(ps->classes.size() - 1)};
+    return GPT2_OK;
+}
+
+/* [a-z_] or [^"\\]: after the '['. */
+static gpt2_result gpt2__gbnf_class(gpt2__gbnf_parser* ps, gpt2__gelem* out) {
+    const size_t at = ps->pos - 1;
+    const bool negated = ps->pos < ps->n && ps->text[ps->pos] == '^';
+    if (negated) ps->pos++;
+    gpt2__vector<std::pair<uint32_t, uint32_t>> ranges;
+    for (;;) {
+        if (ps->pos >= ps->n) return gpt2__gbnf_fail(*ps, at, "this character class has no closing ']'");
+        if (ps->text[ps->pos] == ']') break;
+        const size_t item_at = ps->pos;
+        uint32_t lo, hi;
+        GPT2__TRY(gpt2__gbnf_char(ps, &lo));
+        hi = lo;
+        if (ps->n - ps->pos >= 2 && ps->text[ps->pos] == '-' && ps->text[ps->pos + 1] != ']') {
+            ps->pos++;
+            GPT2__TRY(gpt2__gbnf_char(ps, &hi));
+            if (hi < lo) return gpt2__gbnf_fail(*ps, item_at, "the range U+%04X-U+%04X runs backwards", (unsigned)lo, (unsigned)hi);
+        }
+        ranges.push_back({lo, hi});
+    }
+    ps->pos++;
+    if (ranges.empty()) return gpt2__gbnf_fail(*ps, at, "empty character class []");
+    return gpt2__gbnf_add_class(ps, std::move(ranges), negated, at, out);
+}
+
+static gpt2_result gpt2__gbnf_count_elems(gpt2__gbnf_parser* ps, size_t more, size_t at) {
+    ps->n_elems += more;
+    if (ps->n_elems > GPT2__GRAMMAR_MAX_ELEMS)
+        return gpt2__gbnf_fail(*ps, at, "the grammar grows past %d elements here (repetitions are expanded: x{m,n} is n copies of x)", (int)GPT2__GRAMMAR_MAX_ELEMS);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__gbnf_alternatives(gpt2__gbnf_parser* ps, uint32_t rule);
+
+/* Appends `atom` repeated min to max times (max UINT32_MAX: unbounded) to `seq`. */
+static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2__vector<gpt2__gelem> atom, uint32_t min, uint32_t max, size_t at,
+                                     gpt2__vector<gpt2__gelem>* seq) {
+    if (atom.size() != 1) { /* a literal of several characters: one rule, so that a repetition is one element */
+        const uint32_t wrapped = gpt2__gbnf_child_rule(ps, rule, at);
+        ps->alts[wrapped].push_back(atom);
+        atom = {{GPT2__G_RULE, wrapped}};
+    }
+    const gpt2__gelem x = atom[0];
+    const size_t optional = max == UINT32_MAX ? 1 : max - min;
+    GPT2__TRY(gpt2__gbnf_count_elems(ps, min + 3 * optional, at));
+    for (uint32_t i = 0; i < min; i++) seq->push_back(x);
+    if (max == UINT32_MAX) { /* r ::= x r | empty */
+        const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);
+        ps->alts[r].push_back({x, {GPT2__G_RULE, r}});
+        ps->alts[r].emplace_back();
+        seq->push_back({GPT2__G_RULE, r});
+        return GPT2_OK;
+    }
+    /* (x (x (x)?)?)? for max - min = 3: each optional copy only after the one before it */
+    gpt2__gelem inner{GPT2__G_END, 0};
+    for (size_t i = 0; i < optional; i++) {
+        const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);
+        ps->alts[r].push_back({x});
+        if (inner.kind == GPT2__G_RULE) ps->alts[r].back().push_back(inner);
+        ps->alts[r].emplace_back();
+        inner = {GPT2__G_RULE, r};
+    }
+    if (inner.kind == GPT2__G_RULE) seq->push_back(inner);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__gbnf_number(gpt2__gbnf_parser* ps, uint32_t* value) {
+    const size_t at = ps->pos;
+    uint64_t v = 0;
+    while (ps->pos < ps->n && ps->text[ps->pos] >= '0' && ps->text[ps->pos] <= '9') {
+        v = v * 10 + (uint64_t)(ps->text[ps->pos++] - '0');
+        if (v > GPT2__GRAMMAR_MAX_REPEAT) return gpt2__gbnf_fail(*ps, at, "a repetition count above %d", (int)GPT2__GRAMMAR_MAX_REPEAT);
+    }
+    if (ps->pos == at) {
+        char buf[16];
+        return gpt2__gbnf_fail(*ps, at, "expected a number in {m,n}, found %s", gpt2__gbnf_found(*ps, buf, sizeof buf));
+    }
+    *value = (uint32_t)v;
+    return GPT2_OK;
+}
+
+/* {m}, {m,}, {m,n}: after the '{'. */
+static gpt2_result gpt2__gbnf_braces(gpt2__gbnf_parser* ps, uint32_t* min, uint32_t* max) {
+    char buf[16];
+    gpt2__gbnf_skip_space(ps);
+    GPT2__TRY(gpt2__gbnf_number(ps, min));
+    gpt2__gbnf_skip_space(ps);
+    *max = *min;
+    if (ps->pos < ps->n && ps->text[ps->pos] == ',') {
+        ps->pos++;
+        gpt2__gbnf_skip_space(ps);
+        *max = UINT32_MAX;
+        if (ps->pos < ps->n && ps->text[ps->pos] != '}') {
+            const size_t at = ps->pos;
+            GPT2__TRY(gpt2__gbnf_number(ps, max));
+            if (*max < *min) return gpt2__gbnf_fail(*ps, at, "{%u,%u}: the most is below the least", (unsigned)*min, (unsigned)*max);
+            gpt2__gbnf_skip_space(ps);
+        }
+    }
+    if (ps->pos >= ps->n || ps->text[ps->pos] != '}') return gpt2__gbnf_fail(*ps, ps->pos, "expected '}', found %s", gpt2__gbnf_found(*ps, buf, sizeof buf));
+    ps->pos++;
+    return GPT2_OK;
+}
+
+/* One alternative of `rule`: terms until '|', ')', the next rule or the end. */
+static gpt2_result gpt2__gbnf_sequence(gpt2__gbnf_parser* ps, uint32_t rule, gpt2__vector<gpt2__gelem>* seq) {
+    char buf[16];
+    for (;;) {
+        gpt2__gbnf_skip_space(ps);
+        if (ps->pos >= ps->n) return GPT2_OK;
+        const size_t at = ps->pos;
+        const char c = ps->text[at];
+        if (c == '|' || c == ')' || gpt2__gbnf_definition_at(*ps, at)) return GPT2_OK;
+        gpt2__vector<gpt2__gelem> atom;
+        if (c == '"') {
+            ps->pos++;
+            while (ps->pos < ps->n && ps->text[ps->pos] != '"') {
+                uint32_t cp;
+                GPT2__TRY(gpt2__gbnf_char(ps, &cp));
+                gpt2__gelem e;
+                GPT2__TRY(gpt2__gbnf_add_class(ps, {{cp, cp}}, false, at, &e));
+                atom.push_back(e);
+            }
+            if (ps->pos >= ps->n) return gpt2__gbnf_fail(*ps, at, "this literal has no closing '\"'");
+            ps->pos++;
+        } else if (c == '[') {
+            ps->pos++;
+            gpt2__gelem e;
+            GPT2__TRY(gpt2__gbnf_class(ps, &e));
+            atom.push_back(e);
+        } else if (c == '.') {
+            ps->pos++;
+            gpt2__gelem e;
+            GPT2__TRY(gpt2__gbnf_add_class(ps, {{0, 0x10FFFF}}, false, at, &e));
+            atom.push_back(e);
+        } else if (c == '(') {
+            ps->pos++;
+            const uint32_t group = gpt2__gbnf_child_rule(ps, rule, at);
+            GPT2__TRY(gpt2__gbnf_alternatives(ps, group));
+            if (ps->pos >= ps->n || ps->text[ps->pos] != ')')
+                return gpt2__gbnf_fail(*ps, at, "this group has no closing ')'");
+            ps->pos++;
+            atom.push_back({GPT2__G_RULE, group});
+        } else if (gpt2__gbnf_name_char(c)) {
+            const std::string_view name = gpt2__gbnf_name_at(*ps, at);
+            ps->pos += name.size();
+            const uint32_t ref = gpt2__gbnf_rule_named(ps, name);
+            if (ps->used_at[ref] == SIZE_MAX) ps->used_at[ref] = at;
+            atom.push_back({GPT2__G_RULE, ref});
+        } else {
+            return gpt2__gbnf_fail(*ps, at, "expected a rule name, a \"literal\", a [class], '.' or '(', found %s", gpt2__gbnf_found(*ps, buf, sizeof buf));
+        }
+        GPT2__TRY(gpt2__gbnf_count_elems(ps, atom.size(), at));
+        const size_t after_atom = ps->pos;
+        gpt2__gbnf_skip_space(ps);
+        const char op = ps->pos < ps->n ? ps->text[ps->pos] : 0;
+        uint32_t min = 1, max = 1;
+        if (op == '*' || op == '+' || op == '?' || op == '{') {
+            ps->pos++;
+            if (op == '*') min = 0, max = UINT32_MAX;
+            else if (op == '+') max = UINT32_MAX;
+            else if (op == '?') min = 0;
+            else GPT2__TRY(gpt2__gbnf_braces(ps, &min, &max));
+        } else {
+            ps->pos = after_atom;
+        }
+        if (min == 1 && max == 1) seq->insert(seq->end(), atom.begin(), atom.end());
+        else GPT2__TRY(gpt2__gbnf_repeat(ps, rule, std::move(atom), min, max, at, seq));
+    }
+}
+
+static gpt2_result gpt2__gbnf_alternatives(gpt2__gbnf_parser* ps, uint32_t rule) {
+    for (;;) {
+        gpt2__vector<gpt2__gelem> seq;
+        GPT2__TRY(gpt2__gbnf_sequence(ps, rule, &seq));
+        ps->alts[rule].push_back(std::move(seq));
+        if (ps->pos >= ps->n || ps->text[ps->pos] != '|') return GPT2_OK;
+        ps->pos++;
+    }
+}
+
+/* Left recursion (a rule that can reach itself before reading a character) would make the
+   matcher expand forever; it is refused, as llama.cpp refuses it. `nullable`: the rules that
+   can match the empty text. */
+static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, gpt2_error* err) {
+    const size_t R = ps.alts.size();
+    gpt2__vector<char> nullable(R, 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < R; r++) {
+            if (nullable[r]) continue;
+            for (const auto& alt : ps.alts[r]) {
+                bool all = true;
+                for (const gpt2__gelem& e : alt) all = all && e.kind == GPT2__G_RULE && nullable[e.value];
+                if (all) {
+                    nullable[r] = changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    /* depth-first over "r can begin with s"; a rule met again on the path is a cycle */
+    gpt2__vector<char> state(R, 0); /* 0 new, 1 on the path, 2 done */
+    gpt2__vector<std::pair<uint32_t, size_t>> path; /* rule, next edge to try */
+    auto begins_with = [&](uint32_t r, size_t k, uint32_t* s) { /* the k-th rule r can begin with */
+        for (const auto& alt : ps.alts[r])
+            for (const gpt2__gelem& e : alt) {
+                if (e.kind != GPT2__G_RULE) break;
+                if (k-- == 0) {
+                    *s = e.value;
+                    return true;
+                }
+                if (!nullable[e.value]) break;
+            }
+        return false;
+    };
+    for (uint32_t start = 0; start < R; start++) {
+        if (state[start]) continue;
+        path.push_back({start, 0});
+        state[start] = 1;
+        while (!path.empty()) {
+            uint32_t s;
+            if (!begins_with(path.back().first, path.back().second++, &s)) {
+                state[path.back().first] = 2;
+                path.pop_back();
+                continue;
+            }
+            if (state[s] == 2) continue;
+            if (state[s] == 0) {
+                state[s] = 1;
+                path.push_back({s, 0});
+                continue;
+            }
+            gpt2__string cycle;
+            size_t i = 0;
+            while (path[i].first != s) i++;
+            for (; i < path.size(); i++) (cycle += ps.names[path[i].first]) += " -> ";
+            cycle += ps.names[s];
+            return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: rule '%s' is left-recursive (%s); write the repetition as x* or recurse on the right",
+                              ps.names[s].c_str(), cycle.c_str());
+        }
+    }
+    return GPT2_OK;
+}
+
+/* Parses `text` into *g (its model is set by the caller). root: the start rule's name. */
+static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root, gpt2_grammar* g, gpt2_error* err) {
+    gpt2__gbnf_parser ps;
+    ps.text = text;
+    ps.n = n;
+    ps.err = err;
+    char buf[16];
+    for (gpt2__gbnf_skip_space(&ps); ps.pos < ps.n; gpt2__gbnf_skip_space(&ps)) {
+        const size_t at = ps.pos;
+        const std::string_view name = gpt2__gbnf_name_at(ps, at);
+        if (name.empty()) return gpt2__gbnf_fail(ps, at, "expected a rule name, found %s", gpt2__gbnf_found(ps, buf, sizeof buf));
+        ps.pos += name.size();
+        gpt2__gbnf_skip_space(&ps);
+        if (ps.n - ps.pos < 3 || std::memcmp(ps.text + ps.pos, "::=", 3) != 0)
+            return gpt2__gbnf_fail(ps, ps.pos, "expected '::=' after the rule name '%.*s', found %s", (int)name.size(), name.data(), gpt2__gbnf_found(ps, buf, sizeof buf));
+        ps.pos += 3;
+        const uint32_t rule = gpt2__gbnf_rule_named(&ps, name);
+        if (ps.defined_at[rule] != SIZE_MAX) {
+            int line, column;
+            gpt2__gbnf_where(ps, ps.defined_at[rule], &line, &column);
+            return gpt2__gbnf_fail(ps, at, "rule '%.*s' is defined twice (first at line %d)", (int)name.size(), name.data(), line);
+        }
+        ps.defined_at[rule] = at;
+        GPT2__TRY(gpt2__gbnf_alternatives(&ps, rule));
+        if (ps.pos < ps.n && !gpt2__gbnf_definition_at(ps, ps.pos))
+            return gpt2__gbnf_fail(ps, ps.pos, "unexpected %s", gpt2__gbnf_found(ps, buf, sizeof buf));
+    }
+    if (ps.alts.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rules (expected `root ::= ...`)");
+    for (size_t r = 0; r < ps.alts.size(); r++)
+        if (ps.defined_at[r] == SIZE_MAX) return gpt2__gbnf_fail(ps, ps.used_at[r], "rule '%s' is used but never defined", ps.names[r].c_str());
+    const char* root_name = root ? root : "root";
+    size_t root_id = ps.names.size();
+    for (size_t r = 0; r < ps.names.size(); r++)
+        if (ps.names[r] == root_name) root_id = r;
+    if (root_id == ps.names.size())
+        return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
+    GPT2__TRY(gpt2__gbnf_check_left_recursion(ps, err));
+    g->classes = std::move(ps.classes);
+    g->root = (uint32_t)root_id;
+    g->rules.resize(ps.alts.size());
+    for (size_t r = 0; r < ps.alts.size(); r++) {
+        g->rules[r].name = ps.names[r];
+        g->rules[r].alts_begin = (uint32_t)g->alt_starts.size();
+        for (const auto& alt : ps.alts[r]) {
+            g->alt_starts.push_back((uint32_t)g->elems.size());
+            g->elems.insert(g->elems.end(), alt.begin(), alt.end());
+            g->elems.push_back({GPT2__G_END, 0});
+        }
+        g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
+    }
+    return GPT2_OK;
+}
+
+/* ---- src/grammar/matcher.h ---- */
+/* Matching text against a grammar, a character at a time, and the token masks built on it.
+
+   The parser's state is the set of every way the text so far can continue: a set of stacks, as
+   in llama.cpp's grammar sampler. A stack's top is a character class the next character may
+   match; below it, where to return to when the rule it is in ends. The stacks share their
+   tails: a stack is a node (a position in the grammar, the node below it), nodes are interned
+   (one node per position and node below), so a state is a sorted list of node ids and two
+   states are equal exactly when their lists are. An ambiguous grammar keeps many stacks alive;
+   their number is bounded (GPT2__GRAMMAR_MAX_STACKS, an error beyond it), and a call that
+   returns to a rule's end pops at once (x* is r ::= x r | empty: its stack does not grow).
+
+   Text is bytes and the grammar reads code points: a state carries the UTF-8 character it is
+   inside, and a byte that starts or continues one is kept only when some top's class holds a
+   code point beginning with those bytes. */
+
+enum { GPT2__GRAMMAR_MAX_STACKS = 1 << 12, GPT2__GSS_MAX_NODES = 1 << 24, GPT2__GSS_COMPACT_AT = 1 << 18 };
+
+struct gpt2__gnode {
+    uint32_t pos;    /* an index into gpt2_grammar::elems */
+    uint32_t parent; /* the node below; 0 is the empty stack (the sentence ends there) */
+};
+
+struct gpt2__gstate {
+    gpt2__vector<uint32_t> tops; /* node ids whose pos is a character class, sorted */
+    bool complete = false;       /* the text so far is a whole sentence */
+    uint8_t lead = 0;            /* inside a UTF-8 character: its first byte; 0 = between characters */
+    uint8_t need = 0;            /* its bytes still to come */
+    uint32_t partial = 0;        /* its bits so far */
+};
+
+/* The nodes (graph-structured stack) and the scratch of the closure. */
+struct gpt2__gss {
+    const gpt2_grammar* g = nullptr;
+    gpt2__vector<gpt2__gnode> nodes;
+    gpt2__vector<uint32_t> slots; /* open addressing: node ids by (pos, parent); 0 = free */
+    gpt2__vector<uint32_t> seen;  /* per node: the closure that last met it */
+    uint32_t epoch = 0;
+    gpt2__vector<gpt2__gnode> work;
+    bool overflow = false; /* too many stacks or nodes: the grammar is too ambiguous */
+};
+
+static uint32_t gpt2__gss_hash(uint32_t pos, uint32_t parent) {
+    uint64_t h = ((uint64_t)pos << 32 | parent) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32);
+}
+
+static void gpt2__gss_rehash(gpt2__gss* s, size_t n_slots) {
+    s->slots.assign(n_slots, 0);
+    const uint32_t mask = (uint32_t)n_slots - 1;
+    for (uint32_t id = 1; id < s->nodes.size(); id++) {
+        uint32_t i = gpt2__gss_hash(s->nodes[id].pos, s->nodes[id].parent) & mask;
+        while (s->slots[i]) i = (i + 1) & mask;
+        s->slots[i] = id;
+    }
+}
+
+static void gpt2__gss_init(gpt2__gss* s, const gpt2_grammar* g) {
+    s->g = g;
+    s->nodes.assign(1, gpt2__gnode{UINT32_MAX, 0});
+    s->seen.assign(1, 0);
+    gpt2__gss_rehash(s, 1024);
+}
+
+static uint32_t gpt2__gss_intern(gpt2__gss* s, uint32_t pos, uint32_t parent) {
+    uint32_t mask = (uint32_t)s->slots.size() - 1;
+    uint32_t i = gpt2__gss_hash(pos, parent) & mask;
+    for (; s->slots[i]; i = (i + 1) & mask) {
+        const gpt2__gnode& n = s->nodes[s->slots[i]];
+        if (n.pos == pos && n.parent == parent) return s->slots[i];
+    }
+    if (s->nodes.size() >= GPT2__GSS_MAX_NODES) {
+        s->overflow = true;
+        return 0;
+    }
+    const uint32_t id = (uint32_t)s->nodes.size();
+    s->nodes.push_back({pos, parent});
+    s->seen.push_back(0);
+    if (s->nodes.size() * 2 > s->slots.size()) gpt2__gss_rehash(s, s->slots.size() * 2);
+    else s->slots[i] = id;
+    return id;
+}
+
+/* Follows every way from the positions in s->work (each with the node below it) to the next
+   character class, into `out`: a rule reference opens each of its alternatives, an
+   alternative's end returns to the node below. */
+static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
+    const gpt2_grammar& g = *s->g;
+    if (++s->epoch == 0) { /* wrapped: forget every mark */
+        std::fill(s->seen.begin(), s->seen.end(), 0);
+        s->epoch = 1;
+    }
+    out->tops.clear();
+    out->complete = false;
+    while (!s->work.empty() && !s->overflow) {
+        gpt2__gnode at = s->work.back();
+        s->work.pop_back();
+        while (g.elems[at.pos].kind == GPT2__G_END) {
+            if (at.parent == 0) break;
+            at = s->nodes[at.parent];
+        }
+        const gpt2__gelem e = g.elems[at.pos];
+        if (e.kind == GPT2__G_END) {
+            out->complete = true;
+            continue;
+        }
+        const uint32_t id = gpt2__gss_intern(s, at.pos, at.parent);
+        if (s->seen[id] == s->epoch) continue;
+        s->seen[id] = s->epoch;
+        if (e.kind == GPT2__G_CHARS) {
+            out->tops.push_back(id);
+            continue;
+        }
+        /* the rule's alternatives, returning after the reference (or straight to the node
+           below when nothing follows it there: tail calls keep repetitions flat) */
+        const uint32_t ret = g.elems[at.pos + 1].kind == GPT2__G_END ? at.parent : gpt2__gss_intern(s, at.pos + 1, at.parent);
+        const gpt2__grule& r = g.rules[e.value];
+        for (uint32_t a = r.alts_begin; a < r.alts_end; a++) s->work.push_back({g.alt_starts[a], ret});
+    }
+    std::sort(out->tops.begin(), out->tops.end());
+    if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true;
+    if (s->overflow) { /* dead: the caller reports it */
+        out->tops.clear();
+        out->complete = false;
+        s->work.clear();
+    }
+}
+
+/* The state before any text: the start rule's alternatives. */
+static void gpt2__gstate_start(gpt2__gss* s, gpt2__gstate* out) {
+    const gpt2__grule& r = s->g->rules[s->g->root];
+    for (uint32_t a = r.alts_begin; a < r.alts_end; a++) s->work.push_back({s->g->alt_starts[a], 0});
+    gpt2__gss_closure(s, out);
+    out->lead = out->need = 0;
+    out->partial = 0;
+}
+
+/* The state after one more code point; false when the text cannot continue with it. */
+static bool gpt2__gstate_advance(gpt2__gss* s, const gpt2__gstate& from, uint32_t cp, gpt2__gstate* to) {
+    for (uint32_t id : from.tops) {
+        const gpt2__gnode n = s->nodes[id];
+        if (gpt2__class_has(s->g->classes[s->g->elems[n.pos].value], cp)) s->work.push_back({n.pos + 1, n.parent});
+    }
+    gpt2__gss_closure(s, to);
+    return !to->tops.empty() || to->complete;
+}
+
+/* Whether some top's class holds a code point in [lo, hi]. */
+static bool gpt2__gstate_meets(const gpt2__gss* s, const gpt2__gstate& st, uint32_t lo, uint32_t hi) {
+    for (uint32_t id : st.tops)
+        if (gpt2__class_meets(s->g->classes[s->g->elems[s->nodes[id].pos].value], lo, hi)) return true;
+    return false;
+}
+
+/* The state after one more byte; false when no sentence continues the text with it. */
+static bool gpt2__gstate_advance_byte(gpt2__gss* s, const gpt2__gstate& from, uint8_t b, gpt2__gstate* to) {
+    uint32_t partial;
+    uint8_t need, lead;
+    if (from.need == 0) {
+        if (b < 0x80) {
+            to->lead = to->need = 0;
+            to->partial = 0;
+            return gpt2__gstate_advance(s, from, b, to);
+        }
+        if (b >= 0xC2 && b <= 0xDF) need = 1, partial = b & 0x1Fu;
+        else if (b >= 0xE0 && b <= 0xEF) need = 2, partial = b & 0x0Fu;
+        else if (b >= 0xF0 && b <= 0xF4) need = 3, partial = b & 0x07u;
+        else return false;
+        lead = b;
+    } else {
+        /* the second byte's range is narrower after E0 (overlong), ED (surrogates), F0 (overlong), F4 (> U+10FFFF) */
+        const bool second = (from.lead >= 0xE0 && from.need == (from.lead >= 0xF0 ? 3 : 2));
+        const uint8_t lo = second && from.lead == 0xE0 ? 0xA0 : second && from.lead == 0xF0 ? 0x90 : 0x80;
+        const uint8_t hi = second && from.lead == 0xED ? 0x9F : second && from.lead == 0xF4 ? 0x8F : 0xBF;
+        if (b < lo || b > hi) return false;
+        need = (uint8_t)(from.need - 1);
+        partial = from.partial << 6 | (b & 0x3Fu);
+        lead = from.lead;
+        if (need == 0) {
+            to->lead = to->need = 0;
+            to->partial = 0;
+            return gpt2__gstate_advance(s, from, partial, to);
+        }
+    }
+    /* inside a character: the same stacks, kept while some class holds a code point it can become
+       (no shorter sequence could write it: the lead's length sets the least) */
+    const uint32_t least = lead < 0xE0 ? 0x80 : lead < 0xF0 ? 0x800 : 0x10000;
+    const uint32_t lo = std::max(partial << (6 * need), least), hi = std::min((partial << (6 * need)) | ((1u << (6 * need)) - 1), 0x10FFFFu);
+    if (!gpt2__gstate_meets(s, from, lo, hi)) return false;
+    to->tops = from.tops;
+    to->complete = false;
+    to->lead = lead;
+    to->need = need;
+    to->partial = partial;
+    return true;
+}
+
+/* Keeps only the nodes `st` reaches (renumbered, in the same order): a long generation makes
+   nodes for every prefix the masks tried. */
+static void gpt2__gss_compact(gpt2__gss* s, gpt2__gstate* st) {
+    gpt2__vector<uint32_t> new_id(s->nodes.size(), 0);
+    for (uint32_t id : st->tops)
+        for (uint32_t n = id; n && !new_id[n]; n = s->nodes[n].parent) new_id[n] = 1;
+    gpt2__vector<gpt2__gnode> kept(1, s->nodes[0]);
+    for (uint32_t id = 1; id < s->nodes.size(); id++)
+        if (new_id[id]) { /* a node's parent is older than it, so it is renumbered already */
+            new_id[id] = (uint32_t)kept.size();
+            kept.push_back({s->nodes[id].pos, new_id[s->nodes[id].parent]});
+        }
+    for (uint32_t& id : st->tops) id = new_id[id];
+    s->nodes = std::move(kept);
+    s->seen.assign(s->nodes.size(), 0);
+    s->epoch = 0;
+    size_t n_slots = 1024;
+    while (n_slots < s->nodes.size() * 2) n_slots *= 2;
+    gpt2__gss_rehash(s, n_slots);
+}
+
+/* One generation's grammar: the state after the text generated so far, and the scratch of the
+   mask's walk over the vocabulary's trie (one state per depth). */
+struct gpt2__grammar_matcher {
+    const gpt2_grammar* g = nullptr;
+    gpt2__gss gss;
+    gpt2__gstate state;
+    gpt2__vector<gpt2__gstate> levels;
+};
+
+static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g) {
+    m->g = g;
+    gpt2__gss_init(&m->gss, g);
+    gpt2__gstate_start(&m->gss, &m->state);
+}
+
+static gpt2_result gpt2__matcher_overflow(gpt2_error* err) {
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: the text so far can be read in more than %d ways at once (or needs more than %d stack nodes); "
+                      "the grammar is too ambiguous: make its alternatives start differently", (int)GPT2__GRAMMAR_MAX_STACKS, (int)GPT2__GSS_MAX_NODES);
+}
+
+/* Moves the state over `bytes`; *alive false when the text leaves the grammar (the state is
+   then not to be used). */
+static gpt2_result gpt2__matcher_feed(gpt2__grammar_matcher* m, std::string_view bytes, bool* alive, gpt2_error* err) {
+    gpt2__gstate next;
+    *alive = true;
+    for (char c : bytes) {
+        *alive = gpt2__gstate_advance_byte(&m->gss, m->state, (uint8_t)c, &next);
+        if (m->gss.overflow) return gpt2__matcher_overflow(err);
+        if (!*alive) return GPT2_OK;
+        std::swap(m->state, next);
+    }
+    if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) gpt2__gss_compact(&m->gss, &m->state);
+    return GPT2_OK;
+}
+
+/* The text so far is a whole sentence that nothing may extend. */
+static bool gpt2__matcher_finished(const gpt2__grammar_matcher& m) {
+    return m.state.complete && m.state.tops.empty();
+}
+
+/* Sets bit t of `allowed` (n_vocab bits, cleared here) for every token t whose bytes keep the
+   text a prefix of a sentence, and the end-of-text token's when the text is complete. */
+static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
+    const gpt2_model& model = *m->g->model;
+    const gpt2__token_trie& trie = model.token_trie;
+    std::memset(allowed, 0, ((size_t)model.n_vocab + 31) / 32 * sizeof(uint32_t));
+    m->levels.resize((size_t)trie.max_depth + 1);
+    const size_t n_nodes = trie.byte.size();
+    for (size_t i = 0; i < n_nodes;) {
+        const size_t d = trie.depth[i];
+        const gpt2__gstate& from = d == 1 ? m->state : m->levels[d - 1];
+        if (!gpt2__gstate_advance_byte(&m->gss, from, trie.byte[i], &m->levels[d])) {
+            if (m->gss.overflow) return gpt2__matcher_overflow(err);
+            i = trie.skip[i];
+            continue;
+        }
+        for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[i + 1]; k++) {
+            const int32_t t = trie.tokens[k];
+            allowed[t >> 5] |= 1u << (t & 31);
+        }
+        i++;
+    }
+    const int32_t eos = model.tokenizer.eos;
+    if (eos >= 0 && eos < model.n_vocab && m->state.complete && m->state.need == 0) allowed[eos >> 5] |= 1u << (eos & 31);
+    return GPT2_OK;
+}
+
+/* gpt2_grammar_match's answer for `text`. */
+static gpt2_result gpt2__grammar_match_text(const gpt2_grammar* g, std::string_view text, gpt2_match* match, gpt2_error* err) {
+    gpt2__grammar_matcher m;
+    gpt2__matcher_begin(&m, g);
+    bool alive;
+    GPT2__TRY(gpt2__matcher_feed(&m, text, &alive, err));
+    *match = !alive ? GPT2_MATCH_NONE : m.state.complete && m.state.need == 0 ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
+    return GPT2_OK;
 }
 
 /* ---- src/backend.h ---- */
@@ -6571,8 +7487,8 @@ static const gpt2__backend* gpt2__cpu_backend() {
 /* ---- src/generate.h ---- */
 /* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
    (gpt2__generate) takes every unfinished session a token further per step: each picks its next
-   token from its logits (the sampling chain of sampler.h on the host, or the backend's own
-   draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
+   token from its logits (the sampling chain of sampler.h on the host, with the grammar's mask
+   when it has one, or the backend's own draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
    whole), and every picked token joins its context in one pass (gpt2__batch_append). A lone
    generation is a batch of one. */
 
@@ -6604,7 +7520,7 @@ static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params&
    the end-of-text token with stop_at_eos (its text is not delivered). */
 static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
     const gpt2__tokenizer& tok = s->model->tokenizer;
-    const bool at_eos = p.stop_at_eos && token == tok.eos;
+    const bool at_eos = (p.stop_at_eos || p.grammar) && token == tok.eos; /* a grammar's sentence ends there */
     if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
     size_t release = 0;
     if (!at_eos) {
@@ -6628,6 +7544,7 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
 struct gpt2__chain_buffers {
     gpt2__vector<float> logits, scratch;
     gpt2__vector<int> counts;
+    gpt2__vector<uint32_t> allowed; /* with a grammar: its mask, a bit per token */
 };
 
 static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
@@ -6635,7 +7552,8 @@ static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_param
     const float* logits = s->backend->logits(s);
     if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
     std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
+    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
+    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), allowed, b->scratch.data(), b->counts.data(), err));
     *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
     return GPT2_OK;
 }
@@ -6648,6 +7566,7 @@ struct gpt2__generator {
     gpt2_generate_params p;
     bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
     gpt2__chain_buffers buffers;
+    gpt2__grammar_matcher grammar; /* with p.grammar: where the text generated so far stands */
     gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
     bool at_stop = false;
     int n_new = 0;     /* tokens delivered */
@@ -6669,25 +7588,51 @@ static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt
         g->buffers.logits.resize(V);
         g->buffers.scratch.resize(V);
         g->buffers.counts.assign(V, 0);
+        if (p.grammar) {
+            g->buffers.allowed.resize((V + 31) / 32);
+            gpt2__matcher_begin(&g->grammar, p.grammar);
+        }
     }
 }
 
-static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
-    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
-    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+/* The grammar's part of a pick: the mask before the draw, then the state after the token. */
+static gpt2_result gpt2__generator_mask(gpt2__generator* g, gpt2_error* err) {
+    GPT2__TRY(gpt2__matcher_mask(&g->grammar, g->buffers.allowed.data(), err));
+    for (uint32_t word : g->buffers.allowed)
+        if (word) return GPT2_OK;
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no token of the model's vocabulary continues the text generated so far (%d tokens) "
+                      "as the grammar asks: it needs characters the vocabulary lacks", g->n_new);
 }
 
-/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
+static gpt2_result gpt2__generator_follow(gpt2__generator* g, int32_t token, gpt2_error* err) {
+    if (token == g->s->model->tokenizer.eos) return GPT2_OK;
+    bool alive;
+    GPT2__TRY(gpt2__matcher_feed(&g->grammar, gpt2__tokenizer_token_bytes(&g->s->model->tokenizer, token), &alive, err));
+    if (!alive) return gpt2__fail(err, GPT2_ERROR_INTERNAL, "grammar: token %d was drawn but leaves the grammar (a bug in the mask)", (int)token);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
+    if (!g->chain) return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+    if (g->p.grammar) GPT2__TRY(gpt2__generator_mask(g, err));
+    GPT2__TRY(gpt2__sample_chain(g->s, g->p, &g->buffers, token, err));
+    return g->p.grammar ? gpt2__generator_follow(g, *token, err) : GPT2_OK;
+}
+
+/* True when generation ends with `token`: the caller's on_token, a stop, max_new_tokens, or a
+   sentence of the grammar that nothing may extend. */
 static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
     const int i = g->n_new++;
     if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
     if (g->n_generated) *g->n_generated = (size_t)i + 1;
-    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
+    const bool sentence_ends = g->p.grammar && gpt2__matcher_finished(g->grammar);
+    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens || sentence_ends;
 }
 
 static void gpt2__generator_end(gpt2__generator* g) {
     gpt2_session* s = g->s;
     const gpt2_generate_params& p = g->p;
+    if (p.grammar && p.grammar_match) *p.grammar_match = g->grammar.state.complete ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
     if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
     /* what is still held: bytes that never formed a character, text that did not become a stop string */
     gpt2__utf8_stream_flush(&s->stream, &g->held);
@@ -6780,6 +7725,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_ABORTED: return "aborted";
     case GPT2_ERROR_INTERNAL: return "internal error";
     case GPT2_ERROR_BUSY: return "session busy";
+    case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
     }
     return "unknown result";
 }
@@ -7161,6 +8107,8 @@ static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_genera
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
     GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
     GPT2__TRY(gpt2__check_stops(p, s->model, err));
+    if (p.grammar && p.grammar->model != s->model)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model than the session's (a grammar knows its model's vocabulary)");
     if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
                           gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
@@ -7200,6 +8148,40 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
     return gpt2_generate(s, ids.data(), ids.size(), params, nullptr, 0, nullptr, err);
+    GPT2__GUARD_END(err)
+}
+
+/* ---- Grammars ---------------------------------------------------------------------------- */
+
+GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, gpt2_error* err) {
+    if (out) *out = nullptr;
+    if (!model || !gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, gbnf or out_grammar is NULL");
+    if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
+        return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
+    GPT2__GUARD_BEGIN
+    std::call_once(model->token_trie_once, [model] { gpt2__token_trie_build(&model->token_trie, &model->tokenizer, model->tokenizer.eos); });
+    gpt2_grammar g;
+    g.model = model;
+    GPT2__TRY(gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, &g, err));
+    void* memory = GPT2_MALLOC(sizeof(gpt2_grammar));
+    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    *out = new (memory) gpt2_grammar(std::move(g));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
+    if (!grammar) return;
+    grammar->~gpt2_grammar();
+    GPT2_FREE(grammar);
+}
+
+GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* match, gpt2_error* err) {
+    if (match) *match = GPT2_MATCH_NONE;
+    if (!grammar || !match || (!text && len)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar, text or out_match is NULL");
+    GPT2__GUARD_BEGIN
+    GPT2__TRY(gpt2__grammar_match_text(grammar, std::string_view(text ? text : "", len), match, err));
+    return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 

@@ -72,7 +72,7 @@
      model emits its end-of-text token. The tokens made so far stay in the context, a stop
      string's and the end-of-text token too (gpt2_session_truncate removes them).
      More controls, each off when zero, form one chain, applied in this order:
-         logit_bias, penalties (repeat, frequency, presence), on_logits, top_k, top_p, min_p,
+         logit_bias, penalties (repeat, frequency, presence), grammar, on_logits, top_k, top_p, min_p,
          temperature, draw
      That is llama.cpp's default chain (which users know) without its DRY, typical and XTC
      steps. With every added control off the tokens are exactly nanoGPT's, as before. Where
@@ -176,7 +176,8 @@ typedef enum gpt2_result {
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
     GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
     GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
-    GPT2_ERROR_BUSY              /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
+    GPT2_ERROR_BUSY,             /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
+    GPT2_ERROR_BAD_GRAMMAR       /* a grammar that cannot be read or used: the message says where and why */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -380,6 +381,37 @@ typedef struct gpt2_logit_bias {
    At least one token must stay finite, and none may become NaN or +INFINITY. */
 typedef void (*gpt2_logits_fn)(void* user, float* logits, int n_vocab);
 
+/* ---- Grammars (structured output) ----------------------------------------------------------
+   A grammar makes generation follow a form the program can parse: an NPC's `ACTION: wave`, one
+   of a list of choices, a JSON object. With params.grammar set, every token drawn keeps the
+   generated text the beginning of a sentence of the grammar (tokens that would leave it are
+   removed before the draw), the end-of-text token is allowed exactly when the text is a whole
+   sentence, and generation ends when the text is a whole sentence the grammar lets nothing
+   extend, at the end-of-text token, at a stop string, or at max_new_tokens (then
+   params.grammar_match says PREFIX). The check is on the text's bytes, so a token may cross
+   the grammar's literals and classes, and a token may end inside a UTF-8 character.
+   Grammars are written in llama.cpp's GBNF (docs/GRAMMARS.md):
+       root   ::= "ACTION: " action "\n" line
+       action ::= "wave" | "attack" | "flee"
+       line   ::= [^\n]+
+   rules, alternatives |, groups ( ), x* x+ x? x{m} x{m,} x{m,n}, "literals" and [classes]
+   (ranges a-z, negated [^...]) with the escapes \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH,
+   . (any character), # comments. Left recursion (expr ::= expr "+" term) is refused. */
+typedef struct gpt2_grammar gpt2_grammar; /* immutable once made: share it between sessions and threads */
+
+/* Makes a grammar for `model`'s vocabulary from GBNF text (UTF-8, NUL-terminated). root: the
+   start rule's name; NULL = "root". A malformed grammar gives GPT2_ERROR_BAD_GRAMMAR and a
+   message with the line, the column and what was expected. Free it before the model. */
+GPT2_API gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root,
+                                            gpt2_grammar** out_grammar, gpt2_error* err);
+GPT2_API void gpt2_grammar_free(gpt2_grammar* grammar);
+
+typedef enum gpt2_match { GPT2_MATCH_NONE = 0, GPT2_MATCH_PREFIX = 1, GPT2_MATCH_COMPLETE = 2 } gpt2_match;
+/* Is this text (len UTF-8 bytes) a whole sentence of the grammar (COMPLETE), the beginning of
+   one (PREFIX), or neither (NONE; text that is not UTF-8 too)? */
+GPT2_API gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* out_match,
+                                        gpt2_error* err);
+
 typedef struct gpt2_generate_params {
     int max_new_tokens;  /* 0 = the default, 256 */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
@@ -408,6 +440,11 @@ typedef struct gpt2_generate_params {
     size_t n_stop;
     int stop_at_eos;         /* 1: end at the end-of-text token (gpt2_model_info.eos_token; never, for
                                 a model without one) */
+    const gpt2_grammar* grammar; /* the form the text must take (see Grammars above); NULL = free text.
+                                    Applied after logit_bias and the penalties, before on_logits and
+                                    top_k: top_k then keeps the k most likely of the allowed tokens */
+    gpt2_match* grammar_match;   /* may be NULL; with a grammar, receives COMPLETE when the generated
+                                    text is a whole sentence, PREFIX when generation ended before */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);

@@ -35,6 +35,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_ABORTED: return "aborted";
     case GPT2_ERROR_INTERNAL: return "internal error";
     case GPT2_ERROR_BUSY: return "session busy";
+    case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
     }
     return "unknown result";
 }
@@ -416,6 +417,8 @@ static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_genera
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
     GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
     GPT2__TRY(gpt2__check_stops(p, s->model, err));
+    if (p.grammar && p.grammar->model != s->model)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model than the session's (a grammar knows its model's vocabulary)");
     if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
                           gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
@@ -455,6 +458,40 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
     return gpt2_generate(s, ids.data(), ids.size(), params, nullptr, 0, nullptr, err);
+    GPT2__GUARD_END(err)
+}
+
+/* ---- Grammars ---------------------------------------------------------------------------- */
+
+GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, gpt2_error* err) {
+    if (out) *out = nullptr;
+    if (!model || !gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, gbnf or out_grammar is NULL");
+    if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
+        return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
+    GPT2__GUARD_BEGIN
+    std::call_once(model->token_trie_once, [model] { gpt2__token_trie_build(&model->token_trie, &model->tokenizer, model->tokenizer.eos); });
+    gpt2_grammar g;
+    g.model = model;
+    GPT2__TRY(gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, &g, err));
+    void* memory = GPT2_MALLOC(sizeof(gpt2_grammar));
+    if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    *out = new (memory) gpt2_grammar(std::move(g));
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
+    if (!grammar) return;
+    grammar->~gpt2_grammar();
+    GPT2_FREE(grammar);
+}
+
+GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* match, gpt2_error* err) {
+    if (match) *match = GPT2_MATCH_NONE;
+    if (!grammar || !match || (!text && len)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar, text or out_match is NULL");
+    GPT2__GUARD_BEGIN
+    GPT2__TRY(gpt2__grammar_match_text(grammar, std::string_view(text ? text : "", len), match, err));
+    return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 

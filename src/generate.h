@@ -1,11 +1,12 @@
 #ifndef GPT2__PART_GENERATE_H
 #define GPT2__PART_GENERATE_H
 #include "session.h"
+#include "grammar/matcher.h"
 
 /* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
    (gpt2__generate) takes every unfinished session a token further per step: each picks its next
-   token from its logits (the sampling chain of sampler.h on the host, or the backend's own
-   draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
+   token from its logits (the sampling chain of sampler.h on the host, with the grammar's mask
+   when it has one, or the backend's own draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
    whole), and every picked token joins its context in one pass (gpt2__batch_append). A lone
    generation is a batch of one. */
 
@@ -37,7 +38,7 @@ static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params&
    the end-of-text token with stop_at_eos (its text is not delivered). */
 static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
     const gpt2__tokenizer& tok = s->model->tokenizer;
-    const bool at_eos = p.stop_at_eos && token == tok.eos;
+    const bool at_eos = (p.stop_at_eos || p.grammar) && token == tok.eos; /* a grammar's sentence ends there */
     if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
     size_t release = 0;
     if (!at_eos) {
@@ -61,6 +62,7 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
 struct gpt2__chain_buffers {
     gpt2__vector<float> logits, scratch;
     gpt2__vector<int> counts;
+    gpt2__vector<uint32_t> allowed; /* with a grammar: its mask, a bit per token */
 };
 
 static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
@@ -68,7 +70,8 @@ static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_param
     const float* logits = s->backend->logits(s);
     if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
     std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), b->scratch.data(), b->counts.data(), err));
+    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
+    GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), allowed, b->scratch.data(), b->counts.data(), err));
     *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
     return GPT2_OK;
 }
@@ -81,6 +84,7 @@ struct gpt2__generator {
     gpt2_generate_params p;
     bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
     gpt2__chain_buffers buffers;
+    gpt2__grammar_matcher grammar; /* with p.grammar: where the text generated so far stands */
     gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
     bool at_stop = false;
     int n_new = 0;     /* tokens delivered */
@@ -102,25 +106,51 @@ static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt
         g->buffers.logits.resize(V);
         g->buffers.scratch.resize(V);
         g->buffers.counts.assign(V, 0);
+        if (p.grammar) {
+            g->buffers.allowed.resize((V + 31) / 32);
+            gpt2__matcher_begin(&g->grammar, p.grammar);
+        }
     }
 }
 
-static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
-    if (g->chain) return gpt2__sample_chain(g->s, g->p, &g->buffers, token, err);
-    return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+/* The grammar's part of a pick: the mask before the draw, then the state after the token. */
+static gpt2_result gpt2__generator_mask(gpt2__generator* g, gpt2_error* err) {
+    GPT2__TRY(gpt2__matcher_mask(&g->grammar, g->buffers.allowed.data(), err));
+    for (uint32_t word : g->buffers.allowed)
+        if (word) return GPT2_OK;
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no token of the model's vocabulary continues the text generated so far (%d tokens) "
+                      "as the grammar asks: it needs characters the vocabulary lacks", g->n_new);
 }
 
-/* True when generation ends with `token`: the caller's on_token, a stop, or max_new_tokens. */
+static gpt2_result gpt2__generator_follow(gpt2__generator* g, int32_t token, gpt2_error* err) {
+    if (token == g->s->model->tokenizer.eos) return GPT2_OK;
+    bool alive;
+    GPT2__TRY(gpt2__matcher_feed(&g->grammar, gpt2__tokenizer_token_bytes(&g->s->model->tokenizer, token), &alive, err));
+    if (!alive) return gpt2__fail(err, GPT2_ERROR_INTERNAL, "grammar: token %d was drawn but leaves the grammar (a bug in the mask)", (int)token);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
+    if (!g->chain) return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
+    if (g->p.grammar) GPT2__TRY(gpt2__generator_mask(g, err));
+    GPT2__TRY(gpt2__sample_chain(g->s, g->p, &g->buffers, token, err));
+    return g->p.grammar ? gpt2__generator_follow(g, *token, err) : GPT2_OK;
+}
+
+/* True when generation ends with `token`: the caller's on_token, a stop, max_new_tokens, or a
+   sentence of the grammar that nothing may extend. */
 static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
     const int i = g->n_new++;
     if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
     if (g->n_generated) *g->n_generated = (size_t)i + 1;
-    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens;
+    const bool sentence_ends = g->p.grammar && gpt2__matcher_finished(g->grammar);
+    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens || sentence_ends;
 }
 
 static void gpt2__generator_end(gpt2__generator* g) {
     gpt2_session* s = g->s;
     const gpt2_generate_params& p = g->p;
+    if (p.grammar && p.grammar_match) *p.grammar_match = g->grammar.state.complete ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
     if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
     /* what is still held: bytes that never formed a character, text that did not become a stop string */
     gpt2__utf8_stream_flush(&s->stream, &g->held);

@@ -156,7 +156,7 @@ Filtered library_chain(const std::vector<float>& logits, const std::vector<int32
     std::vector<float> scratch((size_t)n);
     std::vector<int> counts((size_t)n, 0);
     gpt2_error err;
-    REQUIRE(gpt2__chain_filter(f.logits.data(), n, p, context.data(), context.size(), scratch.data(), counts.data(), &err) == GPT2_OK);
+    REQUIRE(gpt2__chain_filter(f.logits.data(), n, p, context.data(), context.size(), nullptr, scratch.data(), counts.data(), &err) == GPT2_OK);
     CHECK(std::count(counts.begin(), counts.end(), 0) == n); // handed back as zeros
     std::vector<bool> finite((size_t)n);
     for (int i = 0; i < n; i++) finite[(size_t)i] = f.logits[(size_t)i] > -INFINITY;

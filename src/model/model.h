@@ -1,7 +1,7 @@
 #ifndef GPT2__PART_MODEL_MODEL_H
 #define GPT2__PART_MODEL_MODEL_H
 #include "gguf.h"
-#include "tokenizer.h"
+#include "token_trie.h"
 
 /* The model: hyper-parameters, weights bound to the tensors of a GGUF file, and the vocabulary.
    Immutable once loaded, so any number of sessions and threads may share it. */
@@ -73,6 +73,8 @@ struct gpt2_model {
     void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
     mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
     mutable uint64_t fingerprint = 0;
+    mutable std::once_flag token_trie_once; /* the vocabulary's trie, built for the first grammar */
+    mutable gpt2__token_trie token_trie;
 };
 
 static void gpt2__log(const gpt2_model_params& params, gpt2_log_level level, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);

@@ -94,7 +94,7 @@ static bool gpt2__penalties_on(const gpt2_generate_params& p) {
 
 /* Whether any control beyond temperature and top_k is on. */
 static bool gpt2__chain_on(const gpt2_generate_params& p) {
-    return (p.top_p > 0.0f && p.top_p < 1.0f) || p.min_p > 0.0f || gpt2__penalties_on(p) || p.n_logit_bias > 0 || p.on_logits;
+    return (p.top_p > 0.0f && p.top_p < 1.0f) || p.min_p > 0.0f || gpt2__penalties_on(p) || p.n_logit_bias > 0 || p.on_logits || p.grammar;
 }
 
 static gpt2_result gpt2__check_chain(const gpt2_generate_params& p, int n_vocab, gpt2_error* err) {
@@ -185,14 +185,19 @@ static void gpt2__truncate(float* logits, int n, int top_k, float top_p, float m
    draw is greedy, top_k/top_p/min_p are skipped: they always keep the most likely token).
    Fails when on_logits leaves NaN, +INFINITY or no finite logit. scratch: n floats; counts: n
    zeros. */
-static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_params& p, const int32_t* context, size_t n_context, float* scratch,
-                                      int* counts, gpt2_error* err) {
+static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_params& p, const int32_t* context, size_t n_context, const uint32_t* allowed,
+                                      float* scratch, int* counts, gpt2_error* err) {
     for (size_t i = 0; i < p.n_logit_bias; i++) logits[p.logit_bias[i].token] += p.logit_bias[i].bias;
     if (gpt2__penalties_on(p)) {
         const size_t last_n = p.repeat_last_n < 0 ? n_context : p.repeat_last_n == 0 ? (size_t)GPT2__DEFAULT_REPEAT_LAST_N : (size_t)p.repeat_last_n;
         const size_t n_window = std::min(n_context, last_n);
         gpt2__apply_penalties(logits, context + (n_context - n_window), n_window, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, counts);
     }
+    /* the grammar's mask after the penalties (they never bring a removed token back) and before
+       on_logits and top_k (which see only what the grammar allows) */
+    if (allowed)
+        for (int i = 0; i < n; i++)
+            if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
     if (p.on_logits) p.on_logits(p.user, logits, n);
     bool any = false;
     for (int i = 0; i < n; i++) {
@@ -201,7 +206,9 @@ static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_
                               (double)logits[i]);
         any = any || logits[i] > -INFINITY;
     }
-    if (!any) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no token left to sample: logit_bias or on_logits set every logit to -INFINITY");
+    if (!any)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no token left to sample: logit_bias or on_logits set every logit to -INFINITY%s",
+                          allowed ? " that the grammar allows" : "");
     if (p.temperature != 0.0f && p.top_k != 1) gpt2__truncate(logits, n, p.top_k, p.top_p, p.min_p, scratch);
     return GPT2_OK;
 }

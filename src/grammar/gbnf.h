@@ -1,0 +1,526 @@
+#ifndef GPT2__PART_GRAMMAR_GBNF_H
+#define GPT2__PART_GRAMMAR_GBNF_H
+#include "../model/model.h"
+
+/* Grammars in llama.cpp's GBNF, made into the form the matcher (matcher.h) walks: every rule a
+   list of alternatives, every alternative a sequence of elements - a character class (a set of
+   code points), a reference to a rule, and an end. A literal is a sequence of one-character
+   classes; a group, `x*`, `x+`, `x?` and `x{m,n}` become rules of their own, as llama.cpp
+   makes them (x* is r ::= x r | empty), named after the rule they are written in ("value_2"),
+   so that an error can name them. */
+
+enum gpt2__gkind : uint8_t { GPT2__G_END, GPT2__G_CHARS, GPT2__G_RULE };
+
+struct gpt2__gelem {
+    gpt2__gkind kind;
+    uint32_t value; /* CHARS: an index into gpt2_grammar::classes; RULE: a rule's index */
+};
+
+/* A set of code points: sorted, disjoint, inclusive ranges, and the ASCII ones as bits too
+   (most text a grammar checks is ASCII). */
+struct gpt2__code_points {
+    uint64_t ascii[2] = {0, 0};
+    gpt2__vector<std::pair<uint32_t, uint32_t>> ranges;
+};
+
+static bool gpt2__class_has(const gpt2__code_points& c, uint32_t cp) {
+    if (cp < 128) return (c.ascii[cp >> 6] >> (cp & 63)) & 1;
+    auto it = std::upper_bound(c.ranges.begin(), c.ranges.end(), std::make_pair(cp, UINT32_MAX));
+    return it != c.ranges.begin() && std::prev(it)->second >= cp;
+}
+
+/* Whether the class holds any code point of [lo, hi]. */
+static bool gpt2__class_meets(const gpt2__code_points& c, uint32_t lo, uint32_t hi) {
+    auto it = std::upper_bound(c.ranges.begin(), c.ranges.end(), std::make_pair(hi, UINT32_MAX));
+    return it != c.ranges.begin() && std::prev(it)->second >= lo;
+}
+
+struct gpt2__grule {
+    gpt2__string name;
+    uint32_t alts_begin = 0, alts_end = 0; /* its alternatives: gpt2_grammar::alt_starts[begin, end) */
+};
+
+struct gpt2_grammar {
+    const gpt2_model* model = nullptr;
+    gpt2__vector<gpt2__gelem> elems; /* every alternative's elements, each ending with GPT2__G_END */
+    gpt2__vector<uint32_t> alt_starts;
+    gpt2__vector<gpt2__grule> rules;
+    gpt2__vector<gpt2__code_points> classes;
+    uint32_t root = 0;
+};
+
+enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 22, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
+
+/* The parser: recursive descent over the text, one rule at a time. Rules are built as nested
+   vectors (a group's rule is made while its parent's alternative is open), then laid flat. */
+struct gpt2__gbnf_parser {
+    const char* text = nullptr;
+    size_t n = 0, pos = 0;
+    gpt2_error* err = nullptr;
+    gpt2__vector<gpt2__vector<gpt2__vector<gpt2__gelem>>> alts; /* per rule */
+    gpt2__vector<gpt2__string> names;
+    gpt2__vector<size_t> defined_at, used_at; /* text offsets; SIZE_MAX = not yet */
+    gpt2__vector<uint32_t> n_children;        /* groups and repetitions made inside each rule */
+    gpt2__vector<gpt2__code_points> classes;
+    size_t n_elems = 0;
+};
+
+/* "line 3, column 14" of a text offset (columns count bytes, from 1). */
+static void gpt2__gbnf_where(const gpt2__gbnf_parser& ps, size_t at, int* line, int* column) {
+    *line = 1;
+    size_t line_start = 0;
+    for (size_t i = 0; i < at && i < ps.n; i++)
+        if (ps.text[i] == '\n') {
+            (*line)++;
+            line_start = i + 1;
+        }
+    *column = (int)(at - line_start) + 1;
+}
+
+/* A syntax error at `at`: "line L, column C: <what>". */
+static gpt2_result gpt2__gbnf_fail(const gpt2__gbnf_parser& ps, size_t at, const char* fmt, ...) GPT2__PRINTF_LIKE(3, 4);
+static gpt2_result gpt2__gbnf_fail(const gpt2__gbnf_parser& ps, size_t at, const char* fmt, ...) {
+    char what[400];
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(what, sizeof what, fmt, args);
+    va_end(args);
+    int line, column;
+    gpt2__gbnf_where(ps, at, &line, &column);
+    return gpt2__fail(ps.err, GPT2_ERROR_BAD_GRAMMAR, "grammar, line %d, column %d: %s", line, column, what);
+}
+
+/* What is at the parser's position, for "found ..." in messages. */
+static const char* gpt2__gbnf_found(const gpt2__gbnf_parser& ps, char* buf, size_t size) {
+    if (ps.pos >= ps.n) return "the end of the grammar";
+    const unsigned char c = (unsigned char)ps.text[ps.pos];
+    if (c == '\n') return "the end of the line";
+    if (c >= 0x20 && c < 0x7F) std::snprintf(buf, size, "'%c'", c);
+    else std::snprintf(buf, size, "byte 0x%02X", c);
+    return buf;
+}
+
+static bool gpt2__gbnf_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* Spaces, newlines and # comments. A rule ends where the next `name ::=` begins, so newlines
+   need no special meaning (llama.cpp allows them only inside groups and after ::= and |; every
+   grammar it reads reads the same here). */
+static void gpt2__gbnf_skip_space(gpt2__gbnf_parser* ps) {
+    while (ps->pos < ps->n) {
+        const char c = ps->text[ps->pos];
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\n') ps->pos++;
+        else if (c == '#')
+            while (ps->pos < ps->n && ps->text[ps->pos] != '\n') ps->pos++;
+        else break;
+    }
+}
+
+static std::string_view gpt2__gbnf_name_at(const gpt2__gbnf_parser& ps, size_t at) {
+    size_t end = at;
+    while (end < ps.n && gpt2__gbnf_name_char(ps.text[end])) end++;
+    return std::string_view(ps.text + at, end - at);
+}
+
+/* Whether a rule's definition (`name ::=`) starts at `at`. */
+static bool gpt2__gbnf_definition_at(const gpt2__gbnf_parser& ps, size_t at) {
+    gpt2__gbnf_parser look = ps;
+    look.pos = at + gpt2__gbnf_name_at(ps, at).size();
+    if (look.pos == at) return false;
+    gpt2__gbnf_skip_space(&look);
+    return look.n - look.pos >= 3 && std::memcmp(look.text + look.pos, "::=", 3) == 0;
+}
+
+static uint32_t gpt2__gbnf_new_rule(gpt2__gbnf_parser* ps, std::string_view name) {
+    ps->alts.emplace_back();
+    ps->names.emplace_back(name);
+    ps->defined_at.push_back(SIZE_MAX);
+    ps->used_at.push_back(SIZE_MAX);
+    ps->n_children.push_back(0);
+    return (uint32_t)(ps->alts.size() - 1);
+}
+
+/* A rule of its own for a group or a repetition inside `parent`: "parent_1", "parent_2", ... */
+static uint32_t gpt2__gbnf_child_rule(gpt2__gbnf_parser* ps, uint32_t parent, size_t at) {
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "_%u", (unsigned)++ps->n_children[parent]);
+    gpt2__string name = ps->names[parent];
+    name += suffix;
+    const uint32_t id = gpt2__gbnf_new_rule(ps, name);
+    ps->defined_at[id] = at;
+    return id;
+}
+
+static uint32_t gpt2__gbnf_rule_named(gpt2__gbnf_parser* ps, std::string_view name) {
+    for (size_t i = 0; i < ps->names.size(); i++)
+        if (ps->names[i] == name) return (uint32_t)i;
+    return gpt2__gbnf_new_rule(ps, name);
+}
+
+static gpt2_result gpt2__gbnf_hex(gpt2__gbnf_parser* ps, int digits, uint32_t* cp) {
+    const size_t at = ps->pos;
+    *cp = 0;
+    for (int i = 0; i < digits; i++) {
+        const char c = ps->pos < ps->n ? ps->text[ps->pos] : 0;
+        const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (v < 0) return gpt2__gbnf_fail(*ps, at, "expected %d hexadecimal digits after \\%c", digits, digits == 2 ? 'x' : digits == 4 ? 'u' : 'U');
+        *cp = *cp * 16 + (uint32_t)v;
+        ps->pos++;
+    }
+    if (*cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF))
+        return gpt2__gbnf_fail(*ps, at, "U+%X is not a character (a surrogate, or above U+10FFFF)", (unsigned)*cp);
+    return GPT2_OK;
+}
+
+/* One character of a literal or a class: UTF-8, or an escape. */
+static gpt2_result gpt2__gbnf_char(gpt2__gbnf_parser* ps, uint32_t* cp) {
+    const size_t at = ps->pos;
+    const unsigned char* s = (const unsigned char*)ps->text;
+    if (s[at] != '\\') {
+        ps->pos += gpt2__utf8_decode(s + at, ps->n - at, cp);
+        if (*cp == GPT2__INVALID_CP) return gpt2__gbnf_fail(*ps, at, "byte 0x%02X is not UTF-8 text", s[at]);
+        return GPT2_OK;
+    }
+    if (at + 1 >= ps->n) return gpt2__gbnf_fail(*ps, at, "the grammar ends inside an escape");
+    ps->pos += 2;
+    switch (s[at + 1]) {
+    case 'x': return gpt2__gbnf_hex(ps, 2, cp);
+    case 'u': return gpt2__gbnf_hex(ps, 4, cp);
+    case 'U': return gpt2__gbnf_hex(ps, 8, cp);
+    case 'n': *cp = '\n'; return GPT2_OK;
+    case 'r': *cp = '\r'; return GPT2_OK;
+    case 't': *cp = '\t'; return GPT2_OK;
+    case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/': *cp = s[at + 1]; return GPT2_OK;
+    }
+    const unsigned char c = s[at + 1];
+    if (c >= 0x20 && c < 0x7F)
+        return gpt2__gbnf_fail(*ps, at, "invalid escape \\%c; expected one of \\n \\r \\t \\\\ \\\" \\[ \\] \\- \\^ \\xHH \\uHHHH \\UHHHHHHHH", c);
+    return gpt2__gbnf_fail(*ps, at, "invalid escape: byte 0x%02X after the backslash", c);
+}
+
+/* Adds a class made of `ranges` (any order, may overlap; `negated`: every other code point). */
+static gpt2_result gpt2__gbnf_add_class(gpt2__gbnf_parser* ps, gpt2__vector<std::pair<uint32_t, uint32_t>> ranges, bool negated, size_t at,
+                                        gpt2__gelem* out) {
+    std::sort(ranges.begin(), ranges.end());
+    gpt2__code_points c;
+    for (const auto& r : ranges)
+        if (!c.ranges.empty() && r.first <= c.ranges.back().second + 1) c.ranges.back().second = std::max(c.ranges.back().second, r.second);
+        else c.ranges.push_back(r);
+    if (negated) {
+        gpt2__vector<std::pair<uint32_t, uint32_t>> rest;
+        uint32_t next = 0;
+        for (const auto& r : c.ranges) {
+            if (r.first > next) rest.push_back({next, r.first - 1});
+            next = r.second + 1;
+        }
+        if (next <= 0x10FFFF) rest.push_back({next, 0x10FFFF});
+        c.ranges = rest;
+    }
+    if (c.ranges.empty()) return gpt2__gbnf_fail(*ps, at, "this character class matches no character");
+    for (const auto& r : c.ranges)
+        for (uint32_t cp = r.first; cp <= std::min<uint32_t>(r.second, 127); cp++) c.ascii[cp >> 6] |= 1ull << (cp & 63);
+    ps->classes.push_back(std::move(c));
+    *out = {GPT2__G_CHARS, (uint32_t)(ps->classes.size() - 1)};
+    return GPT2_OK;
+}
+
+/* [a-z_] or [^"\\]: after the '['. */
+static gpt2_result gpt2__gbnf_class(gpt2__gbnf_parser* ps, gpt2__gelem* out) {
+    const size_t at = ps->pos - 1;
+    const bool negated = ps->pos < ps->n && ps->text[ps->pos] == '^';
+    if (negated) ps->pos++;
+    gpt2__vector<std::pair<uint32_t, uint32_t>> ranges;
+    for (;;) {
+        if (ps->pos >= ps->n) return gpt2__gbnf_fail(*ps, at, "this character class has no closing ']'");
+        if (ps->text[ps->pos] == ']') break;
+        const size_t item_at = ps->pos;
+        uint32_t lo, hi;
+        GPT2__TRY(gpt2__gbnf_char(ps, &lo));
+        hi = lo;
+        if (ps->n - ps->pos >= 2 && ps->text[ps->pos] == '-' && ps->text[ps->pos + 1] != ']') {
+            ps->pos++;
+            GPT2__TRY(gpt2__gbnf_char(ps, &hi));
+            if (hi < lo) return gpt2__gbnf_fail(*ps, item_at, "the range U+%04X-U+%04X runs backwards", (unsigned)lo, (unsigned)hi);
+        }
+        ranges.push_back({lo, hi});
+    }
+    ps->pos++;
+    if (ranges.empty()) return gpt2__gbnf_fail(*ps, at, "empty character class []");
+    return gpt2__gbnf_add_class(ps, std::move(ranges), negated, at, out);
+}
+
+static gpt2_result gpt2__gbnf_count_elems(gpt2__gbnf_parser* ps, size_t more, size_t at) {
+    ps->n_elems += more;
+    if (ps->n_elems > GPT2__GRAMMAR_MAX_ELEMS)
+        return gpt2__gbnf_fail(*ps, at, "the grammar grows past %d elements here (repetitions are expanded: x{m,n} is n copies of x)", (int)GPT2__GRAMMAR_MAX_ELEMS);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__gbnf_alternatives(gpt2__gbnf_parser* ps, uint32_t rule);
+
+/* Appends `atom` repeated min to max times (max UINT32_MAX: unbounded) to `seq`. */
+static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2__vector<gpt2__gelem> atom, uint32_t min, uint32_t max, size_t at,
+                                     gpt2__vector<gpt2__gelem>* seq) {
+    if (atom.size() != 1) { /* a literal of several characters: one rule, so that a repetition is one element */
+        const uint32_t wrapped = gpt2__gbnf_child_rule(ps, rule, at);
+        ps->alts[wrapped].push_back(atom);
+        atom = {{GPT2__G_RULE, wrapped}};
+    }
+    const gpt2__gelem x = atom[0];
+    const size_t optional = max == UINT32_MAX ? 1 : max - min;
+    GPT2__TRY(gpt2__gbnf_count_elems(ps, min + 3 * optional, at));
+    for (uint32_t i = 0; i < min; i++) seq->push_back(x);
+    if (max == UINT32_MAX) { /* r ::= x r | empty */
+        const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);
+        ps->alts[r].push_back({x, {GPT2__G_RULE, r}});
+        ps->alts[r].emplace_back();
+        seq->push_back({GPT2__G_RULE, r});
+        return GPT2_OK;
+    }
+    /* (x (x (x)?)?)? for max - min = 3: each optional copy only after the one before it */
+    gpt2__gelem inner{GPT2__G_END, 0};
+    for (size_t i = 0; i < optional; i++) {
+        const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);
+        ps->alts[r].push_back({x});
+        if (inner.kind == GPT2__G_RULE) ps->alts[r].back().push_back(inner);
+        ps->alts[r].emplace_back();
+        inner = {GPT2__G_RULE, r};
+    }
+    if (inner.kind == GPT2__G_RULE) seq->push_back(inner);
+    return GPT2_OK;
+}
+
+static gpt2_result gpt2__gbnf_number(gpt2__gbnf_parser* ps, uint32_t* value) {
+    const size_t at = ps->pos;
+    uint64_t v = 0;
+    while (ps->pos < ps->n && ps->text[ps->pos] >= '0' && ps->text[ps->pos] <= '9') {
+        v = v * 10 + (uint64_t)(ps->text[ps->pos++] - '0');
+        if (v > GPT2__GRAMMAR_MAX_REPEAT) return gpt2__gbnf_fail(*ps, at, "a repetition count above %d", (int)GPT2__GRAMMAR_MAX_REPEAT);
+    }
+    if (ps->pos == at) {
+        char buf[16];
+        return gpt2__gbnf_fail(*ps, at, "expected a number in {m,n}, found %s", gpt2__gbnf_found(*ps, buf, sizeof buf));
+    }
+    *value = (uint32_t)v;
+    return GPT2_OK;
+}
+
+/* {m}, {m,}, {m,n}: after the '{'. */
+static gpt2_result gpt2__gbnf_braces(gpt2__gbnf_parser* ps, uint32_t* min, uint32_t* max) {
+    char buf[16];
+    gpt2__gbnf_skip_space(ps);
+    GPT2__TRY(gpt2__gbnf_number(ps, min));
+    gpt2__gbnf_skip_space(ps);
+    *max = *min;
+    if (ps->pos < ps->n && ps->text[ps->pos] == ',') {
+        ps->pos++;
+        gpt2__gbnf_skip_space(ps);
+        *max = UINT32_MAX;
+        if (ps->pos < ps->n && ps->text[ps->pos] != '}') {
+            const size_t at = ps->pos;
+            GPT2__TRY(gpt2__gbnf_number(ps, max));
+            if (*max < *min) return gpt2__gbnf_fail(*ps, at, "{%u,%u}: the most is below the least", (unsigned)*min, (unsigned)*max);
+            gpt2__gbnf_skip_space(ps);
+        }
+    }
+    if (ps->pos >= ps->n || ps->text[ps->pos] != '}') return gpt2__gbnf_fail(*ps, ps->pos, "expected '}', found %s", gpt2__gbnf_found(*ps, buf, sizeof buf));
+    ps->pos++;
+    return GPT2_OK;
+}
+
+/* One alternative of `rule`: terms until '|', ')', the next rule or the end. */
+static gpt2_result gpt2__gbnf_sequence(gpt2__gbnf_parser* ps, uint32_t rule, gpt2__vector<gpt2__gelem>* seq) {
+    char buf[16];
+    for (;;) {
+        gpt2__gbnf_skip_space(ps);
+        if (ps->pos >= ps->n) return GPT2_OK;
+        const size_t at = ps->pos;
+        const char c = ps->text[at];
+        if (c == '|' || c == ')' || gpt2__gbnf_definition_at(*ps, at)) return GPT2_OK;
+        gpt2__vector<gpt2__gelem> atom;
+        if (c == '"') {
+            ps->pos++;
+            while (ps->pos < ps->n && ps->text[ps->pos] != '"') {
+                uint32_t cp;
+                GPT2__TRY(gpt2__gbnf_char(ps, &cp));
+                gpt2__gelem e;
+                GPT2__TRY(gpt2__gbnf_add_class(ps, {{cp, cp}}, false, at, &e));
+                atom.push_back(e);
+            }
+            if (ps->pos >= ps->n) return gpt2__gbnf_fail(*ps, at, "this literal has no closing '\"'");
+            ps->pos++;
+        } else if (c == '[') {
+            ps->pos++;
+            gpt2__gelem e;
+            GPT2__TRY(gpt2__gbnf_class(ps, &e));
+            atom.push_back(e);
+        } else if (c == '.') {
+            ps->pos++;
+            gpt2__gelem e;
+            GPT2__TRY(gpt2__gbnf_add_class(ps, {{0, 0x10FFFF}}, false, at, &e));
+            atom.push_back(e);
+        } else if (c == '(') {
+            ps->pos++;
+            const uint32_t group = gpt2__gbnf_child_rule(ps, rule, at);
+            GPT2__TRY(gpt2__gbnf_alternatives(ps, group));
+            if (ps->pos >= ps->n || ps->text[ps->pos] != ')')
+                return gpt2__gbnf_fail(*ps, at, "this group has no closing ')'");
+            ps->pos++;
+            atom.push_back({GPT2__G_RULE, group});
+        } else if (gpt2__gbnf_name_char(c)) {
+            const std::string_view name = gpt2__gbnf_name_at(*ps, at);
+            ps->pos += name.size();
+            const uint32_t ref = gpt2__gbnf_rule_named(ps, name);
+            if (ps->used_at[ref] == SIZE_MAX) ps->used_at[ref] = at;
+            atom.push_back({GPT2__G_RULE, ref});
+        } else {
+            return gpt2__gbnf_fail(*ps, at, "expected a rule name, a \"literal\", a [class], '.' or '(', found %s", gpt2__gbnf_found(*ps, buf, sizeof buf));
+        }
+        GPT2__TRY(gpt2__gbnf_count_elems(ps, atom.size(), at));
+        const size_t after_atom = ps->pos;
+        gpt2__gbnf_skip_space(ps);
+        const char op = ps->pos < ps->n ? ps->text[ps->pos] : 0;
+        uint32_t min = 1, max = 1;
+        if (op == '*' || op == '+' || op == '?' || op == '{') {
+            ps->pos++;
+            if (op == '*') min = 0, max = UINT32_MAX;
+            else if (op == '+') max = UINT32_MAX;
+            else if (op == '?') min = 0;
+            else GPT2__TRY(gpt2__gbnf_braces(ps, &min, &max));
+        } else {
+            ps->pos = after_atom;
+        }
+        if (min == 1 && max == 1) seq->insert(seq->end(), atom.begin(), atom.end());
+        else GPT2__TRY(gpt2__gbnf_repeat(ps, rule, std::move(atom), min, max, at, seq));
+    }
+}
+
+static gpt2_result gpt2__gbnf_alternatives(gpt2__gbnf_parser* ps, uint32_t rule) {
+    for (;;) {
+        gpt2__vector<gpt2__gelem> seq;
+        GPT2__TRY(gpt2__gbnf_sequence(ps, rule, &seq));
+        ps->alts[rule].push_back(std::move(seq));
+        if (ps->pos >= ps->n || ps->text[ps->pos] != '|') return GPT2_OK;
+        ps->pos++;
+    }
+}
+
+/* Left recursion (a rule that can reach itself before reading a character) would make the
+   matcher expand forever; it is refused, as llama.cpp refuses it. `nullable`: the rules that
+   can match the empty text. */
+static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, gpt2_error* err) {
+    const size_t R = ps.alts.size();
+    gpt2__vector<char> nullable(R, 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < R; r++) {
+            if (nullable[r]) continue;
+            for (const auto& alt : ps.alts[r]) {
+                bool all = true;
+                for (const gpt2__gelem& e : alt) all = all && e.kind == GPT2__G_RULE && nullable[e.value];
+                if (all) {
+                    nullable[r] = changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    /* depth-first over "r can begin with s"; a rule met again on the path is a cycle */
+    gpt2__vector<char> state(R, 0); /* 0 new, 1 on the path, 2 done */
+    gpt2__vector<std::pair<uint32_t, size_t>> path; /* rule, next edge to try */
+    auto begins_with = [&](uint32_t r, size_t k, uint32_t* s) { /* the k-th rule r can begin with */
+        for (const auto& alt : ps.alts[r])
+            for (const gpt2__gelem& e : alt) {
+                if (e.kind != GPT2__G_RULE) break;
+                if (k-- == 0) {
+                    *s = e.value;
+                    return true;
+                }
+                if (!nullable[e.value]) break;
+            }
+        return false;
+    };
+    for (uint32_t start = 0; start < R; start++) {
+        if (state[start]) continue;
+        path.push_back({start, 0});
+        state[start] = 1;
+        while (!path.empty()) {
+            uint32_t s;
+            if (!begins_with(path.back().first, path.back().second++, &s)) {
+                state[path.back().first] = 2;
+                path.pop_back();
+                continue;
+            }
+            if (state[s] == 2) continue;
+            if (state[s] == 0) {
+                state[s] = 1;
+                path.push_back({s, 0});
+                continue;
+            }
+            gpt2__string cycle;
+            size_t i = 0;
+            while (path[i].first != s) i++;
+            for (; i < path.size(); i++) (cycle += ps.names[path[i].first]) += " -> ";
+            cycle += ps.names[s];
+            return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: rule '%s' is left-recursive (%s); write the repetition as x* or recurse on the right",
+                              ps.names[s].c_str(), cycle.c_str());
+        }
+    }
+    return GPT2_OK;
+}
+
+/* Parses `text` into *g (its model is set by the caller). root: the start rule's name. */
+static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root, gpt2_grammar* g, gpt2_error* err) {
+    gpt2__gbnf_parser ps;
+    ps.text = text;
+    ps.n = n;
+    ps.err = err;
+    char buf[16];
+    for (gpt2__gbnf_skip_space(&ps); ps.pos < ps.n; gpt2__gbnf_skip_space(&ps)) {
+        const size_t at = ps.pos;
+        const std::string_view name = gpt2__gbnf_name_at(ps, at);
+        if (name.empty()) return gpt2__gbnf_fail(ps, at, "expected a rule name, found %s", gpt2__gbnf_found(ps, buf, sizeof buf));
+        ps.pos += name.size();
+        gpt2__gbnf_skip_space(&ps);
+        if (ps.n - ps.pos < 3 || std::memcmp(ps.text + ps.pos, "::=", 3) != 0)
+            return gpt2__gbnf_fail(ps, ps.pos, "expected '::=' after the rule name '%.*s', found %s", (int)name.size(), name.data(), gpt2__gbnf_found(ps, buf, sizeof buf));
+        ps.pos += 3;
+        const uint32_t rule = gpt2__gbnf_rule_named(&ps, name);
+        if (ps.defined_at[rule] != SIZE_MAX) {
+            int line, column;
+            gpt2__gbnf_where(ps, ps.defined_at[rule], &line, &column);
+            return gpt2__gbnf_fail(ps, at, "rule '%.*s' is defined twice (first at line %d)", (int)name.size(), name.data(), line);
+        }
+        ps.defined_at[rule] = at;
+        GPT2__TRY(gpt2__gbnf_alternatives(&ps, rule));
+        if (ps.pos < ps.n && !gpt2__gbnf_definition_at(ps, ps.pos))
+            return gpt2__gbnf_fail(ps, ps.pos, "unexpected %s", gpt2__gbnf_found(ps, buf, sizeof buf));
+    }
+    if (ps.alts.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rules (expected `root ::= ...`)");
+    for (size_t r = 0; r < ps.alts.size(); r++)
+        if (ps.defined_at[r] == SIZE_MAX) return gpt2__gbnf_fail(ps, ps.used_at[r], "rule '%s' is used but never defined", ps.names[r].c_str());
+    const char* root_name = root ? root : "root";
+    size_t root_id = ps.names.size();
+    for (size_t r = 0; r < ps.names.size(); r++)
+        if (ps.names[r] == root_name) root_id = r;
+    if (root_id == ps.names.size())
+        return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
+    GPT2__TRY(gpt2__gbnf_check_left_recursion(ps, err));
+    g->classes = std::move(ps.classes);
+    g->root = (uint32_t)root_id;
+    g->rules.resize(ps.alts.size());
+    for (size_t r = 0; r < ps.alts.size(); r++) {
+        g->rules[r].name = ps.names[r];
+        g->rules[r].alts_begin = (uint32_t)g->alt_starts.size();
+        for (const auto& alt : ps.alts[r]) {
+            g->alt_starts.push_back((uint32_t)g->elems.size());
+            g->elems.insert(g->elems.end(), alt.begin(), alt.end());
+            g->elems.push_back({GPT2__G_END, 0});
+        }
+        g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
+    }
+    return GPT2_OK;
+}
+
+#endif /* GPT2__PART_GRAMMAR_GBNF_H */

@@ -1,0 +1,299 @@
+#ifndef GPT2__PART_GRAMMAR_MATCHER_H
+#define GPT2__PART_GRAMMAR_MATCHER_H
+#include "gbnf.h"
+
+/* Matching text against a grammar, a character at a time, and the token masks built on it.
+
+   The parser's state is the set of every way the text so far can continue: a set of stacks, as
+   in llama.cpp's grammar sampler. A stack's top is a character class the next character may
+   match; below it, where to return to when the rule it is in ends. The stacks share their
+   tails: a stack is a node (a position in the grammar, the node below it), nodes are interned
+   (one node per position and node below), so a state is a sorted list of node ids and two
+   states are equal exactly when their lists are. An ambiguous grammar keeps many stacks alive;
+   their number is bounded (GPT2__GRAMMAR_MAX_STACKS, an error beyond it), and a call that
+   returns to a rule's end pops at once (x* is r ::= x r | empty: its stack does not grow).
+
+   Text is bytes and the grammar reads code points: a state carries the UTF-8 character it is
+   inside, and a byte that starts or continues one is kept only when some top's class holds a
+   code point beginning with those bytes. */
+
+enum { GPT2__GRAMMAR_MAX_STACKS = 1 << 12, GPT2__GSS_MAX_NODES = 1 << 24, GPT2__GSS_COMPACT_AT = 1 << 18 };
+
+struct gpt2__gnode {
+    uint32_t pos;    /* an index into gpt2_grammar::elems */
+    uint32_t parent; /* the node below; 0 is the empty stack (the sentence ends there) */
+};
+
+struct gpt2__gstate {
+    gpt2__vector<uint32_t> tops; /* node ids whose pos is a character class, sorted */
+    bool complete = false;       /* the text so far is a whole sentence */
+    uint8_t lead = 0;            /* inside a UTF-8 character: its first byte; 0 = between characters */
+    uint8_t need = 0;            /* its bytes still to come */
+    uint32_t partial = 0;        /* its bits so far */
+};
+
+/* The nodes (graph-structured stack) and the scratch of the closure. */
+struct gpt2__gss {
+    const gpt2_grammar* g = nullptr;
+    gpt2__vector<gpt2__gnode> nodes;
+    gpt2__vector<uint32_t> slots; /* open addressing: node ids by (pos, parent); 0 = free */
+    gpt2__vector<uint32_t> seen;  /* per node: the closure that last met it */
+    uint32_t epoch = 0;
+    gpt2__vector<gpt2__gnode> work;
+    bool overflow = false; /* too many stacks or nodes: the grammar is too ambiguous */
+};
+
+static uint32_t gpt2__gss_hash(uint32_t pos, uint32_t parent) {
+    uint64_t h = ((uint64_t)pos << 32 | parent) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32);
+}
+
+static void gpt2__gss_rehash(gpt2__gss* s, size_t n_slots) {
+    s->slots.assign(n_slots, 0);
+    const uint32_t mask = (uint32_t)n_slots - 1;
+    for (uint32_t id = 1; id < s->nodes.size(); id++) {
+        uint32_t i = gpt2__gss_hash(s->nodes[id].pos, s->nodes[id].parent) & mask;
+        while (s->slots[i]) i = (i + 1) & mask;
+        s->slots[i] = id;
+    }
+}
+
+static void gpt2__gss_init(gpt2__gss* s, const gpt2_grammar* g) {
+    s->g = g;
+    s->nodes.assign(1, gpt2__gnode{UINT32_MAX, 0});
+    s->seen.assign(1, 0);
+    gpt2__gss_rehash(s, 1024);
+}
+
+static uint32_t gpt2__gss_intern(gpt2__gss* s, uint32_t pos, uint32_t parent) {
+    uint32_t mask = (uint32_t)s->slots.size() - 1;
+    uint32_t i = gpt2__gss_hash(pos, parent) & mask;
+    for (; s->slots[i]; i = (i + 1) & mask) {
+        const gpt2__gnode& n = s->nodes[s->slots[i]];
+        if (n.pos == pos && n.parent == parent) return s->slots[i];
+    }
+    if (s->nodes.size() >= GPT2__GSS_MAX_NODES) {
+        s->overflow = true;
+        return 0;
+    }
+    const uint32_t id = (uint32_t)s->nodes.size();
+    s->nodes.push_back({pos, parent});
+    s->seen.push_back(0);
+    if (s->nodes.size() * 2 > s->slots.size()) gpt2__gss_rehash(s, s->slots.size() * 2);
+    else s->slots[i] = id;
+    return id;
+}
+
+/* Follows every way from the positions in s->work (each with the node below it) to the next
+   character class, into `out`: a rule reference opens each of its alternatives, an
+   alternative's end returns to the node below. */
+static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
+    const gpt2_grammar& g = *s->g;
+    if (++s->epoch == 0) { /* wrapped: forget every mark */
+        std::fill(s->seen.begin(), s->seen.end(), 0);
+        s->epoch = 1;
+    }
+    out->tops.clear();
+    out->complete = false;
+    while (!s->work.empty() && !s->overflow) {
+        gpt2__gnode at = s->work.back();
+        s->work.pop_back();
+        while (g.elems[at.pos].kind == GPT2__G_END) {
+            if (at.parent == 0) break;
+            at = s->nodes[at.parent];
+        }
+        const gpt2__gelem e = g.elems[at.pos];
+        if (e.kind == GPT2__G_END) {
+            out->complete = true;
+            continue;
+        }
+        const uint32_t id = gpt2__gss_intern(s, at.pos, at.parent);
+        if (s->seen[id] == s->epoch) continue;
+        s->seen[id] = s->epoch;
+        if (e.kind == GPT2__G_CHARS) {
+            out->tops.push_back(id);
+            continue;
+        }
+        /* the rule's alternatives, returning after the reference (or straight to the node
+           below when nothing follows it there: tail calls keep repetitions flat) */
+        const uint32_t ret = g.elems[at.pos + 1].kind == GPT2__G_END ? at.parent : gpt2__gss_intern(s, at.pos + 1, at.parent);
+        const gpt2__grule& r = g.rules[e.value];
+        for (uint32_t a = r.alts_begin; a < r.alts_end; a++) s->work.push_back({g.alt_starts[a], ret});
+    }
+    std::sort(out->tops.begin(), out->tops.end());
+    if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true;
+    if (s->overflow) { /* dead: the caller reports it */
+        out->tops.clear();
+        out->complete = false;
+        s->work.clear();
+    }
+}
+
+/* The state before any text: the start rule's alternatives. */
+static void gpt2__gstate_start(gpt2__gss* s, gpt2__gstate* out) {
+    const gpt2__grule& r = s->g->rules[s->g->root];
+    for (uint32_t a = r.alts_begin; a < r.alts_end; a++) s->work.push_back({s->g->alt_starts[a], 0});
+    gpt2__gss_closure(s, out);
+    out->lead = out->need = 0;
+    out->partial = 0;
+}
+
+/* The state after one more code point; false when the text cannot continue with it. */
+static bool gpt2__gstate_advance(gpt2__gss* s, const gpt2__gstate& from, uint32_t cp, gpt2__gstate* to) {
+    for (uint32_t id : from.tops) {
+        const gpt2__gnode n = s->nodes[id];
+        if (gpt2__class_has(s->g->classes[s->g->elems[n.pos].value], cp)) s->work.push_back({n.pos + 1, n.parent});
+    }
+    gpt2__gss_closure(s, to);
+    return !to->tops.empty() || to->complete;
+}
+
+/* Whether some top's class holds a code point in [lo, hi]. */
+static bool gpt2__gstate_meets(const gpt2__gss* s, const gpt2__gstate& st, uint32_t lo, uint32_t hi) {
+    for (uint32_t id : st.tops)
+        if (gpt2__class_meets(s->g->classes[s->g->elems[s->nodes[id].pos].value], lo, hi)) return true;
+    return false;
+}
+
+/* The state after one more byte; false when no sentence continues the text with it. */
+static bool gpt2__gstate_advance_byte(gpt2__gss* s, const gpt2__gstate& from, uint8_t b, gpt2__gstate* to) {
+    uint32_t partial;
+    uint8_t need, lead;
+    if (from.need == 0) {
+        if (b < 0x80) {
+            to->lead = to->need = 0;
+            to->partial = 0;
+            return gpt2__gstate_advance(s, from, b, to);
+        }
+        if (b >= 0xC2 && b <= 0xDF) need = 1, partial = b & 0x1Fu;
+        else if (b >= 0xE0 && b <= 0xEF) need = 2, partial = b & 0x0Fu;
+        else if (b >= 0xF0 && b <= 0xF4) need = 3, partial = b & 0x07u;
+        else return false;
+        lead = b;
+    } else {
+        /* the second byte's range is narrower after E0 (overlong), ED (surrogates), F0 (overlong), F4 (> U+10FFFF) */
+        const bool second = (from.lead >= 0xE0 && from.need == (from.lead >= 0xF0 ? 3 : 2));
+        const uint8_t lo = second && from.lead == 0xE0 ? 0xA0 : second && from.lead == 0xF0 ? 0x90 : 0x80;
+        const uint8_t hi = second && from.lead == 0xED ? 0x9F : second && from.lead == 0xF4 ? 0x8F : 0xBF;
+        if (b < lo || b > hi) return false;
+        need = (uint8_t)(from.need - 1);
+        partial = from.partial << 6 | (b & 0x3Fu);
+        lead = from.lead;
+        if (need == 0) {
+            to->lead = to->need = 0;
+            to->partial = 0;
+            return gpt2__gstate_advance(s, from, partial, to);
+        }
+    }
+    /* inside a character: the same stacks, kept while some class holds a code point it can become
+       (no shorter sequence could write it: the lead's length sets the least) */
+    const uint32_t least = lead < 0xE0 ? 0x80 : lead < 0xF0 ? 0x800 : 0x10000;
+    const uint32_t lo = std::max(partial << (6 * need), least), hi = std::min((partial << (6 * need)) | ((1u << (6 * need)) - 1), 0x10FFFFu);
+    if (!gpt2__gstate_meets(s, from, lo, hi)) return false;
+    to->tops = from.tops;
+    to->complete = false;
+    to->lead = lead;
+    to->need = need;
+    to->partial = partial;
+    return true;
+}
+
+/* Keeps only the nodes `st` reaches (renumbered, in the same order): a long generation makes
+   nodes for every prefix the masks tried. */
+static void gpt2__gss_compact(gpt2__gss* s, gpt2__gstate* st) {
+    gpt2__vector<uint32_t> new_id(s->nodes.size(), 0);
+    for (uint32_t id : st->tops)
+        for (uint32_t n = id; n && !new_id[n]; n = s->nodes[n].parent) new_id[n] = 1;
+    gpt2__vector<gpt2__gnode> kept(1, s->nodes[0]);
+    for (uint32_t id = 1; id < s->nodes.size(); id++)
+        if (new_id[id]) { /* a node's parent is older than it, so it is renumbered already */
+            new_id[id] = (uint32_t)kept.size();
+            kept.push_back({s->nodes[id].pos, new_id[s->nodes[id].parent]});
+        }
+    for (uint32_t& id : st->tops) id = new_id[id];
+    s->nodes = std::move(kept);
+    s->seen.assign(s->nodes.size(), 0);
+    s->epoch = 0;
+    size_t n_slots = 1024;
+    while (n_slots < s->nodes.size() * 2) n_slots *= 2;
+    gpt2__gss_rehash(s, n_slots);
+}
+
+/* One generation's grammar: the state after the text generated so far, and the scratch of the
+   mask's walk over the vocabulary's trie (one state per depth). */
+struct gpt2__grammar_matcher {
+    const gpt2_grammar* g = nullptr;
+    gpt2__gss gss;
+    gpt2__gstate state;
+    gpt2__vector<gpt2__gstate> levels;
+};
+
+static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g) {
+    m->g = g;
+    gpt2__gss_init(&m->gss, g);
+    gpt2__gstate_start(&m->gss, &m->state);
+}
+
+static gpt2_result gpt2__matcher_overflow(gpt2_error* err) {
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: the text so far can be read in more than %d ways at once (or needs more than %d stack nodes); "
+                      "the grammar is too ambiguous: make its alternatives start differently", (int)GPT2__GRAMMAR_MAX_STACKS, (int)GPT2__GSS_MAX_NODES);
+}
+
+/* Moves the state over `bytes`; *alive false when the text leaves the grammar (the state is
+   then not to be used). */
+static gpt2_result gpt2__matcher_feed(gpt2__grammar_matcher* m, std::string_view bytes, bool* alive, gpt2_error* err) {
+    gpt2__gstate next;
+    *alive = true;
+    for (char c : bytes) {
+        *alive = gpt2__gstate_advance_byte(&m->gss, m->state, (uint8_t)c, &next);
+        if (m->gss.overflow) return gpt2__matcher_overflow(err);
+        if (!*alive) return GPT2_OK;
+        std::swap(m->state, next);
+    }
+    if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) gpt2__gss_compact(&m->gss, &m->state);
+    return GPT2_OK;
+}
+
+/* The text so far is a whole sentence that nothing may extend. */
+static bool gpt2__matcher_finished(const gpt2__grammar_matcher& m) {
+    return m.state.complete && m.state.tops.empty();
+}
+
+/* Sets bit t of `allowed` (n_vocab bits, cleared here) for every token t whose bytes keep the
+   text a prefix of a sentence, and the end-of-text token's when the text is complete. */
+static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
+    const gpt2_model& model = *m->g->model;
+    const gpt2__token_trie& trie = model.token_trie;
+    std::memset(allowed, 0, ((size_t)model.n_vocab + 31) / 32 * sizeof(uint32_t));
+    m->levels.resize((size_t)trie.max_depth + 1);
+    const size_t n_nodes = trie.byte.size();
+    for (size_t i = 0; i < n_nodes;) {
+        const size_t d = trie.depth[i];
+        const gpt2__gstate& from = d == 1 ? m->state : m->levels[d - 1];
+        if (!gpt2__gstate_advance_byte(&m->gss, from, trie.byte[i], &m->levels[d])) {
+            if (m->gss.overflow) return gpt2__matcher_overflow(err);
+            i = trie.skip[i];
+            continue;
+        }
+        for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[i + 1]; k++) {
+            const int32_t t = trie.tokens[k];
+            allowed[t >> 5] |= 1u << (t & 31);
+        }
+        i++;
+    }
+    const int32_t eos = model.tokenizer.eos;
+    if (eos >= 0 && eos < model.n_vocab && m->state.complete && m->state.need == 0) allowed[eos >> 5] |= 1u << (eos & 31);
+    return GPT2_OK;
+}
+
+/* gpt2_grammar_match's answer for `text`. */
+static gpt2_result gpt2__grammar_match_text(const gpt2_grammar* g, std::string_view text, gpt2_match* match, gpt2_error* err) {
+    gpt2__grammar_matcher m;
+    gpt2__matcher_begin(&m, g);
+    bool alive;
+    GPT2__TRY(gpt2__matcher_feed(&m, text, &alive, err));
+    *match = !alive ? GPT2_MATCH_NONE : m.state.complete && m.state.need == 0 ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
+    return GPT2_OK;
+}
+
+#endif /* GPT2__PART_GRAMMAR_MATCHER_H */

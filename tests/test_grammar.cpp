@@ -1,0 +1,426 @@
+// Grammars: GBNF read or refused with a message that says where, text matched against an
+// independent reference (std::regex over every short string), and generation that follows the
+// grammar with the character vocabulary and with GPT-2's BPE.
+#include "helpers.h"
+#include <doctest/doctest.h>
+#include <regex>
+#include <set>
+
+namespace {
+
+struct Grammar {
+    gpt2_grammar* grammar = nullptr;
+    gpt2_error err{};
+    gpt2_result result = GPT2_OK;
+    Grammar(const gpt2_model* model, const char* gbnf, const char* root = nullptr) {
+        result = gpt2_grammar_from_gbnf(model, gbnf, root, &grammar, &err);
+    }
+    ~Grammar() { gpt2_grammar_free(grammar); }
+    Grammar(const Grammar&) = delete;
+    Grammar& operator=(const Grammar&) = delete;
+};
+
+gpt2_match match(const gpt2_grammar* g, const std::string& text) {
+    gpt2_match m = GPT2_MATCH_NONE;
+    gpt2_error err;
+    REQUIRE(gpt2_grammar_match(g, text.data(), text.size(), &m, &err) == GPT2_OK);
+    return m;
+}
+
+const char* match_name(gpt2_match m) { return m == GPT2_MATCH_COMPLETE ? "COMPLETE" : m == GPT2_MATCH_PREFIX ? "PREFIX" : "NONE"; }
+
+// Every string over `alphabet` of length <= n.
+std::vector<std::string> strings_up_to(const std::string& alphabet, size_t n) {
+    std::vector<std::string> all{""};
+    for (size_t begin = 0, len = 0; len < n; len++) {
+        const size_t end = all.size();
+        for (size_t i = begin; i < end; i++)
+            for (char c : alphabet) all.push_back(all[i] + c);
+        begin = end;
+    }
+    return all;
+}
+
+const Model& char_model() {
+    static Model m(test_model("shakespeare_char.gguf"));
+    return m;
+}
+
+const Model& bpe_model() {
+    static Model m(test_model("padded_gpt2.gguf"));
+    return m;
+}
+
+struct Generated {
+    gpt2_result result = GPT2_OK;
+    gpt2_error err{};
+    std::string text;
+    std::vector<int32_t> tokens;
+    gpt2_match match = GPT2_MATCH_NONE;
+};
+
+int collect_text(void* user, int32_t, const char* text, size_t len) {
+    static_cast<std::string*>(user)->append(text ? text : "", len);
+    return 0;
+}
+
+Generated generate_with(const gpt2_model* model, gpt2_session* s, const char* prompt, gpt2_generate_params p) {
+    Generated out;
+    p.on_token = collect_text;
+    p.user = &out.text;
+    p.grammar_match = &out.match;
+    std::vector<int32_t> ids(4096);
+    size_t n_prompt = 0;
+    std::vector<int32_t> prompt_ids(256);
+    REQUIRE(gpt2_tokenize(model, prompt, std::strlen(prompt), 0, prompt_ids.data(), prompt_ids.size(), &n_prompt, &out.err) == GPT2_OK);
+    size_t n = 0;
+    out.result = gpt2_generate(s, prompt_ids.data(), n_prompt, &p, ids.data(), ids.size(), &n, &out.err);
+    out.tokens.assign(ids.begin(), ids.begin() + (long)std::min(n, ids.size()));
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("grammar: malformed GBNF is refused with the line, the column and what is wrong") {
+    const Model& m = char_model();
+    REQUIRE(m.model);
+    struct Case {
+        const char* gbnf;
+        const char* message;
+    } cases[] = {
+        {"root ::= \"abc", "line 1, column 10: this literal has no closing '\"'"},
+        {"root ::= []", "column 10: empty character class"},
+        {"root ::= [z-a]", "runs backwards"},
+        {"root ::= [abc", "no closing ']'"},
+        {"root ::= \"\\q\"", "column 11: invalid escape \\q"},
+        {"root ::= \"\\x4\"", "expected 2 hexadecimal digits after \\x"},
+        {"root ::= \"\\uD800\"", "U+D800 is not a character"},
+        {"root ::= \"\xff\"", "byte 0xFF is not UTF-8 text"},
+        {"root ::= foo", "line 1, column 10: rule 'foo' is used but never defined"},
+        {"foo ::= \"a\"", "no rule named 'root'"},
+        {"root ::= \"a\"\n\nroot ::= \"b\"", "line 3, column 1: rule 'root' is defined twice (first at line 1)"},
+        {"root = \"a\"", "column 6: expected '::=' after the rule name 'root', found '='"},
+        {"root ::= ( \"a\"", "column 10: this group has no closing ')'"},
+        {"root ::= \"a\" )", "column 14: unexpected ')'"},
+        {"root ::= \"a\"{3,1}", "{3,1}: the most is below the least"},
+        {"root ::= \"a\"{x}", "expected a number in {m,n}, found 'x'"},
+        {"root ::= \"a\"{99999999}", "a repetition count above"},
+        {"root ::= \"a\" @", "column 14: expected a rule name, a \"literal\", a [class], '.' or '(', found '@'"},
+        {"", "no rules"},
+        {"  # only a comment\n", "no rules"},
+        {"root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive (root -> root)"},
+        {"root ::= x \"a\"\nx ::= y? root\ny ::= \"b\"", "left-recursive (root -> x -> root)"},
+        {"root ::= [^\\x00-\\U0010FFFF]", "this character class matches no character"},
+    };
+    for (const Case& c : cases) {
+        const std::string gbnf = c.gbnf;
+        CAPTURE(gbnf);
+        Grammar g(m.model, c.gbnf);
+        CHECK(g.grammar == nullptr);
+        CHECK_ERROR(g.err, GPT2_ERROR_BAD_GRAMMAR, c.message);
+    }
+    Grammar named(m.model, "start ::= \"a\"", "start");
+    CHECK(named.result == GPT2_OK);
+    Grammar missing(m.model, "start ::= \"a\"", "begin");
+    CHECK_ERROR(missing.err, GPT2_ERROR_BAD_GRAMMAR, "no rule named 'begin'");
+}
+
+TEST_CASE("grammar: bad arguments and a model without vocabulary are refused") {
+    const Model& m = char_model();
+    gpt2_grammar* g = nullptr;
+    gpt2_error err;
+    CHECK(gpt2_grammar_from_gbnf(nullptr, "root ::= \"a\"", nullptr, &g, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(gpt2_grammar_from_gbnf(m.model, nullptr, nullptr, &g, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(gpt2_grammar_from_gbnf(m.model, "root ::= \"a\"", nullptr, nullptr, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    gpt2_match result;
+    CHECK(gpt2_grammar_match(nullptr, "a", 1, &result, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    Grammar ok(m.model, "root ::= \"a\"");
+    CHECK(gpt2_grammar_match(ok.grammar, nullptr, 1, &result, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(gpt2_grammar_match(ok.grammar, nullptr, 0, &result, &err) == GPT2_OK);
+    CHECK(result == GPT2_MATCH_PREFIX);
+    gpt2_grammar_free(nullptr);
+}
+
+TEST_CASE("grammar: every GBNF feature accepts what an equivalent regex accepts, and nothing else") {
+    // The reference: a string is COMPLETE when std::regex matches it whole, PREFIX when some
+    // string of up to `longest` characters over the alphabet that begins with it matches.
+    const Model& m = char_model();
+    struct Case {
+        const char* gbnf;
+        const char* regex;
+        size_t text_max = 4; // texts this long at most, so that a completion fits in `longest`
+    } cases[] = {
+        {"root ::= \"ab\" | \"a-\"", "ab|a-"},
+        {"root ::= [ab]+ \"-\"", "[ab]+-"},
+        {"root ::= \"a\"* \"b\"?", "a*b?"},
+        {"root ::= (\"ab\")+", "(ab)+"},
+        {"root ::= \"a\"{2}", "a{2}"},
+        {"root ::= \"a\"{2,}", "a{2,}"},
+        {"root ::= \"a\"{1,3} \"b\"", "a{1,3}b"},
+        {"root ::= \"ab\"{0,2}", "(ab){0,2}"},
+        {"root ::= [^a]+", "[^a]+"},
+        {"root ::= . \"a\"", ".a"},
+        {"root ::= x \"-\" x\nx ::= \"a\" | \"b\" x", "b*a-b*a"},
+        {"root ::= [a\\-]+ \"b\"", "[a\\-]+b"},
+        {"root ::= [a-b]{2,3}", "[a-b]{2,3}"},
+        {"root ::= \"a\" # a comment | \"b\"\n  | \"b\" \"-\"", "a|b-"},
+        {"root ::= (\"a\" | \"ab\") (\"b\" | \"-\")*", "(a|ab)(b|-)*"},
+        {"root ::= \"a\" root \"b\" | \"-\"", "-|a-b|aa-bb|aaa-bbb", 3},
+        {"root ::= (x | y)*\nx ::= \"a\" \"b\"?\ny ::= \"-\"+", "(ab?|-+)*"},
+        {"root ::=\n  \"a\"\n  (\"b\"\n   | \"-\")\nother ::= \"x\"", "a(b|-)"},
+        {"root ::= \"\\x61\" \"\\u0062\" \"\\U0000002d\"", "ab-"},
+    };
+    const std::string alphabet = "ab-";
+    const size_t longest = 8;
+    const std::vector<std::string> candidates = strings_up_to(alphabet, longest);
+    for (const Case& c : cases) {
+        const std::string gbnf = c.gbnf;
+        CAPTURE(gbnf);
+        Grammar g(m.model, c.gbnf);
+        REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+        const std::regex re(c.regex);
+        std::vector<std::string> sentences;
+        for (const std::string& s : candidates)
+            if (std::regex_match(s, re)) sentences.push_back(s);
+        for (const std::string& text : strings_up_to(alphabet, c.text_max)) {
+            gpt2_match expected = GPT2_MATCH_NONE;
+            for (const std::string& s : sentences)
+                if (s.compare(0, text.size(), text) == 0) expected = s.size() == text.size() ? GPT2_MATCH_COMPLETE : std::max(expected, GPT2_MATCH_PREFIX);
+            CAPTURE(text);
+            CHECK(match_name(match(g.grammar, text)) == std::string(match_name(expected)));
+        }
+    }
+}
+
+TEST_CASE("grammar: classes read code points, and text is checked as UTF-8 bytes") {
+    const Model& m = char_model();
+    Grammar range(m.model, "root ::= [é-ë]");
+    REQUIRE(range.result == GPT2_OK);
+    CHECK(match(range.grammar, "é") == GPT2_MATCH_COMPLETE);
+    CHECK(match(range.grammar, "ë") == GPT2_MATCH_COMPLETE);
+    CHECK(match(range.grammar, "\xC3") == GPT2_MATCH_PREFIX);      // the first byte of é
+    CHECK(match(range.grammar, "à") == GPT2_MATCH_NONE);           // U+00E0, below the range
+    CHECK(match(range.grammar, "\xE2") == GPT2_MATCH_NONE);        // starts only characters above U+0800
+    CHECK(match(range.grammar, "e") == GPT2_MATCH_NONE);
+    Grammar ascii(m.model, "root ::= [\\x00-\\x7F]");
+    for (const char* lead : {"\xC2", "\xDF", "\xE0", "\xEF", "\xF0", "\xF4"}) CHECK(match(ascii.grammar, lead) == GPT2_MATCH_NONE); // no ASCII starts so
+    Grammar negated(m.model, "root ::= [^a]");
+    CHECK(match(negated.grammar, "€") == GPT2_MATCH_COMPLETE);
+    CHECK(match(negated.grammar, "\xE2\x82") == GPT2_MATCH_PREFIX);
+    CHECK(match(negated.grammar, "\xFF") == GPT2_MATCH_NONE);      // never UTF-8
+    CHECK(match(negated.grammar, "\xE0\x80") == GPT2_MATCH_NONE);  // an overlong form
+    CHECK(match(negated.grammar, "\xED\xA0\x80") == GPT2_MATCH_NONE); // a surrogate
+    CHECK(match(negated.grammar, "\xC3\xA9") == GPT2_MATCH_COMPLETE);
+    Grammar any(m.model, "root ::= . .");
+    CHECK(match(any.grammar, "😀x") == GPT2_MATCH_COMPLETE);
+    CHECK(match(any.grammar, "\xF0\x9F\x98") == GPT2_MATCH_PREFIX);
+    Grammar escaped(m.model, "root ::= \"\\u00e9\\n\\t\\\"\\\\\"");
+    CHECK(match(escaped.grammar, "é\n\t\"\\") == GPT2_MATCH_COMPLETE);
+}
+
+TEST_CASE("grammar: an ambiguous grammar stops at a limit with an error instead of growing without bound") {
+    const Model& m = char_model();
+    Grammar g(m.model, "root ::= x{6000}\nx ::= \"a\"*");
+    REQUIRE(g.result == GPT2_OK);
+    gpt2_match result;
+    gpt2_error err;
+    CHECK(gpt2_grammar_match(g.grammar, "aa", 2, &result, &err) == GPT2_ERROR_BAD_GRAMMAR);
+    CHECK(has(err, "too ambiguous"));
+}
+
+TEST_CASE("grammar: generation follows the grammar, ends when the sentence is whole, and says so") {
+    const Model& m = char_model();
+    Grammar g(m.model, "root ::= \"ACTION: \" action \"\\n\" line\naction ::= \"wave\" | \"attack\" | \"flee\"\nline ::= [A-Za-z ,']{1,30} \".\"");
+    REQUIRE(g.result == GPT2_OK);
+    std::set<std::string> actions;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        Session s(m);
+        gpt2_generate_params p = gpt2_generate_default_params();
+        p.grammar = g.grammar;
+        p.seed = seed;
+        p.temperature = 1.0f;
+        p.max_new_tokens = 200;
+        const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
+        CAPTURE(out.text);
+        REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
+        CHECK(match(g.grammar, out.text) == GPT2_MATCH_COMPLETE);
+        CHECK(out.match == GPT2_MATCH_COMPLETE);
+        actions.insert(out.text.substr(8, out.text.find('\n') - 8));
+    }
+    CHECK(actions.size() >= 2); // the grammar leaves the choice to the model
+}
+
+TEST_CASE("grammar: at max_new_tokens the text is a prefix of a sentence, and the result says so") {
+    const Model& m = char_model();
+    Grammar g(m.model, "root ::= [a-z ]+ \".\"");
+    Session s(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    p.max_new_tokens = 5;
+    p.logit_bias = nullptr;
+    const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
+    REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
+    CHECK(out.tokens.size() == 5);
+    const gpt2_match expected = match(g.grammar, out.text);
+    CHECK(expected != GPT2_MATCH_NONE);
+    CHECK(out.match == expected);
+}
+
+TEST_CASE("grammar: a grammar that allows every text draws the same tokens as no grammar") {
+    const Model& m = char_model();
+    Grammar all(m.model, "root ::= .*");
+    for (float temperature : {0.0f, 0.8f}) {
+        Session a(m), b(m);
+        gpt2_generate_params p = gpt2_generate_default_params();
+        p.temperature = temperature;
+        p.max_new_tokens = 40;
+        const Generated free_text = generate_with(m.model, a.session, "ROMEO:", p);
+        p.grammar = all.grammar;
+        const Generated constrained = generate_with(m.model, b.session, "ROMEO:", p);
+        CHECK(free_text.tokens == constrained.tokens);
+        CHECK(constrained.match == GPT2_MATCH_COMPLETE);
+    }
+}
+
+namespace {
+struct MaskCheck {
+    const gpt2_grammar* grammar;
+    const gpt2_model* model;
+    std::string text; // generated so far
+    int steps = 0, mismatches = 0, allowed = 0;
+};
+
+// on_logits sees the logits after the grammar's mask: a token is finite exactly when the text
+// with its bytes is still a sentence or the beginning of one (the end token: a whole sentence).
+void check_mask(void* user, float* logits, int n) {
+    MaskCheck* c = static_cast<MaskCheck*>(user);
+    const gpt2_model_info info = gpt2_model_get_info(c->model);
+    c->steps++;
+    for (int t = 0; t < n; t++) {
+        bool expected;
+        if (t == info.eos_token) {
+            expected = match(c->grammar, c->text) == GPT2_MATCH_COMPLETE;
+        } else {
+            char piece[256];
+            size_t len = 0;
+            gpt2_error err;
+            REQUIRE(gpt2_detokenize(c->model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
+            expected = len > 0 && match(c->grammar, c->text + std::string(piece, len)) != GPT2_MATCH_NONE;
+        }
+        const bool finite = logits[t] > -INFINITY;
+        c->allowed += finite;
+        if (finite != expected && c->mismatches++ < 5) FAIL_CHECK("token " << t << " is " << (finite ? "allowed" : "masked") << " after \"" << c->text << "\"");
+    }
+}
+
+int append_token_text(void* user, int32_t token, const char*, size_t) {
+    MaskCheck* c = static_cast<MaskCheck*>(user);
+    char piece[256];
+    size_t len = 0;
+    gpt2_error err;
+    if (token >= 0 && gpt2_detokenize(c->model, &token, 1, piece, sizeof piece, &len, &err) == GPT2_OK) c->text.append(piece, len);
+    return 0;
+}
+} // namespace
+
+TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the grammar (GPT-2 BPE)") {
+    const Model& m = bpe_model();
+    REQUIRE(m.model);
+    const char* json_like =
+        "root ::= \"{\" ws \"\\\"name\\\":\" ws string ws \",\" ws \"\\\"age\\\":\" ws [0-9]{1,3} ws \"}\"\n"
+        "string ::= \"\\\"\" [^\"\\\\\\n]{0,12} \"\\\"\"\n"
+        "ws ::= [ ]?";
+    Grammar g(m.model, json_like);
+    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+    Session s(m);
+    MaskCheck check{g.grammar, m.model, "", 0, 0, 0};
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    p.on_logits = check_mask;
+    p.on_token = append_token_text;
+    p.user = &check;
+    p.max_new_tokens = 6;
+    gpt2_match result;
+    p.grammar_match = &result;
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_generate_text(s.session, "Hello", &p, &err) == GPT2_OK, err.message);
+    CHECK(check.steps >= 1);
+    CHECK(check.mismatches == 0);
+    CHECK(check.allowed > check.steps); // more than one choice at some step
+    CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+}
+
+TEST_CASE("grammar: BPE generation completes a JSON-like sentence and stops at it") {
+    const Model& m = bpe_model();
+    Grammar g(m.model, "root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"");
+    REQUIRE(g.result == GPT2_OK);
+    Session s(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    p.max_new_tokens = 50;
+    const Generated out = generate_with(m.model, s.session, "Answer:", p);
+    REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
+    CHECK((out.text == "{\"ok\": true}" || out.text == "{\"ok\": false}"));
+    CHECK(out.match == GPT2_MATCH_COMPLETE);
+    CHECK(out.tokens.size() < 50);
+}
+
+TEST_CASE("grammar: each session of a batch follows its own grammar, as it would alone") {
+    const Model& m = char_model();
+    Grammar yes_no(m.model, "root ::= \"yes\" | \"no\"");
+    Grammar name(m.model, "root ::= [A-Z] [a-z]{2,8} \".\"");
+    Session a(m), b(m), c(m), a_alone(m), b_alone(m);
+    gpt2_generate_params params[3];
+    std::string texts[3];
+    gpt2_match matches[3];
+    for (int i = 0; i < 3; i++) {
+        params[i] = gpt2_generate_default_params();
+        params[i].seed = 10 + (uint64_t)i;
+        params[i].max_new_tokens = 20;
+        params[i].on_token = collect_text;
+        params[i].user = &texts[i];
+        params[i].grammar_match = &matches[i];
+    }
+    params[0].grammar = yes_no.grammar;
+    params[1].grammar = name.grammar; // c has none
+    gpt2_session* sessions[3] = {a.session, b.session, c.session};
+    const char* prompts[3] = {"ROMEO:", "JULIET:", "ROMEO:"};
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_generate_batch(sessions, prompts, params, 3, &err) == GPT2_OK, err.message);
+    CHECK(match(yes_no.grammar, texts[0]) == GPT2_MATCH_COMPLETE);
+    CHECK(match(name.grammar, texts[1]) == GPT2_MATCH_COMPLETE);
+    CHECK(matches[0] == GPT2_MATCH_COMPLETE);
+    CHECK(matches[1] == GPT2_MATCH_COMPLETE);
+    for (int i = 0; i < 2; i++) {
+        Session& alone = i == 0 ? a_alone : b_alone;
+        gpt2_generate_params p = params[i];
+        const Generated out = generate_with(m.model, alone.session, prompts[i], p);
+        CHECK(out.text == texts[i]);
+    }
+}
+
+TEST_CASE("grammar: a grammar the vocabulary cannot write fails at the first step, the session consistent") {
+    const Model& m = char_model();
+    Grammar g(m.model, "root ::= \"{\" [a-z]*"); // shakespeare_char's 65 characters have no '{'
+    REQUIRE(g.result == GPT2_OK);
+    Session s(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
+    CHECK_ERROR(out.err, GPT2_ERROR_BAD_GRAMMAR, "no token of the model's vocabulary continues");
+    CHECK(gpt2_session_n_tokens(s.session) == 6); // the prompt, evaluated; nothing generated
+    p.grammar = nullptr;
+    const Generated again = generate_with(m.model, s.session, "", p);
+    CHECK(again.result == GPT2_OK);
+}
+
+TEST_CASE("grammar: a grammar of another model is refused") {
+    const Model& a = char_model();
+    Model other(test_model("shakespeare_char.gguf"));
+    Grammar g(other.model, "root ::= \"a\"");
+    Session s(a);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    const Generated out = generate_with(a.model, s.session, "ROMEO:", p);
+    CHECK_ERROR(out.err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model");
+}
