@@ -32,6 +32,31 @@ struct CliSession {
     gpt2_session* session;
     ~CliSession() { gpt2_session_free(session); }
 };
+struct CliGrammar {
+    gpt2_grammar* grammar = nullptr;
+    ~CliGrammar() { gpt2_grammar_free(grammar); }
+};
+
+// Makes *out (freed first) from GBNF text, or from the file at `path` when text is NULL; returns
+// "" or what went wrong (*out unchanged then).
+inline std::string cli_make_grammar(const gpt2_model* model, const char* text, const std::string& path, gpt2_grammar** out) {
+    std::string gbnf;
+    if (text) {
+        gbnf = text;
+    } else {
+        FILE* f = std::fopen(path.c_str(), "rb");
+        if (!f) return "cannot open grammar file " + path;
+        char buffer[4096];
+        for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) gbnf.append(buffer, n);
+        std::fclose(f);
+    }
+    gpt2_grammar* grammar = nullptr;
+    gpt2_error err;
+    if (gpt2_grammar_from_gbnf(model, gbnf.c_str(), nullptr, &grammar, &err) != GPT2_OK) return (text ? "" : path + ": ") + err.message;
+    gpt2_grammar_free(*out);
+    *out = grammar;
+    return "";
+}
 
 inline bool cli_parse_int(const std::string& s, long min, long max, int* out) {
     char* end = nullptr;

@@ -40,6 +40,9 @@ static const char* usage =
     "  --stop STR           stop when the text contains STR; STR and what follows are not\n"
     "                       printed (repeat for more strings)\n"
     "  --stop-at-eos        stop when the model ends its text (<|endoftext|>)\n"
+    "  --grammar FILE       the text must follow the GBNF grammar in FILE (docs/GRAMMARS.md);\n"
+    "                       generation ends when it is a whole sentence of it\n"
+    "  --grammar-text GBNF  the same with the grammar given inline\n"
     "  --seed S             random seed (default 1337)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --ctx N              context length of the session (default: the model's)\n"
@@ -73,6 +76,7 @@ struct Options {
     int repeat_last_n = 0;
     std::vector<std::string> stops;
     bool stop_at_eos = false;
+    std::string grammar_file, grammar_text;
     std::string save_state, load_state, context_policy; // context_policy "": the mode's default
     int keep = -1;                                     // -1: not given
     int num_samples = 0;                               // sample.py's: 0 = not given (one, without the dashes)
@@ -140,11 +144,14 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         else if (a == "--load-state") o->load_state = v;
         else if (a == "--context-policy") { if (v != "exact" && v != "discard") return "--context-policy expects exact or discard, got '" + v + "'"; o->context_policy = v; }
         else if (a == "--keep") { if (!cli_parse_int(v, 0, 1 << 30, &o->keep)) return "--keep expects an integer >= 0, got '" + v + "'"; }
+        else if (a == "--grammar") o->grammar_file = v;
+        else if (a == "--grammar-text") o->grammar_text = v;
         else if (a == "--stop") { if (v.empty()) return "--stop expects a string of at least one character"; o->stops.push_back(v); }
         else return "unknown option '" + a + "' (see --help)";
     }
     if (o->has_prompt && o->has_prompt_ids) return "give -p (or --start) or --prompt-ids, not both";
     if (o->num_samples && o->json) return "--num_samples prints text; give it without --json";
+    if (!o->grammar_file.empty() && !o->grammar_text.empty()) return "give --grammar or --grammar-text, not both";
     return "";
 }
 
@@ -259,6 +266,14 @@ int main(int argc, char** argv) {
     gp.stop = stops.data();
     gp.n_stop = stops.size();
     gp.stop_at_eos = o.stop_at_eos;
+    CliGrammar grammar;
+    if (!o.grammar_file.empty() || !o.grammar_text.empty()) {
+        complaint = cli_make_grammar(model, o.grammar_text.empty() ? nullptr : o.grammar_text.c_str(), o.grammar_file, &grammar.grammar);
+        if (!complaint.empty()) return fail(complaint);
+    }
+    gp.grammar = grammar.grammar;
+    gpt2_match grammar_match = GPT2_MATCH_NONE;
+    gp.grammar_match = &grammar_match;
 
     if (repl) return cli_repl(model, session, gp);
     if (!o.load_state.empty()) {
@@ -305,6 +320,7 @@ int main(int argc, char** argv) {
     }
     std::string out = "{\"prompt_ids\":" + cli_json_ints(prompt) + ",\"ids\":" + cli_json_ints(ids);
     if (info.tokenizer != GPT2_TOKENIZER_NONE) out += ",\"text\":" + cli_json_string(printer.text);
+    if (gp.grammar) out += std::string(",\"grammar_complete\":") + (grammar_match == GPT2_MATCH_COMPLETE ? "true" : "false");
     out += ",\"last_logits\":" + cli_json_floats(last_logits) + "}";
     std::printf("%s\n", out.c_str());
     return 0;

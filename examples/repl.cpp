@@ -60,6 +60,7 @@ static const char* repl_help =
     "  /undo      drop the last answer and its prompt (again: the one before)\n"
     "  /save FILE save the conversation         /load FILE continue a saved one\n"
     "  /stop STR  end answers where STR appears, STR not shown (\\n: a newline); /stop alone: none\n"
+    "  /grammar FILE  answers follow the GBNF grammar in FILE (docs/GRAMMARS.md); /grammar alone: none\n"
     "  /quit      leave (also Ctrl-D)           Ctrl-C    stop the current answer\n"
     "Line editing: left/right, Home/End, Backspace/Delete, up/down for history, Ctrl-U clears.\n";
 
@@ -74,6 +75,9 @@ static void set_stops(gpt2_generate_params* p, std::vector<std::string> stops) {
     p->stop = stop_pointers.data();
     p->n_stop = stop_pointers.size();
 }
+
+// The grammar of /grammar (or --grammar); the generation params point at it.
+static CliGrammar repl_grammar;
 
 // "\n" and "\t" become a newline and a tab, "\\" a backslash; `show` turns them back.
 static std::string unescape(const std::string& s) {
@@ -98,7 +102,7 @@ static std::string show(const std::string& s) {
 // Applies a /command; returns false for /quit. `turns`: how many tokens each turn (a prompt and its
 // answer) added, oldest first. /undo removes the last turn's tokens from the end of the context -
 // counting from the end stays right after the context dropped old tokens.
-static bool command(const std::string& line, gpt2_session* session, gpt2_generate_params* p, std::vector<size_t>* turns) {
+static bool command(const std::string& line, const gpt2_model* model, gpt2_session* session, gpt2_generate_params* p, std::vector<size_t>* turns) {
     size_t space = line.find(' ');
     std::string name = line.substr(0, space), arg = space == std::string::npos ? "" : line.substr(space + 1);
     while (!arg.empty() && arg.back() == ' ') arg.pop_back();
@@ -150,6 +154,21 @@ static bool command(const std::string& line, gpt2_session* session, gpt2_generat
         std::string list;
         for (const std::string& s : stop_strings) list += (list.empty() ? "" : ", ") + show(s);
         std::printf("(%s)\n", list.empty() ? "no stop strings" : ("answers stop at " + list).c_str());
+    } else if (name == "/grammar") {
+        if (arg.empty()) {
+            gpt2_grammar_free(repl_grammar.grammar);
+            repl_grammar.grammar = nullptr;
+            p->grammar = nullptr;
+            std::printf("(no grammar: answers are free text)\n");
+            return true;
+        }
+        const std::string complaint = cli_make_grammar(model, nullptr, arg, &repl_grammar.grammar);
+        if (!complaint.empty()) {
+            std::printf("%s (the grammar is unchanged)\n", complaint.c_str());
+            return true;
+        }
+        p->grammar = repl_grammar.grammar;
+        std::printf("(answers follow the grammar in %s)\n", arg.c_str());
     } else if (name == "/n") {
         if (cli_parse_int(arg, 1, 1 << 24, &p->max_new_tokens)) std::printf("(%d tokens per answer)\n", p->max_new_tokens);
         else std::printf("/n expects an integer from 1, e.g. /n 200\n");
@@ -178,7 +197,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         }
         editor.add_history(line);
         if (!line.empty() && line[0] == '/') {
-            if (!command(line, session, &params, &turns)) return 0;
+            if (!command(line, model, session, &params, &turns)) return 0;
             continue;
         }
         if (line.empty()) line = "\n";

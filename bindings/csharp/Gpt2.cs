@@ -117,8 +117,8 @@ namespace Gpt2
             }
         }
 
-        // A session's hold on the native model: taken when it is made, released when it is disposed.
-        internal IntPtr AcquireForSession()
+        // A session's or a grammar's hold on the native model: taken when it is made, released when it is disposed.
+        internal IntPtr Acquire()
         {
             lock (gate)
             {
@@ -128,7 +128,7 @@ namespace Gpt2
             }
         }
 
-        internal void ReleaseForSession()
+        internal void Release()
         {
             lock (gate)
             {
@@ -220,6 +220,8 @@ namespace Gpt2
         public bool StopAtEos;
         /// <summary>Edits a copy of the logits before top_k (see gpt2_logits_fn); costs two copies of n_vocab floats a token.</summary>
         public Action<float[]> OnLogits;
+        /// <summary>The form the generated text must take (null = free text); see Gpt2Grammar.</summary>
+        public Gpt2Grammar Grammar;
 
         public Gpt2GenerateOptions()
         {
@@ -236,6 +238,57 @@ namespace Gpt2
             PresencePenalty = d.presence_penalty;
             FrequencyPenalty = d.frequency_penalty;
             StopAtEos = d.stop_at_eos != 0;
+        }
+    }
+
+    /// <summary>A grammar in llama.cpp's GBNF (docs/GRAMMARS.md) for one model's vocabulary: set it as
+    /// Gpt2GenerateOptions.Grammar and the generated text follows it. Immutable: share it between
+    /// sessions and threads. It keeps its model's native memory alive until it is disposed.</summary>
+    public sealed class Gpt2Grammar : IDisposable
+    {
+        IntPtr handle;
+        readonly Gpt2Model model;
+
+        /// <summary>Throws Gpt2Exception (GPT2_ERROR_BAD_GRAMMAR) naming the line, the column and what is wrong.</summary>
+        public Gpt2Grammar(Gpt2Model model, string gbnf, string root = null)
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (gbnf == null) throw new ArgumentNullException("gbnf");
+            IntPtr modelHandle = model.Acquire();
+            Gpt2Native.gpt2_error err;
+            gpt2_result result = Gpt2Native.gpt2_grammar_from_gbnf(modelHandle, Gpt2Native.Utf8z(gbnf), root == null ? null : Gpt2Native.Utf8z(root),
+                                                                   out handle, out err);
+            if (result != gpt2_result.GPT2_OK) model.Release();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            this.model = model;
+        }
+
+        public IntPtr Handle
+        {
+            get
+            {
+                if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Grammar");
+                return handle;
+            }
+        }
+
+        /// <summary>Whether text is a whole sentence of the grammar, the beginning of one, or neither.</summary>
+        public gpt2_match Match(string text)
+        {
+            byte[] bytes = Encoding.UTF8.GetBytes(text ?? "");
+            Gpt2Native.gpt2_error err;
+            gpt2_match match;
+            gpt2_result result = Gpt2Native.gpt2_grammar_match(Handle, bytes, (UIntPtr)bytes.Length, out match, out err);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return match;
+        }
+
+        public void Dispose()
+        {
+            if (handle == IntPtr.Zero) return;
+            Gpt2Native.gpt2_grammar_free(handle);
+            handle = IntPtr.Zero;
+            model.Release();
         }
     }
 
@@ -264,7 +317,7 @@ namespace Gpt2
             if (model == null) throw new ArgumentNullException("model");
             if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("set Gpt2Session.ShouldAbort instead of abort_fn");
             this.model = model;
-            IntPtr modelHandle = model.AcquireForSession();
+            IntPtr modelHandle = model.Acquire();
             nVocab = Gpt2Native.gpt2_model_get_info(modelHandle).n_vocab;
             abortHandle = GCHandle.Alloc(abort);
             p.abort_fn = AbortThunkPointer;
@@ -274,7 +327,7 @@ namespace Gpt2
             if (result != gpt2_result.GPT2_OK)
             {
                 abortHandle.Free();
-                model.ReleaseForSession();
+                model.Release();
             }
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
@@ -486,7 +539,7 @@ namespace Gpt2
             Gpt2Native.gpt2_session_free(handle);
             handle = IntPtr.Zero;
             if (abortHandle.IsAllocated) abortHandle.Free();
-            model.ReleaseForSession();
+            model.Release();
         }
 
         // What OnAbort needs: the caller's predicate, and an exception it threw, to rethrow.
@@ -531,6 +584,7 @@ namespace Gpt2
                     Native.presence_penalty = options.PresencePenalty;
                     Native.frequency_penalty = options.FrequencyPenalty;
                     Native.stop_at_eos = options.StopAtEos ? 1 : 0;
+                    if (options.Grammar != null) Native.grammar = options.Grammar.Handle;
                     Native.on_token = TokenThunkPointer;
                     Native.user = GCHandle.ToIntPtr(callHandle);
                     if (options.OnLogits != null) Native.on_logits = LogitsThunkPointer;

@@ -25,8 +25,11 @@ namespace Gpt2
         GPT2_ERROR_DEVICE,
         GPT2_ERROR_ABORTED,
         GPT2_ERROR_INTERNAL,
-        GPT2_ERROR_BUSY
+        GPT2_ERROR_BUSY,
+        GPT2_ERROR_BAD_GRAMMAR
     }
+
+    public enum gpt2_match { GPT2_MATCH_NONE = 0, GPT2_MATCH_PREFIX = 1, GPT2_MATCH_COMPLETE = 2 }
 
     public enum gpt2_log_level { GPT2_LOG_ERROR, GPT2_LOG_WARNING, GPT2_LOG_INFO, GPT2_LOG_DEBUG }
     public enum gpt2_type { GPT2_TYPE_F32 = 0, GPT2_TYPE_F16 = 1, GPT2_TYPE_Q4_0 = 2, GPT2_TYPE_Q8_0 = 8, GPT2_TYPE_BF16 = 30 }
@@ -145,6 +148,8 @@ namespace Gpt2
             public IntPtr stop;       // const char* const*
             public UIntPtr n_stop;
             public int stop_at_eos;
+            public IntPtr grammar;       // const gpt2_grammar*
+            public IntPtr grammar_match; // gpt2_match*
         }
 
         // ---- Version and ABI ----
@@ -205,6 +210,14 @@ namespace Gpt2
         public static extern IntPtr gpt2_session_logits(IntPtr session); // const float*, owned by the session
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_score(IntPtr session, int[] tokens, UIntPtr n_tokens, out double out_logprob_sum, out gpt2_error err);
+
+        // ---- Grammars ----
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_grammar_from_gbnf(IntPtr model, byte[] gbnf, byte[] root, out IntPtr out_grammar, out gpt2_error err);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern void gpt2_grammar_free(IntPtr grammar);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_grammar_match(IntPtr grammar, byte[] text, UIntPtr len, out gpt2_match out_match, out gpt2_error err);
 
         // ---- Generation ----
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]

@@ -204,6 +204,34 @@ static class BindingTest
                 Check("after the aborts the session continues as it would have", continued.Length > 0 && s.Generate("", Options(20, 8)) == continued);
             }
         }
+        // Grammars: the text follows one; a malformed one throws with the library's message; a
+        // grammar keeps its model's native memory alive.
+        {
+            var model = new Gpt2Model(path);
+            var session = new Gpt2Session(model);
+            var grammar = new Gpt2Grammar(model, "root ::= \"ACTION: \" (\"wave\" | \"flee\") \"\\n\" [a-z ]{1,20} \".\"");
+            var options = Options(100, 3);
+            options.Grammar = grammar;
+            string answer = session.Generate("ROMEO:", options);
+            Check("generated text is a whole sentence of the grammar", grammar.Match(answer) == gpt2_match.GPT2_MATCH_COMPLETE, "[" + answer + "]");
+            Check("Match tells a prefix from a sentence and from neither",
+                  grammar.Match("ACTION: wa") == gpt2_match.GPT2_MATCH_PREFIX && grammar.Match("ACTION: run") == gpt2_match.GPT2_MATCH_NONE);
+            try
+            {
+                new Gpt2Grammar(model, "root ::= \"unclosed");
+                Check("a malformed grammar throws", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("a malformed grammar throws Gpt2Exception naming the line and column",
+                      e.Code == gpt2_result.GPT2_ERROR_BAD_GRAMMAR && e.Message.Contains("line 1, column 10"), e.Message);
+            }
+            session.Dispose();
+            model.Dispose();
+            Check("a grammar outlives its disposed model", grammar.Match("ACTION: flee\nhi.") == gpt2_match.GPT2_MATCH_COMPLETE);
+            grammar.Dispose();
+            grammar.Dispose(); // twice: nothing more
+        }
         // Dispose orders (Unity does not order OnDestroy): a model disposed before its sessions
         // lives on for them and is freed with the last; a disposed object throws ObjectDisposedException.
         {
