@@ -1,4 +1,6 @@
 // npc.cpp - a game loop at 60 Hz while five characters "think" together on one worker thread.
+// Each answers in a form the game parses - "ACTION: <one of its actions>", then its line - held
+// by a grammar of its own (gpt2_grammar_from_gbnf), so the game can act on every answer.
 // One model is loaded and shared. The scene (what the player said) is evaluated once and forked
 // into each character's session (gpt2_session_copy), so no character reads it again. The worker
 // generates all characters' speeches in one batch (gpt2_generate_batch: one pass over the
@@ -25,7 +27,7 @@
 using Clock = std::chrono::steady_clock;
 
 struct Queue { std::mutex mutex; std::vector<std::pair<int, std::string>> items; }; // waiting for the next frame
-struct Speech { int line; Queue* queue; std::vector<int32_t> tokens; };              // one line of the play
+struct Speech { int line; Queue* queue; std::vector<int32_t> tokens; gpt2_match form; }; // one line of the play
 
 static int on_token(void* user, int32_t token, const char* text, size_t len) {
     Speech* speech = (Speech*)user;
@@ -35,17 +37,27 @@ static int on_token(void* user, int32_t token, const char* text, size_t len) {
     return 0;
 }
 
-// A speech ends where the next speaker's tag begins. In this model's text (Shakespeare) every
-// tag, "NAME:", comes after a blank line, and the model invents names (CAMILLO, SICINIUS), so
-// the blank line is where to stop. The stop string is not delivered (it stays in the context).
-static const char* const next_speaker[] = {"\n\n"};
+// A character's answer: its action, one of those it has, then one sentence and the blank line
+// that ends a speech in this model's text (Shakespeare), so the next speaker's tag follows as
+// in the text it learned from. Generation ends where the grammar's sentence does.
+static std::string answer_grammar(const std::vector<std::string>& actions) {
+    std::string choice;
+    for (const std::string& a : actions) choice += (choice.empty() ? "\"" : " | \"") + a + "\"";
+    return "root ::= \"ACTION: \" (" + choice + ") \"\\n\" [A-Z] [^\\n]{1,100} [.!?] \"\\n\\n\"";
+}
 
-static gpt2_generate_params speech_params(uint64_t seed, Speech* speech) {
+// The game's side: the action of an answer, or "" when the answer is incomplete.
+static std::string parsed_action(const std::string& answer) {
+    const size_t end = answer.find('\n');
+    return answer.rfind("ACTION: ", 0) == 0 && end != std::string::npos ? answer.substr(8, end - 8) : "";
+}
+
+static gpt2_generate_params speech_params(uint64_t seed, const gpt2_grammar* grammar, Speech* speech) {
     gpt2_generate_params gp = gpt2_generate_default_params();
-    gp.max_new_tokens = 100;
-    gp.seed = seed; // each character its own dice
-    gp.stop = next_speaker;
-    gp.n_stop = 1;
+    gp.max_new_tokens = 160; // the longest answer the grammar allows fits
+    gp.seed = seed;          // each character its own dice
+    gp.grammar = grammar;
+    gp.grammar_match = &speech->form;
     gp.on_token = on_token;
     gp.user = speech;
     return gp;
@@ -89,7 +101,12 @@ int main(int argc, char** argv) {
         return 1;
 
     const std::vector<std::string> cast = {"ROMEO", "JULIET", "MERCUTIO", "NURSE", "BENVOLIO"};
+    const std::vector<std::vector<std::string>> actions = {
+        {"sigh", "bow", "draw"}, {"wave", "blush", "flee"}, {"laugh", "draw", "mock"}, {"fuss", "hurry"}, {"bow", "warn"}};
     const size_t n = cast.size();
+    std::vector<gpt2_grammar*> grammars(n, nullptr); // immutable: the worker thread reads them
+    for (size_t i = 0; i < n; i++)
+        if (!ok(gpt2_grammar_from_gbnf(model, answer_grammar(actions[i]).c_str(), nullptr, &grammars[i], &err), err)) return 1;
     std::vector<gpt2_session*> sessions(n, nullptr);
     for (gpt2_session*& session : sessions)
         if (!ok(gpt2_session_create(model, &sp, &session, &err), err) || !ok(gpt2_session_copy(session, shared, &err), err)) return 1;
@@ -97,7 +114,7 @@ int main(int argc, char** argv) {
 
     Queue queue;
     std::vector<Speech> lines; // a line per character, then Romeo's answer to the player
-    for (size_t i = 0; i <= n; i++) lines.push_back({(int)i, &queue, {}});
+    for (size_t i = 0; i <= n; i++) lines.push_back({(int)i, &queue, {}, GPT2_MATCH_NONE});
     std::vector<std::string> said(lines.size());
     std::vector<unsigned char> save_game; // Romeo after his first speech
     const char* ask = "PLAYER:\nAnd what of Juliet?\n\nROMEO:\n"; // what the player says to him next
@@ -110,7 +127,7 @@ int main(int argc, char** argv) {
         std::vector<const char*> prompts;
         std::vector<gpt2_generate_params> params;
         for (size_t i = 0; i < n; i++) tags.push_back(cast[i] + ":\n");
-        for (size_t i = 0; i < n; i++) prompts.push_back(tags[i].c_str()), params.push_back(speech_params(1000 + i, &lines[i]));
+        for (size_t i = 0; i < n; i++) prompts.push_back(tags[i].c_str()), params.push_back(speech_params(1000 + i, grammars[i], &lines[i]));
         const auto t0 = Clock::now();
         const bool spoke = ok(gpt2_generate_batch(sessions.data(), prompts.data(), params.data(), n, &e), e);
         batch_s = ms_since(t0) / 1e3;
@@ -119,10 +136,9 @@ int main(int argc, char** argv) {
         gpt2_session_save(sessions[0], nullptr, 0, &bytes, &e);
         save_game.resize(bytes);
         if (spoke && ok(gpt2_session_save(sessions[0], save_game.data(), bytes, &bytes, &e), e)) {
-            // The context ends with the stop string unless the speech ran to max_new_tokens.
-            const bool stopped = lines[0].tokens.size() < (size_t)params[0].max_new_tokens;
-            ask_prompt = std::string(stopped ? "" : "\n\n") + ask;
-            gpt2_generate_params gp = speech_params(2000, &lines[n]);
+            // The context ends with the grammar's blank line unless the speech ran to max_new_tokens.
+            ask_prompt = std::string(lines[0].form == GPT2_MATCH_COMPLETE ? "" : "\n\n") + ask;
+            gpt2_generate_params gp = speech_params(2000, grammars[0], &lines[n]);
             ok(gpt2_generate_text(sessions[0], ask_prompt.c_str(), &gp, &e), e);
         } else {
             save_game.clear();
@@ -152,16 +168,18 @@ int main(int argc, char** argv) {
     worker.join();
     drain();
     std::printf("%s", scene);
-    for (size_t i = 0; i < n; i++) std::printf("%s:\n%s\n\n", cast[i].c_str(), said[i].c_str());
-    std::printf("%s%s\n\n", ask, said[n].c_str());
+    for (size_t i = 0; i < n; i++)
+        std::printf("%s:\n%s[the game: %s %s]\n\n", cast[i].c_str(), said[i].c_str(), cast[i].c_str(),
+                    parsed_action(said[i]).empty() ? "ran out of tokens" : parsed_action(said[i]).c_str());
+    std::printf("%s%s[the game: ROMEO %s]\n\n", ask, said[n].c_str(), parsed_action(said[n]).c_str());
 
     // Load the save game into a new session (with the same params: the context policy is not
     // saved): Romeo must say exactly what he said after the save.
     int status = 1;
     gpt2_session* restored = nullptr;
     Queue unused;
-    Speech again{0, &unused, {}};
-    gpt2_generate_params gp = speech_params(2000, &again);
+    Speech again{0, &unused, {}, GPT2_MATCH_NONE};
+    gpt2_generate_params gp = speech_params(2000, grammars[0], &again);
     if (!save_game.empty() && ok(gpt2_session_create(model, &sp, &restored, &err), err) &&
         ok(gpt2_session_load(restored, save_game.data(), save_game.size(), &err), err) &&
         ok(gpt2_generate_text(restored, ask_prompt.c_str(), &gp, &err), err)) {
@@ -179,6 +197,7 @@ int main(int argc, char** argv) {
     print_stats("main thread's work per frame", work_ms);
     print_stats("frame time (tick to tick)", frame_ms);
     for (gpt2_session* session : sessions) gpt2_session_free(session);
-    gpt2_model_free(model); // after every session is freed
+    for (gpt2_grammar* grammar : grammars) gpt2_grammar_free(grammar);
+    gpt2_model_free(model); // after every session and grammar is freed
     return status;
 }
