@@ -3279,14 +3279,41 @@ static void gpt2__gss_compact(gpt2__gss* s, gpt2__gstate* st) {
     gpt2__gss_rehash(s, n_slots);
 }
 
-/* One generation's grammar: the state after the text generated so far, and the scratch of the
-   mask's walk over the vocabulary's trie (one state per depth). */
+static bool gpt2__gstate_equal(const gpt2__gstate& a, const gpt2__gstate& b) {
+    return a.tops == b.tops && a.complete == b.complete && a.lead == b.lead && a.need == b.need && a.partial == b.partial;
+}
+
+static uint64_t gpt2__gstate_hash(const gpt2__gstate& s) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)s.complete << 40 | (uint64_t)s.lead << 32 | (uint64_t)s.need << 24) ^ s.partial;
+    for (uint32_t id : s.tops) h = (h ^ id) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+/* Masks already made in this generation, by the state they were made for: text keeps coming back
+   to a state (every character inside a JSON string leaves the same one), and a state's mask never
+   changes. Cleared when full and when the nodes are renumbered (gpt2__gss_compact). */
+enum { GPT2__MASK_CACHE_SIZE = 256 };
+struct gpt2__mask_cache {
+    std::unordered_map<uint64_t, uint32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, uint32_t>>> slot_of;
+    gpt2__vector<gpt2__gstate> states; /* slot i's state */
+    gpt2__vector<uint32_t> masks;      /* slot i's mask: words [i * words, (i + 1) * words) */
+};
+
+/* One generation's grammar: the state after the text generated so far, the scratch of the
+   mask's walk over the vocabulary's trie (one state per depth), and the masks made so far. */
 struct gpt2__grammar_matcher {
     const gpt2_grammar* g = nullptr;
     gpt2__gss gss;
     gpt2__gstate state;
     gpt2__vector<gpt2__gstate> levels;
+    gpt2__mask_cache cache;
 };
+
+static void gpt2__mask_cache_clear(gpt2__mask_cache* c) {
+    c->slot_of.clear();
+    c->states.clear();
+    c->masks.clear();
+}
 
 static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g) {
     m->g = g;
@@ -3310,7 +3337,10 @@ static gpt2_result gpt2__matcher_feed(gpt2__grammar_matcher* m, std::string_view
         if (!*alive) return GPT2_OK;
         std::swap(m->state, next);
     }
-    if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) gpt2__gss_compact(&m->gss, &m->state);
+    if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) {
+        gpt2__gss_compact(&m->gss, &m->state);
+        gpt2__mask_cache_clear(&m->cache);
+    }
     return GPT2_OK;
 }
 
@@ -3324,7 +3354,15 @@ static bool gpt2__matcher_finished(const gpt2__grammar_matcher& m) {
 static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
     const gpt2_model& model = *m->g->model;
     const gpt2__token_trie& trie = model.token_trie;
-    std::memset(allowed, 0, ((size_t)model.n_vocab + 31) / 32 * sizeof(uint32_t));
+    const size_t words = ((size_t)model.n_vocab + 31) / 32;
+    gpt2__mask_cache& cache = m->cache;
+    const uint64_t key = gpt2__gstate_hash(m->state);
+    const auto cached = cache.slot_of.find(key);
+    if (cached != cache.slot_of.end() && gpt2__gstate_equal(cache.states[cached->second], m->state)) {
+        std::memcpy(allowed, cache.masks.data() + cached->second * words, words * sizeof(uint32_t));
+        return GPT2_OK;
+    }
+    std::memset(allowed, 0, words * sizeof(uint32_t));
     m->levels.resize((size_t)trie.max_depth + 1);
     const size_t n_nodes = trie.byte.size();
     for (size_t i = 0; i < n_nodes;) {
@@ -3343,6 +3381,10 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     }
     const int32_t eos = model.tokenizer.eos;
     if (eos >= 0 && eos < model.n_vocab && m->state.complete && m->state.need == 0) allowed[eos >> 5] |= 1u << (eos & 31);
+    if (cache.states.size() >= GPT2__MASK_CACHE_SIZE) gpt2__mask_cache_clear(&cache);
+    cache.slot_of[key] = (uint32_t)cache.states.size();
+    cache.states.push_back(m->state);
+    cache.masks.insert(cache.masks.end(), allowed, allowed + words);
     return GPT2_OK;
 }
 
