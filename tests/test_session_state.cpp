@@ -146,7 +146,10 @@ TEST_CASE("truncating rewinds: the logits and the continuation are those of the 
         gpt2_error err{};
         REQUIRE_MESSAGE(gpt2_session_truncate(s.session, 25, &err) == GPT2_OK, err.message);
         REQUIRE(gpt2_session_eval(scratch.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
-        check_continues_alike(s.session, scratch.session, V, 1e-5f);
+        // The recomputed token's row comes from a one-token pass, scratch's from the prompt's
+        // pass: sums in another order, which an f16 cache can round a half-ulp apart (as for the
+        // discard policy's recompute below; 1.1e-5 on an AVX2 host, Zen 3).
+        check_continues_alike(s.session, scratch.session, V, kv_f16 ? 1e-3f : 1e-5f);
     }
 }
 
