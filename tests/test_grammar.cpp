@@ -41,6 +41,15 @@ std::vector<std::string> strings_up_to(const std::string& alphabet, size_t n) {
     return all;
 }
 
+bool read_text_file(const std::string& path, std::string* out) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out->append(buffer, n);
+    std::fclose(f);
+    return true;
+}
+
 const Model& char_model() {
     static Model m(test_model("shakespeare_char.gguf"));
     return m;
@@ -350,6 +359,32 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the
     CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
 }
 
+TEST_CASE("grammar: the mask allows exactly the tokens that keep the text JSON (examples/grammars/json.gbnf, GPT-2 BPE)") {
+    const Model& m = bpe_model();
+    REQUIRE(m.model);
+    std::string gbnf;
+    REQUIRE(read_text_file(std::string(GPT2_SOURCE_DIR) + "/examples/grammars/json.gbnf", &gbnf));
+    Grammar g(m.model, gbnf.c_str());
+    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+    for (uint64_t seed : {1, 2}) {
+        Session s(m);
+        MaskCheck check{g.grammar, m.model, "", 0, 0, 0};
+        gpt2_generate_params p = gpt2_generate_default_params();
+        p.grammar = g.grammar;
+        p.on_logits = check_mask;
+        p.on_token = append_token_text;
+        p.user = &check;
+        p.seed = seed;
+        p.temperature = 1.5f; // wander: more of the grammar's states
+        p.max_new_tokens = 5;
+        gpt2_error err;
+        REQUIRE_MESSAGE(gpt2_generate_text(s.session, "{", &p, &err) == GPT2_OK, err.message);
+        CAPTURE(check.text);
+        CHECK(check.mismatches == 0);
+        CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+    }
+}
+
 TEST_CASE("grammar: BPE generation completes a JSON-like sentence and stops at it") {
     const Model& m = bpe_model();
     Grammar g(m.model, "root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"");
@@ -410,6 +445,7 @@ TEST_CASE("grammar: a grammar the vocabulary cannot write fails at the first ste
     CHECK_ERROR(out.err, GPT2_ERROR_BAD_GRAMMAR, "no token of the model's vocabulary continues");
     CHECK(gpt2_session_n_tokens(s.session) == 6); // the prompt, evaluated; nothing generated
     p.grammar = nullptr;
+    p.max_new_tokens = 5;
     const Generated again = generate_with(m.model, s.session, "", p);
     CHECK(again.result == GPT2_OK);
 }

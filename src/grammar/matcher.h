@@ -229,31 +229,62 @@ static uint64_t gpt2__gstate_hash(const gpt2__gstate& s) {
     return h ^ (h >> 29);
 }
 
-/* Masks already made in this generation, by the state they were made for: text keeps coming back
-   to a state (every character inside a JSON string leaves the same one), and a state's mask never
-   changes. Cleared when full and when the nodes are renumbered (gpt2__gss_compact). */
-enum { GPT2__MASK_CACHE_SIZE = 256 };
-struct gpt2__mask_cache {
-    std::unordered_map<uint64_t, uint32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, uint32_t>>> slot_of;
-    gpt2__vector<gpt2__gstate> states; /* slot i's state */
-    gpt2__vector<uint32_t> masks;      /* slot i's mask: words [i * words, (i + 1) * words) */
+/* The states met in this generation, each stored once, with the steps between them and the
+   masks made for them. A mask walks the vocabulary's trie a byte per node, and most nodes take a
+   step taken before (inside a JSON string every ordinary byte leads back to the same state):
+   read from the table, it costs no closure. A state's mask never changes, so a state the text
+   comes back to costs a copy of its mask. Cleared when full, and when the nodes are renumbered
+   (gpt2__gss_compact). */
+enum { GPT2__STATE_TABLE_SIZE = 4096, GPT2__MASK_CACHE_SIZE = 256 };
+enum : int32_t { GPT2__STEP_UNKNOWN = -1, GPT2__STEP_DEAD = -2 };
+struct gpt2__state_table {
+    std::unordered_map<uint64_t, int32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, int32_t>>> id_of;
+    gpt2__vector<gpt2__gstate> states;
+    gpt2__vector<int32_t> next;      /* 256 per state: the state after each byte, or a GPT2__STEP_ */
+    gpt2__vector<int32_t> mask_slot; /* per state: where its mask is in `masks`, or -1 */
+    gpt2__vector<uint32_t> masks;
+    int32_t n_masks = 0;
+};
+
+static void gpt2__state_table_clear(gpt2__state_table* t) {
+    t->id_of.clear();
+    t->states.clear();
+    t->next.clear();
+    t->mask_slot.clear();
+    t->masks.clear();
+    t->n_masks = 0;
+}
+
+/* The id of `s`, added if new; -1 when the table is full or another state has its hash (the
+   walk then goes on without the table below it). */
+static int32_t gpt2__state_table_id(gpt2__state_table* t, const gpt2__gstate& s) {
+    const uint64_t h = gpt2__gstate_hash(s);
+    const auto found = t->id_of.find(h);
+    if (found != t->id_of.end()) return gpt2__gstate_equal(t->states[(size_t)found->second], s) ? found->second : -1;
+    if (t->states.size() >= GPT2__STATE_TABLE_SIZE) return -1;
+    const int32_t id = (int32_t)t->states.size();
+    t->id_of.emplace(h, id);
+    t->states.push_back(s);
+    t->next.resize(t->next.size() + 256, GPT2__STEP_UNKNOWN);
+    t->mask_slot.push_back(-1);
+    return id;
+}
+
+/* A state on the trie walk's path: its id in the table, or (id -1) the state itself. */
+struct gpt2__walk_level {
+    int32_t id = -1;
+    gpt2__gstate state;
 };
 
 /* One generation's grammar: the state after the text generated so far, the scratch of the
-   mask's walk over the vocabulary's trie (one state per depth), and the masks made so far. */
+   mask's walk over the vocabulary's trie (a state per depth), and the table of states. */
 struct gpt2__grammar_matcher {
     const gpt2_grammar* g = nullptr;
     gpt2__gss gss;
     gpt2__gstate state;
-    gpt2__vector<gpt2__gstate> levels;
-    gpt2__mask_cache cache;
+    gpt2__vector<gpt2__walk_level> levels;
+    gpt2__state_table table;
 };
-
-static void gpt2__mask_cache_clear(gpt2__mask_cache* c) {
-    c->slot_of.clear();
-    c->states.clear();
-    c->masks.clear();
-}
 
 static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g) {
     m->g = g;
@@ -279,7 +310,7 @@ static gpt2_result gpt2__matcher_feed(gpt2__grammar_matcher* m, std::string_view
     }
     if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) {
         gpt2__gss_compact(&m->gss, &m->state);
-        gpt2__mask_cache_clear(&m->cache);
+        gpt2__state_table_clear(&m->table);
     }
     return GPT2_OK;
 }
@@ -289,42 +320,66 @@ static bool gpt2__matcher_finished(const gpt2__grammar_matcher& m) {
     return m.state.complete && m.state.tops.empty();
 }
 
-/* Sets bit t of `allowed` (n_vocab bits, cleared here) for every token t whose bytes keep the
-   text a prefix of a sentence, and the end-of-text token's when the text is complete. */
+/* The walk's step from `from` over byte b, through the table where it can; false when no
+   sentence continues the text with it. */
+static bool gpt2__walk_step(gpt2__grammar_matcher* m, const gpt2__walk_level& from, uint8_t b, gpt2__walk_level* to) {
+    gpt2__state_table& t = m->table;
+    if (from.id < 0) {
+        if (!gpt2__gstate_advance_byte(&m->gss, from.state, b, &to->state)) return false;
+        to->id = gpt2__state_table_id(&t, to->state);
+        return true;
+    }
+    const size_t step = (size_t)from.id * 256 + b;
+    if (t.next[step] != GPT2__STEP_UNKNOWN) {
+        to->id = t.next[step];
+        return to->id != GPT2__STEP_DEAD;
+    }
+    if (!gpt2__gstate_advance_byte(&m->gss, t.states[(size_t)from.id], b, &to->state)) {
+        if (!m->gss.overflow) t.next[step] = GPT2__STEP_DEAD;
+        return false;
+    }
+    to->id = gpt2__state_table_id(&t, to->state);
+    if (to->id >= 0) t.next[step] = to->id;
+    return true;
+}
+
+/* Sets bit t of `allowed` (n_vocab bits) for every token t whose bytes keep the text a prefix
+   of a sentence, and the end-of-text token's when the text is complete. */
 static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
     const gpt2_model& model = *m->g->model;
     const gpt2__token_trie& trie = model.token_trie;
     const size_t words = ((size_t)model.n_vocab + 31) / 32;
-    gpt2__mask_cache& cache = m->cache;
-    const uint64_t key = gpt2__gstate_hash(m->state);
-    const auto cached = cache.slot_of.find(key);
-    if (cached != cache.slot_of.end() && gpt2__gstate_equal(cache.states[cached->second], m->state)) {
-        std::memcpy(allowed, cache.masks.data() + cached->second * words, words * sizeof(uint32_t));
+    gpt2__state_table& t = m->table;
+    if (t.states.size() >= GPT2__STATE_TABLE_SIZE) gpt2__state_table_clear(&t);
+    m->levels.resize((size_t)trie.max_depth + 1);
+    gpt2__walk_level& root = m->levels[0];
+    root.id = gpt2__state_table_id(&t, m->state);
+    root.state = m->state;
+    if (root.id >= 0 && t.mask_slot[(size_t)root.id] >= 0) {
+        std::memcpy(allowed, t.masks.data() + (size_t)t.mask_slot[(size_t)root.id] * words, words * sizeof(uint32_t));
         return GPT2_OK;
     }
     std::memset(allowed, 0, words * sizeof(uint32_t));
-    m->levels.resize((size_t)trie.max_depth + 1);
     const size_t n_nodes = trie.byte.size();
     for (size_t i = 0; i < n_nodes;) {
         const size_t d = trie.depth[i];
-        const gpt2__gstate& from = d == 1 ? m->state : m->levels[d - 1];
-        if (!gpt2__gstate_advance_byte(&m->gss, from, trie.byte[i], &m->levels[d])) {
+        if (!gpt2__walk_step(m, m->levels[d - 1], trie.byte[i], &m->levels[d])) {
             if (m->gss.overflow) return gpt2__matcher_overflow(err);
             i = trie.skip[i];
             continue;
         }
         for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[i + 1]; k++) {
-            const int32_t t = trie.tokens[k];
-            allowed[t >> 5] |= 1u << (t & 31);
+            const int32_t token = trie.tokens[k];
+            allowed[token >> 5] |= 1u << (token & 31);
         }
         i++;
     }
     const int32_t eos = model.tokenizer.eos;
     if (eos >= 0 && eos < model.n_vocab && m->state.complete && m->state.need == 0) allowed[eos >> 5] |= 1u << (eos & 31);
-    if (cache.states.size() >= GPT2__MASK_CACHE_SIZE) gpt2__mask_cache_clear(&cache);
-    cache.slot_of[key] = (uint32_t)cache.states.size();
-    cache.states.push_back(m->state);
-    cache.masks.insert(cache.masks.end(), allowed, allowed + words);
+    if (root.id >= 0 && t.n_masks < GPT2__MASK_CACHE_SIZE) {
+        t.mask_slot[(size_t)root.id] = t.n_masks++;
+        t.masks.insert(t.masks.end(), allowed, allowed + words);
+    }
     return GPT2_OK;
 }
 
