@@ -62,6 +62,11 @@ check_same() { # kernels prompt n temperature top_k seed
 check_same wasm_simd128 "JULIET:" 200 1.0 40 123
 check_same wasm_simd128 "ROMEO:" 200 0.8 200 7
 step "Node generates the native token ids and text (2 prompts, 200 tokens each)"
+grammar='root ::= "ACTION: " ("wave" | "flee") "\n" [A-Z] [^\n]{1,60} "."'
+native_json=$("$native" -m "$model" -p "ROMEO:" -n 100 --temp 0.8 --top-k 200 --seed 7 -t 1 --context-policy discard --json --grammar-text "$grammar")
+wasm_json=$(node examples/web/node_generate.js "$model" "ROMEO:" 100 0.8 200 7 "$grammar")
+same_fields "with a grammar, Node" ids,text "$native_json" "$wasm_json"
+step "with a grammar, Node generates the native token ids and text"
 GPT2_WASM_SIMD=0 GPT2_WASM_OUT=build-wasm/scalar bash examples/web/build.sh
 GPT2_WEB_MODULE=build-wasm/scalar/gpt2_web.js check_same scalar "ROMEO:" 200 0.8 200 7
 step "built without -msimd128, Node generates the native tokens with the portable kernels"

@@ -1,7 +1,7 @@
 // Generates with the web module (gpt2_web.js) under Node, as the page's worker does, and prints
 // one JSON object: {kernels, ids, text, tokens, seconds}. tools/web_test.sh compares it with the
 // native program's output.
-//   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED
+//   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [GRAMMAR]
 // GPT2_WEB_MODULE=PATH loads another build of the module (build.sh's GPT2_WASM_OUT).
 const fs = require('fs');
 const path = require('path');
@@ -11,9 +11,9 @@ const path = require('path');
 delete globalThis.fetch;
 const createGpt2 = require(path.resolve(process.env.GPT2_WEB_MODULE || path.join(__dirname, 'gpt2_web.js')));
 
-const [model, prompt, n, temperature, topK, seed] = process.argv.slice(2);
+const [model, prompt, n, temperature, topK, seed, grammar = ''] = process.argv.slice(2);
 if (seed === undefined) {
-    console.error('usage: node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED');
+    console.error('usage: node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [GRAMMAR]');
     process.exit(2);
 }
 createGpt2().then((gpt2) => {
@@ -26,7 +26,7 @@ createGpt2().then((gpt2) => {
     let text = '';
     gpt2.onToken = (id, piece) => { ids.push(id); text += piece; };
     const start = process.hrtime.bigint();
-    if (gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number'], [prompt, +n, +temperature, +topK, +seed]) !== 0) fail('generate');
+    if (gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string'], [prompt, +n, +temperature, +topK, +seed, grammar]) !== 0) fail('generate');
     const seconds = Number(process.hrtime.bigint() - start) / 1e9;
     console.log(JSON.stringify({kernels: gpt2.UTF8ToString(gpt2._web_kernels()), ids, text, tokens: ids.length, seconds}));
 });

@@ -1,7 +1,7 @@
 // The Web Worker that runs gpt2.h (gpt2_web.js, built by build.sh). Generating blocks this thread,
 // never the page's: each token goes to the page by postMessage as soon as it is sampled.
 //   page -> worker  {type: 'load', url}   fetch the GGUF model at url and load it
-//                   {type: 'generate', prompt, n, temperature, topK, seed}
+//                   {type: 'generate', prompt, n, temperature, topK, seed, grammar}
 //   worker -> page  {type: 'loaded', kernels, bytes}  {type: 'token', id, text}
 //                   {type: 'done', tokens, seconds}   {type: 'error', message}
 importScripts('gpt2_web.js');
@@ -25,8 +25,8 @@ function generate(gpt2, m) {
     let tokens = 0;
     gpt2.onToken = (id, text) => { tokens++; postMessage({type: 'token', id, text}); };
     const start = performance.now();
-    const result = gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number'],
-                              [m.prompt, m.n, m.temperature, m.topK, m.seed]);
+    const result = gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string'],
+                              [m.prompt, m.n, m.temperature, m.topK, m.seed, m.grammar || '']);
     const seconds = (performance.now() - start) / 1000;
     if (result !== 0) throw new Error(gpt2.UTF8ToString(gpt2._web_last_error()));
     postMessage({type: 'done', tokens, seconds});
