@@ -463,6 +463,12 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
 
 /* ---- Grammars ---------------------------------------------------------------------------- */
 
+GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
+    if (!grammar) return;
+    grammar->~gpt2_grammar();
+    GPT2_FREE(grammar);
+}
+
 GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, gpt2_error* err) {
     if (out) *out = nullptr;
     if (!model || !gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, gbnf or out_grammar is NULL");
@@ -470,21 +476,20 @@ GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char*
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
     GPT2__GUARD_BEGIN
     std::call_once(model->token_trie_once, [model] { gpt2__token_trie_build(&model->token_trie, &model->tokenizer, model->tokenizer.eos); });
-    gpt2_grammar g;
-    g.model = model;
-    GPT2__TRY(gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, &g, err));
     void* memory = GPT2_MALLOC(sizeof(gpt2_grammar));
     if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
-    *out = new (memory) gpt2_grammar(std::move(g));
+    gpt2_grammar* g = new (memory) gpt2_grammar(); /* made in place: it holds a mutex */
+    g->model = model;
+    const gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, err);
+    if (res != GPT2_OK) {
+        gpt2_grammar_free(g);
+        return res;
+    }
+    *out = g;
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }
 
-GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
-    if (!grammar) return;
-    grammar->~gpt2_grammar();
-    GPT2_FREE(grammar);
-}
 
 GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* match, gpt2_error* err) {
     if (match) *match = GPT2_MATCH_NONE;

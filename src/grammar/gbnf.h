@@ -40,6 +40,15 @@ struct gpt2__grule {
     uint32_t alts_begin = 0, alts_end = 0; /* its alternatives: gpt2_grammar::alt_starts[begin, end) */
 };
 
+/* What the character class at one position decides about the vocabulary (made by matcher.h on
+   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole; `uncertain`,
+   those that reach the rule's end, where the stack below decides. */
+struct gpt2__position_tokens {
+    bool made = false;
+    gpt2__vector<uint32_t> accepted;
+    gpt2__vector<int32_t> uncertain;
+};
+
 struct gpt2_grammar {
     const gpt2_model* model = nullptr;
     gpt2__vector<gpt2__gelem> elems; /* every alternative's elements, each ending with GPT2__G_END */
@@ -47,6 +56,9 @@ struct gpt2_grammar {
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
+    /* per element (only character classes get filled), under the mutex: grammars are shared */
+    mutable std::mutex positions_mutex;
+    mutable gpt2__vector<gpt2__position_tokens> positions;
 };
 
 enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 22, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
@@ -520,6 +532,7 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
         }
         g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
     }
+    g->positions.resize(g->elems.size());
     return GPT2_OK;
 }
 

@@ -27,6 +27,7 @@ struct gpt2__gnode {
 struct gpt2__gstate {
     gpt2__vector<uint32_t> tops; /* node ids whose pos is a character class, sorted */
     bool complete = false;       /* the text so far is a whole sentence */
+    bool escaped = false;        /* a rule ended over gpt2__gss::unknown (gpt2__position_tokens_make) */
     uint8_t lead = 0;            /* inside a UTF-8 character: its first byte; 0 = between characters */
     uint8_t need = 0;            /* its bytes still to come */
     uint32_t partial = 0;        /* its bits so far */
@@ -41,6 +42,7 @@ struct gpt2__gss {
     uint32_t epoch = 0;
     gpt2__vector<gpt2__gnode> work;
     bool overflow = false; /* too many stacks or nodes: the grammar is too ambiguous */
+    uint32_t unknown = UINT32_MAX; /* a node standing for a stack not known (gpt2__position_tokens_make) */
 };
 
 static uint32_t gpt2__gss_hash(uint32_t pos, uint32_t parent) {
@@ -94,17 +96,17 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
         s->epoch = 1;
     }
     out->tops.clear();
-    out->complete = false;
+    out->complete = out->escaped = false;
     while (!s->work.empty() && !s->overflow) {
         gpt2__gnode at = s->work.back();
         s->work.pop_back();
         while (g.elems[at.pos].kind == GPT2__G_END) {
-            if (at.parent == 0) break;
+            if (at.parent == 0 || at.parent == s->unknown) break;
             at = s->nodes[at.parent];
         }
         const gpt2__gelem e = g.elems[at.pos];
         if (e.kind == GPT2__G_END) {
-            out->complete = true;
+            (at.parent == 0 ? out->complete : out->escaped) = true;
             continue;
         }
         const uint32_t id = gpt2__gss_intern(s, at.pos, at.parent);
@@ -124,7 +126,7 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
     if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true;
     if (s->overflow) { /* dead: the caller reports it */
         out->tops.clear();
-        out->complete = false;
+        out->complete = out->escaped = false;
         s->work.clear();
     }
 }
@@ -145,7 +147,7 @@ static bool gpt2__gstate_advance(gpt2__gss* s, const gpt2__gstate& from, uint32_
         if (gpt2__class_has(s->g->classes[s->g->elems[n.pos].value], cp)) s->work.push_back({n.pos + 1, n.parent});
     }
     gpt2__gss_closure(s, to);
-    return !to->tops.empty() || to->complete;
+    return !to->tops.empty() || to->complete || to->escaped;
 }
 
 /* Whether some top's class holds a code point in [lo, hi]. */
@@ -191,7 +193,7 @@ static bool gpt2__gstate_advance_byte(gpt2__gss* s, const gpt2__gstate& from, ui
     const uint32_t lo = std::max(partial << (6 * need), least), hi = std::min((partial << (6 * need)) | ((1u << (6 * need)) - 1), 0x10FFFFu);
     if (!gpt2__gstate_meets(s, from, lo, hi)) return false;
     to->tops = from.tops;
-    to->complete = false;
+    to->complete = to->escaped = false;
     to->lead = lead;
     to->need = need;
     to->partial = partial;
@@ -220,11 +222,11 @@ static void gpt2__gss_compact(gpt2__gss* s, gpt2__gstate* st) {
 }
 
 static bool gpt2__gstate_equal(const gpt2__gstate& a, const gpt2__gstate& b) {
-    return a.tops == b.tops && a.complete == b.complete && a.lead == b.lead && a.need == b.need && a.partial == b.partial;
+    return a.tops == b.tops && a.complete == b.complete && a.escaped == b.escaped && a.lead == b.lead && a.need == b.need && a.partial == b.partial;
 }
 
 static uint64_t gpt2__gstate_hash(const gpt2__gstate& s) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)s.complete << 40 | (uint64_t)s.lead << 32 | (uint64_t)s.need << 24) ^ s.partial;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)s.escaped << 41 | (uint64_t)s.complete << 40 | (uint64_t)s.lead << 32 | (uint64_t)s.need << 24) ^ s.partial;
     for (uint32_t id : s.tops) h = (h ^ id) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
@@ -283,6 +285,8 @@ struct gpt2__grammar_matcher {
     gpt2__gss gss;
     gpt2__gstate state;
     gpt2__vector<gpt2__walk_level> levels;
+    gpt2__walk_level check[2];      /* a single token's walk (gpt2__matcher_allows) */
+    gpt2__vector<uint32_t> checked; /* a bit per token: its walk is done in this mask */
     gpt2__state_table table;
 };
 
@@ -343,23 +347,10 @@ static bool gpt2__walk_step(gpt2__grammar_matcher* m, const gpt2__walk_level& fr
     return true;
 }
 
-/* Sets bit t of `allowed` (n_vocab bits) for every token t whose bytes keep the text a prefix
-   of a sentence, and the end-of-text token's when the text is complete. */
-static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
-    const gpt2_model& model = *m->g->model;
-    const gpt2__token_trie& trie = model.token_trie;
-    const size_t words = ((size_t)model.n_vocab + 31) / 32;
-    gpt2__state_table& t = m->table;
-    if (t.states.size() >= GPT2__STATE_TABLE_SIZE) gpt2__state_table_clear(&t);
-    m->levels.resize((size_t)trie.max_depth + 1);
-    gpt2__walk_level& root = m->levels[0];
-    root.id = gpt2__state_table_id(&t, m->state);
-    root.state = m->state;
-    if (root.id >= 0 && t.mask_slot[(size_t)root.id] >= 0) {
-        std::memcpy(allowed, t.masks.data() + (size_t)t.mask_slot[(size_t)root.id] * words, words * sizeof(uint32_t));
-        return GPT2_OK;
-    }
-    std::memset(allowed, 0, words * sizeof(uint32_t));
+/* Sets the bit of every token under trie node `node` whose bytes keep the text in the grammar,
+   walking from levels[0] (the state) through the table. */
+static gpt2_result gpt2__matcher_walk(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
+    const gpt2__token_trie& trie = m->g->model->token_trie;
     const size_t n_nodes = trie.byte.size();
     for (size_t i = 0; i < n_nodes;) {
         const size_t d = trie.depth[i];
@@ -373,6 +364,111 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
             allowed[token >> 5] |= 1u << (token & 31);
         }
         i++;
+    }
+    return GPT2_OK;
+}
+
+/* Whether `bytes` keep the text in the grammar, walked from levels[0] (the state). */
+static bool gpt2__matcher_allows(gpt2__grammar_matcher* m, std::string_view bytes) {
+    const gpt2__walk_level* from = &m->levels[0];
+    for (size_t k = 0; k < bytes.size(); k++) {
+        gpt2__walk_level* to = &m->check[k & 1];
+        if (!gpt2__walk_step(m, *from, (uint8_t)bytes[k], to)) return false;
+        from = to;
+    }
+    return true;
+}
+
+/* The tokens that the class at `pos` decides alone (XGrammar's context-independent tokens): a
+   walk of the trie from a stack holding only that position over a node that stands for the
+   stack below, unknown. A token read whole before the position's rule ends is accepted whatever
+   the stack below; one refused before the rule ends is refused whatever it is; the others reach
+   the rule's end, and the stack below decides: uncertain. */
+static void gpt2__position_tokens_make(const gpt2_grammar* g, uint32_t pos, gpt2__position_tokens* out) {
+    const gpt2_model& model = *g->model;
+    const gpt2__token_trie& trie = model.token_trie;
+    gpt2__gss gss;
+    gpt2__gss_init(&gss, g);
+    gss.unknown = (uint32_t)gss.nodes.size();
+    gss.nodes.push_back({UINT32_MAX, 0});
+    gss.seen.push_back(0);
+    gpt2__vector<gpt2__gstate> levels((size_t)trie.max_depth + 1);
+    gpt2__vector<char> escaped((size_t)trie.max_depth + 1, 0); /* a path reached the rule's end on the way */
+    levels[0].tops.push_back(gpt2__gss_intern(&gss, pos, gss.unknown));
+    out->accepted.assign(((size_t)model.n_vocab + 31) / 32, 0);
+    out->uncertain.clear();
+    for (size_t i = 0; i < trie.byte.size();) {
+        const size_t d = trie.depth[i];
+        if (levels[d - 1].tops.empty()) { /* only paths past the rule's end got here: all of the subtree is uncertain */
+            for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[trie.skip[i]]; k++) out->uncertain.push_back(trie.tokens[k]);
+            i = trie.skip[i];
+            continue;
+        }
+        const bool ok = gpt2__gstate_advance_byte(&gss, levels[d - 1], trie.byte[i], &levels[d]);
+        const bool inside = ok && !levels[d].tops.empty();
+        escaped[d] = escaped[d - 1] || (ok && levels[d].escaped);
+        if (!inside) {
+            levels[d].tops.clear();
+            levels[d].need = 0;
+        }
+        if (!inside && !escaped[d]) {
+            i = trie.skip[i];
+            continue;
+        }
+        for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[i + 1]; k++) {
+            const int32_t token = trie.tokens[k];
+            if (inside) out->accepted[token >> 5] |= 1u << (token & 31);
+            else out->uncertain.push_back(token);
+        }
+        i++;
+    }
+    out->made = true;
+}
+
+/* Sets bit t of `allowed` (n_vocab bits) for every token t whose bytes keep the text a prefix
+   of a sentence, and the end-of-text token's when the text is complete: the tokens each top's
+   position accepts alone, and those of its uncertain ones that a walk from the state allows (a
+   state inside a UTF-8 character walks the whole trie). */
+static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
+    const gpt2_grammar& g = *m->g;
+    const gpt2_model& model = *g.model;
+    const size_t words = ((size_t)model.n_vocab + 31) / 32;
+    gpt2__state_table& t = m->table;
+    if (t.states.size() >= GPT2__STATE_TABLE_SIZE) gpt2__state_table_clear(&t);
+    m->levels.resize((size_t)model.token_trie.max_depth + 1);
+    gpt2__walk_level& root = m->levels[0];
+    root.id = gpt2__state_table_id(&t, m->state);
+    root.state = m->state;
+    if (root.id >= 0 && t.mask_slot[(size_t)root.id] >= 0) {
+        std::memcpy(allowed, t.masks.data() + (size_t)t.mask_slot[(size_t)root.id] * words, words * sizeof(uint32_t));
+        return GPT2_OK;
+    }
+    std::memset(allowed, 0, words * sizeof(uint32_t));
+    if (m->state.need > 0) {
+        GPT2__TRY(gpt2__matcher_walk(m, allowed, err));
+    } else if (!m->state.tops.empty()) {
+        gpt2__vector<const gpt2__position_tokens*> decided;
+        {
+            std::lock_guard<std::mutex> lock(g.positions_mutex);
+            for (uint32_t id : m->state.tops) {
+                const uint32_t pos = m->gss.nodes[id].pos;
+                if (!g.positions[pos].made) gpt2__position_tokens_make(&g, pos, &g.positions[pos]);
+                decided.push_back(&g.positions[pos]);
+            }
+        }
+        std::sort(decided.begin(), decided.end());
+        decided.erase(std::unique(decided.begin(), decided.end()), decided.end());
+        for (const gpt2__position_tokens* p : decided)
+            for (size_t w = 0; w < words; w++) allowed[w] |= p->accepted[w];
+        m->checked.assign(words, 0);
+        for (const gpt2__position_tokens* p : decided)
+            for (int32_t token : p->uncertain) {
+                const uint32_t bit = 1u << (token & 31);
+                if ((allowed[token >> 5] | m->checked[token >> 5]) & bit) continue;
+                m->checked[token >> 5] |= bit;
+                if (gpt2__matcher_allows(m, gpt2__tokenizer_token_bytes(&model.tokenizer, token))) allowed[token >> 5] |= bit;
+                else if (m->gss.overflow) return gpt2__matcher_overflow(err);
+            }
     }
     const int32_t eos = model.tokenizer.eos;
     if (eos >= 0 && eos < model.n_vocab && m->state.complete && m->state.need == 0) allowed[eos >> 5] |= 1u << (eos & 31);
