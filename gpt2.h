@@ -2579,12 +2579,14 @@ struct gpt2__grule {
 };
 
 /* What the character class at one position decides about the vocabulary (made by matcher.h on
-   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole; `uncertain`,
-   those that reach the rule's end, where the stack below decides. */
+   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole;
+   `uncertain`, the nodes of the vocabulary's trie whose tokens reach the rule's end, where the
+   stack below decides (a node, or with GPT2__WHOLE_SUBTREE its whole subtree). */
+enum : uint32_t { GPT2__WHOLE_SUBTREE = 1u << 31 };
 struct gpt2__position_tokens {
     bool made = false;
     gpt2__vector<uint32_t> accepted;
-    gpt2__vector<int32_t> uncertain;
+    gpt2__vector<uint32_t> uncertain;
 };
 
 struct gpt2_grammar {
@@ -3358,8 +3360,7 @@ struct gpt2__grammar_matcher {
     gpt2__gss gss;
     gpt2__gstate state;
     gpt2__vector<gpt2__walk_level> levels;
-    gpt2__walk_level check[2];      /* a single token's walk (gpt2__matcher_allows) */
-    gpt2__vector<uint32_t> checked; /* a bit per token: its walk is done in this mask */
+    gpt2__vector<uint32_t> entries; /* the uncertain trie nodes of the state's positions */
     gpt2__state_table table;
 };
 
@@ -3420,12 +3421,12 @@ static bool gpt2__walk_step(gpt2__grammar_matcher* m, const gpt2__walk_level& fr
     return true;
 }
 
-/* Sets the bit of every token under trie node `node` whose bytes keep the text in the grammar,
-   walking from levels[0] (the state) through the table. */
-static gpt2_result gpt2__matcher_walk(gpt2__grammar_matcher* m, uint32_t* allowed, gpt2_error* err) {
+/* Sets the bit of every token of trie nodes [begin, end) (whole subtrees) whose bytes keep the
+   text in the grammar, walking through the table from levels[depth - 1] of the first node (the
+   state, for the whole trie). */
+static gpt2_result gpt2__matcher_walk(gpt2__grammar_matcher* m, size_t begin, size_t end, uint32_t* allowed, gpt2_error* err) {
     const gpt2__token_trie& trie = m->g->model->token_trie;
-    const size_t n_nodes = trie.byte.size();
-    for (size_t i = 0; i < n_nodes;) {
+    for (size_t i = begin; i < end;) {
         const size_t d = trie.depth[i];
         if (!gpt2__walk_step(m, m->levels[d - 1], trie.byte[i], &m->levels[d])) {
             if (m->gss.overflow) return gpt2__matcher_overflow(err);
@@ -3439,17 +3440,6 @@ static gpt2_result gpt2__matcher_walk(gpt2__grammar_matcher* m, uint32_t* allowe
         i++;
     }
     return GPT2_OK;
-}
-
-/* Whether `bytes` keep the text in the grammar, walked from levels[0] (the state). */
-static bool gpt2__matcher_allows(gpt2__grammar_matcher* m, std::string_view bytes) {
-    const gpt2__walk_level* from = &m->levels[0];
-    for (size_t k = 0; k < bytes.size(); k++) {
-        gpt2__walk_level* to = &m->check[k & 1];
-        if (!gpt2__walk_step(m, *from, (uint8_t)bytes[k], to)) return false;
-        from = to;
-    }
-    return true;
 }
 
 /* The tokens that the class at `pos` decides alone (XGrammar's context-independent tokens): a
@@ -3473,7 +3463,7 @@ static void gpt2__position_tokens_make(const gpt2_grammar* g, uint32_t pos, gpt2
     for (size_t i = 0; i < trie.byte.size();) {
         const size_t d = trie.depth[i];
         if (levels[d - 1].tops.empty()) { /* only paths past the rule's end got here: all of the subtree is uncertain */
-            for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[trie.skip[i]]; k++) out->uncertain.push_back(trie.tokens[k]);
+            out->uncertain.push_back((uint32_t)i | GPT2__WHOLE_SUBTREE);
             i = trie.skip[i];
             continue;
         }
@@ -3488,14 +3478,31 @@ static void gpt2__position_tokens_make(const gpt2_grammar* g, uint32_t pos, gpt2
             i = trie.skip[i];
             continue;
         }
-        for (uint32_t k = trie.tokens_begin[i]; k < trie.tokens_begin[i + 1]; k++) {
+        if (!inside && trie.tokens_begin[i] < trie.tokens_begin[i + 1]) out->uncertain.push_back((uint32_t)i);
+        for (uint32_t k = trie.tokens_begin[i]; inside && k < trie.tokens_begin[i + 1]; k++) {
             const int32_t token = trie.tokens[k];
-            if (inside) out->accepted[token >> 5] |= 1u << (token & 31);
-            else out->uncertain.push_back(token);
+            out->accepted[token >> 5] |= 1u << (token & 31);
         }
         i++;
     }
     out->made = true;
+}
+
+/* Walks trie node `entry` (a gpt2__position_tokens::uncertain entry) from the state: the path to
+   it first, then its tokens, or its whole subtree's. */
+static gpt2_result gpt2__matcher_walk_entry(gpt2__grammar_matcher* m, uint32_t entry, uint32_t* allowed, gpt2_error* err) {
+    const gpt2__token_trie& trie = m->g->model->token_trie;
+    const size_t node = entry & ~GPT2__WHOLE_SUBTREE, d = trie.depth[node];
+    const std::string_view path = gpt2__tokenizer_token_bytes(&m->g->model->tokenizer, trie.tokens[trie.tokens_begin[node]]);
+    const size_t end = entry & GPT2__WHOLE_SUBTREE ? trie.skip[node] : node + 1;
+    for (size_t k = 1; k < (entry & GPT2__WHOLE_SUBTREE ? d : d + 1); k++)
+        if (!gpt2__walk_step(m, m->levels[k - 1], (uint8_t)path[k - 1], &m->levels[k]))
+            return m->gss.overflow ? gpt2__matcher_overflow(err) : GPT2_OK;
+    if (!(entry & GPT2__WHOLE_SUBTREE)) {
+        for (uint32_t k = trie.tokens_begin[node]; k < trie.tokens_begin[node + 1]; k++) allowed[trie.tokens[k] >> 5] |= 1u << (trie.tokens[k] & 31);
+        return GPT2_OK;
+    }
+    return gpt2__matcher_walk(m, node, end, allowed, err);
 }
 
 /* Sets bit t of `allowed` (n_vocab bits) for every token t whose bytes keep the text a prefix
@@ -3518,7 +3525,7 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     }
     std::memset(allowed, 0, words * sizeof(uint32_t));
     if (m->state.need > 0) {
-        GPT2__TRY(gpt2__matcher_walk(m, allowed, err));
+        GPT2__TRY(gpt2__matcher_walk(m, 0, model.token_trie.byte.size(), allowed, err));
     } else if (!m->state.tops.empty()) {
         gpt2__vector<const gpt2__position_tokens*> decided;
         {
@@ -3533,15 +3540,11 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
         decided.erase(std::unique(decided.begin(), decided.end()), decided.end());
         for (const gpt2__position_tokens* p : decided)
             for (size_t w = 0; w < words; w++) allowed[w] |= p->accepted[w];
-        m->checked.assign(words, 0);
-        for (const gpt2__position_tokens* p : decided)
-            for (int32_t token : p->uncertain) {
-                const uint32_t bit = 1u << (token & 31);
-                if ((allowed[token >> 5] | m->checked[token >> 5]) & bit) continue;
-                m->checked[token >> 5] |= bit;
-                if (gpt2__matcher_allows(m, gpt2__tokenizer_token_bytes(&model.tokenizer, token))) allowed[token >> 5] |= bit;
-                else if (m->gss.overflow) return gpt2__matcher_overflow(err);
-            }
+        m->entries.clear();
+        for (const gpt2__position_tokens* p : decided) m->entries.insert(m->entries.end(), p->uncertain.begin(), p->uncertain.end());
+        std::sort(m->entries.begin(), m->entries.end());
+        m->entries.erase(std::unique(m->entries.begin(), m->entries.end()), m->entries.end());
+        for (uint32_t entry : m->entries) GPT2__TRY(gpt2__matcher_walk_entry(m, entry, allowed, err));
     }
     const int32_t eos = model.tokenizer.eos;
     if (eos >= 0 && eos < model.n_vocab && m->state.complete && m->state.need == 0) allowed[eos >> 5] |= 1u << (eos & 31);

@@ -41,12 +41,14 @@ struct gpt2__grule {
 };
 
 /* What the character class at one position decides about the vocabulary (made by matcher.h on
-   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole; `uncertain`,
-   those that reach the rule's end, where the stack below decides. */
+   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole;
+   `uncertain`, the nodes of the vocabulary's trie whose tokens reach the rule's end, where the
+   stack below decides (a node, or with GPT2__WHOLE_SUBTREE its whole subtree). */
+enum : uint32_t { GPT2__WHOLE_SUBTREE = 1u << 31 };
 struct gpt2__position_tokens {
     bool made = false;
     gpt2__vector<uint32_t> accepted;
-    gpt2__vector<int32_t> uncertain;
+    gpt2__vector<uint32_t> uncertain;
 };
 
 struct gpt2_grammar {
