@@ -2601,7 +2601,7 @@ struct gpt2_grammar {
     mutable gpt2__vector<gpt2__position_tokens> positions;
 };
 
-enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 22, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
+enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 20, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
 
 /* The parser: recursive descent over the text, one rule at a time. Rules are built as nested
    vectors (a group's rule is made while its parent's alternative is open), then laid flat. */
@@ -2821,7 +2821,7 @@ static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2_
     }
     const gpt2__gelem x = atom[0];
     const size_t optional = max == UINT32_MAX ? 1 : max - min;
-    GPT2__TRY(gpt2__gbnf_count_elems(ps, min + 3 * optional, at));
+    GPT2__TRY(gpt2__gbnf_count_elems(ps, min + 4 * optional + 1, at)); /* each optional copy: a rule of two alternatives, 4 elements */
     for (uint32_t i = 0; i < min; i++) seq->push_back(x);
     if (max == UINT32_MAX) { /* r ::= x r | empty */
         const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);
@@ -3092,7 +3092,7 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
    inside, and a byte that starts or continues one is kept only when some top's class holds a
    code point beginning with those bytes. */
 
-enum { GPT2__GRAMMAR_MAX_STACKS = 1 << 12, GPT2__GSS_MAX_NODES = 1 << 24, GPT2__GSS_COMPACT_AT = 1 << 18 };
+enum { GPT2__GRAMMAR_MAX_STACKS = 1 << 12, GPT2__CLOSURE_MAX_STEPS = 1 << 20, GPT2__GSS_MAX_NODES = 1 << 24, GPT2__GSS_COMPACT_AT = 1 << 18 };
 
 struct gpt2__gnode {
     uint32_t pos;    /* an index into gpt2_grammar::elems */
@@ -3172,7 +3172,11 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
     }
     out->tops.clear();
     out->complete = out->escaped = false;
-    while (!s->work.empty() && !s->overflow) {
+    for (size_t steps = 0; !s->work.empty() && !s->overflow; steps++) {
+        if (steps > GPT2__CLOSURE_MAX_STEPS) { /* ambiguity that makes no stacks yet: bounded work all the same */
+            s->overflow = true;
+            break;
+        }
         gpt2__gnode at = s->work.back();
         s->work.pop_back();
         while (g.elems[at.pos].kind == GPT2__G_END) {
@@ -3189,6 +3193,7 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
         s->seen[id] = s->epoch;
         if (e.kind == GPT2__G_CHARS) {
             out->tops.push_back(id);
+            if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true; /* before the work grows further */
             continue;
         }
         /* the rule's alternatives, returning after the reference (or straight to the node
@@ -3198,7 +3203,6 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
         for (uint32_t a = r.alts_begin; a < r.alts_end; a++) s->work.push_back({g.alt_starts[a], ret});
     }
     std::sort(out->tops.begin(), out->tops.end());
-    if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true;
     if (s->overflow) { /* dead: the caller reports it */
         out->tops.clear();
         out->complete = out->escaped = false;
@@ -3371,8 +3375,9 @@ static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g)
 }
 
 static gpt2_result gpt2__matcher_overflow(gpt2_error* err) {
-    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: the text so far can be read in more than %d ways at once (or needs more than %d stack nodes); "
-                      "the grammar is too ambiguous: make its alternatives start differently", (int)GPT2__GRAMMAR_MAX_STACKS, (int)GPT2__GSS_MAX_NODES);
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: the text so far can be read in more than %d ways at once (or needs more than %d steps "
+                      "or %d stack nodes to follow); the grammar is too ambiguous: make its alternatives start differently",
+                      (int)GPT2__GRAMMAR_MAX_STACKS, (int)GPT2__CLOSURE_MAX_STEPS, (int)GPT2__GSS_MAX_NODES);
 }
 
 /* Moves the state over `bytes`; *alive false when the text leaves the grammar (the state is
@@ -3524,6 +3529,7 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
         return GPT2_OK;
     }
     std::memset(allowed, 0, words * sizeof(uint32_t));
+    if (m->gss.overflow) return gpt2__matcher_overflow(err); /* already at the start */
     if (m->state.need > 0) {
         GPT2__TRY(gpt2__matcher_walk(m, 0, model.token_trie.byte.size(), allowed, err));
     } else if (!m->state.tops.empty()) {
@@ -3559,6 +3565,7 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
 static gpt2_result gpt2__grammar_match_text(const gpt2_grammar* g, std::string_view text, gpt2_match* match, gpt2_error* err) {
     gpt2__grammar_matcher m;
     gpt2__matcher_begin(&m, g);
+    if (m.gss.overflow) return gpt2__matcher_overflow(err);
     bool alive;
     GPT2__TRY(gpt2__matcher_feed(&m, text, &alive, err));
     *match = !alive ? GPT2_MATCH_NONE : m.state.complete && m.state.need == 0 ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;

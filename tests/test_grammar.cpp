@@ -235,6 +235,23 @@ TEST_CASE("grammar: an ambiguous grammar stops at a limit with an error instead 
     gpt2_error err;
     CHECK(gpt2_grammar_match(g.grammar, "aa", 2, &result, &err) == GPT2_ERROR_BAD_GRAMMAR);
     CHECK(has(err, "too ambiguous"));
+    // 2^13 ways to read the empty text (each rule of the chain two ways), and 2^23: the limit
+    // holds before any text, and is met early, not after following millions of stacks
+    for (int levels : {14, 24}) {
+        std::string chain = "root ::= a1?\n";
+        for (int i = 1; i < levels; i++)
+            chain += "a" + std::to_string(i) + " ::= a" + std::to_string(i + 1) + " \"x\" | a" + std::to_string(i + 1) + " \"y\"\n";
+        chain += "a" + std::to_string(levels) + " ::= \"z\"\n";
+        Grammar deep(m.model, chain.c_str());
+        REQUIRE(deep.result == GPT2_OK);
+        CHECK(gpt2_grammar_match(deep.grammar, "", 0, &result, &err) == GPT2_ERROR_BAD_GRAMMAR);
+        CHECK(has(err, "too ambiguous"));
+        Session s(m);
+        gpt2_generate_params p = gpt2_generate_default_params();
+        p.grammar = deep.grammar;
+        CHECK(gpt2_generate_text(s.session, "ROMEO:", &p, &err) == GPT2_ERROR_BAD_GRAMMAR);
+        CHECK(has(err, "too ambiguous"));
+    }
 }
 
 TEST_CASE("grammar: generation follows the grammar, ends when the sentence is whole, and says so") {

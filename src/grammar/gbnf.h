@@ -63,7 +63,7 @@ struct gpt2_grammar {
     mutable gpt2__vector<gpt2__position_tokens> positions;
 };
 
-enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 22, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
+enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 20, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
 
 /* The parser: recursive descent over the text, one rule at a time. Rules are built as nested
    vectors (a group's rule is made while its parent's alternative is open), then laid flat. */
@@ -283,7 +283,7 @@ static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2_
     }
     const gpt2__gelem x = atom[0];
     const size_t optional = max == UINT32_MAX ? 1 : max - min;
-    GPT2__TRY(gpt2__gbnf_count_elems(ps, min + 3 * optional, at));
+    GPT2__TRY(gpt2__gbnf_count_elems(ps, min + 4 * optional + 1, at)); /* each optional copy: a rule of two alternatives, 4 elements */
     for (uint32_t i = 0; i < min; i++) seq->push_back(x);
     if (max == UINT32_MAX) { /* r ::= x r | empty */
         const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);

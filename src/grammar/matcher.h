@@ -17,7 +17,7 @@
    inside, and a byte that starts or continues one is kept only when some top's class holds a
    code point beginning with those bytes. */
 
-enum { GPT2__GRAMMAR_MAX_STACKS = 1 << 12, GPT2__GSS_MAX_NODES = 1 << 24, GPT2__GSS_COMPACT_AT = 1 << 18 };
+enum { GPT2__GRAMMAR_MAX_STACKS = 1 << 12, GPT2__CLOSURE_MAX_STEPS = 1 << 20, GPT2__GSS_MAX_NODES = 1 << 24, GPT2__GSS_COMPACT_AT = 1 << 18 };
 
 struct gpt2__gnode {
     uint32_t pos;    /* an index into gpt2_grammar::elems */
@@ -97,7 +97,11 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
     }
     out->tops.clear();
     out->complete = out->escaped = false;
-    while (!s->work.empty() && !s->overflow) {
+    for (size_t steps = 0; !s->work.empty() && !s->overflow; steps++) {
+        if (steps > GPT2__CLOSURE_MAX_STEPS) { /* ambiguity that makes no stacks yet: bounded work all the same */
+            s->overflow = true;
+            break;
+        }
         gpt2__gnode at = s->work.back();
         s->work.pop_back();
         while (g.elems[at.pos].kind == GPT2__G_END) {
@@ -114,6 +118,7 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
         s->seen[id] = s->epoch;
         if (e.kind == GPT2__G_CHARS) {
             out->tops.push_back(id);
+            if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true; /* before the work grows further */
             continue;
         }
         /* the rule's alternatives, returning after the reference (or straight to the node
@@ -123,7 +128,6 @@ static void gpt2__gss_closure(gpt2__gss* s, gpt2__gstate* out) {
         for (uint32_t a = r.alts_begin; a < r.alts_end; a++) s->work.push_back({g.alt_starts[a], ret});
     }
     std::sort(out->tops.begin(), out->tops.end());
-    if (out->tops.size() > GPT2__GRAMMAR_MAX_STACKS) s->overflow = true;
     if (s->overflow) { /* dead: the caller reports it */
         out->tops.clear();
         out->complete = out->escaped = false;
@@ -296,8 +300,9 @@ static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g)
 }
 
 static gpt2_result gpt2__matcher_overflow(gpt2_error* err) {
-    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: the text so far can be read in more than %d ways at once (or needs more than %d stack nodes); "
-                      "the grammar is too ambiguous: make its alternatives start differently", (int)GPT2__GRAMMAR_MAX_STACKS, (int)GPT2__GSS_MAX_NODES);
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: the text so far can be read in more than %d ways at once (or needs more than %d steps "
+                      "or %d stack nodes to follow); the grammar is too ambiguous: make its alternatives start differently",
+                      (int)GPT2__GRAMMAR_MAX_STACKS, (int)GPT2__CLOSURE_MAX_STEPS, (int)GPT2__GSS_MAX_NODES);
 }
 
 /* Moves the state over `bytes`; *alive false when the text leaves the grammar (the state is
@@ -449,6 +454,7 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
         return GPT2_OK;
     }
     std::memset(allowed, 0, words * sizeof(uint32_t));
+    if (m->gss.overflow) return gpt2__matcher_overflow(err); /* already at the start */
     if (m->state.need > 0) {
         GPT2__TRY(gpt2__matcher_walk(m, 0, model.token_trie.byte.size(), allowed, err));
     } else if (!m->state.tops.empty()) {
@@ -484,6 +490,7 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
 static gpt2_result gpt2__grammar_match_text(const gpt2_grammar* g, std::string_view text, gpt2_match* match, gpt2_error* err) {
     gpt2__grammar_matcher m;
     gpt2__matcher_begin(&m, g);
+    if (m.gss.overflow) return gpt2__matcher_overflow(err);
     bool alive;
     GPT2__TRY(gpt2__matcher_feed(&m, text, &alive, err));
     *match = !alive ? GPT2_MATCH_NONE : m.state.complete && m.state.need == 0 ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
