@@ -2611,6 +2611,7 @@ struct gpt2__gbnf_parser {
     gpt2_error* err = nullptr;
     gpt2__vector<gpt2__vector<gpt2__vector<gpt2__gelem>>> alts; /* per rule */
     gpt2__vector<gpt2__string> names;
+    std::unordered_map<std::string_view, uint32_t> written; /* the rules the text names (views into it), by name */
     gpt2__vector<size_t> defined_at, used_at; /* text offsets; SIZE_MAX = not yet */
     gpt2__vector<uint32_t> n_children;        /* groups and repetitions made inside each rule */
     gpt2__vector<gpt2__code_points> classes;
@@ -2659,15 +2660,18 @@ static bool gpt2__gbnf_name_char(char c) {
 /* Spaces, newlines and # comments. A rule ends where the next `name ::=` begins, so newlines
    need no special meaning (llama.cpp allows them only inside groups and after ::= and |; every
    grammar it reads reads the same here). */
-static void gpt2__gbnf_skip_space(gpt2__gbnf_parser* ps) {
-    while (ps->pos < ps->n) {
-        const char c = ps->text[ps->pos];
-        if (c == ' ' || c == '\t' || c == '\r' || c == '\n') ps->pos++;
+static size_t gpt2__gbnf_after_space(const gpt2__gbnf_parser& ps, size_t pos) {
+    while (pos < ps.n) {
+        const char c = ps.text[pos];
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\n') pos++;
         else if (c == '#')
-            while (ps->pos < ps->n && ps->text[ps->pos] != '\n') ps->pos++;
+            while (pos < ps.n && ps.text[pos] != '\n') pos++;
         else break;
     }
+    return pos;
 }
+
+static void gpt2__gbnf_skip_space(gpt2__gbnf_parser* ps) { ps->pos = gpt2__gbnf_after_space(*ps, ps->pos); }
 
 static std::string_view gpt2__gbnf_name_at(const gpt2__gbnf_parser& ps, size_t at) {
     size_t end = at;
@@ -2677,11 +2681,10 @@ static std::string_view gpt2__gbnf_name_at(const gpt2__gbnf_parser& ps, size_t a
 
 /* Whether a rule's definition (`name ::=`) starts at `at`. */
 static bool gpt2__gbnf_definition_at(const gpt2__gbnf_parser& ps, size_t at) {
-    gpt2__gbnf_parser look = ps;
-    look.pos = at + gpt2__gbnf_name_at(ps, at).size();
-    if (look.pos == at) return false;
-    gpt2__gbnf_skip_space(&look);
-    return look.n - look.pos >= 3 && std::memcmp(look.text + look.pos, "::=", 3) == 0;
+    const size_t name_end = at + gpt2__gbnf_name_at(ps, at).size();
+    if (name_end == at) return false;
+    const size_t next = gpt2__gbnf_after_space(ps, name_end);
+    return ps.n - next >= 3 && std::memcmp(ps.text + next, "::=", 3) == 0;
 }
 
 static uint32_t gpt2__gbnf_new_rule(gpt2__gbnf_parser* ps, std::string_view name) {
@@ -2704,10 +2707,15 @@ static uint32_t gpt2__gbnf_child_rule(gpt2__gbnf_parser* ps, uint32_t parent, si
     return id;
 }
 
+/* The rule the text calls `name` (a view into the text, which outlives the parser), made at its
+   first mention. Rules made for groups and repetitions are not looked up by name: a rule the
+   text calls "value_2" is its own, whatever a group of "value" is named. */
 static uint32_t gpt2__gbnf_rule_named(gpt2__gbnf_parser* ps, std::string_view name) {
-    for (size_t i = 0; i < ps->names.size(); i++)
-        if (ps->names[i] == name) return (uint32_t)i;
-    return gpt2__gbnf_new_rule(ps, name);
+    const auto found = ps->written.find(name);
+    if (found != ps->written.end()) return found->second;
+    const uint32_t id = gpt2__gbnf_new_rule(ps, name);
+    ps->written.emplace(name, id);
+    return id;
 }
 
 static gpt2_result gpt2__gbnf_hex(gpt2__gbnf_parser* ps, int digits, uint32_t* cp) {
@@ -3053,14 +3061,12 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
     for (size_t r = 0; r < ps.alts.size(); r++)
         if (ps.defined_at[r] == SIZE_MAX) return gpt2__gbnf_fail(ps, ps.used_at[r], "rule '%s' is used but never defined", ps.names[r].c_str());
     const char* root_name = root ? root : "root";
-    size_t root_id = ps.names.size();
-    for (size_t r = 0; r < ps.names.size(); r++)
-        if (ps.names[r] == root_name) root_id = r;
-    if (root_id == ps.names.size())
+    const auto root_rule = ps.written.find(root_name);
+    if (root_rule == ps.written.end())
         return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
     GPT2__TRY(gpt2__gbnf_check_left_recursion(ps, err));
     g->classes = std::move(ps.classes);
-    g->root = (uint32_t)root_id;
+    g->root = root_rule->second;
     g->rules.resize(ps.alts.size());
     for (size_t r = 0; r < ps.alts.size(); r++) {
         g->rules[r].name = ps.names[r];
@@ -3364,7 +3370,9 @@ struct gpt2__grammar_matcher {
     gpt2__gss gss;
     gpt2__gstate state;
     gpt2__vector<gpt2__walk_level> levels;
+    gpt2__vector<const gpt2__position_tokens*> decided; /* the state's positions' tokens */
     gpt2__vector<uint32_t> entries; /* the uncertain trie nodes of the state's positions */
+    gpt2__gstate next;              /* gpt2__matcher_feed's state after a byte */
     gpt2__state_table table;
 };
 
@@ -3383,13 +3391,12 @@ static gpt2_result gpt2__matcher_overflow(gpt2_error* err) {
 /* Moves the state over `bytes`; *alive false when the text leaves the grammar (the state is
    then not to be used). */
 static gpt2_result gpt2__matcher_feed(gpt2__grammar_matcher* m, std::string_view bytes, bool* alive, gpt2_error* err) {
-    gpt2__gstate next;
     *alive = true;
     for (char c : bytes) {
-        *alive = gpt2__gstate_advance_byte(&m->gss, m->state, (uint8_t)c, &next);
+        *alive = gpt2__gstate_advance_byte(&m->gss, m->state, (uint8_t)c, &m->next);
         if (m->gss.overflow) return gpt2__matcher_overflow(err);
         if (!*alive) return GPT2_OK;
-        std::swap(m->state, next);
+        std::swap(m->state, m->next);
     }
     if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) {
         gpt2__gss_compact(&m->gss, &m->state);
@@ -3533,7 +3540,8 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     if (m->state.need > 0) {
         GPT2__TRY(gpt2__matcher_walk(m, 0, model.token_trie.byte.size(), allowed, err));
     } else if (!m->state.tops.empty()) {
-        gpt2__vector<const gpt2__position_tokens*> decided;
+        gpt2__vector<const gpt2__position_tokens*>& decided = m->decided;
+        decided.clear();
         {
             std::lock_guard<std::mutex> lock(g.positions_mutex);
             for (uint32_t id : m->state.tops) {

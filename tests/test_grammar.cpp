@@ -2,6 +2,7 @@
 // independent reference (std::regex over every short string), and generation that follows the
 // grammar with the character vocabulary and with GPT-2's BPE.
 #include "helpers.h"
+#include "test_files.h"
 #include <doctest/doctest.h>
 #include <regex>
 #include <set>
@@ -39,15 +40,6 @@ std::vector<std::string> strings_up_to(const std::string& alphabet, size_t n) {
         begin = end;
     }
     return all;
-}
-
-bool read_text_file(const std::string& path, std::string* out) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return false;
-    char buffer[4096];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out->append(buffer, n);
-    std::fclose(f);
-    return true;
 }
 
 const Model& char_model() {
@@ -339,6 +331,25 @@ void check_mask(void* user, float* logits, int n) {
     }
 }
 
+int append_token_text(void* user, int32_t token, const char*, size_t);
+
+// Generates from `prompt` with the grammar, checking every step's mask (check_mask).
+MaskCheck generate_checking_masks(const Model& m, const gpt2_grammar* grammar, const char* prompt, uint64_t seed, float temperature, int n) {
+    Session s(m);
+    MaskCheck check{grammar, m.model, "", 0, 0, 0};
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = grammar;
+    p.on_logits = check_mask;
+    p.on_token = append_token_text;
+    p.user = &check;
+    p.seed = seed;
+    p.temperature = temperature;
+    p.max_new_tokens = n;
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_generate_text(s.session, prompt, &p, &err) == GPT2_OK, err.message);
+    return check;
+}
+
 int append_token_text(void* user, int32_t token, const char*, size_t) {
     MaskCheck* c = static_cast<MaskCheck*>(user);
     char piece[256];
@@ -358,18 +369,7 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the
         "ws ::= [ ]?";
     Grammar g(m.model, json_like);
     REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
-    Session s(m);
-    MaskCheck check{g.grammar, m.model, "", 0, 0, 0};
-    gpt2_generate_params p = gpt2_generate_default_params();
-    p.grammar = g.grammar;
-    p.on_logits = check_mask;
-    p.on_token = append_token_text;
-    p.user = &check;
-    p.max_new_tokens = 6;
-    gpt2_match result;
-    p.grammar_match = &result;
-    gpt2_error err;
-    REQUIRE_MESSAGE(gpt2_generate_text(s.session, "Hello", &p, &err) == GPT2_OK, err.message);
+    const MaskCheck check = generate_checking_masks(m, g.grammar, "Hello", gpt2_generate_default_params().seed, gpt2_generate_default_params().temperature, 6);
     CHECK(check.steps >= 1);
     CHECK(check.mismatches == 0);
     CHECK(check.allowed > check.steps); // more than one choice at some step
@@ -380,22 +380,11 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text JSON (
     const Model& m = bpe_model();
     REQUIRE(m.model);
     std::string gbnf;
-    REQUIRE(read_text_file(std::string(GPT2_SOURCE_DIR) + "/examples/grammars/json.gbnf", &gbnf));
+    REQUIRE(read_whole_file(std::string(GPT2_SOURCE_DIR) + "/examples/grammars/json.gbnf", &gbnf));
     Grammar g(m.model, gbnf.c_str());
     REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
     for (uint64_t seed : {1, 2}) {
-        Session s(m);
-        MaskCheck check{g.grammar, m.model, "", 0, 0, 0};
-        gpt2_generate_params p = gpt2_generate_default_params();
-        p.grammar = g.grammar;
-        p.on_logits = check_mask;
-        p.on_token = append_token_text;
-        p.user = &check;
-        p.seed = seed;
-        p.temperature = 1.5f; // wander: more of the grammar's states
-        p.max_new_tokens = 5;
-        gpt2_error err;
-        REQUIRE_MESSAGE(gpt2_generate_text(s.session, "{", &p, &err) == GPT2_OK, err.message);
+        const MaskCheck check = generate_checking_masks(m, g.grammar, "{", seed, 1.5f, 5); // 1.5: wander through more states
         CAPTURE(check.text);
         CHECK(check.mismatches == 0);
         CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);

@@ -289,7 +289,9 @@ struct gpt2__grammar_matcher {
     gpt2__gss gss;
     gpt2__gstate state;
     gpt2__vector<gpt2__walk_level> levels;
+    gpt2__vector<const gpt2__position_tokens*> decided; /* the state's positions' tokens */
     gpt2__vector<uint32_t> entries; /* the uncertain trie nodes of the state's positions */
+    gpt2__gstate next;              /* gpt2__matcher_feed's state after a byte */
     gpt2__state_table table;
 };
 
@@ -308,13 +310,12 @@ static gpt2_result gpt2__matcher_overflow(gpt2_error* err) {
 /* Moves the state over `bytes`; *alive false when the text leaves the grammar (the state is
    then not to be used). */
 static gpt2_result gpt2__matcher_feed(gpt2__grammar_matcher* m, std::string_view bytes, bool* alive, gpt2_error* err) {
-    gpt2__gstate next;
     *alive = true;
     for (char c : bytes) {
-        *alive = gpt2__gstate_advance_byte(&m->gss, m->state, (uint8_t)c, &next);
+        *alive = gpt2__gstate_advance_byte(&m->gss, m->state, (uint8_t)c, &m->next);
         if (m->gss.overflow) return gpt2__matcher_overflow(err);
         if (!*alive) return GPT2_OK;
-        std::swap(m->state, next);
+        std::swap(m->state, m->next);
     }
     if (m->gss.nodes.size() > GPT2__GSS_COMPACT_AT) {
         gpt2__gss_compact(&m->gss, &m->state);
@@ -458,7 +459,8 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     if (m->state.need > 0) {
         GPT2__TRY(gpt2__matcher_walk(m, 0, model.token_trie.byte.size(), allowed, err));
     } else if (!m->state.tops.empty()) {
-        gpt2__vector<const gpt2__position_tokens*> decided;
+        gpt2__vector<const gpt2__position_tokens*>& decided = m->decided;
+        decided.clear();
         {
             std::lock_guard<std::mutex> lock(g.positions_mutex);
             for (uint32_t id : m->state.tops) {
