@@ -3,8 +3,9 @@
 // POSIX terminals: raw mode (termios) while a line is read, so keys are ours: left/right
 // (Ctrl-B/F), Home/End (Ctrl-A/E), Backspace, Delete, Ctrl-U (clear), up/down (Ctrl-P/N) through
 // the history; Ctrl-C returns Interrupted, Ctrl-D on an empty line returns EndOfInput. The
-// cursor moves by whole UTF-8 characters; East Asian wide characters count two columns.
-// A line longer than the terminal's width is not redrawn correctly (no wrapping logic).
+// cursor moves by whole UTF-8 characters; East Asian wide characters count two columns. A line
+// longer than the terminal is wide wraps onto more rows, and each key redraws those rows in place
+// (before, every key once the line wrapped printed the line again on a new row).
 // Elsewhere (Windows, or stdin not a terminal): std::getline, with the console's own editing
 // and history on Windows.
 #pragma once
@@ -15,6 +16,7 @@
 #include <vector>
 
 #if !defined(_WIN32)
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 #endif
@@ -33,6 +35,7 @@ private:
 #if !defined(_WIN32)
     std::string prompt_, buf_;
     size_t pos_ = 0; // byte offset of the cursor in buf_, always at a character boundary
+    size_t row_ = 0; // the cursor's row, counted from the prompt's row
     LineResult read_raw(std::string* line);
     int read_key();
     void refresh();
@@ -88,10 +91,50 @@ static size_t le_columns(const std::string& s, size_t from, size_t to) {
     return cols;
 }
 
+// Where a terminal `width` columns wide puts the cursor after printing s[0, to) from column 0: a
+// character that does not fit in what is left of a row starts the next. *col == width means the
+// row is full and the cursor waits there (the next character goes to the next row).
+static void le_place(const std::string& s, size_t to, size_t width, size_t* row, size_t* col) {
+    *row = *col = 0;
+    for (size_t i = 0; i < to;) {
+        size_t n = 1;
+        while (i + n < to && le_continuation((unsigned char)s[i + n])) n++;
+        const size_t w = le_columns(s, i, i + n);
+        if (*col + w > width) ++*row, *col = 0;
+        *col += w;
+        i += n;
+    }
+}
+
+// The bytes that redraw `prompt` + `buf` with the cursor before buf[pos], on a terminal `width`
+// columns wide where the cursor is on row *row of the text drawn last (0: the prompt's row). The
+// text may take several rows: go up to the prompt's row, clear to the end of the screen, print,
+// then move the cursor from the end of the text to pos. *row becomes the cursor's row.
+static std::string le_redraw(const std::string& prompt, const std::string& buf, size_t pos, size_t width, size_t* row) {
+    if (width < 2) width = 80;
+    std::string out;
+    if (*row) out += "\x1b[" + std::to_string(*row) + "A";
+    const std::string text = prompt + buf;
+    out += "\r\x1b[J" + text; // cleared first: at a full row's end, \x1b[J would erase its last character
+    size_t end_row, end_col, cur_row, cur_col;
+    le_place(text, text.size(), width, &end_row, &end_col);
+    le_place(text, prompt.size() + pos, width, &cur_row, &cur_col);
+    if (end_col == width) { // a full last row: the terminal waits at its end, so step to the next
+        out += "\r\n";
+        end_row++;
+    }
+    if (cur_col == width) cur_row++, cur_col = 0;
+    if (end_row > cur_row) out += "\x1b[" + std::to_string(end_row - cur_row) + "A";
+    out += "\r";
+    if (cur_col) out += "\x1b[" + std::to_string(cur_col) + "C";
+    *row = cur_row;
+    return out;
+}
+
 inline void LineEditor::refresh() {
-    std::string out = "\r" + prompt_ + buf_ + "\x1b[K";
-    size_t back = le_columns(buf_, pos_, buf_.size());
-    if (back) out += "\x1b[" + std::to_string(back) + "D";
+    winsize ws;
+    const size_t width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+    const std::string out = le_redraw(prompt_, buf_, pos_, width, &row_);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
 }
@@ -134,15 +177,21 @@ inline int LineEditor::read_key() {
 
 inline LineResult LineEditor::read_raw(std::string* line) {
     buf_.clear();
-    pos_ = 0;
+    pos_ = row_ = 0;
     size_t hist = history_.size(); // == size(): the line being typed
     std::string typed;             // that line, kept while browsing the history
     refresh();
     for (;;) {
         int key = read_key();
         if (key < 0 || (key == 4 && buf_.empty())) return LineResult::EndOfInput; // Ctrl-D on an empty line
-        if (key == 3) return LineResult::Interrupted;                           // Ctrl-C
+        if (key == 3) { // Ctrl-C: "^C" goes after the whole line
+            pos_ = buf_.size();
+            refresh();
+            return LineResult::Interrupted;
+        }
         if (key == '\r' || key == '\n') {
+            pos_ = buf_.size(); // the cursor to the end, so what follows goes below the whole line
+            refresh();
             *line = buf_;
             return LineResult::Line;
         }

@@ -3,15 +3,18 @@
 Needs GPT2_BINARY_DIR (the build folder; CTest sets it). The model is the shipped
 models/shakespeare_char_medium.gguf, else GPT2_TEST_OUT/shakespeare_char.gguf.
 """
+import fcntl
 import json
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 import unittest
 
@@ -28,6 +31,60 @@ def find_model():
     return os.path.join(os.environ.get("GPT2_TEST_OUT", ""), "shakespeare_char.gguf")
 
 
+class Screen:
+    """What a terminal `width` columns wide shows, from the bytes written to it: printable ASCII
+    with xterm's wrapping (a character written in the last column leaves the cursor there; the next
+    one goes to the next row), CR, LF, and the escapes the line editor uses: cursor up/down/
+    right/left (ESC [ n A/B/C/D), erase to the end of the row (ESC [ K) or of the screen (ESC [ J).
+    Rows are not limited, so nothing scrolls away."""
+
+    def __init__(self, width):
+        self.width, self.rows, self.row, self.col, self.pending = width, [[]], 0, 0, False
+
+    def feed(self, data):
+        for m in re.finditer(rb"\x1b\[([0-9]*)([A-Za-z])|([\s\S])", data):
+            if m.group(2):
+                n, op = int(m.group(1) or 1), m.group(2)
+                self.pending = False
+                if op == b"A":
+                    self.row = max(0, self.row - n)
+                elif op == b"B":
+                    self.row += n
+                elif op == b"C":
+                    self.col = min(self.width - 1, self.col + n)
+                elif op == b"D":
+                    self.col = max(0, self.col - n)
+                elif op == b"K":
+                    del self.line()[self.col:]
+                elif op == b"J":
+                    del self.line()[self.col:]
+                    del self.rows[self.row + 1:]
+                continue
+            c = m.group(3)
+            if c == b"\r":
+                self.col, self.pending = 0, False
+            elif c == b"\n":
+                self.row, self.pending = self.row + 1, False
+            elif c >= b" ":
+                if self.pending:
+                    self.row, self.col, self.pending = self.row + 1, 0, False
+                line = self.line()
+                line.extend(" " * (self.col + 1 - len(line)))
+                line[self.col] = c.decode()
+                if self.col == self.width - 1:
+                    self.pending = True
+                else:
+                    self.col += 1
+
+    def line(self):
+        while len(self.rows) <= self.row:
+            self.rows.append([])
+        return self.rows[self.row]
+
+    def text(self):
+        return ["".join(r).rstrip() for r in self.rows]
+
+
 class Repl:
     """The program on a pseudo-terminal; `expect` reads until a pattern shows up or fails."""
 
@@ -40,6 +97,7 @@ class Repl:
             finally:
                 os._exit(127)
         self.seen = b""  # everything read, escapes and \r removed
+        self.raw = b""   # everything read, as read
         self.pos = 0     # where the next expect starts looking
 
     def read_some(self, timeout):
@@ -53,7 +111,11 @@ class Repl:
         if not data:
             raise EOFError("the program closed its terminal; output so far:\n" + self.seen.decode(errors="replace"))
         self.seen += ESCAPES.sub(b"", data)
+        self.raw += data
         return data
+
+    def set_width(self, columns):
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
 
     def expect(self, pattern, timeout=10):
         """Waits for `pattern` (a regex, bytes) after the last match; returns the text before it."""
@@ -203,6 +265,29 @@ class ReplTest(unittest.TestCase):
         self.repl.expect(rb"> ")
         self.repl.send("\x1b[A\r")  # up: the same line again
         self.repl.expect(rb"unknown command '/boXus'")
+
+    def test_a_line_longer_than_the_terminal_is_redrawn_in_place(self):
+        # A 60-column pane and a 100-character line typed a key at a time: the line takes two
+        # rows, whatever is typed after it wraps (before: each key printed the line on a new row).
+        self.repl.set_width(60)
+        self.repl.command("/n 1", rb"\(1 tokens per answer\)")
+        self.repl.expect(rb"> ")
+        start = len(self.repl.raw)
+        line = "/" + "".join(chr(ord("a") + i % 26) for i in range(99))
+        for c in line:
+            self.repl.send(c)
+            self.repl.expect(re.escape(c.encode()))
+        self.repl.send("\x1b[D" * 50 + "X")  # 50 left: the cursor goes back to the first row
+        self.repl.send("\x7f\x7fY")          # backspace X, backspace line[49], type Y
+        self.repl.send("\x1b[F\r")            # End, Enter
+        self.repl.expect(rb"unknown command[^\n]*\n")
+        self.repl.expect(rb"> ")
+        screen = Screen(60)
+        screen.feed(self.repl.raw)
+        rows = screen.text()
+        first = next(i for i, row in enumerate(rows) if row.startswith("> /abc"))
+        edited = "> " + line[:49] + "Y" + line[50:]
+        self.assertEqual(rows[first:first + 3], [edited[:60], edited[60:], ("unknown command '" + edited[2:])[:60]])
 
     def test_quit_exits_with_status_0(self):
         self.repl.command("/help", rb"/reset")
