@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "line_editor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -57,7 +58,8 @@ static const char* repl_help =
     "  /temp T    temperature (0 = greedy)      /topk K   top-k (0 = all)\n"
     "  /seed S    random seed                   /n N      tokens per answer\n"
     "  /reset     forget the conversation       /help     this text\n"
-    "  /undo      drop the last answer and its prompt (again: the one before)\n"
+    "  /undo      back to before the last prompt and its answer (again: the turn before), even when\n"
+    "             the answer filled the context and older tokens were dropped\n"
     "  /save FILE save the conversation         /load FILE continue a saved one\n"
     "  /stop STR  end answers where STR appears, STR not shown (\\n: a newline); /stop alone: none\n"
     "  /grammar FILE  answers follow the GBNF grammar in FILE (docs/GRAMMARS.md); /grammar alone: none\n"
@@ -99,28 +101,73 @@ static std::string show(const std::string& s) {
     return out + "\"";
 }
 
-// Applies a /command; returns false for /quit. `turns`: how many tokens each turn (a prompt and its
-// answer) added, oldest first. /undo removes the last turn's tokens from the end of the context -
-// counting from the end stays right after the context dropped old tokens.
-static bool command(const std::string& line, const gpt2_model* model, gpt2_session* session, gpt2_generate_params* p, std::vector<size_t>* turns) {
+// /undo's record of the turns (a prompt and its answer), oldest first. A turn that cannot reach
+// the end of the context is undone by truncating to the tokens before it. One that may (its
+// prompt and max_new_tokens would pass n_ctx, so the context policy drops older tokens during
+// it) keeps the session's state from before it, saved: truncation cannot bring dropped tokens
+// back. The saved states are bounded: past undo_budget bytes the oldest turns are forgotten.
+struct Turn {
+    size_t n_before;                  // tokens in context before the turn
+    std::vector<unsigned char> state; // the session before the turn, when the turn may overflow
+};
+
+struct UndoHistory {
+    std::vector<Turn> turns;
+    size_t bytes = 0;    // of the saved states
+    bool forgot = false; // older turns were dropped to stay within the budget
+    static constexpr size_t undo_budget = size_t(256) << 20;
+
+    void clear() { turns.clear(), bytes = 0, forgot = false; }
+    void push(Turn turn) {
+        bytes += turn.state.size();
+        turns.push_back(std::move(turn));
+        while (bytes > undo_budget && turns.size() > 1) {
+            bytes -= turns.front().state.size();
+            turns.erase(turns.begin());
+            forgot = true;
+        }
+    }
+};
+
+// The record of a turn about to start: the state is saved when the prompt and answer may pass
+// the context. Empty state when the save fails too (undo then truncates, as before).
+static Turn begin_turn(const gpt2_session* session, size_t n_ctx, size_t n_prompt, int max_new_tokens) {
+    Turn turn{gpt2_session_n_tokens(session), {}};
+    if (turn.n_before + n_prompt + (size_t)max_new_tokens <= n_ctx) return turn;
+    size_t bytes = 0;
+    gpt2_error err;
+    if (gpt2_session_save(session, nullptr, 0, &bytes, &err) != GPT2_OK) return turn;
+    turn.state.resize(bytes);
+    if (gpt2_session_save(session, turn.state.data(), bytes, &bytes, &err) != GPT2_OK) turn.state.clear();
+    return turn;
+}
+
+static void undo(gpt2_session* session, UndoHistory* history) {
+    if (history->turns.empty()) {
+        if (history->forgot) std::printf("(nothing more to undo: older turns were forgotten, their saved states past %zu MB)\n", UndoHistory::undo_budget >> 20);
+        else std::printf("(nothing to undo)\n");
+        return;
+    }
+    Turn turn = std::move(history->turns.back());
+    history->turns.pop_back();
+    history->bytes -= turn.state.size();
+    gpt2_error err;
+    const gpt2_result r = !turn.state.empty() ? gpt2_session_load(session, turn.state.data(), turn.state.size(), &err)
+                                              : gpt2_session_truncate(session, std::min(turn.n_before, gpt2_session_n_tokens(session)), &err);
+    if (r != GPT2_OK) std::printf("%s\n", err.message);
+    else std::printf("(dropped the last answer and its prompt: %zu tokens in context)\n", gpt2_session_n_tokens(session));
+}
+
+// Applies a /command; returns false for /quit.
+static bool command(const std::string& line, const gpt2_model* model, gpt2_session* session, gpt2_generate_params* p, UndoHistory* history) {
     size_t space = line.find(' ');
     std::string name = line.substr(0, space), arg = space == std::string::npos ? "" : line.substr(space + 1);
     while (!arg.empty() && arg.back() == ' ') arg.pop_back();
     if (name == "/quit" || name == "/exit") return false;
     if (name == "/help") std::fputs(repl_help, stdout);
-    else if (name == "/reset") { gpt2_session_reset(session); turns->clear(); std::printf("(conversation cleared)\n"); }
+    else if (name == "/reset") { gpt2_session_reset(session); history->clear(); std::printf("(conversation cleared)\n"); }
     else if (name == "/undo") {
-        const size_t n = gpt2_session_n_tokens(session);
-        if (turns->empty() || n == 0) {
-            turns->clear();
-            std::printf("(nothing to undo)\n");
-            return true;
-        }
-        const size_t keep = n > turns->back() ? n - turns->back() : 0;
-        turns->pop_back();
-        gpt2_error err;
-        if (gpt2_session_truncate(session, keep, &err) != GPT2_OK) std::printf("%s\n", err.message);
-        else std::printf("(dropped the last answer and its prompt: %zu tokens in context)\n", keep);
+        undo(session, history);
     } else if (name == "/save" || name == "/load") {
         if (arg.empty()) {
             std::printf("%s expects a file name, e.g. %s chat.state\n", name.c_str(), name.c_str());
@@ -132,7 +179,7 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
             std::printf("%s%s\n", complaint.c_str(), save ? "" : " (the conversation is unchanged)");
             return true;
         }
-        if (!save) turns->clear(); // the loaded conversation is where /undo stops
+        if (!save) history->clear(); // the loaded conversation is where /undo stops
         std::printf("(%s %zu tokens %s %s)\n", save ? "saved" : "loaded", gpt2_session_n_tokens(session), save ? "to" : "from", arg.c_str());
     } else if (name == "/temp") {
         float t;
@@ -186,7 +233,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
                 info.name, info.n_layer, info.n_embd, info.n_ctx, (double)params.temperature, params.top_k);
     LineEditor editor;
     std::string line;
-    std::vector<size_t> turns;
+    UndoHistory history;
     for (;;) {
         interrupted = false;
         LineResult got = editor.read("> ", &line);
@@ -197,7 +244,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         }
         editor.add_history(line);
         if (!line.empty() && line[0] == '/') {
-            if (!command(line, model, session, &params, &turns)) return 0;
+            if (!command(line, model, session, &params, &history)) return 0;
             continue;
         }
         if (line.empty()) line = "\n";
@@ -215,6 +262,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         params.user = &stream;
         std::fputs(line.c_str(), stdout); // the prompt, then its continuation
         stream.start = std::chrono::steady_clock::now();
+        Turn turn = begin_turn(session, (size_t)info.n_ctx, ids.size(), params.max_new_tokens);
         gpt2_result r;
         size_t n_generated = 0;
         {
@@ -226,7 +274,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
             std::printf("\n%s\n", err.message);
             continue;
         }
-        turns.push_back(ids.size() + n_generated);
+        history.push(std::move(turn));
         const double ttft_ms = std::chrono::duration<double, std::milli>(stream.first_token - stream.start).count();
         const double decode_s = std::chrono::duration<double>(end - stream.first_token).count();
         const char* ended = interrupted ? ", stopped by Ctrl-C" : "";

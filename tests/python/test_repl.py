@@ -212,6 +212,25 @@ class ReplTest(unittest.TestCase):
         self.repl.command("/undo", rb"\(nothing to undo\)\n")
         self.assertEqual(self.answer("ROMEO:"), first)
 
+    def test_undo_after_answers_that_overflowed_the_context_restores_the_turn_before(self):
+        # The default /n 256 is twice the shipped model's context (128): each answer drops older
+        # tokens. Undo restores the state saved before the turn (before: the count of the
+        # turn's tokens exceeded the context, and undo emptied the conversation).
+        self.repl.command("/temp 0", rb"\(temperature 0\)")
+        self.repl.command("/n 20", rb"\(20 tokens per answer\)")
+        self.answer("ROMEO:")
+        self.repl.command("/n 256", rb"\(256 tokens per answer\)")
+        long_first = self.answer("JULIET:")
+        long_second = self.answer("NURSE:")
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: \d+ tokens in context\)\n")
+        self.assertEqual(self.answer("NURSE:"), long_second)  # the same context again, so the same answer
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: \d+ tokens in context\)\n")
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 26 tokens in context\)\n")
+        self.assertEqual(self.answer("JULIET:"), long_first)
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 26 tokens in context\)\n")
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 0 tokens in context\)\n")
+        self.repl.command("/undo", rb"\(nothing to undo\)\n")
+
     def test_load_restores_a_saved_conversation_and_a_failed_load_changes_nothing(self):
         folder = tempfile.TemporaryDirectory()
         self.addCleanup(folder.cleanup)
