@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs gpt2-bench on a tiny random model for about a second and checks its --json keys, and
-that a bad option value is refused with a message naming it.
+that a bad option value is refused with a message naming it; then --grammar on a random model of
+GPT-2's 124M shape, which carries GPT-2's vocabulary (a few seconds).
 
     python3 bench/check_bench_json.py path/to/gpt2-bench
 """
@@ -12,6 +13,9 @@ import tempfile
 
 KEYS = ["type", "threads", "prompt_tokens", "prefill_tok_s", "decode_ms_per_token", "bandwidth_gb_s",
         "decode_pct_of_limit", "decode_pct_of_limit_with_kv", "prefill_pct_of_limit", "peak_rss_mb", "kernels"]
+GRAMMAR_KEYS = ["grammar_mask_us_p50", "grammar_mask_us_p99", "grammar_mask_us_max", "grammar_compile_ms",
+                "constrained_decode_ms_per_token", "forced_tokens_share", "sampled_decode_ms_per_token",
+                "constrained_overhead_pct", "grammar_mask_steps"]
 BATCH_KEYS = ["batch", "decode_tok_s", "decode_ms_per_step", "decode_pct_of_fma_limit", "batch_limit_unit", "batch_limit_gops"]
 
 
@@ -56,6 +60,24 @@ def main():
             line = next((l for l in dump.stdout.splitlines() if "general.file_type" in l), "")
             if not line.rstrip().endswith(f" {file_type}"):
                 sys.exit(f"--save --type {weight_type}: expected general.file_type {file_type}, got '{line.strip()}'")
+    # --grammar: a constrained decode beside the free one, on GPT-2's vocabulary
+    grammar = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "grammars", "json.gbnf")
+    cmd = [sys.argv[1], "--random", "124M", "--type", "q8_0", "-t", "2", "--prompt", "4", "--gen", "4",
+           "--repeat", "1", "--bandwidth-mb", "16", "--grammar", grammar, "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()}")
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    missing = [k for k in KEYS + GRAMMAR_KEYS if k not in run]
+    if missing:
+        sys.exit(f"missing keys {missing} in {run}")
+    if run["grammar_mask_steps"] != 8 or run["constrained_decode_ms_per_token"] <= 0:
+        sys.exit(f"expected 8 masks (warm-up and one round of 4 tokens) in {run}")
+    print(json.dumps(run))
+    bad = [sys.argv[1], "--random", "124M", "--vocab", os.path.join(os.path.dirname(grammar), "no-such-folder")]
+    out = subprocess.run(bad, capture_output=True, text=True, timeout=60)
+    if out.returncode != 1 or "--vocab" not in out.stderr:
+        sys.exit(f"{' '.join(bad)}: expected exit 1 and a message naming --vocab, got {out.returncode}: {out.stderr.strip()}")
     bad = [sys.argv[1], "--random", "tiny", "--bandwidth-mb", "0"]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=60)
     if out.returncode != 2 or "bandwidth-mb" not in out.stderr:

@@ -3,6 +3,7 @@
 //   gpt2-bench --random 124M --type q8_0 -t 2 --prompt 128 --gen 32 --repeat 5 [--json]
 //   gpt2-bench -m model.gguf -t 2 --context 1024
 //   gpt2-bench --random 124M --type f16 -t 2 --batch 8 --json   (also B sessions decoding together)
+//   gpt2-bench --random 124M --type q8_0 -t 2 --grammar examples/grammars/json.gbnf   (also a constrained decode)
 //
 // Limits: decode reads every weight once per token, so its floor is (bytes of weights read per
 // token) / (read bandwidth); prefill is arithmetic, so its ceiling is the peak of the unit that
@@ -15,6 +16,8 @@
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
 #include "tools/gguf_write.h"
+#include "bench/grammar_stats.h"
+#include "tests/test_files.h"
 
 #include <algorithm>
 #include <chrono>
@@ -259,11 +262,44 @@ struct Rng {
     }
 };
 
-// A whole GGUF file in memory (64-byte aligned, as gpt2_model_load_memory uses it in place).
-static PageBuffer build_random_model(const Shape& sh, uint32_t type, size_t* size) {
+// GPT-2's BPE vocabulary (tests/data/gpt2-bpe: encoder.json and vocab.bpe), which random models
+// of GPT-2's shapes carry, so that their text can be tokenized, a grammar made for them and a
+// saved file loaded by llama.cpp.
+struct BpeVocabulary {
+    std::vector<std::string> tokens, merges;
+};
+
+#if !defined(GPT2_BENCH_VOCAB_DIR)
+#define GPT2_BENCH_VOCAB_DIR "tests/data/gpt2-bpe"
+#endif
+
+// From `dir` when given; else from the source tree the program was built from, or the one it
+// sits in (build/bench/gpt2-bench). False, with the folders tried in *tried, when none has it.
+static bool load_bpe_vocabulary(const char* dir, const char* argv0, BpeVocabulary* v, std::string* tried) {
+    std::vector<std::string> dirs;
+    if (dir) {
+        dirs.push_back(dir);
+    } else {
+        dirs.push_back(GPT2_BENCH_VOCAB_DIR);
+        const std::string exe = argv0;
+        const size_t slash = exe.find_last_of('/');
+        dirs.push_back((slash == std::string::npos ? std::string(".") : exe.substr(0, slash)) + "/../../tests/data/gpt2-bpe");
+    }
+    for (const std::string& d : dirs) {
+        *v = BpeVocabulary();
+        if (load_gpt2_bpe_files(d, &v->tokens, &v->merges) && v->tokens.size() == 50257) return true;
+        *tried += (tried->empty() ? "" : ", ") + d;
+    }
+    return false;
+}
+
+// A whole GGUF file in memory (64-byte aligned, as gpt2_model_load_memory uses it in place),
+// with `vocabulary` when given (tokenizer keys as tools/convert.py writes them).
+static PageBuffer build_random_model(const Shape& sh, uint32_t type, const BpeVocabulary* vocabulary, size_t* size) {
     const GgufGpt2Shape s{(uint64_t)sh.n_layer, (uint64_t)sh.n_embd, (uint64_t)sh.n_head, (uint64_t)sh.n_ctx, (uint64_t)sh.n_vocab};
     GgufWriter w;
     gguf_set_gpt2_keys(w, std::string("random-") + sh.name, s, "tanh");
+    if (vocabulary) gguf_set_gpt2_bpe_keys(w, vocabulary->tokens, vocabulary->merges);
     for (const GgufTensorShape& t : gguf_gpt2_tensors(s)) {
         // matrices in `type` (q4_0: the tied head in q8_0, as gpt2-quantize writes it), vectors f32
         const uint32_t t_type = t.ne.size() == 2 ? gguf_matrix_type(t.name, type, false) : (uint32_t)GPT2_TYPE_F32;
@@ -316,7 +352,7 @@ static int run_accuracy(const Shape& shape, int threads, int steps) {
     sp.n_threads = threads;
     for (int i = 0; i < n_types; i++) {
         size_t size = 0;
-        buffers[i] = build_random_model(shape, types[i], &size);
+        buffers[i] = build_random_model(shape, types[i], nullptr, &size);
         if (!buffers[i].data) { std::fprintf(stderr, "gpt2-bench: out of memory for the random model\n"); return 1; }
         if (gpt2_model_load_memory(buffers[i].data, size, nullptr, &models[i], &err) != GPT2_OK ||
             gpt2_session_create(models[i], &sp, &sessions[i], &err) != GPT2_OK) {
@@ -354,6 +390,56 @@ static int run_accuracy(const Shape& shape, int threads, int steps) {
     return 0;
 }
 
+// ---- A sampled decode, free or with a grammar -----------------------------------------------
+
+// What one sampled decode took: wall ms per token, and of that the picks' share (the mask, the
+// sampling chain and the grammar's step after the token: llama.cpp's "sampling time").
+struct SampledDecode {
+    double ms_per_token = 0, sampling_ms_per_token = 0;
+};
+
+// `gen` tokens from the session's context, picked as gpt2_generate picks them (temperature 1,
+// every token a candidate, `seed`) and each evaluated as the timed decode does. With `grammar`:
+// its mask before each draw, each mask's time and size into *stats; when the grammar's sentence
+// is whole and nothing may extend it, or the end-of-text token is drawn, the grammar starts over
+// (*documents counts the starts), so the decode has `gen` tokens like the free one.
+static gpt2_result sampled_decode(gpt2_session* s, const gpt2_grammar* grammar, int gen, uint64_t seed, GrammarMaskStats* stats, size_t* documents,
+                                  SampledDecode* out, gpt2_error* err) {
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.seed = seed;
+    p.max_new_tokens = gen;
+    p.grammar = grammar;
+    gpt2__generator g;
+    gpt2__generator_begin(&g, s, p, nullptr, 0, nullptr);
+    if (grammar) ++*documents;
+    double pick_s = 0;
+    const double t0 = now_s();
+    for (int i = 0; i < gen; i++) {
+        int32_t token = 0;
+        const double p0 = now_s();
+        if (grammar) {
+            const double m0 = grammar_now_us();
+            GPT2__TRY(gpt2__generator_mask(&g, err));
+            stats->add(grammar_now_us() - m0, g.buffers.allowed.data(), g.buffers.allowed.size());
+            GPT2__TRY(gpt2__sample_chain(s, p, &g.buffers, &token, err));
+            GPT2__TRY(gpt2__generator_follow(&g, token, err));
+            if (token == s->model->tokenizer.eos || gpt2__matcher_finished(g.grammar)) {
+                gpt2__matcher_begin(&g.grammar, grammar);
+                ++*documents;
+            }
+        } else {
+            GPT2__TRY(gpt2__generator_pick(&g, &token, err));
+        }
+        pick_s += now_s() - p0;
+        GPT2__TRY(gpt2_session_eval(s, &token, 1, err));
+    }
+    out->ms_per_token = 1e3 * (now_s() - t0) / gen;
+    out->sampling_ms_per_token = 1e3 * pick_s / gen;
+    return GPT2_OK;
+}
+
 static void usage() {
     std::puts(
         "usage: gpt2-bench (--random 124M|355M|774M|1558M|tiny | -m MODEL.gguf) [options]\n"
@@ -373,8 +459,21 @@ static void usage() {
         "                            sampling, a seed each): generate_batch_tok_s, generate_batch_ms_per_step\n"
         "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
+        "  --grammar FILE            also, in each round, two sampled decodes of --gen tokens from the context\n"
+        "                            (temperature 1, every token a candidate, a seed per round; the order\n"
+        "                            alternates): free, and with the GBNF grammar's mask (the grammar starts over\n"
+        "                            when its sentence is whole). Adds constrained_decode_ms_per_token,\n"
+        "                            sampled_decode_ms_per_token (free), constrained_overhead_pct, their picks'\n"
+        "                            share (constrained_sampling_ms_per_token, sampled_sampling_ms_per_token),\n"
+        "                            and over every constrained step (warm-up round included; one core):\n"
+        "                            grammar_mask_us_p50, grammar_mask_us_p99, grammar_mask_us_max,\n"
+        "                            forced_tokens_share, grammar_mask_steps; grammar_compile_ms (median of 20\n"
+        "                            makes). The model needs a vocabulary (--random 124M and up have GPT-2's)\n"
+        "  --vocab DIR|none          GPT-2's encoder.json + vocab.bpe for the random models of 50,257 tokens\n"
+        "                            (default: tests/data/gpt2-bpe of the source tree); none: no vocabulary\n"
         "  --json                    one JSON object per run instead of text\n"
-        "  --save PATH               instead: write the random model as a GGUF file and exit\n"
+        "  --save PATH               instead: write the random model as a GGUF file and exit (with GPT-2's\n"
+        "                            vocabulary when it has 50,257 tokens: llama.cpp loads it)\n"
         "  --accuracy N              instead: f16/bf16/q8_0/q4_0 against f32 on the random shape over N\n"
         "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)");
 }
@@ -389,6 +488,8 @@ int main(int argc, char** argv) {
     bool json = false;
     int accuracy_steps = 0;
     const char* save = nullptr;
+    const char* grammar_path = nullptr;
+    const char* vocab_dir = nullptr;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -411,6 +512,8 @@ int main(int argc, char** argv) {
         else if (a == "--json") json = true;
         else if (a == "--accuracy" && has_value) accuracy_steps = std::atoi(argv[++i]);
         else if (a == "--save" && has_value) save = argv[++i];
+        else if (a == "--grammar" && has_value) grammar_path = argv[++i];
+        else if (a == "--vocab" && has_value) vocab_dir = argv[++i];
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
     }
@@ -427,8 +530,16 @@ int main(int argc, char** argv) {
             if (std::strcmp(s.name, random) == 0) shape = &s;
         if (!shape) { std::fprintf(stderr, "gpt2-bench: --random %s: expected tiny, 124M, 355M, 774M or 1558M\n", random); return 2; }
         if (accuracy_steps > 0) return run_accuracy(*shape, threads, accuracy_steps);
+        BpeVocabulary vocabulary;
+        const bool with_vocabulary = shape->n_vocab == 50257 && !(vocab_dir && std::strcmp(vocab_dir, "none") == 0);
+        std::string tried;
+        if (with_vocabulary && !load_bpe_vocabulary(vocab_dir, argv[0], &vocabulary, &tried)) {
+            std::fprintf(stderr, "gpt2-bench: --random %s: GPT-2's vocabulary (encoder.json + vocab.bpe, 50,257 tokens) is not in %s; "
+                         "give its folder with --vocab DIR, or --vocab none for a model without one\n", random, tried.c_str());
+            return 1;
+        }
         size_t size = 0;
-        buffer = build_random_model(*shape, type, &size);
+        buffer = build_random_model(*shape, type, with_vocabulary ? &vocabulary : nullptr, &size);
         if (!buffer.data) { std::fprintf(stderr, "gpt2-bench: out of memory for the random model\n"); return 1; }
         if (save) {
             FILE* f = std::fopen(save, "wb");
@@ -443,6 +554,16 @@ int main(int argc, char** argv) {
         return 1;
     }
     const gpt2_model_info info = gpt2_model_get_info(model);
+    gpt2_grammar* grammar = nullptr;
+    double grammar_first_ms = 0, grammar_compile_ms = 0;
+    if (grammar_path) {
+        std::string gbnf;
+        if (!read_whole_file(grammar_path, &gbnf)) { std::fprintf(stderr, "gpt2-bench: --grammar %s: cannot read the file\n", grammar_path); return 1; }
+        if (make_grammar_timed(model, gbnf.c_str(), &grammar, &grammar_first_ms, &grammar_compile_ms, &err) != GPT2_OK) {
+            std::fprintf(stderr, "gpt2-bench: --grammar %s: %s\n", grammar_path, err.message);
+            return 1;
+        }
+    }
     if (context + gen > info.n_ctx) { std::fprintf(stderr, "gpt2-bench: context %d + gen %d exceeds n_ctx %d\n", context, gen, info.n_ctx); return 2; }
 
     gpt2_session_params sp = gpt2_session_default_params();
@@ -491,6 +612,10 @@ int main(int argc, char** argv) {
         generate_params[(size_t)i].max_new_tokens = gen;
         generate_params[(size_t)i].seed = 1337 + (uint64_t)i;
     }
+    // --grammar: the free and the constrained sampled decodes, and the constrained steps' masks
+    std::vector<double> sampled_ms, sampled_pick_ms, constrained_ms, constrained_pick_ms;
+    GrammarMaskStats mask_stats;
+    size_t grammar_documents = 0;
     double peak_rss = 0;
     PageBuffer bandwidth_buffer;
     const size_t bandwidth_floats = bandwidth_mb * 1024 * 1024 / 4;
@@ -525,6 +650,20 @@ int main(int argc, char** argv) {
             t0 = now_s();
             if (gpt2_generate_batch(batch_sessions.data(), nullptr, generate_params.data(), (size_t)batch, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
             if (r >= 0) generate_step_s.push_back((now_s() - t0) / gen);
+        }
+        if (grammar) { // free first in even rounds, constrained first in odd ones; both from the context, one seed
+            for (int k = 0; k < 2; k++) {
+                const bool constrained = (k == 1) == (r % 2 == 0);
+                gpt2_session_truncate(session, (size_t)context, &err);
+                SampledDecode d;
+                if (sampled_decode(session, constrained ? grammar : nullptr, gen, 1337 + (uint64_t)(r + 1), &mask_stats, &grammar_documents, &d, &err) != GPT2_OK) {
+                    std::fprintf(stderr, "gpt2-bench: %s decode: %s\n", constrained ? "constrained" : "sampled", err.message);
+                    return 1;
+                }
+                if (r < 0) continue;
+                (constrained ? constrained_ms : sampled_ms).push_back(d.ms_per_token);
+                (constrained ? constrained_pick_ms : sampled_pick_ms).push_back(d.sampling_ms_per_token);
+            }
         }
         if (r < 0) { // after the warm-up: everything the run needs is resident; then the test buffer
             peak_rss = peak_rss_mb();
@@ -580,6 +719,14 @@ int main(int argc, char** argv) {
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
                         "\"batch_limit_gops\": %.1f, \"generate_batch_tok_s\": %.1f, \"generate_batch_ms_per_step\": %.3f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit,
                         batch_unit_gops, batch / (generate_step_ms / 1e3), generate_step_ms);
+        if (grammar)
+            std::printf(", \"grammar\": \"%s\", \"sampled_decode_ms_per_token\": %.3f, \"constrained_decode_ms_per_token\": %.3f, \"constrained_overhead_pct\": %.2f, "
+                        "\"sampled_sampling_ms_per_token\": %.4f, \"constrained_sampling_ms_per_token\": %.4f, \"grammar_compile_ms\": %.4f, \"first_grammar_ms\": %.3f, "
+                        "\"grammar_mask_us_p50\": %.2f, \"grammar_mask_us_p99\": %.2f, \"grammar_mask_us_max\": %.2f, \"forced_tokens_share\": %.4f, "
+                        "\"grammar_mask_steps\": %zu, \"grammar_documents\": %zu",
+                        grammar_path, median(sampled_ms), median(constrained_ms), 100.0 * (median(constrained_ms) / median(sampled_ms) - 1.0), median(sampled_pick_ms),
+                        median(constrained_pick_ms), grammar_compile_ms, grammar_first_ms, mask_stats.p50(), mask_stats.p99(), mask_stats.max(),
+                        mask_stats.forced_share(), mask_stats.steps(), grammar_documents);
         std::printf("}\n");
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
@@ -597,9 +744,18 @@ int main(int argc, char** argv) {
                         step_ms, batch_tok_s, 1e3 / decode_ms, batch_tok_s * decode_ms / 1e3, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_limit_tok_s,
                         batch_unit_gops);
         if (batch) std::printf("  generate_batch: %.3f ms/step  %.1f tok/s (sampling included)\n", generate_step_ms, batch / (generate_step_ms / 1e3));
+        if (grammar) {
+            std::printf("  grammar: %s  sampled decode %.3f ms/token free, %.3f constrained (%+.2f%%); sampling %.4f / %.4f ms/token\n", grammar_path,
+                        median(sampled_ms), median(constrained_ms), 100.0 * (median(constrained_ms) / median(sampled_ms) - 1.0), median(sampled_pick_ms),
+                        median(constrained_pick_ms));
+            std::printf("           compile %.3f ms (first: %.1f ms); %zu masks: p50 %.1f us, p99 %.1f us, max %.1f us; forced %.1f%%; %zu sentences begun\n",
+                        grammar_compile_ms, grammar_first_ms, mask_stats.steps(), mask_stats.p50(), mask_stats.p99(), mask_stats.max(),
+                        100.0 * mask_stats.forced_share(), grammar_documents);
+        }
     }
     for (gpt2_session* b : batch_sessions) gpt2_session_free(b);
     gpt2_session_free(session);
+    gpt2_grammar_free(grammar);
     gpt2_model_free(model);
     free_pages(buffer);
     return 0;

@@ -17,29 +17,13 @@
 #define GPT2_STATIC
 #include "gpt2.h"
 
-#include <algorithm>
-#include <chrono>
+#include "bench/grammar_stats.h"
+#include "tests/test_files.h"
+
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-static double now_us() { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-static bool read_file(const char* path, std::string* out) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return false;
-    std::stringstream s;
-    s << f.rdbuf();
-    *out = s.str();
-    return true;
-}
-
-static double percentile(std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[std::min(v.size() - 1, (size_t)(p * (double)v.size()))];
-}
 
 int main(int argc, char** argv) {
     const char *model_path = nullptr, *grammar_path = nullptr, *documents_path = nullptr;
@@ -54,28 +38,18 @@ int main(int argc, char** argv) {
     }
     std::string gbnf, documents;
     if (!model_path || !grammar_path || !documents_path) { std::fprintf(stderr, "usage: gpt2-bench-grammar -m MODEL.gguf --grammar FILE.gbnf DOCUMENTS [--json]\n"); return 2; }
-    if (!read_file(grammar_path, &gbnf) || !read_file(documents_path, &documents)) { std::fprintf(stderr, "gpt2-bench-grammar: cannot read %s or %s\n", grammar_path, documents_path); return 1; }
+    if (!read_whole_file(grammar_path, &gbnf) || !read_whole_file(documents_path, &documents)) { std::fprintf(stderr, "gpt2-bench-grammar: cannot read %s or %s\n", grammar_path, documents_path); return 1; }
     gpt2_error err;
     gpt2_model* model = nullptr;
     if (gpt2_model_load_file(model_path, nullptr, &model, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
 
     gpt2_grammar* grammar = nullptr;
-    double t0 = now_us();
-    if (gpt2_grammar_from_gbnf(model, gbnf.c_str(), nullptr, &grammar, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
-    const double first_ms = (now_us() - t0) / 1e3; // the trie, and one make
-    std::vector<double> compile_us;
-    for (int i = 0; i < 20; i++) {
-        gpt2_grammar* again = nullptr;
-        t0 = now_us();
-        gpt2_grammar_from_gbnf(model, gbnf.c_str(), nullptr, &again, &err);
-        compile_us.push_back(now_us() - t0);
-        gpt2_grammar_free(again);
-    }
-    const double compile_ms = percentile(compile_us, 0.5) / 1e3;
+    double first_ms = 0, compile_ms = 0; // first: the trie, and one make
+    if (make_grammar_timed(model, gbnf.c_str(), &grammar, &first_ms, &compile_ms, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
 
-    std::vector<double> mask_us;
+    GrammarMaskStats stats;
     std::vector<uint32_t> allowed(((size_t)model->n_vocab + 31) / 32);
-    size_t forced = 0, n_documents = 0;
+    size_t n_documents = 0;
     std::istringstream lines(documents);
     for (std::string doc; std::getline(lines, doc);) {
         if (doc.empty()) continue;
@@ -85,12 +59,9 @@ int main(int argc, char** argv) {
         gpt2__grammar_matcher m;
         gpt2__matcher_begin(&m, grammar);
         for (size_t i = 0; i < n; i++) {
-            t0 = now_us();
+            const double t0 = grammar_now_us();
             if (gpt2__matcher_mask(&m, allowed.data(), &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
-            mask_us.push_back(now_us() - t0);
-            size_t n_allowed = 0;
-            for (uint32_t w : allowed) n_allowed += (size_t)__builtin_popcount(w);
-            forced += n_allowed == 1;
+            stats.add(grammar_now_us() - t0, allowed.data(), allowed.size());
             if (!((allowed[(size_t)ids[i] >> 5] >> (ids[i] & 31)) & 1)) {
                 std::fprintf(stderr, "gpt2-bench-grammar: document %zu leaves the grammar at token %zu\n", n_documents + 1, i);
                 return 1;
@@ -100,16 +71,15 @@ int main(int argc, char** argv) {
         }
         n_documents++;
     }
-    const double p50 = percentile(mask_us, 0.5), p99 = percentile(mask_us, 0.99), max = percentile(mask_us, 1.0);
-    const double share = mask_us.empty() ? 0 : (double)forced / (double)mask_us.size();
+    const double p50 = stats.p50(), p99 = stats.p99(), max = stats.max(), share = stats.forced_share();
     if (json)
         std::printf("{\"documents\": %zu, \"steps\": %zu, \"grammar_compile_ms\": %.4f, \"first_grammar_ms\": %.3f, \"grammar_mask_us_p50\": %.2f, "
                     "\"grammar_mask_us_p99\": %.2f, \"grammar_mask_us_max\": %.2f, \"forced_tokens_share\": %.4f}\n",
-                    n_documents, mask_us.size(), compile_ms, first_ms, p50, p99, max, share);
+                    n_documents, stats.steps(), compile_ms, first_ms, p50, p99, max, share);
     else
         std::printf("%zu documents, %zu steps: compile %.3f ms (first grammar of the model, with its trie: %.1f ms); mask p50 %.1f us, p99 %.1f us, "
                     "max %.1f us; forced %.1f%%\n",
-                    n_documents, mask_us.size(), compile_ms, first_ms, p50, p99, max, 100 * share);
+                    n_documents, stats.steps(), compile_ms, first_ms, p50, p99, max, 100 * share);
     gpt2_grammar_free(grammar);
     gpt2_model_free(model);
     return 0;

@@ -10,8 +10,9 @@
 // - GgufWriter: the keys plus the tensors' names, shapes and types. layout() places the tensors,
 //   write_header() writes everything before the tensor data into a buffer, and the caller fills
 //   the tensor data in place, so a multi-gigabyte model is never held twice.
-// - gguf_set_gpt2_keys() and gguf_gpt2_tensors(): a GPT-2 model's hyper-parameter keys and
-//   tensors as tools/convert.py writes them (the tests' tiny models, the benchmark's random ones).
+// - gguf_set_gpt2_keys(), gguf_set_gpt2_bpe_keys() and gguf_gpt2_tensors(): a GPT-2 model's
+//   hyper-parameter keys, GPT-2 BPE tokenizer keys and tensors as tools/convert.py writes them
+//   (the tests' tiny models, the benchmark's random ones).
 // - Where gpt2.h's implementation is compiled in (GPT2_IMPLEMENTATION defined, gpt2.h included
 //   before this file): the row quantizers f32 -> f16 / bf16 / q8_0 and gguf_quantize_file(),
 //   which is gpt2-quantize.
@@ -155,6 +156,14 @@ struct GgufKeyValues {
         set_raw(name, GGUF_ARRAY, std::move(b));
     }
 
+    void set_i32s(const std::string& name, const std::vector<int32_t>& v) {
+        std::vector<uint8_t> b;
+        put_u32(b, GGUF_INT32);
+        put_u64(b, v.size());
+        put(b, v.data(), v.size() * sizeof(int32_t));
+        set_raw(name, GGUF_ARRAY, std::move(b));
+    }
+
     // A key of gguf_keys, in the type the table gives it. A name missing from the table or a
     // value that does not fit the table's type is a mistake in the calling program: it aborts.
     template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
@@ -175,6 +184,11 @@ struct GgufKeyValues {
         const GgufKeyInfo& k = table_entry(name);
         if (k.type != GGUF_ARRAY || k.element_type != GGUF_STRING) misuse(name, "strings for a key of another type");
         set_strings(name, v);
+    }
+    void set(const char* name, const std::vector<int32_t>& v) {
+        const GgufKeyInfo& k = table_entry(name);
+        if (k.type != GGUF_ARRAY || k.element_type != GGUF_INT32) misuse(name, "int32s for a key of another type");
+        set_i32s(name, v);
     }
 
 private:
@@ -275,6 +289,25 @@ inline void gguf_set_gpt2_keys(GgufKeyValues& kv, const std::string& name, const
     kv.set("gpt2.attention.head_count", s.n_head);
     kv.set("gpt2.attention.layer_norm_epsilon", 1e-5f);
     kv.set("gpt2h.gelu", gelu);
+}
+
+// GPT-2's BPE vocabulary (tokens in id order, merges "a b" in rank order, as load_gpt2_bpe_files
+// in tests/test_files.h reads them) with the keys and values tools/convert.py writes, so that
+// llama.cpp loads the file too: model "gpt2", pre-tokenizer "gpt-2", token types normal (1) but
+// <|endoftext|> control (3), and <|endoftext|> as both BOS and EOS.
+inline void gguf_set_gpt2_bpe_keys(GgufKeyValues& kv, const std::vector<std::string>& tokens, const std::vector<std::string>& merges) {
+    const auto eos = std::find(tokens.begin(), tokens.end(), "<|endoftext|>");
+    std::vector<int32_t> types(tokens.size(), 1);
+    if (eos != tokens.end()) types[(size_t)(eos - tokens.begin())] = 3;
+    kv.set("tokenizer.ggml.model", std::string("gpt2"));
+    kv.set("tokenizer.ggml.pre", std::string("gpt-2"));
+    kv.set("tokenizer.ggml.tokens", tokens);
+    kv.set("tokenizer.ggml.token_type", types);
+    kv.set("tokenizer.ggml.merges", merges);
+    if (eos != tokens.end()) {
+        kv.set("tokenizer.ggml.bos_token_id", (uint64_t)(eos - tokens.begin()));
+        kv.set("tokenizer.ggml.eos_token_id", (uint64_t)(eos - tokens.begin()));
+    }
 }
 
 struct GgufTensorShape {
