@@ -624,16 +624,16 @@ TEST_CASE("top_k larger than the vocabulary behaves as top_k = vocabulary size (
     CHECK(gpt2_generate_default_params().top_k == 200);
 }
 
-TEST_CASE("temperature that is negative, NaN or infinite is an invalid argument") {
+TEST_CASE("temperature that is negative, NaN or infinite is an invalid argument; NaN of either sign reads NaN") {
     TinySession t;
-    for (float temperature : {-1.0f, -0.0001f, NAN, INFINITY, -INFINITY}) {
+    for (float temperature : {-1.0f, -0.0001f, NAN, -NAN, INFINITY, -INFINITY}) {
         CAPTURE(temperature);
         gpt2_generate_params p = gpt2_generate_default_params();
         p.temperature = temperature;
         const int32_t prompt[] = {1};
         gpt2_error e{};
         CHECK(gpt2_generate(t.session, prompt, 1, &p, nullptr, 0, nullptr, &e) == GPT2_ERROR_INVALID_ARGUMENT);
-        CHECK_ERROR(e, GPT2_ERROR_INVALID_ARGUMENT, "temperature is");
+        CHECK_ERROR(e, GPT2_ERROR_INVALID_ARGUMENT, std::isnan(temperature) ? "temperature is NaN;" : "temperature is");
         CHECK(has(e, "expected a finite number >= 0"));
         const float logits[2] = {0, 1};
         uint64_t rng = 1;

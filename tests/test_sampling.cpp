@@ -524,7 +524,7 @@ TEST_CASE("on_logits sees the biased logits of the session and its edits decide 
     CHECK(std::string(err.message).find("no token left to sample") != std::string::npos);
     p.on_logits = write_nan;
     CHECK(gpt2_generate(s.session, prompt.data(), prompt.size(), &p, nullptr, 0, nullptr, &err) == GPT2_ERROR_INVALID_ARGUMENT);
-    CHECK(std::string(err.message).find("the logit of token 3 is nan") != std::string::npos);
+    CHECK(std::string(err.message).find("the logit of token 3 is NaN") != std::string::npos);
 }
 
 // ---- Bad parameters -----------------------------------------------------------------------------
@@ -548,23 +548,23 @@ TEST_CASE("bad chain and stop parameters are refused with the field and the valu
         cases.push_back({p, {code, message}});
     };
     const gpt2_result invalid = GPT2_ERROR_INVALID_ARGUMENT;
-    add(invalid, "top_p is nan", [](gpt2_generate_params& p) { p.top_p = NAN; });
+    add(invalid, "top_p is NaN", [](gpt2_generate_params& p) { p.top_p = NAN; });
     add(invalid, "top_p is -0.1", [](gpt2_generate_params& p) { p.top_p = -0.1f; });
     add(invalid, "top_p is 1.5", [](gpt2_generate_params& p) { p.top_p = 1.5f; });
-    add(invalid, "min_p is nan", [](gpt2_generate_params& p) { p.min_p = NAN; });
+    add(invalid, "min_p is NaN", [](gpt2_generate_params& p) { p.min_p = NAN; });
     add(invalid, "min_p is 2", [](gpt2_generate_params& p) { p.min_p = 2.0f; });
     add(invalid, "min_p is -1", [](gpt2_generate_params& p) { p.min_p = -1.0f; });
     add(invalid, "repeat_penalty is -1", [](gpt2_generate_params& p) { p.repeat_penalty = -1.0f; });
     add(invalid, "repeat_penalty is inf", [](gpt2_generate_params& p) { p.repeat_penalty = INFINITY; });
-    add(invalid, "repeat_penalty is nan", [](gpt2_generate_params& p) { p.repeat_penalty = NAN; });
+    add(invalid, "repeat_penalty is NaN", [](gpt2_generate_params& p) { p.repeat_penalty = NAN; });
     add(invalid, "repeat_last_n is -2", [](gpt2_generate_params& p) { p.repeat_last_n = -2; });
-    add(invalid, "presence_penalty is nan", [](gpt2_generate_params& p) { p.presence_penalty = NAN; });
+    add(invalid, "presence_penalty is NaN", [](gpt2_generate_params& p) { p.presence_penalty = NAN; });
     add(invalid, "frequency_penalty is -inf", [](gpt2_generate_params& p) { p.frequency_penalty = -INFINITY; });
     add(invalid, "logit_bias is NULL but n_logit_bias is 2", [](gpt2_generate_params& p) { p.n_logit_bias = 2; });
     add(GPT2_ERROR_BAD_TOKEN, "logit_bias[1].token is " + std::to_string(V) + ", outside the vocabulary [0, " + std::to_string(V) + ")",
         [&](gpt2_generate_params& p) { p.logit_bias = outside; p.n_logit_bias = 2; });
     add(GPT2_ERROR_BAD_TOKEN, "logit_bias[0].token is -1", [&](gpt2_generate_params& p) { p.logit_bias = negative; p.n_logit_bias = 1; });
-    add(invalid, "logit_bias[0].bias is nan", [&](gpt2_generate_params& p) { p.logit_bias = nan_bias; p.n_logit_bias = 1; });
+    add(invalid, "logit_bias[0].bias is NaN", [&](gpt2_generate_params& p) { p.logit_bias = nan_bias; p.n_logit_bias = 1; });
     add(invalid, "logit_bias[0].bias is inf", [&](gpt2_generate_params& p) { p.logit_bias = plus_inf; p.n_logit_bias = 1; });
     add(invalid, "stop is NULL but n_stop is 1", [](gpt2_generate_params& p) { p.n_stop = 1; });
     add(invalid, "stop[1] is NULL", [&](gpt2_generate_params& p) { p.stop = null_stop; p.n_stop = 2; });

@@ -15,9 +15,19 @@ static uint64_t gpt2__rng_next(uint64_t* state) {
 /* Uniform in [0, 1) with 53 random bits. */
 static double gpt2__rng_uniform(uint64_t* state) { return (double)(gpt2__rng_next(state) >> 11) * (1.0 / 9007199254740992.0); }
 
+/* A float as the messages below print it: %g, but every NaN as "NaN". printf spells NaN by
+   platform and sign ("nan", "-nan", "-nan(ind)"), and C#'s float.NaN has its sign bit set. */
+struct gpt2__float_text {
+    char text[32];
+    explicit gpt2__float_text(double v) {
+        if (std::isnan(v)) std::snprintf(text, sizeof text, "NaN");
+        else std::snprintf(text, sizeof text, "%g", v);
+    }
+};
+
 static gpt2_result gpt2__check_sampling(float temperature, int top_k, gpt2_error* err) {
     if (!std::isfinite(temperature) || temperature < 0.0f)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "temperature is %g; expected a finite number >= 0 (0 = greedy)", (double)temperature);
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "temperature is %s; expected a finite number >= 0 (0 = greedy)", gpt2__float_text(temperature).text);
     if (top_k < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "top_k is %d; expected >= 0 (0 = no limit)", top_k);
     return GPT2_OK;
 }
@@ -99,18 +109,18 @@ static bool gpt2__chain_on(const gpt2_generate_params& p) {
 
 static gpt2_result gpt2__check_chain(const gpt2_generate_params& p, int n_vocab, gpt2_error* err) {
     if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) /* written so that NaN fails too */
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "top_p is %g; expected 0 to 1 (0 or 1 = off)", (double)p.top_p);
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "top_p is %s; expected 0 to 1 (0 or 1 = off)", gpt2__float_text(p.top_p).text);
     if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "min_p is %g; expected 0 to 1 (0 = off)", (double)p.min_p);
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "min_p is %s; expected 0 to 1 (0 = off)", gpt2__float_text(p.min_p).text);
     if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty < 0.0f)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_penalty is %g; expected a finite number >= 0 (0 or 1 = off)", (double)p.repeat_penalty);
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_penalty is %s; expected a finite number >= 0 (0 or 1 = off)", gpt2__float_text(p.repeat_penalty).text);
     if (p.repeat_last_n < -1)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "repeat_last_n is %d; expected -1 (the whole context), 0 (the default, %d) or more",
                           p.repeat_last_n, (int)GPT2__DEFAULT_REPEAT_LAST_N);
     if (!std::isfinite(p.presence_penalty))
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "presence_penalty is %g; expected a finite number (0 = off)", (double)p.presence_penalty);
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "presence_penalty is %s; expected a finite number (0 = off)", gpt2__float_text(p.presence_penalty).text);
     if (!std::isfinite(p.frequency_penalty))
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "frequency_penalty is %g; expected a finite number (0 = off)", (double)p.frequency_penalty);
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "frequency_penalty is %s; expected a finite number (0 = off)", gpt2__float_text(p.frequency_penalty).text);
     if (!p.logit_bias && p.n_logit_bias)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias is NULL but n_logit_bias is %zu", p.n_logit_bias);
     for (size_t i = 0; i < p.n_logit_bias; i++) {
@@ -118,8 +128,8 @@ static gpt2_result gpt2__check_chain(const gpt2_generate_params& p, int n_vocab,
         if (b.token < 0 || b.token >= n_vocab)
             return gpt2__fail(err, GPT2_ERROR_BAD_TOKEN, "logit_bias[%zu].token is %d, outside the vocabulary [0, %d)", i, (int)b.token, n_vocab);
         if (std::isnan(b.bias) || b.bias == INFINITY)
-            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias[%zu].bias is %g; expected a finite number, or -INFINITY to ban the token", i,
-                              (double)b.bias);
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "logit_bias[%zu].bias is %s; expected a finite number, or -INFINITY to ban the token", i,
+                              gpt2__float_text(b.bias).text);
     }
     return GPT2_OK;
 }
@@ -202,8 +212,8 @@ static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_
     bool any = false;
     for (int i = 0; i < n; i++) {
         if (std::isnan(logits[i]) || logits[i] == INFINITY)
-            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "the logit of token %d is %g after logit_bias, the penalties and on_logits; expected a finite number or -INFINITY", i,
-                              (double)logits[i]);
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "the logit of token %d is %s after logit_bias, the penalties and on_logits; expected a finite number or -INFINITY", i,
+                              gpt2__float_text(logits[i]).text);
         any = any || logits[i] > -INFINITY;
     }
     if (!any)
