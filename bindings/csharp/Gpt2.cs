@@ -1,6 +1,8 @@
 // Gpt2.cs - an idiomatic layer over Gpt2Native.cs: Gpt2Model and Gpt2Session own the native
-// objects (IDisposable: dispose every session before its model), failures throw Gpt2Exception
-// with the library's message, and generation streams text through a delegate.
+// objects (IDisposable, in any order), failures throw Gpt2Exception with the library's message,
+// generation streams text through a delegate or a Gpt2TokenQueue, and GenerateAsync runs it as a
+// Task with a CancellationToken. Names are .NET's (Gpt2Result.Busy for GPT2_ERROR_BUSY); the
+// values are the C API's.
 //
 // Callbacks work under IL2CPP (Unity's ahead-of-time compiler), which can only hand native code
 // static methods marked [MonoPInvokeCallback]: the library calls one static method per callback
@@ -9,9 +11,12 @@
 // generation and is rethrown when the native call has returned.
 using System;
 using System.Collections.Generic;
+using System.IO;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
 using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
 using AOT;
 
 #if !UNITY_5_3_OR_NEWER
@@ -28,23 +33,54 @@ namespace AOT
 
 namespace Gpt2
 {
+    /// <summary>gpt2_result with .NET names: the same values (Busy = GPT2_ERROR_BUSY).</summary>
+    public enum Gpt2Result
+    {
+        Ok = 0,
+        InvalidArgument,
+        Io,
+        BadFile,
+        Unsupported,
+        OutOfMemory,
+        BadToken,
+        ContextFull,
+        NoVocabulary,
+        BadText,
+        Device,
+        Aborted,
+        Internal,
+        Busy,
+        BadGrammar
+    }
+
+    /// <summary>gpt2_match: whether a text is a whole sentence of a grammar, the start of one, or neither.</summary>
+    public enum Gpt2Match { None = 0, Prefix = 1, Complete = 2 }
+
+    /// <summary>gpt2_log_level.</summary>
+    public enum Gpt2LogLevel { Error = 0, Warning, Info, Debug }
+
+    /// <summary>gpt2_context_policy: what a full context does (see Gpt2SessionOptions).</summary>
+    public enum Gpt2ContextPolicy { Exact = 0, Discard = 1 }
+
     /// <summary>A gpt2.h function failed: Code is its result, Message the library's sentence.</summary>
     public class Gpt2Exception : Exception
     {
-        public gpt2_result Code { get; private set; }
+        public Gpt2Result Code { get; private set; }
 
-        public Gpt2Exception(gpt2_result code, string message) : base(message) { Code = code; }
+        public Gpt2Exception(Gpt2Result code, string message) : base(message) { Code = code; }
 
         internal static void ThrowIfFailed(gpt2_result result, ref Gpt2Native.gpt2_error err)
         {
             if (result == gpt2_result.GPT2_OK) return;
             string message = err.Message;
             if (message.Length == 0) message = Gpt2Native.FromUtf8z(Gpt2Native.gpt2_result_string(result));
-            throw new Gpt2Exception(result, message);
+            throw new Gpt2Exception((Gpt2Result)result, message);
         }
     }
 
-    /// <summary>Return false to stop generating.</summary>
+    /// <summary>Receives each generated token's text; return false to stop generating after it: the call
+    /// returns the text so far and the session keeps it (unlike ShouldAbort and a CancellationToken,
+    /// which throw and roll the call back; see Gpt2Session).</summary>
     public delegate bool Gpt2TokenHandler(int token, string text);
 
     /// <summary>The library as a whole: its version, and the ABI check every constructor runs first.</summary>
@@ -53,25 +89,113 @@ namespace Gpt2
         static readonly object abiLock = new object();
         static bool abiChecked;
 
-        public static int Version { get { return Gpt2Native.gpt2_version(); } }
-        public static string VersionString { get { return Gpt2Native.FromUtf8z(Gpt2Native.gpt2_version_string()); } }
+        public static int Version
+        {
+            get
+            {
+                try { return Gpt2Native.gpt2_version(); }
+                catch (DllNotFoundException e) { throw NotFound(e); }
+            }
+        }
+
+        public static string VersionString
+        {
+            get
+            {
+                try { return Gpt2Native.FromUtf8z(Gpt2Native.gpt2_version_string()); }
+                catch (DllNotFoundException e) { throw NotFound(e); }
+            }
+        }
 
         /// <summary>Throws Gpt2Exception when the native library is of another version, or its structs
-        /// are not the ones declared in Gpt2Native.cs; DllNotFoundException when there is none.</summary>
+        /// are not the ones declared in Gpt2Native.cs; DllNotFoundException naming the file and the
+        /// folders it was looked for in when there is none.</summary>
         public static void CheckAbi()
         {
             lock (abiLock)
             {
                 if (abiChecked) return;
                 Gpt2Native.gpt2_error err;
-                gpt2_result result = Gpt2Native.gpt2_check_abi(Gpt2Native.GPT2_VERSION,
-                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_model_params)),
-                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_session_params)),
-                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_generate_params)),
-                    (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_model_info)), out err);
+                gpt2_result result;
+                try
+                {
+                    result = Gpt2Native.gpt2_check_abi(Gpt2Native.GPT2_VERSION,
+                        (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_model_params)),
+                        (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_session_params)),
+                        (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_generate_params)),
+                        (UIntPtr)Marshal.SizeOf(typeof(Gpt2Native.gpt2_model_info)), out err);
+                }
+                catch (DllNotFoundException e)
+                {
+                    throw NotFound(e);
+                }
+                catch (EntryPointNotFoundException e)
+                {
+                    throw new DllNotFoundException("the library loaded as \"" + Gpt2Native.Library + "\" has no gpt2_check_abi: it is another " +
+                                                   "library of that name, or a gpt2 older than the binding (" + e.Message + ")", e);
+                }
                 Gpt2Exception.ThrowIfFailed(result, ref err);
                 abiChecked = true;
             }
+        }
+
+        /// <summary>The native library's file name on this platform: gpt2.dll, libgpt2.dylib or libgpt2.so.</summary>
+        public static string FileName
+        {
+            get
+            {
+                if (Path.DirectorySeparatorChar == '\\') return "gpt2.dll";
+                return IsMacOS ? "libgpt2.dylib" : "libgpt2.so";
+            }
+        }
+
+        static string FullPath(string folder)
+        {
+            try { return Path.GetFullPath(folder).TrimEnd(Path.DirectorySeparatorChar); }
+            catch (Exception) { return folder; }
+        }
+
+        // Mono reports macOS as Unix; its system folders tell it apart.
+        static bool IsMacOS { get { return Directory.Exists("/System/Library/Frameworks") && Directory.Exists("/Applications"); } }
+
+        // A DllNotFoundException that says which file was wanted, the folders the runtime looks in
+        // (and whether the file is there: then it exists but did not load) and how to get it.
+        static DllNotFoundException NotFound(DllNotFoundException e)
+        {
+            string file = FileName;
+            bool windows = Path.DirectorySeparatorChar == '\\';
+            string variable = windows ? "PATH" : IsMacOS ? "DYLD_LIBRARY_PATH" : "LD_LIBRARY_PATH";
+            // The folders DllImport searches: the declaring assembly's and the application's; on
+            // Windows the current folder too; then the loader's path variable and the system's.
+            var folders = new List<string>();
+            string assembly = typeof(Gpt2Library).Assembly.Location;
+            if (!string.IsNullOrEmpty(assembly)) folders.Add(Path.GetDirectoryName(assembly));
+            folders.Add(AppDomain.CurrentDomain.BaseDirectory);
+            if (windows) folders.Add(Environment.CurrentDirectory);
+            string searchPath = Environment.GetEnvironmentVariable(variable) ?? "";
+            foreach (string folder in searchPath.Split(Path.PathSeparator))
+                if (folder.Length > 0) folders.Add(folder);
+            var looked = new StringBuilder();
+            var seen = new HashSet<string>();
+            string present = null;
+            foreach (string folder in folders)
+            {
+                string full = FullPath(folder);
+                if (!seen.Add(full)) continue;
+                bool there = File.Exists(Path.Combine(full, file));
+                if (there && present == null) present = Path.Combine(full, file);
+                looked.Append(looked.Length == 0 ? "" : ", ").Append(full).Append(there ? " (there, but it did not load)" : "");
+            }
+            string message = "the native library " + file + " (DllImport \"" + Gpt2Native.Library + "\") was not found: looked in " + looked +
+                             ", " + variable + (searchPath.Length == 0 ? " (unset)" : "") + " and the system's library folders. ";
+            string current = FullPath(Environment.CurrentDirectory);
+            if (present != null)
+                message += present + " exists but did not load: it is for another architecture (32/64-bit, x86/ARM) or a library it needs is missing. ";
+            else if (!seen.Contains(current) && File.Exists(Path.Combine(current, file)))
+                message += "There is one in the current folder, " + current + ", which is not searched here: add it to " + variable + ". ";
+            message += "Build it with cmake -DGPT2_BUILD_SHARED=ON (README, \"Shared library and C#\") and put it beside the program " +
+                       "(Unity: under Assets/Plugins, its platform set in the inspector). The runtime said: " + e.Message;
+            return new DllNotFoundException(message, e);
         }
     }
 
@@ -83,6 +207,7 @@ namespace Gpt2
 
         IntPtr handle;
         GCHandle logHandle;
+        IntPtr buffer; // a byte[] model's copy, 64-byte aligned (the library then uses it in place): freed with the model
         // The native model outlives this object's Dispose while sessions use it (Unity does not
         // order OnDestroy): it is freed with the last of them.
         readonly object gate = new object();
@@ -90,12 +215,35 @@ namespace Gpt2
         bool disposed;
 
         /// <summary>Loads a GGUF file. log (may be null) receives the library's messages, on the loading thread.</summary>
-        public Gpt2Model(string path, Action<gpt2_log_level, string> log = null, bool noMmap = false)
+        public Gpt2Model(string path, Action<Gpt2LogLevel, string> log = null, bool noMmap = false)
         {
             if (path == null) throw new ArgumentNullException("path");
+            Load(log, (ref Gpt2Native.gpt2_model_params p, out IntPtr model, out Gpt2Native.gpt2_error err) => {
+                p.no_mmap = noMmap ? 1 : 0;
+                return Gpt2Native.gpt2_model_load_file(Gpt2Native.Utf8z(path), ref p, out model, out err);
+            });
+        }
+
+        /// <summary>Loads a whole GGUF file's bytes (gpt2_model_load_memory): a model from a Unity
+        /// TextAsset's .bytes, an Android APK's asset or a download. The bytes are copied once, into
+        /// memory the model keeps; the array may be dropped or reused afterwards.</summary>
+        public Gpt2Model(byte[] gguf, Action<Gpt2LogLevel, string> log = null)
+        {
+            if (gguf == null) throw new ArgumentNullException("gguf");
+            Load(log, (ref Gpt2Native.gpt2_model_params p, out IntPtr model, out Gpt2Native.gpt2_error err) => {
+                buffer = Marshal.AllocHGlobal(gguf.Length + 63);
+                IntPtr aligned = new IntPtr((buffer.ToInt64() + 63) & ~63L);
+                Marshal.Copy(gguf, 0, aligned, gguf.Length);
+                return Gpt2Native.gpt2_model_load_memory(aligned, (UIntPtr)gguf.Length, ref p, out model, out err);
+            });
+        }
+
+        delegate gpt2_result Loader(ref Gpt2Native.gpt2_model_params p, out IntPtr model, out Gpt2Native.gpt2_error err);
+
+        void Load(Action<Gpt2LogLevel, string> log, Loader load)
+        {
             Gpt2Library.CheckAbi();
             Gpt2Native.gpt2_model_params p = Gpt2Native.gpt2_model_default_params();
-            p.no_mmap = noMmap ? 1 : 0;
             if (log != null)
             {
                 logHandle = GCHandle.Alloc(log);
@@ -103,8 +251,13 @@ namespace Gpt2
                 p.log_user = GCHandle.ToIntPtr(logHandle);
             }
             Gpt2Native.gpt2_error err;
-            gpt2_result result = Gpt2Native.gpt2_model_load_file(Gpt2Native.Utf8z(path), ref p, out handle, out err);
-            if (result != gpt2_result.GPT2_OK && logHandle.IsAllocated) logHandle.Free();
+            gpt2_result result = load(ref p, out handle, out err);
+            if (result != gpt2_result.GPT2_OK)
+            {
+                if (logHandle.IsAllocated) logHandle.Free();
+                if (buffer != IntPtr.Zero) Marshal.FreeHGlobal(buffer);
+                buffer = IntPtr.Zero;
+            }
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
@@ -142,6 +295,8 @@ namespace Gpt2
             Gpt2Native.gpt2_model_free(handle);
             handle = IntPtr.Zero;
             if (logHandle.IsAllocated) logHandle.Free();
+            if (buffer != IntPtr.Zero) Marshal.FreeHGlobal(buffer);
+            buffer = IntPtr.Zero;
         }
 
         public Gpt2Native.gpt2_model_info Info { get { return Gpt2Native.gpt2_model_get_info(Handle); } }
@@ -192,7 +347,7 @@ namespace Gpt2
         {
             try
             {
-                ((Action<gpt2_log_level, string>)GCHandle.FromIntPtr(user).Target)(level, Gpt2Native.FromUtf8z(message));
+                ((Action<Gpt2LogLevel, string>)GCHandle.FromIntPtr(user).Target)((Gpt2LogLevel)level, Gpt2Native.FromUtf8z(message));
             }
             catch (Exception)
             {
@@ -223,6 +378,15 @@ namespace Gpt2
         /// <summary>The form the generated text must take (null = free text); see Gpt2Grammar.</summary>
         public Gpt2Grammar Grammar;
 
+        // A copy for a call that runs later on another thread (GenerateAsync): its own arrays.
+        internal Gpt2GenerateOptions Copy()
+        {
+            var copy = (Gpt2GenerateOptions)MemberwiseClone();
+            if (LogitBias != null) copy.LogitBias = (Gpt2Native.gpt2_logit_bias[])LogitBias.Clone();
+            if (Stop != null) copy.Stop = (string[])Stop.Clone();
+            return copy;
+        }
+
         public Gpt2GenerateOptions()
         {
             Gpt2Library.CheckAbi();
@@ -249,7 +413,7 @@ namespace Gpt2
         IntPtr handle;
         readonly Gpt2Model model;
 
-        /// <summary>Throws Gpt2Exception (GPT2_ERROR_BAD_GRAMMAR) naming the line, the column and what is wrong.</summary>
+        /// <summary>Throws Gpt2Exception (Gpt2Result.BadGrammar) naming the line, the column and what is wrong.</summary>
         public Gpt2Grammar(Gpt2Model model, string gbnf, string root = null)
         {
             if (model == null) throw new ArgumentNullException("model");
@@ -273,14 +437,14 @@ namespace Gpt2
         }
 
         /// <summary>Whether text is a whole sentence of the grammar, the beginning of one, or neither.</summary>
-        public gpt2_match Match(string text)
+        public Gpt2Match Match(string text)
         {
             byte[] bytes = Encoding.UTF8.GetBytes(text ?? "");
             Gpt2Native.gpt2_error err;
             gpt2_match match;
             gpt2_result result = Gpt2Native.gpt2_grammar_match(Handle, bytes, (UIntPtr)bytes.Length, out match, out err);
             Gpt2Exception.ThrowIfFailed(result, ref err);
-            return match;
+            return (Gpt2Match)match;
         }
 
         public void Dispose()
@@ -292,8 +456,116 @@ namespace Gpt2
         }
     }
 
+    /// <summary>What gpt2_session_params holds, with the library's defaults (see gpt2.h).</summary>
+    public sealed class Gpt2SessionOptions
+    {
+        /// <summary>Worker threads, the caller's included (n_threads); 0 = all cores, 1 = only the caller's.</summary>
+        public int Threads;
+        /// <summary>The context to allocate the KV cache for (n_ctx); 0 = the model's, at most the model's.</summary>
+        public int ContextLength;
+        /// <summary>The KV cache in 16-bit floats: half the memory (kv_f16).</summary>
+        public bool KvF16;
+        /// <summary>What a full context does (context_policy): Exact recomputes the last n_ctx tokens for
+        /// every new token, as nanoGPT; Discard drops DiscardTokens old tokens at once, keeping the first KeepTokens.</summary>
+        public Gpt2ContextPolicy ContextPolicy;
+        /// <summary>With Discard: tokens at the start that never go, a persona or a preamble (n_keep).</summary>
+        public int KeepTokens;
+        /// <summary>With Discard: tokens dropped at once (n_discard); 0 = half of those not kept.</summary>
+        public int DiscardTokens;
+
+        public Gpt2SessionOptions()
+        {
+            Gpt2Library.CheckAbi();
+            Gpt2Native.gpt2_session_params d = Gpt2Native.gpt2_session_default_params();
+            Threads = d.n_threads;
+            ContextLength = d.n_ctx;
+            KvF16 = d.kv_f16 != 0;
+            ContextPolicy = (Gpt2ContextPolicy)d.context_policy;
+            KeepTokens = d.n_keep;
+            DiscardTokens = d.n_discard;
+        }
+
+        internal Gpt2Native.gpt2_session_params ToNative()
+        {
+            Gpt2Native.gpt2_session_params p = Gpt2Native.gpt2_session_default_params();
+            p.n_threads = Threads;
+            p.n_ctx = ContextLength;
+            p.kv_f16 = KvF16 ? 1 : 0;
+            p.context_policy = (gpt2_context_policy)ContextPolicy;
+            p.n_keep = KeepTokens;
+            p.n_discard = DiscardTokens;
+            return p;
+        }
+    }
+
+    /// <summary>Generated text on its way from the thread that generates to the one that shows it:
+    /// GenerateAsync adds each piece on a worker thread, the game takes them in Update on the main
+    /// thread (Unity's API may only be used there). Thread-safe; pieces come out in order.</summary>
+    public sealed class Gpt2TokenQueue
+    {
+        readonly Queue<KeyValuePair<int, string>> pieces = new Queue<KeyValuePair<int, string>>();
+
+        /// <summary>Adds one token's text; returns true (go on), so that it serves as a Gpt2TokenHandler:
+        /// session.Generate(prompt, options, queue.Add).</summary>
+        public bool Add(int token, string text)
+        {
+            lock (pieces) pieces.Enqueue(new KeyValuePair<int, string>(token, text));
+            return true;
+        }
+
+        /// <summary>Pieces waiting.</summary>
+        public int Count { get { lock (pieces) return pieces.Count; } }
+
+        /// <summary>Takes the oldest piece; false when none waits.</summary>
+        public bool TryDequeue(out int token, out string text)
+        {
+            lock (pieces)
+            {
+                if (pieces.Count == 0)
+                {
+                    token = -1;
+                    text = null;
+                    return false;
+                }
+                KeyValuePair<int, string> piece = pieces.Dequeue();
+                token = piece.Key;
+                text = piece.Value;
+                return true;
+            }
+        }
+
+        /// <summary>Takes the oldest piece's text; false when none waits.</summary>
+        public bool TryDequeue(out string text)
+        {
+            int token;
+            return TryDequeue(out token, out text);
+        }
+
+        /// <summary>Takes every waiting piece; their text, oldest first ("" when none waits).</summary>
+        public string DequeueAll()
+        {
+            var text = new StringBuilder();
+            lock (pieces)
+                while (pieces.Count > 0) text.Append(pieces.Dequeue().Value);
+            return text.ToString();
+        }
+
+        public void Clear() { lock (pieces) pieces.Clear(); }
+    }
+
     /// <summary>One conversation (KV cache, RNG, worker threads). One call at a time: a call while another
-    /// thread's call runs throws Gpt2Exception with GPT2_ERROR_BUSY and changes nothing.</summary>
+    /// thread's call runs (a GenerateAsync not yet finished included) throws Gpt2Exception with
+    /// Gpt2Result.Busy and changes nothing.
+    ///
+    /// Two ways to stop generating, which differ in what stays:
+    ///   - onToken returns false (also: a Stop string, MaxNewTokens, StopAtEos): generation ends after
+    ///     that token, Generate returns the text so far, and the session keeps the prompt and every
+    ///     token made (Truncate removes them). Checked once per token.
+    ///   - ShouldAbort returns true, or the call's CancellationToken is cancelled: checked between the
+    ///     layers of every pass (a long prompt too, so it stops within one layer's time); the call throws
+    ///     (Gpt2Exception with Gpt2Result.Aborted, OperationCanceledException for the token; GenerateAsync's
+    ///     task ends Canceled) and the session is exactly as before the call: the prompt and the tokens
+    ///     made are gone, though the pieces already given to onToken or a Gpt2TokenQueue were given.</summary>
     public sealed class Gpt2Session : IDisposable
     {
         static readonly Gpt2Native.gpt2_token_fn TokenThunk = OnToken;
@@ -303,16 +575,25 @@ namespace Gpt2
         static readonly Gpt2Native.gpt2_abort_fn AbortThunk = OnAbort;
         static readonly IntPtr AbortThunkPointer = Marshal.GetFunctionPointerForDelegate(AbortThunk);
 
+        // The CancellationToken of the call running on this thread. abort_fn is polled on the calling
+        // thread, so a token reaches its own call only, never another thread's call on the same session.
+        [ThreadStatic] static CancellationToken callCancellation;
+
         IntPtr handle;
         readonly Gpt2Model model; // its native model lives until this session is disposed
         readonly int nVocab;
         readonly AbortState abort = new AbortState();
         GCHandle abortHandle; // abort_user: the library polls OnAbort with it for the session's life
 
-        public Gpt2Session(Gpt2Model model) : this(model, Gpt2Native.gpt2_session_default_params()) { }
+        /// <summary>A session of model with the given options (null: the defaults).</summary>
+        public Gpt2Session(Gpt2Model model, Gpt2SessionOptions options = null)
+            : this(model, options == null ? Gpt2Native.gpt2_session_default_params() : options.ToNative(), true) { }
 
-        /// <summary>A session with the given params; set ShouldAbort instead of p.abort_fn.</summary>
-        public Gpt2Session(Gpt2Model model, Gpt2Native.gpt2_session_params p)
+        /// <summary>A session with the native params; set ShouldAbort instead of p.abort_fn.</summary>
+        [Obsolete("use Gpt2Session(model, new Gpt2SessionOptions { ... })")]
+        public Gpt2Session(Gpt2Model model, Gpt2Native.gpt2_session_params p) : this(model, p, true) { }
+
+        Gpt2Session(Gpt2Model model, Gpt2Native.gpt2_session_params p, bool unused)
         {
             if (model == null) throw new ArgumentNullException("model");
             if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("set Gpt2Session.ShouldAbort instead of abort_fn");
@@ -334,8 +615,10 @@ namespace Gpt2
 
         /// <summary>Polled between the layers of every pass, on the calling thread: return true to
         /// cancel the call in progress (a player left: stop the long prompt). The call then throws
-        /// Gpt2Exception with GPT2_ERROR_ABORTED and the session is as it was before it. An exception
-        /// thrown here cancels the call too and is rethrown from it. Null (the default): never.</summary>
+        /// Gpt2Exception with Gpt2Result.Aborted and the session is as it was before it (see the class's
+        /// summary for how this differs from onToken returning false). An exception thrown here cancels
+        /// the call too and is rethrown from it. Null (the default): never. A CancellationToken given to
+        /// one call does the same for that call.</summary>
         public Func<bool> ShouldAbort
         {
             get { return abort.ShouldAbort; }
@@ -394,14 +677,34 @@ namespace Gpt2
         }
 
         /// <summary>Appends tokens to the context and runs the model over them (gpt2_session_eval);
-        /// Logits then holds the prediction after the last one.</summary>
-        public void Eval(int[] tokens)
+        /// Logits then holds the prediction after the last one. A cancelled cancellationToken (checked
+        /// between layers) throws OperationCanceledException and leaves the session as before.</summary>
+        public void Eval(int[] tokens, CancellationToken cancellationToken = default(CancellationToken))
         {
             if (tokens == null) throw new ArgumentNullException("tokens");
+            IntPtr session = Handle;
+            cancellationToken.ThrowIfCancellationRequested();
             Gpt2Native.gpt2_error err;
-            gpt2_result result = Gpt2Native.gpt2_session_eval(Handle, tokens, (UIntPtr)tokens.Length, out err);
+            gpt2_result result;
+            CancellationToken outer = callCancellation;
+            callCancellation = cancellationToken;
+            try
+            {
+                result = Gpt2Native.gpt2_session_eval(session, tokens, (UIntPtr)tokens.Length, out err);
+            }
+            finally
+            {
+                callCancellation = outer;
+            }
             abort.RethrowFailure();
+            ThrowIfCancelled(result, cancellationToken);
             Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        static void ThrowIfCancelled(gpt2_result result, CancellationToken cancellationToken)
+        {
+            if (result == gpt2_result.GPT2_ERROR_ABORTED && cancellationToken.IsCancellationRequested)
+                throw new OperationCanceledException("cancelled; the session is as it was before the call", cancellationToken);
         }
 
         /// <summary>A copy of the n_vocab logits after the last evaluated token; null before any.</summary>
@@ -418,22 +721,57 @@ namespace Gpt2
         }
 
         /// <summary>Appends prompt to the context and generates (gpt2_generate_text). onToken (may be
-        /// null) receives each token's text as soon as it is certain; returns all the generated text.</summary>
-        public string Generate(string prompt, Gpt2GenerateOptions options = null, Gpt2TokenHandler onToken = null)
+        /// null) receives each token's text as soon as it is certain, on this thread; returns all the
+        /// generated text. A cancelled cancellationToken (checked between layers) throws
+        /// OperationCanceledException and leaves the session as it was before the call.</summary>
+        public string Generate(string prompt, Gpt2GenerateOptions options = null, Gpt2TokenHandler onToken = null,
+                               CancellationToken cancellationToken = default(CancellationToken))
         {
             if (prompt == null) throw new ArgumentNullException("prompt");
+            IntPtr session = Handle;
+            cancellationToken.ThrowIfCancellationRequested();
             GenerateCall call;
             gpt2_result result;
             Gpt2Native.gpt2_error err;
-            using (var p = new GenerateCallParams(options, onToken))
+            CancellationToken outer = callCancellation;
+            callCancellation = cancellationToken;
+            try
             {
-                call = p.Call;
-                result = Gpt2Native.gpt2_generate_text(Handle, Gpt2Native.Utf8z(prompt), ref p.Native, out err);
+                using (var p = new GenerateCallParams(options, onToken))
+                {
+                    call = p.Call;
+                    result = Gpt2Native.gpt2_generate_text(session, Gpt2Native.Utf8z(prompt), ref p.Native, out err);
+                }
+            }
+            finally
+            {
+                callCancellation = outer;
             }
             abort.RethrowFailure();
             if (call.Failure != null) call.Failure.Throw();
+            ThrowIfCancelled(result, cancellationToken);
             Gpt2Exception.ThrowIfFailed(result, ref err);
             return call.Text.ToString();
+        }
+
+        /// <summary>Generate on a thread-pool thread, for a caller that must not wait (a game's main
+        /// thread): the task's result is the text Generate gives. tokens (may be null) receives each
+        /// piece as it is made, for the main thread to take in Update (Gpt2TokenQueue.TryDequeue).
+        /// Cancelling cancellationToken before the task starts or while it runs ends the task Canceled
+        /// and leaves the session as before the call. The options are copied now: change them freely
+        /// afterwards. Until the task ends, other calls on this session throw Gpt2Result.Busy.
+        ///     var queue = new Gpt2TokenQueue();
+        ///     Task&lt;string&gt; line = session.GenerateAsync("ROMEO:", options, queue, cts.Token);
+        ///     // in Update: string piece; while (queue.TryDequeue(out piece)) label.text += piece;
+        /// </summary>
+        public Task<string> GenerateAsync(string prompt, Gpt2GenerateOptions options = null, Gpt2TokenQueue tokens = null,
+                                          CancellationToken cancellationToken = default(CancellationToken))
+        {
+            if (prompt == null) throw new ArgumentNullException("prompt");
+            if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Session");
+            Gpt2GenerateOptions copy = options == null ? null : options.Copy();
+            Gpt2TokenHandler onToken = tokens == null ? null : new Gpt2TokenHandler(tokens.Add);
+            return Task.Run(() => Generate(prompt, copy, onToken, cancellationToken), cancellationToken);
         }
 
         /// <summary>Appends tokens[i] to sessions[i] for every i in one pass over the weights
@@ -532,7 +870,8 @@ namespace Gpt2
             return handles;
         }
 
-        /// <summary>Frees the session (and its model, when the model was disposed before it).</summary>
+        /// <summary>Frees the session (and its model, when the model was disposed before it). Not while a
+        /// call runs (a GenerateAsync's task included): wait for it, or cancel it and wait.</summary>
         public void Dispose()
         {
             if (handle == IntPtr.Zero) return;
@@ -663,6 +1002,7 @@ namespace Gpt2
         [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_abort_fn))]
         static int OnAbort(IntPtr user)
         {
+            if (callCancellation.IsCancellationRequested) return 1;
             var state = (AbortState)GCHandle.FromIntPtr(user).Target;
             if (state.Failure != null) return 1;
             Func<bool> shouldAbort = state.ShouldAbort;

@@ -1,10 +1,18 @@
 // BindingTest.cs - the C# binding's wrapper (bindings/csharp/Gpt2.cs) against the shared library:
 // each check names the behaviour, exercises one part of the marshalling (strings, arrays, the
 // callbacks, errors, the batch calls, the abort callback) and compares with what the library does
-// without C#, or with the same calls one session at a time.
+// without C#, or with the same calls one session at a time; then what a Unity game does
+// (GenerateAsync, a token queue drained on the main thread, cancellation, a model from bytes, a
+// missing native library).
 //     mono BindingTest.exe MODEL.gguf
+//     mono BindingTest.exe --without-library   (run by the test itself, without the library's folder)
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
 using Gpt2;
 
 static class BindingTest
@@ -32,7 +40,9 @@ static class BindingTest
 
     static int Main(string[] args)
     {
+        if (args[0] == "--without-library") return WithoutLibrary();
         string path = args[0];
+        MissingLibrary();
         Gpt2Library.CheckAbi();
         Check("the library's version is the binding's", Gpt2Library.Version == Gpt2Native.GPT2_VERSION, Gpt2Library.VersionString);
 
@@ -44,7 +54,7 @@ static class BindingTest
         catch (Gpt2Exception e)
         {
             Check("a missing file throws Gpt2Exception with the library's message",
-                  e.Code == gpt2_result.GPT2_ERROR_IO && e.Message.Contains(".missing"), e.Code + " " + e.Message);
+                  e.Code == Gpt2Result.Io && e.Message.Contains(".missing"), e.Code + " " + e.Message);
         }
 
         var logged = new List<string>();
@@ -120,7 +130,7 @@ static class BindingTest
             }
             catch (Gpt2Exception e)
             {
-                Check("a damaged state throws Gpt2Exception", e.Code != gpt2_result.GPT2_OK, e.Message);
+                Check("a damaged state throws Gpt2Exception", e.Code != Gpt2Result.Ok, e.Message);
             }
 
             // Many sessions in one pass: each gets the logits and the text it gets alone.
@@ -154,7 +164,7 @@ static class BindingTest
                 catch (Gpt2Exception e)
                 {
                     Check("a session twice in a batch throws Gpt2Exception with the library's message",
-                          e.Code == gpt2_result.GPT2_ERROR_INVALID_ARGUMENT && e.Message.Contains("same session"), e.Code + " " + e.Message);
+                          e.Code == Gpt2Result.InvalidArgument && e.Message.Contains("same session"), e.Code + " " + e.Message);
                 }
             }
 
@@ -174,7 +184,7 @@ static class BindingTest
                 catch (Gpt2Exception e)
                 {
                     Check("ShouldAbort cancels at the first true: GPT2_ERROR_ABORTED, the session as before the call",
-                          e.Code == gpt2_result.GPT2_ERROR_ABORTED && polls == 4 && Same(s.SaveState(), before), e.Code + " after " + polls + " polls");
+                          e.Code == Gpt2Result.Aborted && polls == 4 && Same(s.SaveState(), before), e.Code + " after " + polls + " polls");
                 }
                 s.ShouldAbort = () => { throw new InvalidOperationException("from ShouldAbort"); };
                 try
@@ -195,7 +205,7 @@ static class BindingTest
                 catch (Gpt2Exception e)
                 {
                     Check("sessions[0]'s ShouldAbort cancels a batch and leaves every session as it was",
-                          e.Code == gpt2_result.GPT2_ERROR_ABORTED && Same(s.SaveState(), before) && other.Tokens.Length == 0, e.Code + " " + e.Message);
+                          e.Code == Gpt2Result.Aborted && Same(s.SaveState(), before) && other.Tokens.Length == 0, e.Code + " " + e.Message);
                 }
                 s.ShouldAbort = null;
                 s.LoadState(before);
@@ -213,9 +223,9 @@ static class BindingTest
             var options = Options(100, 3);
             options.Grammar = grammar;
             string answer = session.Generate("ROMEO:", options);
-            Check("generated text is a whole sentence of the grammar", grammar.Match(answer) == gpt2_match.GPT2_MATCH_COMPLETE, "[" + answer + "]");
+            Check("generated text is a whole sentence of the grammar", grammar.Match(answer) == Gpt2Match.Complete, "[" + answer + "]");
             Check("Match tells a prefix from a sentence and from neither",
-                  grammar.Match("ACTION: wa") == gpt2_match.GPT2_MATCH_PREFIX && grammar.Match("ACTION: run") == gpt2_match.GPT2_MATCH_NONE);
+                  grammar.Match("ACTION: wa") == Gpt2Match.Prefix && grammar.Match("ACTION: run") == Gpt2Match.None);
             try
             {
                 new Gpt2Grammar(model, "root ::= \"unclosed");
@@ -224,11 +234,11 @@ static class BindingTest
             catch (Gpt2Exception e)
             {
                 Check("a malformed grammar throws Gpt2Exception naming the line and column",
-                      e.Code == gpt2_result.GPT2_ERROR_BAD_GRAMMAR && e.Message.Contains("line 1, column 10"), e.Message);
+                      e.Code == Gpt2Result.BadGrammar && e.Message.Contains("line 1, column 10"), e.Message);
             }
             session.Dispose();
             model.Dispose();
-            Check("a grammar outlives its disposed model", grammar.Match("ACTION: flee\nhi.") == gpt2_match.GPT2_MATCH_COMPLETE);
+            Check("a grammar outlives its disposed model", grammar.Match("ACTION: flee\nhi.") == Gpt2Match.Complete);
             grammar.Dispose();
             grammar.Dispose(); // twice: nothing more
         }
@@ -275,7 +285,222 @@ static class BindingTest
                 Check("a disposed session throws ObjectDisposedException", true);
             }
         }
+        Unity(path);
         Console.WriteLine(failures == 0 ? "passed" : failures + " FAILED");
         return failures == 0 ? 0 : 1;
+    }
+
+    // The child half of MissingLibrary: prints what the binding says when it finds no library.
+    static int WithoutLibrary()
+    {
+        try
+        {
+            Gpt2Library.CheckAbi();
+            Console.WriteLine("the library loaded");
+        }
+        catch (DllNotFoundException e)
+        {
+            Console.WriteLine(e.Message);
+        }
+        return 0;
+    }
+
+    // This program again, under the same runtime, with LD_LIBRARY_PATH (where CTest put the
+    // library's folder) emptied, then pointing at a folder whose libgpt2.so is no library: the
+    // exception names the file and the folders looked in, and tells a file that failed to load.
+    static void MissingLibrary()
+    {
+        string folder = Path.GetDirectoryName(typeof(BindingTest).Assembly.Location);
+        string said = WithoutLibraryRun("");
+        Check("a missing native library: DllNotFoundException naming the file, the folders looked in and LD_LIBRARY_PATH",
+              said.Contains("native library " + Gpt2Library.FileName + " ") && said.Contains(folder) && said.Contains("LD_LIBRARY_PATH (unset)"), said);
+
+        string bogus = Path.Combine(Path.GetTempPath(), "gpt2-binding-test-" + Process.GetCurrentProcess().Id);
+        Directory.CreateDirectory(bogus);
+        File.WriteAllText(Path.Combine(bogus, Gpt2Library.FileName), "not a library");
+        said = WithoutLibraryRun(bogus);
+        Directory.Delete(bogus, true);
+        Check("a native library that does not load: the message names its path and says it did not load",
+              said.Contains(Path.Combine(bogus, Gpt2Library.FileName) + " exists but did not load"), said);
+    }
+
+    static string WithoutLibraryRun(string libraryPath)
+    {
+        var start = new ProcessStartInfo(Process.GetCurrentProcess().MainModule.FileName,
+                                         "\"" + typeof(BindingTest).Assembly.Location + "\" --without-library");
+        start.UseShellExecute = false;
+        start.RedirectStandardOutput = true;
+        start.EnvironmentVariables["LD_LIBRARY_PATH"] = libraryPath;
+        using (Process child = Process.Start(start))
+        {
+            string said = child.StandardOutput.ReadToEnd().Trim();
+            child.WaitForExit();
+            return said;
+        }
+    }
+
+    // What a game does: generate on a worker thread, show the text on the main thread, cancel when
+    // the player leaves; load the model from bytes; set the session up with a C# class.
+    static void Unity(string path)
+    {
+        using (var model = new Gpt2Model(path))
+        using (var session = new Gpt2Session(model))
+        {
+            string sync = session.Generate("ROMEO:", Options(60, 7));
+
+            session.Reset();
+            var queue = new Gpt2TokenQueue();
+            Task<string> task = session.GenerateAsync("ROMEO:", Options(60, 7), queue);
+            var shown = new StringBuilder(); // what Update shows, frame by frame
+            int pieces = 0;
+            string piece;
+            while (!task.IsCompleted || queue.Count > 0)
+            {
+                while (queue.TryDequeue(out piece))
+                {
+                    shown.Append(piece);
+                    pieces++;
+                }
+                Thread.Sleep(1);
+            }
+            Check("GenerateAsync's result is Generate's text for the same seed", task.Result == sync, "[" + task.Result + "]");
+            Check("the token queue delivers every piece, in order: together they are the text",
+                  shown.ToString() == sync && pieces == 60, pieces + " pieces: [" + shown + "]");
+
+            // Busy: while the task's generation runs (held at its 5th token), the session refuses another call.
+            session.Reset();
+            var held = new ManualResetEventSlim();
+            var resume = new ManualResetEventSlim();
+            int steps = 0;
+            Gpt2GenerateOptions holding = Options(60, 7);
+            holding.OnLogits = logits => {
+                if (++steps == 5)
+                {
+                    held.Set();
+                    resume.Wait();
+                }
+            };
+            task = session.GenerateAsync("ROMEO:", holding);
+            held.Wait();
+            try
+            {
+                session.Generate("ROMEO:", Options(5, 7));
+                Check("a call during GenerateAsync throws Busy", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("a call during GenerateAsync throws Gpt2Exception with Gpt2Result.Busy", e.Code == Gpt2Result.Busy, e.Code + " " + e.Message);
+            }
+            resume.Set();
+            Check("the held GenerateAsync then finishes with Generate's text", task.Result == sync, "[" + task.Result + "]");
+
+            // Cancelled before it starts: the task is Canceled and the session untouched.
+            byte[] before = session.SaveState();
+            string next = session.Generate(" and", Options(40, 8));
+            session.LoadState(before);
+            var cancelled = new CancellationTokenSource();
+            cancelled.Cancel();
+            task = session.GenerateAsync(" and", Options(40, 8), null, cancelled.Token);
+            Check("GenerateAsync with a cancelled token: the task is Canceled, the session as before",
+                  Canceled(task) && Same(session.SaveState(), before), task.Status.ToString());
+
+            // Cancelled while it runs (at its 10th token): Canceled, the session as before the call
+            // (the abort's promise), the pieces given so far stay given, and the session goes on as if
+            // the call had never been made.
+            var leaving = new CancellationTokenSource();
+            queue.Clear();
+            held.Reset();
+            resume.Reset();
+            steps = 0;
+            Gpt2GenerateOptions cancelledAt10 = Options(40, 8);
+            cancelledAt10.OnLogits = logits => {
+                if (++steps == 10)
+                {
+                    held.Set();
+                    resume.Wait();
+                }
+            };
+            task = session.GenerateAsync(" and", cancelledAt10, queue, leaving.Token);
+            held.Wait();
+            leaving.Cancel();
+            resume.Set();
+            Check("GenerateAsync cancelled while running: Canceled, the session as before the call",
+                  Canceled(task) && Same(session.SaveState(), before), task.Status + ", " + session.Tokens.Length + " tokens");
+            string given = queue.DequeueAll();
+            // the 10th token's too: cancellation is polled in the passes, and the 10th was drawn after its pass
+            Check("the pieces given before the cancellation were given", given == next.Substring(0, 10), "[" + given + "] of [" + next + "]");
+            Check("after a cancellation the session generates as if the call had never been made", session.Generate(" and", Options(40, 8)) == next);
+
+            // Side by side: onToken returning false keeps the text; a cancelled token rolls back.
+            session.LoadState(before);
+            int atBefore = session.Tokens.Length, andTokens = model.Tokenize(" and").Length;
+            var stopNow = new CancellationTokenSource();
+            string kept = session.Generate(" and", Options(40, 8), (token, text) => false);
+            Check("onToken returning false: the call returns the text so far and the session keeps it",
+                  kept == next.Substring(0, 1) && session.Tokens.Length == atBefore + andTokens + 1, session.Tokens.Length + " tokens");
+            session.LoadState(before);
+            try
+            {
+                session.Generate(" and", Options(40, 8), (token, text) => { stopNow.Cancel(); return true; }, stopNow.Token);
+                Check("a token cancelled during Generate throws", false);
+            }
+            catch (OperationCanceledException e)
+            {
+                Check("a token cancelled during Generate: OperationCanceledException, the session as before",
+                      e.CancellationToken == stopNow.Token && Same(session.SaveState(), before));
+            }
+
+            try
+            {
+                session.Generate("ROMEO:", new Gpt2GenerateOptions { Temperature = float.NaN });
+                Check("Temperature = NaN throws", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("Temperature = float.NaN: the message says NaN", e.Code == Gpt2Result.InvalidArgument && e.Message.StartsWith("temperature is NaN;"), e.Message);
+            }
+
+            byte[] gguf = File.ReadAllBytes(path);
+            using (var fromBytes = new Gpt2Model(gguf))
+            {
+                Array.Clear(gguf, 0, gguf.Length); // the model keeps its own copy
+                using (var s = new Gpt2Session(fromBytes))
+                    Check("a model from byte[] gives the text the file gives", s.Generate("ROMEO:", Options(60, 7)) == sync);
+            }
+            try
+            {
+                new Gpt2Model(new byte[] { 1, 2, 3, 4 }).Dispose();
+                Check("bytes that are no GGUF file throw", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("bytes that are no GGUF file throw Gpt2Exception", e.Code == Gpt2Result.BadFile, e.Code + " " + e.Message);
+            }
+
+            var defaults = new Gpt2SessionOptions();
+            Check("Gpt2SessionOptions starts from the library's defaults",
+                  defaults.Threads == Gpt2Native.gpt2_session_default_params().n_threads && defaults.ContextPolicy == Gpt2ContextPolicy.Exact && defaults.ContextLength == 0);
+            var options = new Gpt2SessionOptions { Threads = 1, ContextLength = 32, ContextPolicy = Gpt2ContextPolicy.Discard, KeepTokens = 6 };
+            using (var small = new Gpt2Session(model, options))
+            {
+                string text = small.Generate("ROMEO:", Options(60, 7));
+                int[] tokens = small.Tokens;
+                Check("Gpt2SessionOptions reach the session: a 32-token context that keeps the prompt and discards the rest",
+                      text.Length == 60 && tokens.Length <= 32 && model.Detokenize(new[] { tokens[0], tokens[1], tokens[2], tokens[3], tokens[4], tokens[5] }) == "ROMEO:",
+                      tokens.Length + " tokens");
+            }
+        }
+    }
+
+    static bool Canceled(Task task)
+    {
+        try
+        {
+            task.Wait();
+        }
+        catch (AggregateException)
+        {
+        }
+        return task.IsCanceled;
     }
 }
