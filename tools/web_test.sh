@@ -8,7 +8,8 @@
 #      and top-k; the same for a build without -msimd128 (the portable kernels)
 #   4. serves examples/web/ on a free loopback port, opens the page in headless Chromium with the
 #      same prompt and seed, and checks that the text the page shows equals the native text;
-#      saves a screenshot (build-wasm/web_page.png; docs/web_example.png is a copy for the README)
+#      saves a screenshot (build-wasm/web_page.png; docs/web_example.png is a copy for the README);
+#      with ?temp=-1&run=1 the page names the bad setting in its status line and starts nothing
 #   5. prints tokens/s: under Node, in Chromium, and native on one thread, measured now
 # Needs emscripten, nodejs and chromium (bash tools/install_deps.sh emscripten chromium) and the
 # native program: GPT2_NATIVE_CLI (default build-test/examples/gpt2, built by tools/test.sh).
@@ -91,6 +92,14 @@ page_json=$(python3 tools/web_page_check.py --timeout 120 --screenshot build-was
     --url "http://127.0.0.1:$port/examples/web/index.html?prompt=ROMEO:&temp=0.8&topk=200&seed=7&n=200&run=1")
 same_fields "the page in Chromium" text "$native_last" "$page_json"
 step "Chromium shows the native text; screenshot build-wasm/web_page.png"
+bad_json=$(python3 tools/web_page_check.py --timeout 60 --url "http://127.0.0.1:$port/examples/web/index.html?temp=-1&run=1")
+python3 - "$bad_json" <<'EOF'
+import json, sys
+page, want = json.loads(sys.argv[1]), "not started, the address asks for what the page cannot do: temp=-1: temperature must be a number >= 0"
+if page["text"] or want not in page["status"]:
+    sys.exit(f"web_test: ?temp=-1&run=1: expected no text and '{want}' in the status, got {page}")
+EOF
+step "the page names a bad setting in its address (?temp=-1&run=1) and starts nothing"
 
 # Speed, all measured now on this machine: 500 tokens (the page's default), one thread.
 node_speed=$(node examples/web/node_generate.js "$model" "ROMEO:" 500 0.8 200 7 | python3 -c 'import json, sys; r = json.load(sys.stdin); print(round(r["tokens"] / r["seconds"], 1))')

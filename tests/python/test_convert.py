@@ -632,6 +632,9 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("gpt2.block_count", p.stdout)
         self.assertIn("blk.1.ffn_down.weight", p.stdout)
+        # A file alone dumps it too (issue 32: `gguf.py FILE` failed without `dump`).
+        alone = subprocess.run([sys.executable, os.path.join(TOOLS, "gguf.py"), target], capture_output=True, text=True, timeout=60)
+        self.assertEqual((alone.returncode, alone.stdout), (0, p.stdout), alone.stderr)
 
 
 class GgufTool(unittest.TestCase):
