@@ -204,4 +204,5 @@ inline std::string cli_load_state(gpt2_session* session, const std::string& path
 
 inline bool cli_stdin_is_terminal() { return cli_isatty(cli_fileno(stdin)) != 0; }
 
-int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params);
+// n_ctx: the session's context (--ctx, or the model's).
+int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params, int n_ctx);

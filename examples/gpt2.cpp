@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
     gpt2_match grammar_match = GPT2_MATCH_NONE;
     gp.grammar_match = &grammar_match;
 
-    if (repl) return cli_repl(model, session, gp);
+    if (repl) return cli_repl(model, session, gp, o.ctx > 0 ? o.ctx : gpt2_model_get_info(model).n_ctx);
     if (!o.load_state.empty()) {
         complaint = cli_load_state(session, o.load_state);
         if (!complaint.empty()) return fail(complaint);

@@ -225,12 +225,13 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
     return true;
 }
 
-int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params) {
+int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params, int n_ctx) {
     const gpt2_model_info info = gpt2_model_get_info(model);
     catch_interrupts();
-    std::printf("gpt2.h REPL - model '%s' (%d layers, n_embd %d, context %d; temperature %g, top-k %d).\n"
+    const std::string of_model = n_ctx == info.n_ctx ? "" : " of the model's " + std::to_string(info.n_ctx);
+    std::printf("gpt2.h REPL - model '%s' (%d layers, n_embd %d, context %d%s; temperature %g, top-k %d).\n"
                 "Type a prompt, or /help for commands.\n",
-                info.name, info.n_layer, info.n_embd, info.n_ctx, (double)params.temperature, params.top_k);
+                info.name, info.n_layer, info.n_embd, n_ctx, of_model.c_str(), (double)params.temperature, params.top_k);
     LineEditor editor;
     std::string line;
     UndoHistory history;
@@ -262,7 +263,7 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         params.user = &stream;
         std::fputs(line.c_str(), stdout); // the prompt, then its continuation
         stream.start = std::chrono::steady_clock::now();
-        Turn turn = begin_turn(session, (size_t)info.n_ctx, ids.size(), params.max_new_tokens);
+        Turn turn = begin_turn(session, (size_t)n_ctx, ids.size(), params.max_new_tokens);
         gpt2_result r;
         size_t n_generated = 0;
         {

@@ -159,7 +159,10 @@ class Repl:
         if self.pid:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
-        os.close(self.fd)
+            self.pid = 0
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 @unittest.skipUnless(sys.platform != "win32" and os.path.exists(PROGRAM), "needs the gpt2 program and a POSIX pty")
@@ -230,6 +233,20 @@ class ReplTest(unittest.TestCase):
         self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 26 tokens in context\)\n")
         self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 0 tokens in context\)\n")
         self.repl.command("/undo", rb"\(nothing to undo\)\n")
+
+    def test_undo_knows_the_sessions_context_when_ctx_is_smaller_than_the_models(self):
+        # --ctx 64: a 26-token turn then a 40-token answer pass the session's 64, not the model's 128.
+        self.repl.close()
+        self.repl = Repl("-m", find_model(), "-t", "1", "--ctx", "64")
+        self.addCleanup(self.repl.close)
+        self.repl.expect(rb"context 64 of the model's 128;")
+        self.repl.command("/temp 0", rb"\(temperature 0\)")
+        self.repl.command("/n 20", rb"\(20 tokens per answer\)")
+        self.answer("ROMEO:")
+        self.repl.command("/n 40", rb"\(40 tokens per answer\)")
+        first = self.answer("JULIET:")
+        self.repl.command("/undo", rb"\(dropped the last answer and its prompt: 26 tokens in context\)\n")
+        self.assertEqual(self.answer("JULIET:"), first)
 
     def test_load_restores_a_saved_conversation_and_a_failed_load_changes_nothing(self):
         folder = tempfile.TemporaryDirectory()
