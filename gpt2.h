@@ -539,6 +539,7 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -2588,13 +2589,18 @@ struct gpt2__grule {
     uint32_t alts_begin = 0, alts_end = 0; /* its alternatives: gpt2_grammar::alt_starts[begin, end) */
 };
 
-/* What the character class at one position decides about the vocabulary (made by matcher.h on
-   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole;
-   `uncertain`, the nodes of the vocabulary's trie whose tokens reach the rule's end, where the
-   stack below decides (a node, or with GPT2__WHOLE_SUBTREE its whole subtree). */
+/* What a stack's top decides about the vocabulary, given the positions of the stack's first
+   GPT2__CONTEXT_DEPTH nodes, `context` (from the top down; below them the stack is unknown, or
+   empty when there are fewer). Made by matcher.h on first use: `accepted`, a bit per token, the
+   tokens read whole inside the context; `uncertain`, the nodes of the vocabulary's trie whose
+   tokens reach past it, where the stack below decides (a node, or with GPT2__WHOLE_SUBTREE its
+   whole subtree). The deeper the context, the fewer tokens are left to the stack below (at depth
+   1, every token longer than one character of JSON's `char` rule) and the more contexts a
+   grammar makes. */
 enum : uint32_t { GPT2__WHOLE_SUBTREE = 1u << 31 };
-struct gpt2__position_tokens {
-    bool made = false;
+enum { GPT2__CONTEXT_DEPTH = 4, GPT2__MAX_CONTEXTS = 4096 };
+struct gpt2__context_tokens {
+    gpt2__vector<uint32_t> context;
     gpt2__vector<uint32_t> accepted;
     gpt2__vector<uint32_t> uncertain;
 };
@@ -2606,9 +2612,11 @@ struct gpt2_grammar {
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
-    /* per element (only character classes get filled), under the mutex: grammars are shared */
-    mutable std::mutex positions_mutex;
-    mutable gpt2__vector<gpt2__position_tokens> positions;
+    /* the contexts met so far (at most GPT2__MAX_CONTEXTS), under the mutex: grammars are shared;
+       a deque keeps them where they are while more are added */
+    mutable std::mutex contexts_mutex;
+    mutable std::deque<gpt2__context_tokens, gpt2__allocator<gpt2__context_tokens>> contexts;
+    mutable std::unordered_multimap<uint64_t, uint32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, uint32_t>>> context_index;
 };
 
 enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 20, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
@@ -3088,7 +3096,6 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
         }
         g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
     }
-    g->positions.resize(g->elems.size());
     return GPT2_OK;
 }
 
@@ -3118,7 +3125,7 @@ struct gpt2__gnode {
 struct gpt2__gstate {
     gpt2__vector<uint32_t> tops; /* node ids whose pos is a character class, sorted */
     bool complete = false;       /* the text so far is a whole sentence */
-    bool escaped = false;        /* a rule ended over gpt2__gss::unknown (gpt2__position_tokens_make) */
+    bool escaped = false;        /* a rule ended over gpt2__gss::unknown (gpt2__context_tokens_make) */
     uint8_t lead = 0;            /* inside a UTF-8 character: its first byte; 0 = between characters */
     uint8_t need = 0;            /* its bytes still to come */
     uint32_t partial = 0;        /* its bits so far */
@@ -3133,7 +3140,7 @@ struct gpt2__gss {
     uint32_t epoch = 0;
     gpt2__vector<gpt2__gnode> work;
     bool overflow = false; /* too many stacks or nodes: the grammar is too ambiguous */
-    uint32_t unknown = UINT32_MAX; /* a node standing for a stack not known (gpt2__position_tokens_make) */
+    uint32_t unknown = UINT32_MAX; /* a node standing for a stack not known (gpt2__context_tokens_make) */
 };
 
 static uint32_t gpt2__gss_hash(uint32_t pos, uint32_t parent) {
@@ -3380,8 +3387,8 @@ struct gpt2__grammar_matcher {
     gpt2__gss gss;
     gpt2__gstate state;
     gpt2__vector<gpt2__walk_level> levels;
-    gpt2__vector<const gpt2__position_tokens*> decided; /* the state's positions' tokens */
-    gpt2__vector<uint32_t> entries; /* the uncertain trie nodes of the state's positions */
+    gpt2__vector<const gpt2__context_tokens*> decided; /* what the contexts of the state's stacks decide */
+    gpt2__vector<uint32_t> entries; /* the trie nodes they leave uncertain */
     gpt2__gstate next;              /* gpt2__matcher_feed's state after a byte */
     gpt2__state_table table;
 };
@@ -3464,53 +3471,94 @@ static gpt2_result gpt2__matcher_walk(gpt2__grammar_matcher* m, size_t begin, si
     return GPT2_OK;
 }
 
-/* The tokens that the class at `pos` decides alone (XGrammar's context-independent tokens): a
-   walk of the trie from a stack holding only that position over a node that stands for the
-   stack below, unknown. A token read whole before the position's rule ends is accepted whatever
-   the stack below; one refused before the rule ends is refused whatever it is; the others reach
-   the rule's end, and the stack below decides: uncertain. */
-static void gpt2__position_tokens_make(const gpt2_grammar* g, uint32_t pos, gpt2__position_tokens* out) {
+/* A walk level's state: the table's copy when it has one (a step read from the table leaves
+   `state` as it was). */
+static const gpt2__gstate& gpt2__walk_state(const gpt2__grammar_matcher& m, const gpt2__walk_level& level) {
+    return level.id >= 0 ? m.table.states[(size_t)level.id] : level.state;
+}
+
+/* The tokens a context decides alone (XGrammar's context-independent tokens, with a few nodes of
+   the stack known): a walk of the trie from the stack of the context's positions over a node that
+   stands for the rest of the stack, unknown. A token read whole inside the context is accepted
+   whatever the rest; one refused before the context ends is refused whatever it is; the others
+   pass its end, and the rest decides: uncertain. Too ambiguous to follow here: every token is
+   left to the walk from the state (which then reports it). */
+static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_tokens* out) {
     const gpt2_model& model = *g->model;
     const gpt2__token_trie& trie = model.token_trie;
-    gpt2__gss gss;
+    gpt2__grammar_matcher mk;
+    mk.g = g;
+    gpt2__gss& gss = mk.gss;
     gpt2__gss_init(&gss, g);
-    gss.unknown = (uint32_t)gss.nodes.size();
-    gss.nodes.push_back({UINT32_MAX, 0});
-    gss.seen.push_back(0);
-    gpt2__vector<gpt2__gstate> levels((size_t)trie.max_depth + 1);
-    gpt2__vector<char> escaped((size_t)trie.max_depth + 1, 0); /* a path reached the rule's end on the way */
-    levels[0].tops.push_back(gpt2__gss_intern(&gss, pos, gss.unknown));
+    uint32_t below = 0;
+    if (out->context.size() == GPT2__CONTEXT_DEPTH) {
+        gss.unknown = below = (uint32_t)gss.nodes.size();
+        gss.nodes.push_back({UINT32_MAX, 0});
+        gss.seen.push_back(0);
+    }
+    for (size_t k = out->context.size(); k-- > 0;) below = gpt2__gss_intern(&gss, out->context[k], below);
+    mk.levels.resize((size_t)trie.max_depth + 1);
+    mk.levels[0].state.tops.assign(1, below);
+    mk.levels[0].id = gpt2__state_table_id(&mk.table, mk.levels[0].state);
+    gpt2__vector<char> inside((size_t)trie.max_depth + 1, 1), escaped((size_t)trie.max_depth + 1, 0); /* escaped: a path passed the context's end */
     out->accepted.assign(((size_t)model.n_vocab + 31) / 32, 0);
     out->uncertain.clear();
     for (size_t i = 0; i < trie.byte.size();) {
         const size_t d = trie.depth[i];
-        if (levels[d - 1].tops.empty()) { /* only paths past the rule's end got here: all of the subtree is uncertain */
+        if (!inside[d - 1]) { /* only paths past the context's end got here: all of the subtree is uncertain */
             out->uncertain.push_back((uint32_t)i | GPT2__WHOLE_SUBTREE);
             i = trie.skip[i];
             continue;
         }
-        const bool ok = gpt2__gstate_advance_byte(&gss, levels[d - 1], trie.byte[i], &levels[d]);
-        const bool inside = ok && !levels[d].tops.empty();
-        escaped[d] = escaped[d - 1] || (ok && levels[d].escaped);
-        if (!inside) {
-            levels[d].tops.clear();
-            levels[d].need = 0;
+        const bool ok = gpt2__walk_step(&mk, mk.levels[d - 1], trie.byte[i], &mk.levels[d]);
+        if (gss.overflow) {
+            std::fill(out->accepted.begin(), out->accepted.end(), 0);
+            out->uncertain.clear();
+            for (size_t first = 0; first < trie.byte.size(); first = trie.skip[first]) out->uncertain.push_back((uint32_t)first | GPT2__WHOLE_SUBTREE);
+            return;
         }
-        if (!inside && !escaped[d]) {
+        const gpt2__gstate* st = ok ? &gpt2__walk_state(mk, mk.levels[d]) : nullptr;
+        inside[d] = ok && (!st->tops.empty() || st->complete); /* complete: the stack was known to its end, and the text is a sentence */
+        escaped[d] = escaped[d - 1] || (ok && st->escaped);
+        if (!inside[d] && !escaped[d]) {
             i = trie.skip[i];
             continue;
         }
-        if (!inside && trie.tokens_begin[i] < trie.tokens_begin[i + 1]) out->uncertain.push_back((uint32_t)i);
-        for (uint32_t k = trie.tokens_begin[i]; inside && k < trie.tokens_begin[i + 1]; k++) {
+        if (!inside[d] && trie.tokens_begin[i] < trie.tokens_begin[i + 1]) out->uncertain.push_back((uint32_t)i);
+        for (uint32_t k = trie.tokens_begin[i]; inside[d] && k < trie.tokens_begin[i + 1]; k++) {
             const int32_t token = trie.tokens[k];
             out->accepted[token >> 5] |= 1u << (token & 31);
         }
         i++;
     }
-    out->made = true;
 }
 
-/* Walks trie node `entry` (a gpt2__position_tokens::uncertain entry) from the state: the path to
+/* The tokens decided by the context of stack `top` (its first GPT2__CONTEXT_DEPTH positions),
+   made on first use; NULL when the grammar holds GPT2__MAX_CONTEXTS already. */
+static const gpt2__context_tokens* gpt2__context_tokens_find(const gpt2_grammar* g, const gpt2__gss& gss, uint32_t top) {
+    uint32_t context[GPT2__CONTEXT_DEPTH];
+    size_t n = 0;
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t id = top; id && n < GPT2__CONTEXT_DEPTH; id = gss.nodes[id].parent) {
+        context[n++] = gss.nodes[id].pos;
+        h = (h ^ gss.nodes[id].pos) * 0x100000001b3ull;
+    }
+    std::lock_guard<std::mutex> lock(g->contexts_mutex);
+    const auto found = g->context_index.equal_range(h);
+    for (auto it = found.first; it != found.second; ++it) {
+        const gpt2__context_tokens& p = g->contexts[it->second];
+        if (p.context.size() == n && std::equal(context, context + n, p.context.begin())) return &p;
+    }
+    if (g->contexts.size() >= GPT2__MAX_CONTEXTS) return nullptr;
+    g->context_index.emplace(h, (uint32_t)g->contexts.size());
+    g->contexts.emplace_back();
+    gpt2__context_tokens* made = &g->contexts.back();
+    made->context.assign(context, context + n);
+    gpt2__context_tokens_make(g, made);
+    return made;
+}
+
+/* Walks trie node `entry` (a gpt2__context_tokens::uncertain entry) from the state: the path to
    it first, then its tokens, or its whole subtree's. */
 static gpt2_result gpt2__matcher_walk_entry(gpt2__grammar_matcher* m, uint32_t entry, uint32_t* allowed, gpt2_error* err) {
     const gpt2__token_trie& trie = m->g->model->token_trie;
@@ -3547,25 +3595,22 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     }
     std::memset(allowed, 0, words * sizeof(uint32_t));
     if (m->gss.overflow) return gpt2__matcher_overflow(err); /* already at the start */
-    if (m->state.need > 0) {
+    gpt2__vector<const gpt2__context_tokens*>& decided = m->decided;
+    decided.clear();
+    for (size_t k = 0; m->state.need == 0 && k < m->state.tops.size(); k++) {
+        const gpt2__context_tokens* p = gpt2__context_tokens_find(&g, m->gss, m->state.tops[k]);
+        if (!p) break;
+        decided.push_back(p);
+    }
+    if (decided.size() < m->state.tops.size()) { /* inside a UTF-8 character, or no room for more contexts */
         GPT2__TRY(gpt2__matcher_walk(m, 0, model.token_trie.byte.size(), allowed, err));
-    } else if (!m->state.tops.empty()) {
-        gpt2__vector<const gpt2__position_tokens*>& decided = m->decided;
-        decided.clear();
-        {
-            std::lock_guard<std::mutex> lock(g.positions_mutex);
-            for (uint32_t id : m->state.tops) {
-                const uint32_t pos = m->gss.nodes[id].pos;
-                if (!g.positions[pos].made) gpt2__position_tokens_make(&g, pos, &g.positions[pos]);
-                decided.push_back(&g.positions[pos]);
-            }
-        }
+    } else {
         std::sort(decided.begin(), decided.end());
         decided.erase(std::unique(decided.begin(), decided.end()), decided.end());
-        for (const gpt2__position_tokens* p : decided)
+        for (const gpt2__context_tokens* p : decided)
             for (size_t w = 0; w < words; w++) allowed[w] |= p->accepted[w];
         m->entries.clear();
-        for (const gpt2__position_tokens* p : decided) m->entries.insert(m->entries.end(), p->uncertain.begin(), p->uncertain.end());
+        for (const gpt2__context_tokens* p : decided) m->entries.insert(m->entries.end(), p->uncertain.begin(), p->uncertain.end());
         std::sort(m->entries.begin(), m->entries.end());
         m->entries.erase(std::unique(m->entries.begin(), m->entries.end()), m->entries.end());
         for (uint32_t entry : m->entries) GPT2__TRY(gpt2__matcher_walk_entry(m, entry, allowed, err));

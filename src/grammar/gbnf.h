@@ -40,13 +40,18 @@ struct gpt2__grule {
     uint32_t alts_begin = 0, alts_end = 0; /* its alternatives: gpt2_grammar::alt_starts[begin, end) */
 };
 
-/* What the character class at one position decides about the vocabulary (made by matcher.h on
-   first use): `accepted`, a bit per token, the tokens the rest of its rule reads whole;
-   `uncertain`, the nodes of the vocabulary's trie whose tokens reach the rule's end, where the
-   stack below decides (a node, or with GPT2__WHOLE_SUBTREE its whole subtree). */
+/* What a stack's top decides about the vocabulary, given the positions of the stack's first
+   GPT2__CONTEXT_DEPTH nodes, `context` (from the top down; below them the stack is unknown, or
+   empty when there are fewer). Made by matcher.h on first use: `accepted`, a bit per token, the
+   tokens read whole inside the context; `uncertain`, the nodes of the vocabulary's trie whose
+   tokens reach past it, where the stack below decides (a node, or with GPT2__WHOLE_SUBTREE its
+   whole subtree). The deeper the context, the fewer tokens are left to the stack below (at depth
+   1, every token longer than one character of JSON's `char` rule) and the more contexts a
+   grammar makes. */
 enum : uint32_t { GPT2__WHOLE_SUBTREE = 1u << 31 };
-struct gpt2__position_tokens {
-    bool made = false;
+enum { GPT2__CONTEXT_DEPTH = 4, GPT2__MAX_CONTEXTS = 4096 };
+struct gpt2__context_tokens {
+    gpt2__vector<uint32_t> context;
     gpt2__vector<uint32_t> accepted;
     gpt2__vector<uint32_t> uncertain;
 };
@@ -58,9 +63,11 @@ struct gpt2_grammar {
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
-    /* per element (only character classes get filled), under the mutex: grammars are shared */
-    mutable std::mutex positions_mutex;
-    mutable gpt2__vector<gpt2__position_tokens> positions;
+    /* the contexts met so far (at most GPT2__MAX_CONTEXTS), under the mutex: grammars are shared;
+       a deque keeps them where they are while more are added */
+    mutable std::mutex contexts_mutex;
+    mutable std::deque<gpt2__context_tokens, gpt2__allocator<gpt2__context_tokens>> contexts;
+    mutable std::unordered_multimap<uint64_t, uint32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, uint32_t>>> context_index;
 };
 
 enum { GPT2__GRAMMAR_MAX_ELEMS = 1 << 20, GPT2__GRAMMAR_MAX_REPEAT = 1 << 16 };
@@ -540,7 +547,6 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
         }
         g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
     }
-    g->positions.resize(g->elems.size());
     return GPT2_OK;
 }
 
