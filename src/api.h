@@ -389,7 +389,9 @@ typedef void (*gpt2_logits_fn)(void* user, float* logits, int n_vocab);
    sentence, and generation ends when the text is a whole sentence the grammar lets nothing
    extend, at the end-of-text token, at a stop string, or at max_new_tokens (then
    params.grammar_match says PREFIX). The check is on the text's bytes, so a token may cross
-   the grammar's literals and classes, and a token may end inside a UTF-8 character.
+   the grammar's literals and classes, and a token may end inside a UTF-8 character. Where the
+   grammar allows only one text next, its tokens (as gpt2_tokenize writes it, but the last) are
+   not drawn: they join the context in one pass, delivered and counted as generated tokens.
    Grammars are written in llama.cpp's GBNF (docs/GRAMMARS.md):
        root   ::= "ACTION: " action "\n" line
        action ::= "wave" | "attack" | "flee"

@@ -7,8 +7,9 @@
    (gpt2__generate) takes every unfinished session a token further per step: each picks its next
    token from its logits (the sampling chain of sampler.h on the host, with the grammar's mask
    when it has one, or the backend's own draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
-   whole), and every picked token joins its context in one pass (gpt2__batch_append). A lone
-   generation is a batch of one. */
+   whole), and every picked token joins its context in one pass (gpt2__batch_append). Where the
+   grammar then allows only one text, that text's tokens join in the same pass, as a prompt's do.
+   A lone generation is a batch of one. */
 
 /* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
 static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
@@ -76,15 +77,23 @@ static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_param
     return GPT2_OK;
 }
 
-/* One session's generation, a token at a time, driven by gpt2__generate: begin, then per token
-   pick (sample it), deliver (hand its text on; true when generation ends with it) and append it
-   to the context, and end (what is still held back for the stop strings). */
+/* One session's generation, a step at a time, driven by gpt2__generate: begin, then per step
+   pick (sample a token, and with a grammar add the tokens of the text it then forces), deliver
+   each (hand its text on; true when generation ends with it) and append them to the context,
+   and end (what is still held back for the stop strings). */
+enum { GPT2__STEP_COMPLETE = 1, GPT2__STEP_FINISHED = 2, GPT2__MAX_FORCED_BYTES = 256 };
 struct gpt2__generator {
     gpt2_session* s = nullptr;
     gpt2_generate_params p;
     bool chain = false; /* off: the backend samples as nanoGPT does, on its device */
     gpt2__chain_buffers buffers;
     gpt2__grammar_matcher grammar; /* with p.grammar: where the text generated so far stands */
+    gpt2__vector<int32_t> step;       /* this step's tokens: the one drawn, then any forced */
+    gpt2__vector<uint8_t> step_match; /* with a grammar, after each of them: GPT2__STEP_ bits */
+    bool complete = false;            /* with a grammar: the text delivered so far is a sentence */
+    int n_forced = 0;                 /* tokens the grammar forced (not drawn) */
+    gpt2__string forced_text;
+    gpt2__vector<int32_t> forced_ids;
     gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
     bool at_stop = false;
     int n_new = 0;     /* tokens delivered */
@@ -109,6 +118,7 @@ static void gpt2__generator_begin(gpt2__generator* g, gpt2_session* s, const gpt
         if (p.grammar) {
             g->buffers.allowed.resize((V + 31) / 32);
             gpt2__matcher_begin(&g->grammar, p.grammar);
+            g->complete = g->grammar.state.complete;
         }
     }
 }
@@ -122,35 +132,79 @@ static gpt2_result gpt2__generator_mask(gpt2__generator* g, gpt2_error* err) {
                       "as the grammar asks: it needs characters the vocabulary lacks", g->n_new);
 }
 
+/* Moves the grammar over `token` and adds it to the step. */
 static gpt2_result gpt2__generator_follow(gpt2__generator* g, int32_t token, gpt2_error* err) {
-    if (token == g->s->model->tokenizer.eos) return GPT2_OK;
-    bool alive;
-    GPT2__TRY(gpt2__matcher_feed(&g->grammar, gpt2__tokenizer_token_bytes(&g->s->model->tokenizer, token), &alive, err));
-    if (!alive) return gpt2__fail(err, GPT2_ERROR_INTERNAL, "grammar: token %d was drawn but leaves the grammar (a bug in the mask)", (int)token);
+    g->step.push_back(token);
+    if (!g->p.grammar) return GPT2_OK;
+    if (token != g->s->model->tokenizer.eos) {
+        bool alive;
+        GPT2__TRY(gpt2__matcher_feed(&g->grammar, gpt2__tokenizer_token_bytes(&g->s->model->tokenizer, token), &alive, err));
+        if (!alive) return gpt2__fail(err, GPT2_ERROR_INTERNAL, "grammar: token %d was drawn but leaves the grammar (a bug in the mask)", (int)token);
+    }
+    const gpt2__gstate& st = g->grammar.state;
+    g->step_match.push_back((uint8_t)((st.complete && st.need == 0 ? GPT2__STEP_COMPLETE : 0) | (gpt2__matcher_finished(g->grammar) ? GPT2__STEP_FINISHED : 0)));
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__generator_pick(gpt2__generator* g, int32_t* token, gpt2_error* err) {
-    if (!g->chain) return g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, token, err);
-    if (g->p.grammar) GPT2__TRY(gpt2__generator_mask(g, err));
-    GPT2__TRY(gpt2__sample_chain(g->s, g->p, &g->buffers, token, err));
-    return g->p.grammar ? gpt2__generator_follow(g, *token, err) : GPT2_OK;
+/* Forced text: where the grammar allows only one text next, its tokens, as the tokenizer writes
+   that text, join the step (a sampled token would have no other choice, one by one). The last
+   is left to the next draw, which may extend it (`"` before a value: the model may write `"a`),
+   unless the text ends the sentence. A text the vocabulary cannot write is left to the draws,
+   whose mask then says what is missing. */
+static gpt2_result gpt2__generator_force(gpt2__generator* g, gpt2_error* err) {
+    const int room = g->p.max_new_tokens - g->n_new - (int)g->step.size();
+    if (room <= 0 || gpt2__matcher_finished(g->grammar)) return GPT2_OK;
+    bool finishes = false;
+    gpt2__matcher_forced_text(&g->grammar, GPT2__MAX_FORCED_BYTES, &g->forced_text, &finishes);
+    if (g->forced_text.empty()) return GPT2_OK;
+    gpt2_error ignored;
+    g->forced_ids.clear();
+    if (gpt2__tokenizer_encode(&g->s->model->tokenizer, g->forced_text.data(), g->forced_text.size(), false, &g->forced_ids, &ignored) != GPT2_OK) return GPT2_OK;
+    size_t n = std::min(g->forced_ids.size() - (finishes ? 0 : 1), (size_t)room);
+    for (size_t k = 0; k < n; k++) GPT2__TRY(gpt2__generator_follow(g, g->forced_ids[k], err));
+    g->n_forced += (int)n;
+    return GPT2_OK;
 }
 
-/* True when generation ends with `token`: the caller's on_token, a stop, max_new_tokens, or a
-   sentence of the grammar that nothing may extend. */
-static bool gpt2__generator_deliver(gpt2__generator* g, int32_t token) {
+/* This step's tokens: drawn (on the host's chain or the backend), then with a grammar the
+   forced text's; at the start, the forced text alone when there is some. */
+static gpt2_result gpt2__generator_pick(gpt2__generator* g, gpt2_error* err) {
+    g->step.clear();
+    g->step_match.clear();
+    int32_t token;
+    if (!g->chain) {
+        GPT2__TRY(g->s->backend->sample(g->s, g->p.temperature, g->p.top_k, &token, err));
+        return gpt2__generator_follow(g, token, err);
+    }
+    if (g->p.grammar && g->n_new == 0 && g->n_forced == 0) {
+        GPT2__TRY(gpt2__generator_force(g, err));
+        if (!g->step.empty()) return GPT2_OK;
+    }
+    if (g->p.grammar) GPT2__TRY(gpt2__generator_mask(g, err));
+    GPT2__TRY(gpt2__sample_chain(g->s, g->p, &g->buffers, &token, err));
+    GPT2__TRY(gpt2__generator_follow(g, token, err));
+    return g->p.grammar && token != g->s->model->tokenizer.eos ? gpt2__generator_force(g, err) : GPT2_OK;
+}
+
+/* Delivers the step's token k. True when generation ends with it: the caller's on_token, a stop,
+   max_new_tokens, or a sentence of the grammar that nothing may extend. */
+static bool gpt2__generator_deliver(gpt2__generator* g, size_t k) {
+    const int32_t token = g->step[k];
     const int i = g->n_new++;
     if (g->out_tokens && (size_t)i < g->capacity) g->out_tokens[i] = token;
     if (g->n_generated) *g->n_generated = (size_t)i + 1;
-    const bool sentence_ends = g->p.grammar && gpt2__matcher_finished(g->grammar);
+    bool sentence_ends = false;
+    if (g->p.grammar) {
+        g->complete = g->step_match[k] & GPT2__STEP_COMPLETE;
+        sentence_ends = g->step_match[k] & GPT2__STEP_FINISHED;
+    }
     return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens || sentence_ends;
 }
 
 static void gpt2__generator_end(gpt2__generator* g) {
     gpt2_session* s = g->s;
     const gpt2_generate_params& p = g->p;
-    if (p.grammar && p.grammar_match) *p.grammar_match = g->grammar.state.complete ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
+    if (p.grammar && p.grammar_match) *p.grammar_match = g->complete ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
     if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
     /* what is still held: bytes that never formed a character, text that did not become a stop string */
     gpt2__utf8_stream_flush(&s->stream, &g->held);
@@ -171,7 +225,7 @@ static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generat
     gpt2__vector<gpt2_session*> batch, plain_sessions;
     gpt2__vector<const int32_t*> ids;
     gpt2__vector<size_t> counts;
-    gpt2__vector<int32_t> next(n), plain_tokens;
+    gpt2__vector<int32_t> plain_tokens;
     gpt2__vector<float> temperatures;
     gpt2__vector<int> top_ks;
     for (size_t i = 0; i < n; i++) active.push_back(i);
@@ -182,7 +236,7 @@ static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generat
         plain.clear();
         for (size_t i : active)
             if (!generators[i].chain && runner->backend->sample_batch && active.size() > 1) plain.push_back(i);
-            else GPT2__TRY(gpt2__generator_pick(&generators[i], &next[i], err));
+            else GPT2__TRY(gpt2__generator_pick(&generators[i], err));
         if (!plain.empty()) {
             plain_sessions.clear();
             temperatures.clear();
@@ -194,16 +248,24 @@ static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generat
             }
             plain_tokens.resize(plain.size());
             GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
-            for (size_t j = 0; j < plain.size(); j++) next[plain[j]] = plain_tokens[j];
+            for (size_t j = 0; j < plain.size(); j++) {
+                generators[plain[j]].step.assign(1, plain_tokens[j]);
+                generators[plain[j]].step_match.clear();
+            }
         }
         size_t kept = 0;
+        counts.clear();
         for (size_t i : active) {
-            if (gpt2__generator_deliver(&generators[i], next[i])) finished.push_back(i);
+            gpt2__generator& g = generators[i];
+            size_t delivered = 0;
+            bool ends = false;
+            while (!ends && delivered < g.step.size()) ends = gpt2__generator_deliver(&g, delivered++);
+            if (ends) finished.push_back(i);
             else active[kept++] = i;
-            batch.push_back(generators[i].s); /* the token joins the context either way */
-            ids.push_back(&next[i]);
+            batch.push_back(g.s); /* the token that ends it joins the context too; forced ones after it do not */
+            ids.push_back(g.step.data());
+            counts.push_back(delivered);
         }
-        counts.assign(batch.size(), 1);
         GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
         for (size_t i : finished) gpt2__generator_end(&generators[i]);
         active.resize(kept);

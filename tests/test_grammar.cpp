@@ -466,3 +466,135 @@ TEST_CASE("grammar: a grammar of another model is refused") {
     const Generated out = generate_with(a.model, s.session, "ROMEO:", p);
     CHECK_ERROR(out.err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model");
 }
+
+namespace {
+struct Drawn {
+    Generated out;
+    int draws = 0; // tokens the sampler drew; the others were forced
+};
+
+int collect_drawn_text(void* user, int32_t, const char* text, size_t len) {
+    static_cast<Drawn*>(user)->out.text.append(text ? text : "", len);
+    return 0;
+}
+
+void count_draw(void* user, float*, int) { static_cast<Drawn*>(user)->draws++; }
+
+Drawn generate_counting_draws(const Model& m, gpt2_session* s, const char* prompt, gpt2_generate_params p) {
+    Drawn d;
+    p.on_token = collect_drawn_text;
+    p.on_logits = count_draw;
+    p.user = &d;
+    p.grammar_match = &d.out.match;
+    std::vector<int32_t> prompt_ids(256), ids(4096);
+    size_t n_prompt = 0, n = 0;
+    REQUIRE(gpt2_tokenize(m.model, prompt, std::strlen(prompt), 0, prompt_ids.data(), prompt_ids.size(), &n_prompt, &d.out.err) == GPT2_OK);
+    d.out.result = gpt2_generate(s, prompt_ids.data(), n_prompt, &p, ids.data(), ids.size(), &n, &d.out.err);
+    d.out.tokens.assign(ids.begin(), ids.begin() + (long)std::min(n, ids.size()));
+    return d;
+}
+
+// What a masked greedy choice draws, a token at a time, from the public API alone: the most
+// likely token whose text keeps the text in the grammar (the end token: a whole sentence).
+std::vector<int32_t> greedy_token_by_token(const Model& m, const gpt2_grammar* g, const char* prompt, int max_new_tokens) {
+    Session s(m);
+    gpt2_error err;
+    std::vector<int32_t> ids(256);
+    size_t n = 0;
+    REQUIRE(gpt2_tokenize(m.model, prompt, std::strlen(prompt), 0, ids.data(), ids.size(), &n, &err) == GPT2_OK);
+    REQUIRE(gpt2_session_eval(s.session, ids.data(), n, &err) == GPT2_OK);
+    const gpt2_model_info info = gpt2_model_get_info(m.model);
+    std::vector<int32_t> out;
+    std::string text;
+    while ((int)out.size() < max_new_tokens) {
+        const float* logits = gpt2_session_logits(s.session);
+        int32_t best = -1;
+        std::string best_piece;
+        for (int32_t t = 0; t < info.n_vocab; t++) {
+            char piece[256];
+            size_t len = 0;
+            if (t == info.eos_token) {
+                if (match(g, text) != GPT2_MATCH_COMPLETE) continue;
+            } else {
+                REQUIRE(gpt2_detokenize(m.model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
+                if (len == 0 || match(g, text + std::string(piece, len)) == GPT2_MATCH_NONE) continue;
+            }
+            if (best < 0 || logits[t] > logits[best]) {
+                best = t;
+                best_piece.assign(piece, t == info.eos_token ? 0 : len);
+            }
+        }
+        REQUIRE(best >= 0);
+        out.push_back(best);
+        if (best == info.eos_token) break;
+        text += best_piece;
+        REQUIRE(gpt2_session_eval(s.session, &best, 1, &err) == GPT2_OK);
+        if (match(g, text) == GPT2_MATCH_COMPLETE) { // a sentence nothing extends ends the generation
+            bool more = false;
+            for (int32_t t = 0; t < info.n_vocab && !more; t++) {
+                char piece[256];
+                size_t len = 0;
+                if (t != info.eos_token && gpt2_detokenize(m.model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK && len > 0)
+                    more = match(g, text + std::string(piece, len)) != GPT2_MATCH_NONE;
+            }
+            if (!more) break;
+        }
+    }
+    return out;
+}
+} // namespace
+
+TEST_CASE("grammar: forced text changes nothing a greedy choice would draw (character vocabulary: the forced tokens are the only ones allowed)") {
+    const Model& m = char_model();
+    Grammar g(m.model, "root ::= \"ROMEO: \" name \", my lord\" (\".\" | \"!\")\nname ::= [A-Z] [a-z]{2,8}");
+    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+    Session s(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    p.temperature = 0;
+    p.max_new_tokens = 40;
+    const Drawn drawn = generate_counting_draws(m, s.session, "JULIET:\n", p);
+    const Generated& out = drawn.out;
+    const int draws = drawn.draws;
+    REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
+    CHECK(out.tokens == greedy_token_by_token(m, g.grammar, "JULIET:\n", 40));
+    CHECK(out.match == GPT2_MATCH_COMPLETE);
+    CHECK(draws < (int)out.tokens.size() - 10); // "ROMEO: " and ", my lord" were not drawn
+}
+
+TEST_CASE("grammar: forced text joins the context in one pass, as the tokenizer writes it, with the logits of one token at a time (GPT-2 BPE)") {
+    const Model& m = bpe_model();
+    Grammar g(m.model, "root ::= \"{\\\"action\\\": \\\"\" (\"attack\" | \"flee\" | \"wait\") \"\\\", \\\"line\\\": \\\"\" [a-z ]{1,12} \"\\\"}\"");
+    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+    Session s(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = g.grammar;
+    p.max_new_tokens = 60;
+    const Drawn drawn = generate_counting_draws(m, s.session, "Guard:", p);
+    const Generated& out = drawn.out;
+    const int draws = drawn.draws;
+    REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
+    CAPTURE(out.text);
+    CHECK(match(g.grammar, out.text) != GPT2_MATCH_NONE);
+    // The start is forced: `{"action": "` as gpt2_tokenize writes it, all but its last token,
+    // which the next draw may extend (`"` then `attack`, or `"att`...).
+    const std::string start = "{\"action\": \"";
+    std::vector<int32_t> start_ids(64);
+    size_t n_start = 0;
+    gpt2_error err;
+    REQUIRE(gpt2_tokenize(m.model, start.data(), start.size(), 0, start_ids.data(), start_ids.size(), &n_start, &err) == GPT2_OK);
+    REQUIRE(n_start >= 2);
+    REQUIRE(out.tokens.size() > n_start);
+    CHECK(std::vector<int32_t>(out.tokens.begin(), out.tokens.begin() + (long)(n_start - 1)) == std::vector<int32_t>(start_ids.begin(), start_ids.begin() + (long)(n_start - 1)));
+    CHECK(draws < (int)out.tokens.size());
+    // The context after the forced runs: the logits of the same tokens fed one at a time.
+    Session one_by_one(m);
+    const size_t n_context = gpt2_session_n_tokens(s.session);
+    const int32_t* context = gpt2_session_tokens(s.session);
+    for (size_t i = 0; i < n_context; i++) REQUIRE(gpt2_session_eval(one_by_one.session, context + i, 1, &err) == GPT2_OK);
+    const int V = gpt2_model_get_info(m.model).n_vocab;
+    const float *a = gpt2_session_logits(s.session), *b = gpt2_session_logits(one_by_one.session);
+    double worst = 0;
+    for (int t = 0; t < V; t++) worst = std::max(worst, (double)std::fabs(a[t] - b[t]));
+    CHECK(worst < 1e-3);
+}

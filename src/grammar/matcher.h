@@ -526,6 +526,35 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     return GPT2_OK;
 }
 
+/* The text the grammar allows alone after the state, up to `limit` bytes: while the text is not
+   a sentence and every stack's top holds one and the same code point, that code point comes next
+   (`"action": "` in a template). *finishes: the text then ends a sentence nothing may extend. */
+static void gpt2__matcher_forced_text(gpt2__grammar_matcher* m, size_t limit, gpt2__string* out, bool* finishes) {
+    out->clear();
+    gpt2__gstate st = m->state;
+    for (;;) {
+        *finishes = st.complete && st.tops.empty();
+        if (st.complete || st.escaped || st.need != 0 || st.tops.empty()) return;
+        uint32_t cp = UINT32_MAX;
+        for (uint32_t id : st.tops) {
+            const gpt2__code_points& c = m->g->classes[m->g->elems[m->gss.nodes[id].pos].value];
+            if (c.ranges.size() != 1 || c.ranges[0].first != c.ranges[0].second || (cp != UINT32_MAX && cp != c.ranges[0].first)) return;
+            cp = c.ranges[0].first;
+        }
+        char bytes[4];
+        const size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        if (out->size() + n > limit) return;
+        static const uint8_t lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0}; /* UTF-8's first byte, by length */
+        bytes[0] = (char)(lead[n] | (cp >> (6 * (n - 1))));
+        for (size_t k = 1; k < n; k++) bytes[k] = (char)(0x80u | ((cp >> (6 * (n - 1 - k))) & 0x3Fu));
+        for (size_t k = 0; k < n; k++) {
+            if (!gpt2__gstate_advance_byte(&m->gss, st, (uint8_t)bytes[k], &m->next)) return; /* only when too ambiguous: the mask reports it */
+            std::swap(st, m->next);
+        }
+        out->append(bytes, n);
+    }
+}
+
 /* gpt2_grammar_match's answer for `text`. */
 static gpt2_result gpt2__grammar_match_text(const gpt2_grammar* g, std::string_view text, gpt2_match* match, gpt2_error* err) {
     gpt2__grammar_matcher m;
