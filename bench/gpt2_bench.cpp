@@ -393,18 +393,21 @@ static int run_accuracy(const Shape& shape, int threads, int steps) {
 // ---- A sampled decode, free or with a grammar -----------------------------------------------
 
 // What one sampled decode took: wall ms per token, and of that the picks' share (the mask, the
-// sampling chain and the grammar's step after the token: llama.cpp's "sampling time").
+// sampling chain and the grammar's steps over the tokens: llama.cpp's "sampling time").
 struct SampledDecode {
     double ms_per_token = 0, sampling_ms_per_token = 0;
 };
 
-// `gen` tokens from the session's context, picked as gpt2_generate picks them (temperature 1,
-// every token a candidate, `seed`) and each evaluated as the timed decode does. With `grammar`:
-// its mask before each draw, each mask's time and size into *stats; when the grammar's sentence
-// is whole and nothing may extend it, or the end-of-text token is drawn, the grammar starts over
-// (*documents counts the starts), so the decode has `gen` tokens like the free one.
+// At least `gen` tokens from the session's context, picked as gpt2_generate picks them
+// (temperature 1, every token a candidate, `seed`): a step draws a token and, with a grammar,
+// adds the tokens of any text the grammar forces next; the step's tokens join the context in one
+// pass. The free decode is gpt2__generator_pick's; the constrained one is its grammar path
+// spelled out (src/generate.h: force, mask, draw, follow, force), so that each mask's time and
+// size go into *stats and the forced tokens into *forced. When the grammar's sentence is whole and
+// nothing may extend it, or the end-of-text token is drawn, the grammar starts over (*documents
+// counts the starts), so the decode is as long as the free one.
 static gpt2_result sampled_decode(gpt2_session* s, const gpt2_grammar* grammar, int gen, uint64_t seed, GrammarMaskStats* stats, size_t* documents,
-                                  SampledDecode* out, gpt2_error* err) {
+                                  size_t* forced, SampledDecode* out, gpt2_error* err) {
     gpt2_generate_params p = gpt2_generate_default_params();
     p.temperature = 1.0f;
     p.top_k = 0;
@@ -415,28 +418,41 @@ static gpt2_result sampled_decode(gpt2_session* s, const gpt2_grammar* grammar, 
     gpt2__generator_begin(&g, s, p, nullptr, 0, nullptr);
     if (grammar) ++*documents;
     double pick_s = 0;
+    int n = 0;
     const double t0 = now_s();
-    for (int i = 0; i < gen; i++) {
-        int32_t token = 0;
+    while (n < gen) {
         const double p0 = now_s();
-        if (grammar) {
-            const double m0 = grammar_now_us();
-            GPT2__TRY(gpt2__generator_mask(&g, err));
-            stats->add(grammar_now_us() - m0, g.buffers.allowed.data(), g.buffers.allowed.size());
-            GPT2__TRY(gpt2__sample_chain(s, p, &g.buffers, &token, err));
-            GPT2__TRY(gpt2__generator_follow(&g, token, err));
-            if (token == s->model->tokenizer.eos || gpt2__matcher_finished(g.grammar)) {
-                gpt2__matcher_begin(&g.grammar, grammar);
+        if (!grammar) {
+            GPT2__TRY(gpt2__generator_pick(&g, err));
+        } else {
+            g.step.clear();
+            g.step_match.clear();
+            if (g.n_new == 0 && g.n_forced == 0) GPT2__TRY(gpt2__generator_force(&g, err));
+            if (g.step.empty()) {
+                const double m0 = grammar_now_us();
+                GPT2__TRY(gpt2__generator_mask(&g, err));
+                stats->add(grammar_now_us() - m0, g.buffers.allowed.data(), g.buffers.allowed.size());
+                int32_t token = 0;
+                GPT2__TRY(gpt2__sample_chain(s, p, &g.buffers, &token, err));
+                GPT2__TRY(gpt2__generator_follow(&g, token, err));
+                if (token != s->model->tokenizer.eos) GPT2__TRY(gpt2__generator_force(&g, err));
+                *forced += g.step.size() - 1;
+            } else {
+                *forced += g.step.size();
+            }
+            g.n_new += (int)g.step.size();
+            if (g.step.back() == s->model->tokenizer.eos || (g.step_match.back() & GPT2__STEP_FINISHED)) {
+                gpt2__matcher_begin(&g.grammar, grammar); // a new sentence, forced from its start again
+                g.n_new = g.n_forced = 0;
                 ++*documents;
             }
-        } else {
-            GPT2__TRY(gpt2__generator_pick(&g, &token, err));
         }
         pick_s += now_s() - p0;
-        GPT2__TRY(gpt2_session_eval(s, &token, 1, err));
+        GPT2__TRY(gpt2_session_eval(s, g.step.data(), g.step.size(), err));
+        n += (int)g.step.size();
     }
-    out->ms_per_token = 1e3 * (now_s() - t0) / gen;
-    out->sampling_ms_per_token = 1e3 * pick_s / gen;
+    out->ms_per_token = 1e3 * (now_s() - t0) / n;
+    out->sampling_ms_per_token = 1e3 * pick_s / n;
     return GPT2_OK;
 }
 
@@ -461,15 +477,18 @@ static void usage() {
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --grammar FILE            also, in each round, two sampled decodes of --gen tokens from the context\n"
         "                            (temperature 1, every token a candidate, a seed per round; the order\n"
-        "                            alternates): free, and with the GBNF grammar's mask (the grammar starts over\n"
-        "                            when its sentence is whole). Adds constrained_decode_ms_per_token,\n"
+        "                            alternates): free, and with the GBNF grammar's mask and forced text, as\n"
+        "                            gpt2_generate (the grammar starts over when its sentence is whole). Adds\n"
+        "                            constrained_decode_ms_per_token,\n"
         "                            sampled_decode_ms_per_token (free), constrained_overhead_pct, their picks'\n"
         "                            share (constrained_sampling_ms_per_token, sampled_sampling_ms_per_token;\n"
         "                            first_constrained_sampling_ms_per_token: the warm-up round's, the grammar's\n"
         "                            first generation, where each position's tokens are sorted on first use),\n"
         "                            and over every constrained step (warm-up round included; one core):\n"
         "                            grammar_mask_us_p50, grammar_mask_us_p99, grammar_mask_us_max,\n"
-        "                            forced_tokens_share, grammar_mask_steps; grammar_compile_ms (median of 20\n"
+        "                            grammar_mask_steps (the draws), grammar_forced_tokens (the tokens of forced\n"
+        "                            text), forced_tokens_share (those and the draws from a mask of one token,\n"
+        "                            of all the tokens); grammar_compile_ms (median of 20\n"
         "                            makes). The model needs a vocabulary (--random 124M and up have GPT-2's)\n"
         "  --vocab DIR|none          GPT-2's encoder.json + vocab.bpe for the random models of 50,257 tokens\n"
         "                            (default: tests/data/gpt2-bpe of the source tree); none: no vocabulary\n"
@@ -617,7 +636,7 @@ int main(int argc, char** argv) {
     // --grammar: the free and the constrained sampled decodes, and the constrained steps' masks
     std::vector<double> sampled_ms, sampled_pick_ms, constrained_ms, constrained_pick_ms;
     GrammarMaskStats mask_stats;
-    size_t grammar_documents = 0;
+    size_t grammar_documents = 0, grammar_forced = 0; // forced: tokens the grammar forced, not drawn
     double first_constrained_pick_ms = 0; // the warm-up round's: the grammar's first generation
     double peak_rss = 0;
     PageBuffer bandwidth_buffer;
@@ -659,10 +678,12 @@ int main(int argc, char** argv) {
                 const bool constrained = (k == 1) == (r % 2 == 0);
                 gpt2_session_truncate(session, (size_t)context, &err);
                 SampledDecode d;
-                if (sampled_decode(session, constrained ? grammar : nullptr, gen, 1337 + (uint64_t)(r + 1), &mask_stats, &grammar_documents, &d, &err) != GPT2_OK) {
+                size_t forced = 0;
+                if (sampled_decode(session, constrained ? grammar : nullptr, gen, 1337 + (uint64_t)(r + 1), &mask_stats, &grammar_documents, &forced, &d, &err) != GPT2_OK) {
                     std::fprintf(stderr, "gpt2-bench: %s decode: %s\n", constrained ? "constrained" : "sampled", err.message);
                     return 1;
                 }
+                if (constrained) grammar_forced += forced;
                 if (r < 0) {
                     if (constrained) first_constrained_pick_ms = d.sampling_ms_per_token;
                     continue;
@@ -713,6 +734,10 @@ int main(int argc, char** argv) {
     const double batch_unit_gops = batch_int8 ? int8_gops : fma_gflops;
     const char* batch_unit = batch_int8 ? "int8 vpdpbusd" : "fp32 FMA";
     const double batch_limit_tok_s = batch_unit_gops * 1e9 / (2.0 * (matrix_params + C * m->n_vocab));
+    // --grammar: of the constrained decodes' tokens, those the grammar forced (not drawn, or drawn
+    // from a mask of one token)
+    const size_t grammar_tokens = mask_stats.steps() + grammar_forced;
+    const double forced_share = grammar_tokens ? (double)(mask_stats.forced + grammar_forced) / (double)grammar_tokens : 0.0;
     if (json) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
@@ -729,10 +754,10 @@ int main(int argc, char** argv) {
             std::printf(", \"grammar\": \"%s\", \"sampled_decode_ms_per_token\": %.3f, \"constrained_decode_ms_per_token\": %.3f, \"constrained_overhead_pct\": %.2f, "
                         "\"sampled_sampling_ms_per_token\": %.4f, \"constrained_sampling_ms_per_token\": %.4f, \"first_constrained_sampling_ms_per_token\": %.4f, \"grammar_compile_ms\": %.4f, \"first_grammar_ms\": %.3f, "
                         "\"grammar_mask_us_p50\": %.2f, \"grammar_mask_us_p99\": %.2f, \"grammar_mask_us_max\": %.2f, \"forced_tokens_share\": %.4f, "
-                        "\"grammar_mask_steps\": %zu, \"grammar_documents\": %zu",
+                        "\"grammar_mask_steps\": %zu, \"grammar_forced_tokens\": %zu, \"grammar_documents\": %zu",
                         grammar_path, median(sampled_ms), median(constrained_ms), 100.0 * (median(constrained_ms) / median(sampled_ms) - 1.0), median(sampled_pick_ms),
                         median(constrained_pick_ms), first_constrained_pick_ms, grammar_compile_ms, grammar_first_ms, mask_stats.p50(), mask_stats.p99(), mask_stats.max(),
-                        mask_stats.forced_share(), mask_stats.steps(), grammar_documents);
+                        forced_share, mask_stats.steps(), grammar_forced, grammar_documents);
         std::printf("}\n");
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
@@ -754,9 +779,9 @@ int main(int argc, char** argv) {
             std::printf("  grammar: %s  sampled decode %.3f ms/token free, %.3f constrained (%+.2f%%); sampling %.4f / %.4f ms/token "
                         "(%.4f in the grammar's first generation)\n", grammar_path, median(sampled_ms), median(constrained_ms),
                         100.0 * (median(constrained_ms) / median(sampled_ms) - 1.0), median(sampled_pick_ms), median(constrained_pick_ms), first_constrained_pick_ms);
-            std::printf("           compile %.3f ms (first: %.1f ms); %zu masks: p50 %.1f us, p99 %.1f us, max %.1f us; forced %.1f%%; %zu sentences begun\n",
-                        grammar_compile_ms, grammar_first_ms, mask_stats.steps(), mask_stats.p50(), mask_stats.p99(), mask_stats.max(),
-                        100.0 * mask_stats.forced_share(), grammar_documents);
+            std::printf("           compile %.3f ms (first: %.1f ms); %zu masks: p50 %.1f us, p99 %.1f us, max %.1f us; %zu tokens forced, %.1f%% of the tokens "
+                        "with those of masks of one token; %zu sentences begun\n", grammar_compile_ms, grammar_first_ms, mask_stats.steps(), mask_stats.p50(),
+                        mask_stats.p99(), mask_stats.max(), grammar_forced, 100.0 * forced_share, grammar_documents);
         }
     }
     for (gpt2_session* b : batch_sessions) gpt2_session_free(b);
