@@ -67,7 +67,7 @@ static int32_t gpt2__sample(const float* logits, int n, float temperature, int t
     const double inv_t = 1.0 / temperature;
     double total = 0.0;
     for (int i = 0; i < n; i++) {
-        scratch[i] = logits[i] >= threshold ? (float)std::exp(((double)logits[i] - max_logit) * inv_t) : 0.0f;
+        scratch[i] = logits[i] >= threshold && logits[i] > -INFINITY ? (float)std::exp(((double)logits[i] - max_logit) * inv_t) : 0.0f; /* exp(-inf) is 0: not worth a call where a grammar removed most tokens */
         total += scratch[i];
     }
     double target = gpt2__rng_uniform(rng) * total, running = 0.0;
@@ -206,11 +206,18 @@ static gpt2_result gpt2__chain_filter(float* logits, int n, const gpt2_generate_
     /* the grammar's mask after the penalties (they never bring a removed token back) and before
        on_logits and top_k (which see only what the grammar allows) */
     if (allowed)
-        for (int i = 0; i < n; i++)
-            if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
+        for (int w = 0; w < (n + 31) / 32; w++) {
+            if (allowed[w] == UINT32_MAX) continue;
+            for (int i = w * 32; i < std::min(n, w * 32 + 32); i++)
+                if (!((allowed[w] >> (i & 31)) & 1)) logits[i] = -INFINITY;
+        }
     if (p.on_logits) p.on_logits(p.user, logits, n);
-    bool any = false;
-    for (int i = 0; i < n; i++) {
+    /* logit_bias, the penalties (a huge negative one overflows to +inf) and the caller's code may
+       leave what no draw can take; the mask cannot (it leaves a token: gpt2__generator_mask), so
+       with the mask alone the pass over every logit is skipped */
+    const bool caller_edited = p.n_logit_bias > 0 || p.on_logits || gpt2__penalties_on(p);
+    bool any = !caller_edited;
+    for (int i = 0; caller_edited && i < n; i++) {
         if (std::isnan(logits[i]) || logits[i] == INFINITY)
             return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "the logit of token %d is %s after logit_bias, the penalties and on_logits; expected a finite number or -INFINITY", i,
                               gpt2__float_text(logits[i]).text);
