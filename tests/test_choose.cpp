@@ -225,3 +225,29 @@ TEST_CASE("gpt2_choose on a session a call is using fails with GPT2_ERROR_BUSY")
     REQUIRE(gpt2_generate_text(s.session, "ROMEO:", &p, nullptr) == GPT2_OK);
     CHECK(result == GPT2_ERROR_BUSY);
 }
+
+TEST_CASE("gpt2_choose runs one token for each trie node with children: a prefix the options share runs once") {
+    REQUIRE(char_model().model);
+    AbortAfter polls; // never aborts; counts the polls, a fixed number for each run of one token
+    polls.limit = 1 << 30;
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = 1;
+    sp.abort_fn = abort_after;
+    sp.abort_user = &polls;
+    gpt2_session* s = nullptr;
+    REQUIRE(gpt2_session_create(char_model().model, &sp, &s, nullptr) == GPT2_OK);
+    const std::vector<int32_t> prompt = tokenize(char_model().model, "ROMEO:\nWhat say");
+    REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size() - 1, nullptr) == GPT2_OK);
+    polls.calls = 0;
+    REQUIRE(gpt2_session_eval(s, &prompt.back(), 1, nullptr) == GPT2_OK);
+    const int per_run = polls.calls;
+    REQUIRE(per_run > 0);
+    // " you", " yes", " yet", " yo": the trie is ' ' -> 'y' -> {'o' -> 'u', 'e' -> {'s', 't'}}; the
+    // nodes with children are ' ', 'y', 'o' and 'e': 4 runs, where one option at a time runs 13 tokens
+    const char* options[] = {" you", " yes", " yet", " yo"};
+    polls.calls = 0;
+    size_t best = 0;
+    REQUIRE(gpt2_choose(s, options, 4, nullptr, &best, nullptr) == GPT2_OK);
+    CHECK(polls.calls == 4 * per_run);
+    gpt2_session_free(s);
+}
