@@ -43,6 +43,9 @@ static const char* usage =
     "  --grammar FILE       the text must follow the GBNF grammar in FILE (docs/GRAMMARS.md);\n"
     "                       generation ends when it is a whole sentence of it\n"
     "  --grammar-text GBNF  the same with the grammar given inline\n"
+    "  --choose \"A|B|C\"     instead of generating, print the option (split at |) the model finds\n"
+    "                       the most likely continuation of the prompt (gpt2_choose); with\n"
+    "                       --json: prompt_ids, options, logprobs, best, choice\n"
     "  --seed S             random seed (default 1337)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --ctx N              context length of the session (default: the model's)\n"
@@ -77,6 +80,8 @@ struct Options {
     std::vector<std::string> stops;
     bool stop_at_eos = false;
     std::string grammar_file, grammar_text;
+    std::string choose; // --choose's options, '|' between them
+    bool has_choose = false;
     std::string save_state, load_state, context_policy; // context_policy "": the mode's default
     int keep = -1;                                     // -1: not given
     int num_samples = 0;                               // sample.py's: 0 = not given (one, without the dashes)
@@ -146,12 +151,15 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         else if (a == "--keep") { if (!cli_parse_int(v, 0, 1 << 30, &o->keep)) return "--keep expects an integer >= 0, got '" + v + "'"; }
         else if (a == "--grammar") o->grammar_file = v;
         else if (a == "--grammar-text") o->grammar_text = v;
+        else if (a == "--choose") { o->choose = v; o->has_choose = true; }
         else if (a == "--stop") { if (v.empty()) return "--stop expects a string of at least one character"; o->stops.push_back(v); }
         else return "unknown option '" + a + "' (see --help)";
     }
     if (o->has_prompt && o->has_prompt_ids) return "give -p (or --start) or --prompt-ids, not both";
     if (o->num_samples && o->json) return "--num_samples prints text; give it without --json";
     if (!o->grammar_file.empty() && !o->grammar_text.empty()) return "give --grammar or --grammar-text, not both";
+    if (o->has_choose && (o->num_samples || !o->grammar_file.empty() || !o->grammar_text.empty()))
+        return "--choose scores the options instead of generating; give it without --num_samples, --grammar or --grammar-text";
     return "";
 }
 
@@ -184,6 +192,33 @@ static int on_token(void* user, int32_t, const char* text, size_t len) {
             std::fflush(stdout);
         }
     }
+    return 0;
+}
+
+// --choose: the options scored after the context, the most likely printed (with --json, every
+// option's log-probability too). The session is left as it was, so --save-state saves the prompt.
+static int choose(gpt2_session* session, const Options& o, const std::vector<int32_t>& prompt) {
+    std::vector<std::string> options;
+    for (size_t start = 0;;) {
+        const size_t bar = o.choose.find('|', start);
+        options.push_back(o.choose.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+        if (bar == std::string::npos) break;
+        start = bar + 1;
+    }
+    std::vector<const char*> ptrs;
+    for (const std::string& option : options) ptrs.push_back(option.c_str());
+    std::vector<float> logprobs(options.size());
+    size_t best = 0;
+    gpt2_error err;
+    if (gpt2_choose(session, ptrs.data(), ptrs.size(), logprobs.data(), &best, &err) != GPT2_OK) return fail("--choose: " + std::string(err.message));
+    if (!o.json) {
+        std::printf("%s\n", options[best].c_str());
+        return 0;
+    }
+    std::string names = "[";
+    for (size_t i = 0; i < options.size(); i++) names += (i ? "," : "") + cli_json_string(options[i]);
+    std::printf("{\"prompt_ids\":%s,\"options\":%s],\"logprobs\":%s,\"best\":%zu,\"choice\":%s}\n", cli_json_ints(prompt).c_str(), names.c_str(),
+                cli_json_floats(logprobs).c_str(), best, cli_json_string(options[best]).c_str());
     return 0;
 }
 
@@ -237,6 +272,7 @@ int main(int argc, char** argv) {
         o.has_prompt = true;
     }
     const bool repl = !o.has_prompt && !o.has_prompt_ids && o.load_state.empty();
+    if (repl && o.has_choose) return fail("--choose needs a context to continue: give -p, --prompt-ids or --load-state");
     if (repl && !o.save_state.empty()) return fail("--save-state needs -p, --prompt-ids or --load-state; in the REPL use /save FILE");
     const std::string policy = !o.context_policy.empty() ? o.context_policy : repl ? "discard" : "exact";
     if (o.keep >= 0 && policy != "discard") return fail("--keep needs --context-policy discard");
@@ -298,6 +334,14 @@ int main(int argc, char** argv) {
     if (const float* logits = gpt2_session_logits(session)) last_logits.assign(logits, logits + info.n_vocab);
 
     if (o.num_samples) return samples(session, gp, o);
+    if (o.has_choose) {
+        const int result = choose(session, o, prompt);
+        if (result == 0 && !o.save_state.empty()) {
+            complaint = cli_save_state(session, o.save_state);
+            if (!complaint.empty()) return fail(complaint);
+        }
+        return result;
+    }
     Printer printer{"", !o.json, o.has_prompt ? o.prompt : ""};
     gp.on_token = on_token;
     gp.user = &printer;

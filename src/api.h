@@ -357,6 +357,16 @@ GPT2_API const float* gpt2_session_logits(const gpt2_session* session);
    Sequences longer than n_ctx use nanoGPT's sliding window. */
 GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
                                 double* out_logprob_sum, gpt2_error* err);
+/* Scores each option as a continuation of the session's context; logprobs[i] (may be NULL) gets
+   the sum of the log-probabilities of option i's tokens (the option tokenized on its own, as
+   gpt2_tokenize gives it, after the context), *best the index of the most likely (a tie: the
+   lower index). The options' shared prefixes run once (a trie of their tokens): N options cost
+   a run per distinct token, not N generations. Each equals gpt2_score of the context's tokens
+   and the option's less gpt2_score of the context's alone. Needs a context (evaluate a prompt
+   first) with room for the longest option. The session is left as it was (tokens, logits, RNG),
+   on every error and when abort_fn stops it too. */
+GPT2_API gpt2_result gpt2_choose(gpt2_session* session, const char* const* options, size_t n_options,
+                                 float* logprobs, size_t* best, gpt2_error* err);
 
 /* ---- Generation ----------------------------------------------------------------------- */
 /* Called once per new token, in order, with the text that token releases (NULL and 0 for a model

@@ -456,6 +456,16 @@ namespace Gpt2
         }
     }
 
+    /// <summary>What Gpt2Session.Choose found: the most likely option's index and text, and every
+    /// option's log-probability (natural log, the sum over its tokens), in the order given.</summary>
+    public sealed class Gpt2Choice
+    {
+        public readonly int Best;
+        public readonly string Choice;
+        public readonly float[] Logprobs;
+        public Gpt2Choice(int best, string choice, float[] logprobs) { Best = best; Choice = choice; Logprobs = logprobs; }
+    }
+
     /// <summary>What gpt2_session_params holds, with the library's defaults (see gpt2.h).</summary>
     public sealed class Gpt2SessionOptions
     {
@@ -705,6 +715,39 @@ namespace Gpt2
         {
             if (result == gpt2_result.GPT2_ERROR_ABORTED && cancellationToken.IsCancellationRequested)
                 throw new OperationCanceledException("cancelled; the session is as it was before the call", cancellationToken);
+        }
+
+        /// <summary>Scores each option as a continuation of the context (gpt2_choose): the index of the
+        /// most likely (a tie: the lower), and each option's log-probability, the sum over its tokens.
+        /// The session is left as it was.</summary>
+        public Gpt2Choice Choose(params string[] options)
+        {
+            if (options == null) throw new ArgumentNullException("options");
+            IntPtr session = Handle;
+            var pointers = new IntPtr[options.Length];
+            var logprobs = new float[options.Length];
+            UIntPtr best;
+            Gpt2Native.gpt2_error err;
+            gpt2_result result;
+            try
+            {
+                for (int i = 0; i < options.Length; i++)
+                {
+                    if (options[i] == null) throw new ArgumentNullException("options", "options[" + i + "] is null");
+                    byte[] bytes = Gpt2Native.Utf8z(options[i]);
+                    pointers[i] = Marshal.AllocHGlobal(bytes.Length);
+                    Marshal.Copy(bytes, 0, pointers[i], bytes.Length);
+                }
+                result = Gpt2Native.gpt2_choose(session, pointers, (UIntPtr)options.Length, logprobs, out best, out err);
+            }
+            finally
+            {
+                foreach (IntPtr p in pointers)
+                    if (p != IntPtr.Zero) Marshal.FreeHGlobal(p);
+            }
+            abort.RethrowFailure();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return new Gpt2Choice((int)best, options[(int)best], logprobs);
         }
 
         /// <summary>A copy of the n_vocab logits after the last evaluated token; null before any.</summary>

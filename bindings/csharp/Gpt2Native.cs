@@ -210,6 +210,8 @@ namespace Gpt2
         public static extern IntPtr gpt2_session_logits(IntPtr session); // const float*, owned by the session
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_score(IntPtr session, int[] tokens, UIntPtr n_tokens, out double out_logprob_sum, out gpt2_error err);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_choose(IntPtr session, IntPtr[] options, UIntPtr n_options, float[] logprobs, out UIntPtr best, out gpt2_error err);
 
         // ---- Grammars ----
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]

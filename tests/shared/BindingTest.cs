@@ -10,6 +10,7 @@ using System;
 using System.Collections.Generic;
 using System.Diagnostics;
 using System.IO;
+using System.Linq;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
@@ -131,6 +132,33 @@ static class BindingTest
             catch (Gpt2Exception e)
             {
                 Check("a damaged state throws Gpt2Exception", e.Code != Gpt2Result.Ok, e.Message);
+            }
+
+            // Choices: each option's log-probability after the context; the session unchanged.
+            session.Reset();
+            session.Generate("ROMEO:", Options(10, 7));
+            byte[] beforeChoose = session.SaveState();
+            float[] lastLogits = session.Logits;
+            string[] options = { " the", " thou", " the", "!" };
+            Gpt2Choice choice = session.Choose(options);
+            double top = lastLogits.Max(), logZ = top + Math.Log(lastLogits.Sum(x => Math.Exp(x - top)));
+            int bang = model.Tokenize("!")[0];
+            int argmax = 0;
+            for (int i = 1; i < options.Length; i++)
+                if (choice.Logprobs[i] > choice.Logprobs[argmax]) argmax = i;
+            Check("Choose gives every option's logprob and the most likely, the session unchanged",
+                  choice.Logprobs.Length == 4 && choice.Logprobs[0] == choice.Logprobs[2] && choice.Logprobs.All(x => x < 0) &&
+                  Math.Abs(choice.Logprobs[3] - (lastLogits[bang] - logZ)) < 1e-4 && choice.Best == argmax && choice.Choice == options[argmax] &&
+                  Same(session.SaveState(), beforeChoose),
+                  string.Join(",", choice.Logprobs) + " best " + choice.Best);
+            try
+            {
+                session.Choose("a", "");
+                Check("an empty option throws", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("an empty option throws Gpt2Exception naming it", e.Code == Gpt2Result.InvalidArgument && e.Message.Contains("options[1] is empty"), e.Message);
             }
 
             // Many sessions in one pass: each gets the logits and the text it gets alone.
