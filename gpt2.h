@@ -3938,6 +3938,9 @@ struct gpt2__schema_kw {
 };
 using gpt2__schema_view = gpt2__vector<gpt2__schema_kw>;
 
+/* The converter's recursion: schemas within schemas, and merges (a few frames a level). */
+enum { GPT2__SCHEMA_MAX_DEPTH = 128 };
+
 enum : unsigned {
     GPT2__T_NULL = 1, GPT2__T_BOOL = 2, GPT2__T_INTEGER = 4, GPT2__T_NUMBER = 8, GPT2__T_STRING = 16,
     GPT2__T_ARRAY = 32, GPT2__T_OBJECT = 64, GPT2__T_ALL = 127
@@ -3953,7 +3956,7 @@ struct gpt2__schema_converter {
     /* $refs: the target's pointer -> its rule; targets still to be written */
     gpt2__vector<std::pair<gpt2__string, gpt2__string>> refs;
     gpt2__vector<std::pair<gpt2__string, const gpt2__json*>> pending;
-    bool used_string = false, used_value = false, used_number = false, used_integer = false, used_char = false;
+    bool used_datetime = false, used_string = false, used_value = false, used_number = false, used_integer = false, used_char = false;
 };
 
 static gpt2__string gpt2__schema_escape_pointer(std::string_view key) {
@@ -4199,9 +4202,31 @@ static gpt2_result gpt2__schema_merge(gpt2__schema_converter* cv, gpt2__schema_v
 static gpt2_result gpt2__schema_expr(gpt2__schema_converter* cv, const gpt2__json& schema, std::string_view pointer, gpt2__string* out, bool* impossible, int depth);
 static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__schema_view view, std::string_view pointer, gpt2__string* out, bool* impossible, int depth);
 
+/* A view with a $ref among its keywords: the target's keywords merged with the others (in
+   draft 7 and before, a $ref's siblings are ignored; enforcing them too accepts less). */
+static gpt2_result gpt2__schema_deref(gpt2__schema_converter* cv, gpt2__schema_view* view, std::string_view pointer) {
+    const gpt2__schema_kw* ref = gpt2__schema_find(*view, "$ref");
+    for (int hops = 0; ref && hops < 32; hops++) {
+        const gpt2__json* target;
+        gpt2__string target_pointer;
+        GPT2__TRY(gpt2__schema_resolve(cv, *ref, &target, &target_pointer));
+        if (target->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, ref->pointer, "a $ref merged with other keywords must point to an object schema");
+        gpt2__schema_view rest;
+        for (const auto& kw : *view)
+            if (kw.key != "$ref") rest.push_back(kw);
+        gpt2__schema_view target_view;
+        gpt2__schema_view_of(*target, target_pointer, &target_view);
+        GPT2__TRY(gpt2__schema_merge(cv, &rest, target_view, pointer));
+        *view = std::move(rest);
+        ref = gpt2__schema_find(*view, "$ref");
+    }
+    if (ref) return gpt2__schema_refuse(cv, ref->pointer, "$ref chain too long to merge");
+    return GPT2_OK;
+}
+
 /* Flattens allOf and $ref siblings into one view where they merge. */
 static gpt2_result gpt2__schema_flatten(gpt2__schema_converter* cv, gpt2__schema_view* view, std::string_view pointer, int depth) {
-    if (depth > GPT2__JSON_MAX_DEPTH) return gpt2__schema_refuse(cv, pointer, "allOf and $ref nest too deep to merge");
+    if (depth > GPT2__SCHEMA_MAX_DEPTH) return gpt2__schema_refuse(cv, pointer, "allOf and $ref nest too deep to merge (128 levels at most)");
     const gpt2__schema_kw* all = gpt2__schema_find(*view, "allOf");
     if (!all) return GPT2_OK;
     const gpt2__schema_kw all_of = *all;
@@ -4221,23 +4246,7 @@ static gpt2_result gpt2__schema_flatten(gpt2__schema_converter* cv, gpt2__schema
         if (part.kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, part_pointer, "a schema must be an object or a boolean");
         gpt2__schema_view part_view;
         gpt2__schema_view_of(part, part_pointer, &part_view);
-        /* a part that is a $ref merges its target's keywords */
-        const gpt2__schema_kw* ref = gpt2__schema_find(part_view, "$ref");
-        for (int hops = 0; ref && hops < 32; hops++) {
-            const gpt2__json* target;
-            gpt2__string target_pointer;
-            GPT2__TRY(gpt2__schema_resolve(cv, *ref, &target, &target_pointer));
-            if (target->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, ref->pointer, "allOf's $ref target must be an object schema to be merged");
-            gpt2__schema_view rest;
-            for (const auto& kw : part_view)
-                if (kw.key != "$ref") rest.push_back(kw);
-            gpt2__schema_view target_view;
-            gpt2__schema_view_of(*target, target_pointer, &target_view);
-            GPT2__TRY(gpt2__schema_merge(cv, &rest, target_view, part_pointer));
-            part_view = std::move(rest);
-            ref = gpt2__schema_find(part_view, "$ref");
-        }
-        if (ref) return gpt2__schema_refuse(cv, ref->pointer, "$ref chain too long to merge");
+        GPT2__TRY(gpt2__schema_deref(cv, &part_view, part_pointer));
         GPT2__TRY(gpt2__schema_flatten(cv, &part_view, part_pointer, depth + 1));
         GPT2__TRY(gpt2__schema_merge(cv, &merged, part_view, all_of.pointer));
     }
@@ -4404,9 +4413,30 @@ static gpt2_result gpt2__schema_refuse_any(gpt2__schema_converter* cv, const gpt
     return GPT2_OK;
 }
 
+/* The formats a grammar holds exactly, as RFC 3339 and RFC 4122 write them (stricter than
+   they are where exactness would cost much: February has 28 days, no leap second). */
+static const char* gpt2__schema_format(std::string_view name) {
+    static const char* const formats[][2] = {
+        {"date", "\"\\\"\" fdate \"\\\"\""},
+        {"time", "\"\\\"\" ftime \"\\\"\""},
+        {"date-time", "\"\\\"\" fdate \"T\" ftime \"\\\"\""},
+        {"uuid", "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\""}};
+    for (const auto& f : formats)
+        if (name == f[0]) return f[1];
+    return nullptr;
+}
+
 static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out) {
     const gpt2__schema_kw* min_kw = gpt2__schema_find(view, "minLength");
     const gpt2__schema_kw* max_kw = gpt2__schema_find(view, "maxLength");
+    if (const gpt2__schema_kw* format = gpt2__schema_find(view, "format")) {
+        const char* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
+        if (!rule) return gpt2__schema_refuse(cv, format->pointer, "'format' is enforced only for date, time, date-time and uuid");
+        if (min_kw || max_kw) return gpt2__schema_refuse(cv, (min_kw ? min_kw : max_kw)->pointer, "a length beside 'format' is not enforced");
+        if (std::strstr(rule, "fdate") || std::strstr(rule, "ftime")) cv->used_datetime = true;
+        *out = gpt2__schema_add_rule(cv, rule);
+        return GPT2_OK;
+    }
     if (!min_kw && !max_kw) {
         cv->used_string = true;
         *out = "string";
@@ -4659,9 +4689,9 @@ static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__sc
 
 /* The expression of a schema as a view (its allOf merged in): an alternative per type. */
 static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__schema_view view, std::string_view pointer, gpt2__string* out, bool* impossible, int depth) {
-    if (depth > GPT2__JSON_MAX_DEPTH) return gpt2__schema_refuse(cv, pointer, "schemas nest too deep");
+    if (depth > GPT2__SCHEMA_MAX_DEPTH) return gpt2__schema_refuse(cv, pointer, "schemas nest too deep (128 levels at most)");
     GPT2__TRY(gpt2__schema_flatten(cv, &view, pointer, depth));
-    GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "pattern", "format", "multipleOf"}, "is not enforced"));
+    GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "pattern", "multipleOf"}, "is not enforced"));
     /* types: every one `type` names (all of them where there are several `type`s: the common ones) */
     unsigned types = GPT2__T_ALL;
     for (const auto& kw : view)
@@ -4687,9 +4717,10 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
         return GPT2_OK;
     };
     if (ref) {
-        GPT2__TRY(alone(ref, "$ref"));
-        if (types != GPT2__T_ALL) return gpt2__schema_refuse(cv, gpt2__schema_find(view, "type")->pointer, "'type' beside $ref is not enforced");
-        return gpt2__schema_ref_rule(cv, *ref, out);
+        if (view.size() == 1) return gpt2__schema_ref_rule(cv, *ref, out);
+        /* keywords beside the $ref: merged with its target's */
+        GPT2__TRY(gpt2__schema_deref(cv, &view, pointer));
+        return gpt2__schema_view_expr(cv, std::move(view), pointer, out, impossible, depth + 1);
     }
     if (en || co) {
         GPT2__TRY(alone(en && co ? en : en ? en : co, en ? "enum" : "const"));
@@ -4715,8 +4746,10 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
     if (any || one) {
         const gpt2__schema_kw* kw = any ? any : one;
         if (any && one) return gpt2__schema_refuse(cv, one->pointer, "'oneOf' beside 'anyOf' is not enforced");
-        if (types != GPT2__T_ALL) return gpt2__schema_refuse(cv, gpt2__schema_find(view, "type")->pointer, "'type' beside anyOf/oneOf is not enforced");
-        GPT2__TRY(alone(kw, any ? "anyOf" : "oneOf"));
+        /* keywords beside it are merged into every branch */
+        gpt2__schema_view siblings;
+        for (const auto& other : view)
+            if (&other != kw) siblings.push_back(other);
         if (kw->value->kind != GPT2__JSON_ARRAY || kw->value->items.empty()) return gpt2__schema_refuse(cv, kw->pointer, "expected a non-empty array of schemas");
         /* oneOf: one and only one branch; read as anyOf only where no value can match two
            branches, which is checked here by their types (what each branch's `type`,
@@ -4753,7 +4786,18 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
             std::snprintf(index, sizeof index, "/%zu", i);
             gpt2__string e;
             bool none = false;
-            GPT2__TRY(gpt2__schema_expr(cv, kw->value->items[i], kw->pointer + index, &e, &none, depth + 1));
+            const gpt2__json& branch = kw->value->items[i];
+            if (siblings.empty() || branch.kind != GPT2__JSON_OBJECT) {
+                if (!siblings.empty() && branch.kind == GPT2__JSON_BOOL && branch.boolean) GPT2__TRY(gpt2__schema_view_expr(cv, siblings, kw->pointer + index, &e, &none, depth + 1));
+                else GPT2__TRY(gpt2__schema_expr(cv, branch, kw->pointer + index, &e, &none, depth + 1));
+            } else {
+                gpt2__schema_view merged;
+                gpt2__schema_view_of(branch, kw->pointer + index, &merged);
+                GPT2__TRY(gpt2__schema_deref(cv, &merged, kw->pointer + index));
+                GPT2__TRY(gpt2__schema_flatten(cv, &merged, kw->pointer + index, depth + 1));
+                GPT2__TRY(gpt2__schema_merge(cv, &merged, siblings, kw->pointer + index));
+                GPT2__TRY(gpt2__schema_view_expr(cv, std::move(merged), kw->pointer + index, &e, &none, depth + 1));
+            }
             if (none) continue;
             if (!alts.empty()) alts += " | ";
             alts += e;
@@ -4867,6 +4911,11 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool 
     if (cv.used_char) {
         *gbnf += "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}) | \"u\" [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2})\n";
         *gbnf += "keychar ::= [^\"\\\\\\x00-\\x1F]\n";
+    }
+    if (cv.used_datetime) {
+        *gbnf += "fdate ::= ([1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]) \"-\" ((\"01\" | \"03\" | \"05\" | \"07\" | \"08\" | \"10\" | \"12\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+                 "(\"04\" | \"06\" | \"09\" | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" \"-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n";
+        *gbnf += "ftime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n";
     }
     if (value) {
         *gbnf += gpt2__string("value ::= \"null\" | \"true\" | \"false\" | number | string | \"[\"") + w + "(value" + w + "(\",\"" + w + "value" + w + ")*)? \"]\" | \"{\"" + w +
