@@ -4809,9 +4809,19 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
         *out = gpt2__schema_add_rule(cv, alts);
         return GPT2_OK;
     }
-    /* integer bounds are enforced, number bounds are not */
-    if (types & GPT2__T_NUMBER)
-        GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}, "is enforced only for integers (\"type\": \"integer\")"));
+    /* integer bounds are enforced; of number bounds, only "minimum": 0 (no minus sign) */
+    bool non_negative = false;
+    if (types & GPT2__T_NUMBER) {
+        const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
+        long long v = 1;
+        const bool zero = minimum && gpt2__schema_int_value(*minimum->value, &v) && v == 0;
+        if (zero) {
+            non_negative = true;
+            GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"maximum", "exclusiveMinimum", "exclusiveMaximum"}, "is enforced only for integers (\"type\": \"integer\")"));
+        } else {
+            GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}, "is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers"));
+        }
+    }
     gpt2__string alts;
     auto add = [&](const gpt2__string& e) {
         if (!alts.empty()) alts += " | ";
@@ -4819,7 +4829,10 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
     };
     if (types & GPT2__T_NULL) add("\"null\"");
     if (types & GPT2__T_BOOL) add("(\"true\" | \"false\")");
-    if (types & GPT2__T_NUMBER) cv->used_number = true, add("number");
+    if (types & GPT2__T_NUMBER) {
+        if (non_negative) add("(\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
+        else cv->used_number = true, add("number");
+    }
     else if (types & GPT2__T_INTEGER) {
         gpt2__string e;
         bool none = false;

@@ -203,7 +203,8 @@ TEST_CASE("json schema: keywords that are not enforced are refused with their JS
     CHECK(refusal(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})") ==
           "json schema: /properties/age/multipleOf: 'multipleOf' is not enforced");
     CHECK(refusal(R"({"type":"string","pattern":"^a+$"})") == "json schema: /pattern: 'pattern' is not enforced");
-    CHECK(refusal(R"({"type":"number","minimum":0})") == "json schema: /minimum: 'minimum' is enforced only for integers (\"type\": \"integer\")");
+    CHECK(refusal(R"({"type":"number","minimum":1})") == "json schema: /minimum: 'minimum' is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers");
+    check_case({R"({"type":"number","minimum":0})", {"0", "0.5", "12e-3", "7"}, {"-1", "-0.5", "-1e9"}});
     CHECK(refusal(R"({"type":"array","uniqueItems":true})") == "json schema: /uniqueItems: 'uniqueItems' is not enforced");
     CHECK(refusal(R"({"type":"object","minProperties":1})") == "json schema: /minProperties: 'minProperties' is not enforced");
     CHECK(refusal(R"({"items":{"not":{"type":"null"}}})") == "json schema: /items/not: 'not' is not enforced");
