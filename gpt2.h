@@ -4937,6 +4937,25 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool 
     return GPT2_OK;
 }
 
+/* Whether some finite text matches the grammar's start rule: a $ref cycle with no way out
+   ({"properties": {"a": {"$ref": "#"}}, "required": ["a"]}) makes a grammar nothing completes. */
+static bool gpt2__grammar_root_productive(const gpt2_grammar& g) {
+    gpt2__vector<uint8_t> productive(g.rules.size(), 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < g.rules.size(); r++) {
+            if (productive[r]) continue;
+            for (uint32_t a = g.rules[r].alts_begin; a < g.rules[r].alts_end && !productive[r]; a++) {
+                bool all = true;
+                for (uint32_t e = g.alt_starts[a]; g.elems[e].kind != GPT2__G_END && all; e++)
+                    if (g.elems[e].kind == GPT2__G_RULE && !productive[g.elems[e].value]) all = false;
+                if (all) productive[r] = 1, changed = true;
+            }
+        }
+    }
+    return productive[g.root] != 0;
+}
+
 /* ---- src/backend.h ---- */
 /* The backend table: what a device must do for the C API. One table per device (the CPU's in
    src/cpu/backend_cpu.h, CUDA's in src/cuda/backend_cuda.cuh); a model picks its table once,
@@ -9849,6 +9868,11 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
         char message[sizeof err->message];
         std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
         std::memcpy(err->message, message, sizeof message);
+    }
+    if (res == GPT2_OK && !gpt2__grammar_root_productive(**out)) {
+        gpt2_grammar_free(*out);
+        *out = nullptr;
+        return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
     }
     return res;
     GPT2__GUARD_END(err)

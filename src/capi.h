@@ -518,6 +518,11 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
         std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
         std::memcpy(err->message, message, sizeof message);
     }
+    if (res == GPT2_OK && !gpt2__grammar_root_productive(**out)) {
+        gpt2_grammar_free(*out);
+        *out = nullptr;
+        return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
+    }
     return res;
     GPT2__GUARD_END(err)
 }

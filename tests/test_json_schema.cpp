@@ -184,7 +184,7 @@ TEST_CASE("json schema: string lengths and integer bounds are exact") {
     check_case({R"({"type":"integer","minimum":0,"exclusiveMinimum":true})", {"1"}, {"0"}});
 }
 
-TEST_CASE("json schema: formats date, time, date-time and uuid; keywords beside anyOf and $ref merged") {
+TEST_CASE("json schema: formats date, time, date-time and uuid, and keywords beside anyOf and $ref merged") {
     REQUIRE(schema_model().model);
     check_case({R"({"type":"string","format":"date"})", {R"("2024-02-28")", R"("1999-12-31")", R"("2023-04-30")"},
                 {R"("2024-02-30")", R"("2023-04-31")", R"("2023-13-01")", R"("0000-01-01")", R"("2023-1-01")", R"("x")"}});
@@ -226,6 +226,9 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
     CHECK(refusal(R"({"type":"string","minLength":5,"maxLength":4})") == "json schema: /maxLength: contradictory bounds: maxLength is less than minLength");
     CHECK(refusal(R"({"type":"strin"})").find("/type: expected a type name") != std::string::npos);
     CHECK(refusal(R"(false)") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
+    CHECK(refusal(R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})") ==
+          "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
+    CHECK(refusal(R"({"$ref":"#"})").find("left-recursive") != std::string::npos);
     // 10,000-deep nesting: refused, not a stack overflow
     const std::string deep = std::string(10000, '[') + std::string(10000, ']');
     CHECK(refusal(deep).find("nested deeper than 256") != std::string::npos);
