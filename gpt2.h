@@ -3956,6 +3956,7 @@ struct gpt2__schema_converter {
     /* $refs: the target's pointer -> its rule; targets still to be written */
     gpt2__vector<std::pair<gpt2__string, gpt2__string>> refs;
     gpt2__vector<std::pair<gpt2__string, const gpt2__json*>> pending;
+    gpt2__string nested_id; /* the first $id below the root (gpt2__json_nested_id), if any */
     bool used_datetime = false, used_string = false, used_value = false, used_number = false, used_integer = false, used_char = false;
 };
 
@@ -4131,6 +4132,8 @@ static const gpt2__schema_kw* gpt2__schema_find(const gpt2__schema_view& view, s
 static gpt2_result gpt2__schema_resolve(gpt2__schema_converter* cv, const gpt2__schema_kw& kw, const gpt2__json** target, gpt2__string* target_pointer) {
     if (kw.value->kind != GPT2__JSON_STRING) return gpt2__schema_refuse(cv, kw.pointer, "$ref must be a string");
     const gpt2__string& ref = kw.value->text;
+    if (!cv->nested_id.empty())
+        return gpt2__schema_refuse(cv, cv->nested_id, "an $id below the root changes where the $refs under it point, and $refs are read against the document's root only (not enforced)");
     if (ref.empty() || ref[0] != '#')
         return gpt2__fail(cv->err, GPT2_ERROR_BAD_GRAMMAR, "json schema: %s: unresolved $ref '%s' (only refs within the document, '#...', are read)", kw.pointer.c_str(), ref.c_str());
     const gpt2__json* at = cv->root;
@@ -4878,6 +4881,29 @@ static gpt2_result gpt2__schema_expr(gpt2__schema_converter* cv, const gpt2__jso
     return gpt2__schema_view_expr(cv, std::move(view), pointer, out, impossible, depth);
 }
 
+/* The first "$id" (draft 4: "id") below the root that names another document: where the refs
+   under it would resolve against it. Any object of the document counts (an enum's value too),
+   which may refuse more than needed, never less. */
+static bool gpt2__json_nested_id(const gpt2__json& v, std::string_view pointer, gpt2__string* found) {
+    for (size_t i = 0; i < v.items.size(); i++) {
+        gpt2__string at = gpt2__string(pointer) + "/";
+        if (v.kind == GPT2__JSON_OBJECT) {
+            at += gpt2__schema_escape_pointer(v.keys[i]);
+            const gpt2__json& item = v.items[i];
+            if (!pointer.empty() && (v.keys[i] == "$id" || v.keys[i] == "id") && item.kind == GPT2__JSON_STRING && !item.text.empty() && item.text[0] != '#') {
+                *found = at;
+                return true;
+            }
+        } else {
+            char index[24];
+            std::snprintf(index, sizeof index, "%zu", i);
+            at += index;
+        }
+        if (gpt2__json_nested_id(v.items[i], at, found)) return true;
+    }
+    return false;
+}
+
 /* The schema (JSON text) as GBNF text, its start rule `root`. */
 static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool compact, uint32_t max_ws, gpt2__string* gbnf, gpt2_error* err) {
     gpt2__json root;
@@ -4890,6 +4916,7 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool 
     cv.compact = compact;
     cv.max_ws = max_ws;
     cv.err = err;
+    gpt2__json_nested_id(root, "", &cv.nested_id);
     gpt2__string top;
     bool none = false;
     GPT2__TRY(gpt2__schema_expr(&cv, root, "", &top, &none, 0));

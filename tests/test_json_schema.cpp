@@ -229,6 +229,9 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
     CHECK(refusal(R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})") ==
           "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
     CHECK(refusal(R"({"$ref":"#"})").find("left-recursive") != std::string::npos);
+    // a $id below the root moves where the refs under it point: refused where there are refs
+    CHECK(refusal(R"({"$defs":{"a":{"$id":"http://x/a.json","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})") ==
+          "json schema: /$defs/a/$id: an $id below the root changes where the $refs under it point, and $refs are read against the document's root only (not enforced)");
     // 10,000-deep nesting: refused, not a stack overflow
     const std::string deep = std::string(10000, '[') + std::string(10000, ']');
     CHECK(refusal(deep).find("nested deeper than 256") != std::string::npos);
