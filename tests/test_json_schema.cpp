@@ -153,6 +153,10 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
     check_case({R"({"const":"x\ny"})", {R"("x\ny")"}, {R"("xy")"}});
     check_case({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {R"(1)", R"("ab")"}, {R"("abc")", R"(1.5)", R"(null)"}});
     check_case({R"({"oneOf":[{"type":"integer"},{"type":"string"}]})", {R"(1)", R"("ab")"}, {R"(null)"}});
+    // a tagged union: objects told apart by a required property's const
+    check_case({R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"]},{"$ref":"#/$defs/sq"}],"$defs":{"sq":{"type":"object","properties":{"kind":{"enum":["square","box"]},"side":{"type":"integer"}},"required":["kind"]}}})",
+                {R"({"kind":"circle","r":1.5})", R"({"kind":"box","side":2})", R"({"kind":"square"})"}, {R"({"kind":"circle"})", R"({"kind":"tri"})", R"({"r":1})"}});
+    CHECK(refusal(R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"enum":["b","a"]}},"required":["k"]}]})").find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
     check_case({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})", {R"({"a":1})"}, {R"({})", R"({"a":"x"})"}});
     check_case({R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
                 {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},

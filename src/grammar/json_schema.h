@@ -642,7 +642,7 @@ static bool gpt2__schema_int_value(const gpt2__json& j, long long* v) {
     return *v <= 1000000000000000000LL && *v >= -1000000000000000000LL;
 }
 
-static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out, bool* impossible) {
+static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out) {
     bool has_lo = false, has_hi = false;
     long long lo = 0, hi = 0;
     const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
@@ -691,7 +691,6 @@ static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__
         std::snprintf(why, sizeof why, "contradictory bounds: no integer is at least %lld and at most %lld", lo, hi);
         return gpt2__schema_refuse(cv, pointer, why);
     }
-    (void)impossible;
     gpt2__string alts;
     /* negatives: "-" and |x| in [max(1, -hi), -lo] */
     if (!has_lo || lo < 0) {
@@ -803,11 +802,10 @@ static void gpt2__schema_other_key(gpt2__schema_converter* cv, const gpt2__vecto
     *out = gpt2__schema_add_rule(cv, body);
 }
 
-static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out, bool* impossible, int depth) {
+static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible, int depth) {
     GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"patternProperties", "propertyNames", "minProperties", "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties"},
                                       "is not enforced"));
     const gpt2__schema_kw* props = gpt2__schema_find(view, "properties");
-    const gpt2__schema_kw* required = gpt2__schema_find(view, "required");
     const gpt2__schema_kw* additional = gpt2__schema_find(view, "additionalProperties");
     if (props && props->value->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, props->pointer, "properties must be an object");
     gpt2__vector<gpt2__string> req;
@@ -819,7 +817,6 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
                 req.push_back(r.text);
             }
         }
-    (void)required;
     /* the extra properties: additionalProperties (absent = any value) */
     gpt2__string extra_value;
     bool extra_allowed = true;
@@ -904,11 +901,10 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         cv->rules += head[i] + " ::= " + h + "\n" + tail[i] + " ::= " + t + "\n";
     }
     *out = gpt2__schema_add_rule(cv, "\"{\" " + gpt2__string(ws) + " " + head[0] + " \"}\"");
-    (void)pointer;
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out, bool* impossible, int depth) {
+static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible, int depth) {
     GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"contains", "minContains", "maxContains", "unevaluatedItems"}, "is not enforced"));
     if (const gpt2__schema_kw* unique = gpt2__schema_find(view, "uniqueItems"))
         if (!(unique->value->kind == GPT2__JSON_BOOL && !unique->value->boolean)) return gpt2__schema_refuse(cv, unique->pointer, "'uniqueItems' is not enforced");
@@ -971,8 +967,7 @@ static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__sc
             else std::snprintf(buf, sizeof buf, "{%u,%u}", lo > 0 ? lo - 1 : 0, hi - 1);
             gpt2__string body = "\"[\" " + gpt2__string(ws) + " (" + item + " (\",\" " + ws + " " + item + ")" + buf + ")" + (lo == 0 ? "?" : "") + " \"]\"";
             *out = gpt2__schema_add_rule(cv, body);
-            (void)pointer;
-            return GPT2_OK;
+                    return GPT2_OK;
         }
         tail_rest = "(\",\" " + gpt2__string(ws) + " " + rest_expr + ws + ")" + buf;
     }
@@ -992,6 +987,88 @@ static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__sc
     }
     *out = gpt2__schema_add_rule(cv, body);
     return GPT2_OK;
+}
+
+/* The string values a oneOf branch allows for property `name`, when the branch is `"type":
+   "object"` with `name` required and its schema a string const or an enum of strings (read in
+   the branch, or in its $ref's target when the branch has no properties of its own). */
+static bool gpt2__schema_tag_values(gpt2__schema_converter* cv, const gpt2__json& branch, std::string_view pointer, std::string_view name, gpt2__vector<gpt2__string>* values) {
+    const gpt2__json* b = &branch;
+    if (b->kind != GPT2__JSON_OBJECT) return false;
+    if (!b->get("properties") && b->get("$ref")) {
+        gpt2__schema_kw ref{"$ref", b->get("$ref"), gpt2__string(pointer) + "/$ref"};
+        gpt2__string target_pointer;
+        gpt2_error quiet{};
+        gpt2_error* err = cv->err;
+        cv->err = &quiet; /* a ref that does not resolve is reported where it is converted */
+        const gpt2_result res = gpt2__schema_resolve(cv, ref, &b, &target_pointer);
+        cv->err = err;
+        if (res != GPT2_OK || b->kind != GPT2__JSON_OBJECT) return false;
+    }
+    /* beside a $ref, draft 7 ignores the keywords that would tell the branches apart */
+    if (b->get("$ref")) return false;
+    const gpt2__json* type = b->get("type");
+    const gpt2__json* required = b->get("required");
+    const gpt2__json* props = b->get("properties");
+    if (!type || type->kind != GPT2__JSON_STRING || type->text != "object" || !required || required->kind != GPT2__JSON_ARRAY || !props || props->kind != GPT2__JSON_OBJECT) return false;
+    bool is_required = false;
+    for (const auto& r : required->items) is_required |= r.kind == GPT2__JSON_STRING && std::string_view(r.text) == name;
+    const gpt2__json* prop = props->get(name);
+    if (!is_required || !prop || prop->kind != GPT2__JSON_OBJECT) return false;
+    values->clear();
+    if (const gpt2__json* c = prop->get("const")) {
+        if (c->kind != GPT2__JSON_STRING) return false;
+        values->push_back(c->text);
+    } else if (const gpt2__json* e = prop->get("enum")) {
+        if (e->kind != GPT2__JSON_ARRAY) return false;
+        for (const auto& v : e->items) {
+            if (v.kind != GPT2__JSON_STRING) return false;
+            values->push_back(v.text);
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Whether no value can match two of oneOf's branches because each is an object whose required
+   property `name` takes string values no other branch allows (a tagged union). */
+static bool gpt2__schema_discriminated(gpt2__schema_converter* cv, const gpt2__schema_kw& one_of) {
+    const gpt2__json& branches = *one_of.value;
+    if (branches.items.empty() || branches.items[0].kind != GPT2__JSON_OBJECT) return false;
+    const gpt2__json* first = &branches.items[0];
+    gpt2__vector<gpt2__string> candidates;
+    for (int hop = 0; hop < 2 && first && first->kind == GPT2__JSON_OBJECT; hop++) {
+        if (const gpt2__json* props = first->get("properties")) {
+            for (const auto& k : props->keys) candidates.push_back(k);
+            break;
+        }
+        const gpt2__json* ref = first->get("$ref");
+        if (!ref) break;
+        gpt2__schema_kw kw{"$ref", ref, one_of.pointer + "/0/$ref"};
+        gpt2__string target_pointer;
+        gpt2_error quiet{};
+        gpt2_error* err = cv->err;
+        cv->err = &quiet;
+        const gpt2_result res = gpt2__schema_resolve(cv, kw, &first, &target_pointer);
+        cv->err = err;
+        if (res != GPT2_OK) return false;
+    }
+    for (const auto& name : candidates) {
+        gpt2__vector<gpt2__string> all, values;
+        bool ok = true;
+        for (size_t i = 0; i < branches.items.size() && ok; i++) {
+            char index[24];
+            std::snprintf(index, sizeof index, "/%zu", i);
+            ok = gpt2__schema_tag_values(cv, branches.items[i], one_of.pointer + index, name, &values);
+            for (size_t v = 0; ok && v < values.size(); v++) {
+                ok = std::find(all.begin(), all.end(), values[v]) == all.end();
+                all.push_back(values[v]);
+            }
+        }
+        if (ok) return true;
+    }
+    return false;
 }
 
 /* The expression of a schema as a view (its allOf merged in): an alternative per type. */
@@ -1082,8 +1159,8 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
                     t = 0;
                 }
                 if (t & (GPT2__T_NUMBER | GPT2__T_INTEGER)) t |= GPT2__T_NUMBER | GPT2__T_INTEGER;
-                if (seen & t)
-                    return gpt2__schema_refuse(cv, kw->pointer, "'oneOf' is enforced only where its branches allow different types (a value matching two branches would be accepted)");
+                if ((seen & t) && !gpt2__schema_discriminated(cv, *kw))
+                    return gpt2__schema_refuse(cv, kw->pointer, "'oneOf' is enforced only where its branches allow different types or are objects told apart by a required property's string const or enum (a value matching two branches would be accepted)");
                 seen |= t;
             }
         }
@@ -1142,8 +1219,7 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
     }
     else if (types & GPT2__T_INTEGER) {
         gpt2__string e;
-        bool none = false;
-        GPT2__TRY(gpt2__schema_integer(cv, view, pointer, &e, &none));
+        GPT2__TRY(gpt2__schema_integer(cv, view, pointer, &e));
         add(e);
     }
     if (types & GPT2__T_STRING) {
@@ -1154,13 +1230,13 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
     if (types & GPT2__T_ARRAY) {
         gpt2__string e;
         bool none = false;
-        GPT2__TRY(gpt2__schema_array(cv, view, pointer, &e, &none, depth));
+        GPT2__TRY(gpt2__schema_array(cv, view, &e, &none, depth));
         if (!none) add(e);
     }
     if (types & GPT2__T_OBJECT) {
         gpt2__string e;
         bool none = false;
-        GPT2__TRY(gpt2__schema_object(cv, view, pointer, &e, &none, depth));
+        GPT2__TRY(gpt2__schema_object(cv, view, &e, &none, depth));
         if (!none) add(e);
     }
     if (alts.empty()) {
