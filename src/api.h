@@ -424,6 +424,30 @@ typedef enum gpt2_match { GPT2_MATCH_NONE = 0, GPT2_MATCH_PREFIX = 1, GPT2_MATCH
 GPT2_API gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* out_match,
                                         gpt2_error* err);
 
+/* JSON Schema (draft 2020-12 and the older drafts people still write) to a grammar: the text
+   generated is a JSON value the schema accepts. A keyword that constrains and is not enforced
+   (docs/GRAMMARS.md has the table) is refused with GPT2_ERROR_BAD_GRAMMAR and a message naming
+   it and its JSON pointer ("json schema: /properties/age/multipleOf: ..."), never ignored;
+   annotations (title, description, default, examples, ...) are ignored. The grammar may accept
+   less than the schema: properties in the order the schema defines them, const and enum values
+   as the schema writes them. */
+typedef struct gpt2_json_schema_params {
+    int compact;             /* nonzero: no whitespace between JSON's tokens (what a model should
+                                write unless it was trained on indented JSON); 0 = whitespace allowed */
+    uint32_t max_whitespace; /* the longest run of whitespace between tokens; 0 = 20 (so that a
+                                model cannot loop on whitespace, as in llama.cpp's converter) */
+} gpt2_json_schema_params;
+
+GPT2_API gpt2_json_schema_params gpt2_json_schema_default_params(void);
+
+/* Makes a grammar for `model` from a JSON Schema (len bytes of UTF-8 JSON). params NULL = the
+   defaults. Malformed JSON gives the line and column; a schema that is not an object or a
+   boolean, an unresolved $ref, contradictory bounds and nesting deeper than 256 levels are
+   refused with a message. Free it with gpt2_grammar_free, before the model. */
+GPT2_API gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, const char* schema, size_t len,
+                                                   const gpt2_json_schema_params* params, gpt2_grammar** out_grammar,
+                                                   gpt2_error* err);
+
 typedef struct gpt2_generate_params {
     int max_new_tokens;  /* 0 = the default, 256 */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */

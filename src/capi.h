@@ -3,6 +3,7 @@
 #include "generate.h"
 #include "state.h"
 #include "cpu/backend_cpu.h"
+#include "grammar/json_schema.h"
 
 /* The C API: argument checks, then the parts above. */
 
@@ -487,6 +488,42 @@ GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char*
     }
     *out = g;
     return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+
+GPT2_DEF gpt2_json_schema_params gpt2_json_schema_default_params(void) {
+    gpt2_json_schema_params p;
+    p.compact = 0;
+    p.max_whitespace = 20;
+    return p;
+}
+
+GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, const char* schema, size_t len, const gpt2_json_schema_params* params,
+                                                   gpt2_grammar** out, gpt2_error* err) {
+    if (out) *out = nullptr;
+    if (!model || (!schema && len) || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, schema or out_grammar is NULL");
+    if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
+        return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
+    GPT2__GUARD_BEGIN
+    const gpt2_json_schema_params p = params ? *params : gpt2_json_schema_default_params();
+    if (p.max_whitespace > GPT2__GRAMMAR_MAX_REPEAT)
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_whitespace is %u, at most %d", (unsigned)p.max_whitespace, (int)GPT2__GRAMMAR_MAX_REPEAT);
+    gpt2__string gbnf;
+    GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p.compact != 0, p.max_whitespace ? p.max_whitespace : 20, &gbnf, err));
+    const gpt2_result res = gpt2_grammar_from_gbnf(model, gbnf.c_str(), "root", out, err);
+    if (res == GPT2_ERROR_BAD_GRAMMAR && err) {
+        /* the schema's grammar is ours: say that it is the schema that is too large */
+        char message[sizeof err->message];
+        std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
+        std::memcpy(err->message, message, sizeof message);
+    }
+    if (res == GPT2_OK && !gpt2__grammar_root_productive(**out)) {
+        gpt2_grammar_free(*out);
+        *out = nullptr;
+        return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
+    }
+    return res;
     GPT2__GUARD_END(err)
 }
 

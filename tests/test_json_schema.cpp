@@ -1,0 +1,388 @@
+// JSON Schema to a grammar: instances the schema accepts match COMPLETE (compact and with
+// whitespace), instances it refuses never do; keywords that are not enforced are refused with
+// their JSON pointer; malformed schemas are refused with where and why. Then MaskBench's sample
+// (../shared/data/maskbench, skipped where it is absent): no invalid instance may match.
+#include "helpers.h"
+#include "test_files.h"
+#include <doctest/doctest.h>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace {
+
+const Model& schema_model() {
+    static Model m(test_model("padded_gpt2.gguf"));
+    return m;
+}
+
+struct SchemaGrammar {
+    gpt2_grammar* grammar = nullptr;
+    gpt2_error err{};
+    gpt2_result result = GPT2_OK;
+    SchemaGrammar(const std::string& schema, bool compact) {
+        gpt2_json_schema_params p = gpt2_json_schema_default_params();
+        p.compact = compact;
+        result = gpt2_grammar_from_json_schema(schema_model().model, schema.data(), schema.size(), &p, &grammar, &err);
+    }
+    ~SchemaGrammar() { gpt2_grammar_free(grammar); }
+    SchemaGrammar(const SchemaGrammar&) = delete;
+    SchemaGrammar& operator=(const SchemaGrammar&) = delete;
+};
+
+gpt2_match schema_match(const gpt2_grammar* g, const std::string& text) {
+    gpt2_match m = GPT2_MATCH_NONE;
+    gpt2_error err{};
+    REQUIRE(gpt2_grammar_match(g, text.data(), text.size(), &m, &err) == GPT2_OK);
+    return m;
+}
+
+// JSON text without the whitespace between tokens (as json.dumps(separators=(',', ':')) writes it).
+std::string compact_json(const std::string& s) {
+    std::string out;
+    bool in_string = false;
+    for (size_t i = 0; i < s.size(); i++) {
+        const char c = s[i];
+        if (in_string) {
+            out += c;
+            if (c == '\\' && i + 1 < s.size()) out += s[++i];
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+            out += c;
+        } else if (c != ' ' && c != '\n' && c != '\t' && c != '\r') {
+            out += c;
+        }
+    }
+    return out;
+}
+
+// The same with a space after every ',' and ':' (json.dumps's default separators).
+std::string spaced_json(const std::string& s) {
+    std::string out;
+    bool in_string = false;
+    for (size_t i = 0; i < s.size(); i++) {
+        const char c = s[i];
+        out += c;
+        if (in_string) {
+            if (c == '\\' && i + 1 < s.size()) out += s[++i];
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == ':') {
+            out += ' ';
+        }
+    }
+    return out;
+}
+
+struct Case {
+    const char* schema;
+    std::vector<const char*> valid, invalid;
+};
+
+void check_case(const Case& c) {
+    for (bool compact : {true, false}) {
+        CAPTURE(c.schema);
+        CAPTURE(compact);
+        SchemaGrammar g(c.schema, compact);
+        REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+        for (const char* v : c.valid) {
+            const std::string text = compact ? compact_json(v) : spaced_json(compact_json(v));
+            CAPTURE(text);
+            CHECK(schema_match(g.grammar, text) == GPT2_MATCH_COMPLETE);
+            if (!compact) CHECK(schema_match(g.grammar, compact_json(v)) == GPT2_MATCH_COMPLETE);
+        }
+        for (const char* v : c.invalid) {
+            for (const std::string& text : {compact_json(v), spaced_json(compact_json(v))}) {
+                CAPTURE(text);
+                CHECK(schema_match(g.grammar, text) != GPT2_MATCH_COMPLETE);
+            }
+        }
+    }
+}
+
+std::string refusal(const std::string& schema) {
+    SchemaGrammar g(schema, false);
+    CHECK(g.result == GPT2_ERROR_BAD_GRAMMAR);
+    CHECK(g.grammar == nullptr);
+    return g.err.message;
+}
+
+} // namespace
+
+TEST_CASE("json schema: types, properties, required and additionalProperties") {
+    REQUIRE(schema_model().model);
+    check_case({R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name"],"additionalProperties":false})",
+                {R"({"name":"Ann"})", R"({"name":"Ann","age":30})", R"({"name":"","age":-7})", R"({"name":"\u00e9\"x"})"},
+                {R"({})", R"({"age":30})", R"({"name":1})", R"({"name":"Ann","age":1.5})", R"({"name":"Ann","x":1})", R"({"name":"Ann","age":"30"})",
+                 R"([])", R"("Ann")", R"({"name":"Ann","name":"Bob"})", R"({"name":"Ann")"}});
+    // additionalProperties absent: any other key, any value; the known keys keep their schemas
+    check_case({R"({"type":"object","properties":{"a":{"type":"boolean"}}})",
+                {R"({})", R"({"a":true})", R"({"b":[1,{"c":null}]})", R"({"a":false,"ab":1,"":2})", R"({"b":1,"c":2})"},
+                {R"({"a":1})", R"({"a":true,"a":false})", R"({"b":1,"a":1})", R"(null)"}});
+    check_case({R"({"type":"object","additionalProperties":{"type":"number"}})",
+                {R"({})", R"({"x":1.5e3,"y":-0.25})"},
+                {R"({"x":"1"})", R"({"x":01})"}});
+    check_case({R"({"type":["string","null"]})", {R"("x")", R"(null)"}, {R"(1)", R"(true)", R"({})"}});
+    check_case({R"(true)", {R"(1)", R"({"a":[]})", R"("s")"}, {R"({"a":})"}});
+    check_case({R"({})", {R"(1)", R"(null)"}, {R"(nul)"}});
+    // no type: properties apply to objects only, every other type passes
+    check_case({R"({"properties":{"a":{"type":"string"}},"required":["a"]})", {R"({"a":"x"})", R"(3)", R"("s")"}, {R"({"a":3})", R"({})"}});
+}
+
+TEST_CASE("json schema: arrays, tuples and their lengths") {
+    REQUIRE(schema_model().model);
+    check_case({R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+                {R"([1])", R"([1,2,3])"},
+                {R"([])", R"([1,2,3,4])", R"([1,"a"])", R"([1.5])"}});
+    check_case({R"({"type":"array","prefixItems":[{"type":"string"},{"type":"boolean"}],"items":false})",
+                {R"([])", R"(["a"])", R"(["a",true])"},
+                {R"([true])", R"(["a",true,1])", R"(["a","b"])"}});
+    check_case({R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"null"},"minItems":2})",
+                {R"(["a",null])", R"(["a",null,null])"},
+                {R"(["a"])", R"(["a","b"])", R"([])"}});
+    check_case({R"({"type":"array","items":[{"const":1},{"const":2}],"additionalItems":false})", {R"([1,2])", R"([1])", R"([])"}, {R"([1,2,3])", R"([2])"}});
+    check_case({R"({"type":"array","maxItems":0})", {R"([])"}, {R"([1])"}});
+}
+
+TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
+    REQUIRE(schema_model().model);
+    check_case({R"({"enum":["red","green",3,null,{"a":[1]}]})", {R"("red")", R"("green")", R"(3)", R"(null)", R"({"a":[1]})"}, {R"("blue")", R"(4)", R"("re")", R"({"a":[2]})"}});
+    check_case({R"({"type":"string","enum":["a",1]})", {R"("a")"}, {R"(1)"}});
+    check_case({R"({"const":"x\ny"})", {R"("x\ny")"}, {R"("xy")"}});
+    check_case({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {R"(1)", R"("ab")"}, {R"("abc")", R"(1.5)", R"(null)"}});
+    check_case({R"({"oneOf":[{"type":"integer"},{"type":"string"}]})", {R"(1)", R"("ab")"}, {R"(null)"}});
+    // a tagged union: objects told apart by a required property's const
+    check_case({R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"]},{"$ref":"#/$defs/sq"}],"$defs":{"sq":{"type":"object","properties":{"kind":{"enum":["square","box"]},"side":{"type":"integer"}},"required":["kind"]}}})",
+                {R"({"kind":"circle","r":1.5})", R"({"kind":"box","side":2})", R"({"kind":"square"})"}, {R"({"kind":"circle"})", R"({"kind":"tri"})", R"({"r":1})"}});
+    CHECK(refusal(R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"enum":["b","a"]}},"required":["k"]}]})").find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
+    check_case({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})", {R"({"a":1})"}, {R"({})", R"({"a":"x"})"}});
+    check_case({R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
+                {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},
+                {R"({"v":1})", R"({"v":1,"next":{"v":2}})", R"({"v":1,"next":{"v":"x","next":null}})"}});
+    check_case({R"({"definitions":{"n":{"type":"integer"}},"type":"array","items":{"$ref":"#/definitions/n"}})", {R"([1,2])"}, {R"(["1"])"}});
+}
+
+TEST_CASE("json schema: string lengths and integer bounds are exact") {
+    REQUIRE(schema_model().model);
+    // a code point is one character: é, an escape, an escaped surrogate pair
+    check_case({R"({"type":"string","minLength":2,"maxLength":3})",
+                {R"("ab")", R"("abc")", "\"\xc3\xa9x\"", R"("\u00e9x")", R"("a\n")", R"("\ud83d\ude00x")"},
+                {R"("a")", R"("abcd")", R"("\ud83d\ude00")", "\"\xf0\x9f\x98\x80\""}});
+    const std::vector<std::pair<long, long>> ranges = {{0, 150}, {-40, 40}, {7, 7}, {-1000, -3}, {95, 1234}, {-5, 0}};
+    for (const auto& r : ranges) {
+        const std::string schema = R"({"type":"integer","minimum":)" + std::to_string(r.first) + R"(,"maximum":)" + std::to_string(r.second) + "}";
+        SchemaGrammar g(schema, true);
+        REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+        for (long v = -1300; v <= 1300; v++) {
+            CAPTURE(schema);
+            CAPTURE(v);
+            CHECK((schema_match(g.grammar, std::to_string(v)) == GPT2_MATCH_COMPLETE) == (v >= r.first && v <= r.second));
+        }
+        CHECK(schema_match(g.grammar, "007") != GPT2_MATCH_COMPLETE);
+    }
+    // one bound, and exclusive bounds (draft 6 numbers, draft 4 booleans)
+    check_case({R"({"type":"integer","minimum":10})", {"10", "11", "99", "100", "123456789012345678901234567890"}, {"9", "0", "-10", "010"}});
+    check_case({R"({"type":"integer","exclusiveMaximum":0})", {"-1", "-123"}, {"0", "1", "-0"}});
+    check_case({R"({"type":"integer","minimum":0,"exclusiveMinimum":true})", {"1"}, {"0"}});
+}
+
+TEST_CASE("json schema: formats date, time, date-time and uuid, and keywords beside anyOf and $ref merged") {
+    REQUIRE(schema_model().model);
+    check_case({R"({"type":"string","format":"date"})", {R"("2024-02-28")", R"("1999-12-31")", R"("2023-04-30")"},
+                {R"("2024-02-30")", R"("2023-04-31")", R"("2023-13-01")", R"("0000-01-01")", R"("2023-1-01")", R"("x")"}});
+    check_case({R"({"type":"string","format":"time"})", {R"("23:59:59Z")", R"("08:30:00.123+05:30")"}, {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:00:00")"}});
+    check_case({R"({"type":"string","format":"date-time"})", {R"("2024-01-15T10:20:30Z")", R"("2024-01-15T10:20:30.5-08:00")"}, {R"("2024-01-15 10:20:30Z")", R"("2024-01-15T10:20Z")"}});
+    check_case({R"({"format":"uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")", R"(5)"}, {R"("123e4567e89b12d3a456426614174000")", R"("123e4567-e89b-12d3-a456-42661417400g")"}});
+    check_case({R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"anyOf":[{"required":["a"]},{"$ref":"#/$defs/b"}],"$defs":{"b":{"required":["b"]}}})",
+                {R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":"x"})"}, {R"({})", R"({"c":1})", R"({"a":"x"})", R"(1)"}});
+    check_case({R"({"type":["integer","string"],"anyOf":[{"minimum":3},{"type":"string","maxLength":1}]})", {R"(3)", R"(7)", R"("a")", R"("ab")"}, {R"(2)", R"(null)"}});  // "ab": minimum does not apply to strings
+    check_case({R"({"$defs":{"p":{"type":"object","properties":{"x":{"type":"integer"}}}},"$ref":"#/$defs/p","required":["x"]})", {R"({"x":1})"}, {R"({})", R"({"x":"1"})"}});
+    CHECK(refusal(R"({"type":"string","format":"email"})") == "json schema: /format: 'format' is enforced only for date, time, date-time and uuid");
+}
+
+TEST_CASE("json schema: keywords that are not enforced are refused with their JSON pointer") {
+    REQUIRE(schema_model().model);
+    CHECK(refusal(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})") ==
+          "json schema: /properties/age/multipleOf: 'multipleOf' is not enforced");
+    CHECK(refusal(R"({"type":"string","pattern":"^a+$"})") == "json schema: /pattern: 'pattern' is not enforced");
+    CHECK(refusal(R"({"type":"number","minimum":1})") == "json schema: /minimum: 'minimum' is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers");
+    check_case({R"({"type":"number","minimum":0})", {"0", "0.5", "12e-3", "7"}, {"-1", "-0.5", "-1e9"}});
+    CHECK(refusal(R"({"type":"array","uniqueItems":true})") == "json schema: /uniqueItems: 'uniqueItems' is not enforced");
+    CHECK(refusal(R"({"type":"object","minProperties":1})") == "json schema: /minProperties: 'minProperties' is not enforced");
+    CHECK(refusal(R"({"items":{"not":{"type":"null"}}})") == "json schema: /items/not: 'not' is not enforced");
+    CHECK(refusal(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})").find("/oneOf: 'oneOf' is enforced only where its branches allow different types") != std::string::npos);
+    // annotations and unknown keywords are ignored
+    SchemaGrammar g(R"({"title":"t","description":"d","$schema":"x","$id":"y","examples":[1],"default":2,"$comment":"c","deprecated":false,"readOnly":true,"writeOnly":false,"x-vendor":{"pattern":1},"type":"integer"})", false);
+    CHECK_MESSAGE(g.result == GPT2_OK, g.err.message);
+}
+
+TEST_CASE("json schema: bad schemas are refused with where and why") {
+    REQUIRE(schema_model().model);
+    CHECK(refusal("{\"type\":\n  \"string\",}") == "json schema: malformed JSON at line 2, column 12: expected a key (a string in double quotes)");
+    CHECK(refusal(R"({"type":"string")") == "json schema: malformed JSON at line 1, column 17: expected ',' or '}'");
+    CHECK(refusal(R"([{"type":"string"}])") == "json schema: the schema must be an object or a boolean, not an array");
+    CHECK(refusal(R"("string")") == "json schema: the schema must be an object or a boolean, not a string");
+    CHECK(refusal(R"({"$ref":"#/$defs/missing"})") == "json schema: /$ref: unresolved $ref '#/$defs/missing'");
+    CHECK(refusal(R"({"$ref":"http://example.com/s.json"})").find("unresolved $ref 'http://example.com/s.json'") != std::string::npos);
+    CHECK(refusal(R"({"type":"integer","minimum":5,"maximum":4})") == "json schema: : contradictory bounds: no integer is at least 5 and at most 4");
+    CHECK(refusal(R"({"type":"string","minLength":5,"maxLength":4})") == "json schema: /maxLength: contradictory bounds: maxLength is less than minLength");
+    CHECK(refusal(R"({"type":"strin"})").find("/type: expected a type name") != std::string::npos);
+    CHECK(refusal(R"(false)") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
+    CHECK(refusal(R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})") ==
+          "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
+    CHECK(refusal(R"({"$ref":"#"})").find("left-recursive") != std::string::npos);
+    // a $id below the root moves where the refs under it point: refused where there are refs
+    CHECK(refusal(R"({"$defs":{"a":{"$id":"http://x/a.json","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})") ==
+          "json schema: /$defs/a/$id: an $id below the root changes where the $refs under it point, and $refs are read against the document's root only (not enforced)");
+    // 10,000-deep nesting: refused, not a stack overflow
+    const std::string deep = std::string(10000, '[') + std::string(10000, ']');
+    CHECK(refusal(deep).find("nested deeper than 256") != std::string::npos);
+    std::string deep_schema;
+    for (int i = 0; i < 10000; i++) deep_schema += R"({"items":)";
+    deep_schema += "true" + std::string(10000, '}');
+    CHECK(refusal(deep_schema).find("nested deeper than 256") != std::string::npos);
+    // arguments
+    gpt2_grammar* g = nullptr;
+    gpt2_error err{};
+    CHECK(gpt2_grammar_from_json_schema(schema_model().model, nullptr, 3, nullptr, &g, &err) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(gpt2_grammar_from_json_schema(schema_model().model, "{}", 2, nullptr, &g, &err) == GPT2_OK);
+    gpt2_grammar_free(g);
+}
+
+TEST_CASE("json schema: whitespace runs are capped and compact allows none") {
+    REQUIRE(schema_model().model);
+    const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+    SchemaGrammar spaced(schema, false), compact(schema, true);
+    REQUIRE(spaced.result == GPT2_OK);
+    REQUIRE(compact.result == GPT2_OK);
+    CHECK(schema_match(spaced.grammar, "{\n  \"a\": 1\n}") == GPT2_MATCH_COMPLETE);
+    CHECK(schema_match(spaced.grammar, "{" + std::string(20, ' ') + "\"a\":1}") == GPT2_MATCH_COMPLETE);
+    CHECK(schema_match(spaced.grammar, "{" + std::string(21, ' ') + "\"a\":1}") == GPT2_MATCH_NONE);
+    CHECK(schema_match(compact.grammar, "{\"a\": 1}") == GPT2_MATCH_NONE);
+    CHECK(schema_match(compact.grammar, "{\"a\":1}") == GPT2_MATCH_COMPLETE);
+}
+
+// ---- MaskBench -------------------------------------------------------------------------------
+
+namespace {
+
+// The end of the JSON value that starts at s[i] (the reader under test is not used to read its
+// own test data).
+size_t value_end(const std::string& s, size_t i) {
+    int depth = 0;
+    bool in_string = false;
+    for (; i < s.size(); i++) {
+        const char c = s[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') {
+                in_string = false;
+                if (depth == 0) return i + 1;
+            }
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) return i; // the end of the object or array around a number or a word
+            if (--depth == 0) return i + 1;
+        } else if (depth == 0 && (c == ',' || c == '\n')) {
+            return i;
+        }
+    }
+    return i;
+}
+
+// The raw text of the members of the object at s[begin, end): key -> value text.
+std::map<std::string, std::string> raw_members(const std::string& s, size_t begin, size_t end) {
+    std::map<std::string, std::string> out;
+    size_t i = begin + 1;
+    while (i < end) {
+        while (i < end && s[i] != '"' && s[i] != '}') i++;
+        if (i >= end || s[i] == '}') break;
+        const size_t key_end = value_end(s, i);
+        const std::string key = s.substr(i + 1, key_end - i - 2);
+        i = key_end;
+        while (s[i] == ' ' || s[i] == ':') i++;
+        const size_t v_end = value_end(s, i);
+        out[key] = s.substr(i, v_end - i);
+        i = v_end;
+        while (i < end && (s[i] == ' ' || s[i] == ',')) i++;
+    }
+    return out;
+}
+
+std::vector<std::string> raw_items(const std::string& s) {
+    std::vector<std::string> out;
+    size_t i = 1;
+    while (i < s.size()) {
+        while (i < s.size() && (s[i] == ' ' || s[i] == ',' || s[i] == '\n')) i++;
+        if (i >= s.size() || s[i] == ']') break;
+        const size_t e = value_end(s, i);
+        out.push_back(s.substr(i, e - i));
+        i = e;
+    }
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("json schema: MaskBench sample, no invalid instance matches") {
+    REQUIRE(schema_model().model);
+    std::string text;
+    const std::string path = std::string(GPT2_SOURCE_DIR) + "/../shared/data/maskbench/sample1000.json";
+    if (!read_whole_file(path, &text)) {
+        MESSAGE("skipped: " << path << " is absent (MaskBench's sample lives outside the repository)");
+        return;
+    }
+    const std::vector<std::string> files = raw_items(text);
+    REQUIRE(files.size() > 100);
+    size_t compiled = 0, valid = 0, valid_ok = 0, invalid = 0, invalid_refused = 0, passing = 0;
+    std::map<std::string, int> refused_by;
+    for (const std::string& file : files) {
+        const auto members = raw_members(file, 0, file.size());
+        REQUIRE(members.count("schema"));
+        REQUIRE(members.count("tests"));
+        const std::string& schema = members.at("schema");
+        SchemaGrammar g(schema, false);
+        if (g.result != GPT2_OK) {
+            std::string why = g.err.message;
+            const size_t quote = why.find('\'');
+            why = quote == std::string::npos ? why.substr(0, 40) : why.substr(quote, why.find('\'', quote + 1) - quote + 1);
+            refused_by[why]++;
+            continue;
+        }
+        compiled++;
+        bool all_right = true;
+        for (const std::string& t : raw_items(members.at("tests"))) {
+            const auto test = raw_members(t, 0, t.size());
+            const std::string& data = test.at("data");
+            if (test.at("valid") == "true") {
+                valid++;
+                const bool ok = schema_match(g.grammar, data) == GPT2_MATCH_COMPLETE;
+                if (!ok && valid - valid_ok <= 5) MESSAGE("a valid instance refused (a validation error, allowed): " << data.substr(0, 300) << " of " << schema.substr(0, 300));
+                valid_ok += ok;
+                all_right &= ok;
+            } else {
+                invalid++;
+                const bool accepted = schema_match(g.grammar, data) == GPT2_MATCH_COMPLETE || schema_match(g.grammar, compact_json(data)) == GPT2_MATCH_COMPLETE;
+                CAPTURE(schema);
+                CAPTURE(data);
+                CHECK_FALSE(accepted); // an invalidation error
+                invalid_refused += !accepted;
+                all_right &= !accepted;
+            }
+        }
+        passing += all_right;
+    }
+    std::vector<std::pair<int, std::string>> reasons;
+    for (const auto& r : refused_by) reasons.emplace_back(r.second, r.first);
+    std::sort(reasons.rbegin(), reasons.rend());
+    std::string top;
+    for (size_t i = 0; i < reasons.size() && i < 12; i++) top += " " + reasons[i].second + " " + std::to_string(reasons[i].first) + ";";
+    MESSAGE("MaskBench sample: " << files.size() << " schemas, " << compiled << " compiled, " << passing << " with every instance right; valid instances accepted "
+                                 << valid_ok << "/" << valid << ", invalid refused " << invalid_refused << "/" << invalid << "; refused for:" << top);
+    CHECK(invalid_refused == invalid);
+}
