@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 
 namespace {
 
@@ -206,7 +207,14 @@ TEST_CASE("json schema: keywords that are not enforced are refused with their JS
     REQUIRE(schema_model().model);
     CHECK(refusal(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})") ==
           "json schema: /properties/age/multipleOf: 'multipleOf' is not enforced");
-    CHECK(refusal(R"({"type":"string","pattern":"^a+$"})") == "json schema: /pattern: 'pattern' is not enforced");
+    CHECK(refusal(R"J({"type":"string","pattern":"a(?=b)"})J") == "json schema: /pattern: 'pattern' is not enforced: lookaround is not enforced");
+    CHECK(refusal(R"J({"type":"string","pattern":"(a)\\1"})J") == "json schema: /pattern: 'pattern' is not enforced: backreferences are not enforced");
+    CHECK(refusal(R"J({"type":"string","pattern":"\\bword"})J") == "json schema: /pattern: 'pattern' is not enforced: word boundaries (\\b) are not enforced");
+    CHECK(refusal(R"J({"type":"string","pattern":"a^b"})J") == "json schema: /pattern: 'pattern' is not enforced: '^' and '$' are enforced only at the ends of the pattern");
+    CHECK(refusal(R"J({"type":"string","pattern":"(ab"})J") == "json schema: /pattern: 'pattern' is not enforced: a '(' without its ')'");
+    CHECK(refusal(R"J({"type":"string","pattern":"a{3,2}"})J") == "json schema: /pattern: 'pattern' is not enforced: a repetition {n,m} with m < n");
+    CHECK(refusal(R"J({"type":"string","pattern":"[z-a]"})J") == "json schema: /pattern: 'pattern' is not enforced: a class range out of order");
+    CHECK(refusal(R"J({"type":"string","pattern":"^a$","maxLength":3})J") == "json schema: /maxLength: a length or a format beside 'pattern' is not enforced");
     CHECK(refusal(R"({"type":"number","minimum":1})") == "json schema: /minimum: 'minimum' is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers");
     check_case({R"({"type":"number","minimum":0})", {"0", "0.5", "12e-3", "7"}, {"-1", "-0.5", "-1e9"}});
     CHECK(refusal(R"({"type":"array","uniqueItems":true})") == "json schema: /uniqueItems: 'uniqueItems' is not enforced");
@@ -262,6 +270,37 @@ TEST_CASE("json schema: whitespace runs are capped and compact allows none") {
     CHECK(schema_match(spaced.grammar, "{" + std::string(21, ' ') + "\"a\":1}") == GPT2_MATCH_NONE);
     CHECK(schema_match(compact.grammar, "{\"a\": 1}") == GPT2_MATCH_NONE);
     CHECK(schema_match(compact.grammar, "{\"a\":1}") == GPT2_MATCH_COMPLETE);
+}
+
+// Patterns against JavaScript's RegExp: tests/data/regex_cases.txt (tools/make_regex_cases.js)
+// holds strings as JSON.stringify writes them and whether the pattern matches each.
+TEST_CASE("json schema: 'pattern' matches exactly the strings JavaScript's RegExp matches") {
+    REQUIRE(schema_model().model);
+    std::string text;
+    REQUIRE(read_whole_file(std::string(GPT2_TEST_DATA) + "/regex_cases.txt", &text));
+    std::unique_ptr<SchemaGrammar> g;
+    std::string schema;
+    size_t patterns = 0, strings = 0;
+    for (size_t at = 0, end; at < text.size(); at = end + 1) {
+        end = text.find('\n', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string line = text.substr(at, end - at);
+        if (line.rfind("pattern ", 0) == 0) {
+            schema = "{\"type\":\"string\",\"pattern\":" + line.substr(8) + "}";
+            g.reset(new SchemaGrammar(schema, true));
+            CAPTURE(schema);
+            REQUIRE_MESSAGE(g->result == GPT2_OK, g->err.message);
+            patterns++;
+        } else if (line.size() > 2) {
+            REQUIRE(g);
+            CAPTURE(schema);
+            CAPTURE(line);
+            CHECK((schema_match(g->grammar, line.substr(2)) == GPT2_MATCH_COMPLETE) == (line[0] == '+'));
+            strings++;
+        }
+    }
+    CHECK(patterns >= 30);
+    CHECK(strings >= 30 * 80);
 }
 
 // ---- MaskBench -------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ OUTPUTS = {
         "src/model/sampler.h",           # RNG, temperature, top-k
         "src/grammar/gbnf.h",            # GBNF grammars: the parser, and the rules it makes
         "src/grammar/matcher.h",         # text against a grammar: stacks of rules, token masks
+        "src/grammar/regex.h",           # JSON Schema's patterns (ECMAScript regular expressions) to GBNF
         "src/grammar/json_schema.h",     # JSON Schema to GBNF: a strict JSON reader, the converter
         "src/backend.h",                 # the table of what a device does for the C API
         "src/session.h",                 # what every backend's session shares

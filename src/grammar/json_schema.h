@@ -1,6 +1,7 @@
 #ifndef GPT2__PART_GRAMMAR_JSON_SCHEMA_H
 #define GPT2__PART_GRAMMAR_JSON_SCHEMA_H
 #include "gbnf.h"
+#include "regex.h"
 
 /* JSON Schema to a grammar: a strict JSON reader, then a converter that writes GBNF text (the
    design of llama.cpp's json_schema_to_grammar) for gbnf.h's parser. The converter never
@@ -735,6 +736,20 @@ static const char* gpt2__schema_format(std::string_view name) {
 static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out) {
     const gpt2__schema_kw* min_kw = gpt2__schema_find(view, "minLength");
     const gpt2__schema_kw* max_kw = gpt2__schema_find(view, "maxLength");
+    if (const gpt2__schema_kw* pattern = gpt2__schema_find(view, "pattern")) {
+        if (pattern->value->kind != GPT2__JSON_STRING) return gpt2__schema_refuse(cv, pattern->pointer, "'pattern' must be a string");
+        if (const gpt2__schema_kw* other = min_kw ? min_kw : max_kw ? max_kw : gpt2__schema_find(view, "format"))
+            return gpt2__schema_refuse(cv, other->pointer, "a length or a format beside 'pattern' is not enforced");
+        gpt2__string contents;
+        if (const char* why = gpt2__regex_to_gbnf(pattern->value->text, "char", &contents)) {
+            char msg[160];
+            std::snprintf(msg, sizeof msg, "'pattern' is not enforced: %s", why);
+            return gpt2__schema_refuse(cv, pattern->pointer, msg);
+        }
+        cv->used_char = true;
+        *out = gpt2__schema_add_rule(cv, "\"\\\"\" " + contents + " \"\\\"\"");
+        return GPT2_OK;
+    }
     if (const gpt2__schema_kw* format = gpt2__schema_find(view, "format")) {
         const char* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
         if (!rule) return gpt2__schema_refuse(cv, format->pointer, "'format' is enforced only for date, time, date-time and uuid");
@@ -1075,7 +1090,7 @@ static bool gpt2__schema_discriminated(gpt2__schema_converter* cv, const gpt2__s
 static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__schema_view view, std::string_view pointer, gpt2__string* out, bool* impossible, int depth) {
     if (depth > GPT2__SCHEMA_MAX_DEPTH) return gpt2__schema_refuse(cv, pointer, "schemas nest too deep (128 levels at most)");
     GPT2__TRY(gpt2__schema_flatten(cv, &view, pointer, depth));
-    GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "pattern", "multipleOf"}, "is not enforced"));
+    GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "multipleOf"}, "is not enforced"));
     /* types: every one `type` names (all of them where there are several `type`s: the common ones) */
     unsigned types = GPT2__T_ALL;
     for (const auto& kw : view)
