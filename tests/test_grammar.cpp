@@ -391,6 +391,21 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text JSON (
     }
 }
 
+TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the grammar deep in a long bounded repetition (GPT-2 BPE)") {
+    // [^\n]{1,60}: the copies more than 16 from the end share their masks' decided tokens, and
+    // tokens longer than 16 bytes are walked from the state (gpt2_grammar::stands_for)
+    const Model& m = bpe_model();
+    Grammar g(m.model, "root ::= [A-Z] [^\\n]{1,60} [.!?]");
+    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+    for (uint64_t seed : {3, 4}) {
+        const MaskCheck check = generate_checking_masks(m, g.grammar, "He said:", seed, 1.0f, 24);
+        CAPTURE(check.text);
+        CHECK(check.mismatches == 0);
+        CHECK(check.steps >= 10);
+        CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+    }
+}
+
 TEST_CASE("grammar: BPE generation completes a JSON-like sentence and stops at it") {
     const Model& m = bpe_model();
     Grammar g(m.model, "root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"");

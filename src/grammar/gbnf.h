@@ -49,9 +49,10 @@ struct gpt2__grule {
    1, every token longer than one character of JSON's `char` rule) and the more contexts a
    grammar makes. */
 enum : uint32_t { GPT2__WHOLE_SUBTREE = 1u << 31 };
-enum { GPT2__CONTEXT_DEPTH = 4, GPT2__MAX_CONTEXTS = 4096 };
+enum { GPT2__CONTEXT_DEPTH = 4, GPT2__MAX_CONTEXTS = 4096, GPT2__CLIP_BYTES = 16 };
 struct gpt2__context_tokens {
     gpt2__vector<uint32_t> context;
+    bool clipped = false; /* some position stood for a farther copy of a repetition (gpt2_grammar::stands_for) */
     gpt2__vector<uint32_t> accepted;
     gpt2__vector<uint32_t> uncertain;
 };
@@ -63,6 +64,12 @@ struct gpt2_grammar {
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
+    /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} of a character class more than
+       GPT2__CLIP_BYTES copies from the end, the same element in the copy that many from the end.
+       A token of at most that many bytes cannot tell them apart (each copy reads a character), so
+       their contexts share the tokens they decide, and the longer tokens are left to the walk
+       from the state: [^\n]{1,120} would otherwise make a context for every character. */
+    gpt2__vector<uint32_t> stands_for;
     /* the contexts met so far (at most GPT2__MAX_CONTEXTS), under the mutex: grammars are shared;
        a deque keeps them where they are while more are added */
     mutable std::mutex contexts_mutex;
@@ -83,6 +90,7 @@ struct gpt2__gbnf_parser {
     std::unordered_map<std::string_view, uint32_t> written; /* the rules the text names (views into it), by name */
     gpt2__vector<size_t> defined_at, used_at; /* text offsets; SIZE_MAX = not yet */
     gpt2__vector<uint32_t> n_children;        /* groups and repetitions made inside each rule */
+    gpt2__vector<uint32_t> stands_for;        /* per rule: see gpt2_grammar::stands_for */
     gpt2__vector<gpt2__code_points> classes;
     size_t n_elems = 0;
 };
@@ -162,6 +170,7 @@ static uint32_t gpt2__gbnf_new_rule(gpt2__gbnf_parser* ps, std::string_view name
     ps->defined_at.push_back(SIZE_MAX);
     ps->used_at.push_back(SIZE_MAX);
     ps->n_children.push_back(0);
+    ps->stands_for.push_back(UINT32_MAX);
     return (uint32_t)(ps->alts.size() - 1);
 }
 
@@ -309,12 +318,15 @@ static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2_
     }
     /* (x (x (x)?)?)? for max - min = 3: each optional copy only after the one before it */
     gpt2__gelem inner{GPT2__G_END, 0};
+    uint32_t clip_copy = UINT32_MAX; /* the copy GPT2__CLIP_BYTES from the end */
     for (size_t i = 0; i < optional; i++) {
         const uint32_t r = gpt2__gbnf_child_rule(ps, rule, at);
         ps->alts[r].push_back({x});
         if (inner.kind == GPT2__G_RULE) ps->alts[r].back().push_back(inner);
         ps->alts[r].emplace_back();
         inner = {GPT2__G_RULE, r};
+        if (x.kind == GPT2__G_CHARS && i + 1 == GPT2__CLIP_BYTES) clip_copy = r;
+        if (x.kind == GPT2__G_CHARS && i + 1 > GPT2__CLIP_BYTES) ps->stands_for[r] = clip_copy;
     }
     if (inner.kind == GPT2__G_RULE) seq->push_back(inner);
     return GPT2_OK;
@@ -547,6 +559,12 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
         }
         g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
     }
+    g->stands_for.assign(g->elems.size(), UINT32_MAX);
+    for (size_t r = 0; r < ps.alts.size(); r++) /* a copy and the one it stands for have the same alternatives, element for element */
+        if (ps.stands_for[r] != UINT32_MAX)
+            for (uint32_t a = 0; a < g->rules[r].alts_end - g->rules[r].alts_begin; a++)
+                for (uint32_t e = g->alt_starts[g->rules[r].alts_begin + a], k = 0; g->elems[e].kind != GPT2__G_END; e++, k++)
+                    g->stands_for[e] = g->alt_starts[g->rules[ps.stands_for[r]].alts_begin + a] + k;
     return GPT2_OK;
 }
 

@@ -407,7 +407,8 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
     out->uncertain.clear();
     for (size_t i = 0; i < trie.byte.size();) {
         const size_t d = trie.depth[i];
-        if (!inside[d - 1]) { /* only paths past the context's end got here: all of the subtree is uncertain */
+        if (!inside[d - 1] || (out->clipped && d > GPT2__CLIP_BYTES)) { /* only paths past the context's end got here, or a
+                                                                              token a clipped context cannot judge: all of the subtree is uncertain */
             out->uncertain.push_back((uint32_t)i | GPT2__WHOLE_SUBTREE);
             i = trie.skip[i];
             continue;
@@ -440,22 +441,27 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
 static const gpt2__context_tokens* gpt2__context_tokens_find(const gpt2_grammar* g, const gpt2__gss& gss, uint32_t top) {
     uint32_t context[GPT2__CONTEXT_DEPTH];
     size_t n = 0;
+    bool clipped = false;
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (uint32_t id = top; id && n < GPT2__CONTEXT_DEPTH; id = gss.nodes[id].parent) {
-        context[n++] = gss.nodes[id].pos;
-        h = (h ^ gss.nodes[id].pos) * 0x100000001b3ull;
+        const uint32_t pos = gss.nodes[id].pos, stands_for = g->stands_for[pos];
+        clipped = clipped || stands_for != UINT32_MAX;
+        context[n++] = stands_for != UINT32_MAX ? stands_for : pos;
+        h = (h ^ context[n - 1]) * 0x100000001b3ull;
     }
+    h ^= clipped;
     std::lock_guard<std::mutex> lock(g->contexts_mutex);
     const auto found = g->context_index.equal_range(h);
     for (auto it = found.first; it != found.second; ++it) {
         const gpt2__context_tokens& p = g->contexts[it->second];
-        if (p.context.size() == n && std::equal(context, context + n, p.context.begin())) return &p;
+        if (p.clipped == clipped && p.context.size() == n && std::equal(context, context + n, p.context.begin())) return &p;
     }
     if (g->contexts.size() >= GPT2__MAX_CONTEXTS) return nullptr;
     g->context_index.emplace(h, (uint32_t)g->contexts.size());
     g->contexts.emplace_back();
     gpt2__context_tokens* made = &g->contexts.back();
     made->context.assign(context, context + n);
+    made->clipped = clipped;
     gpt2__context_tokens_make(g, made);
     return made;
 }
