@@ -5425,7 +5425,7 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool 
     char ws[64];
     std::snprintf(ws, sizeof ws, "ws ::= [ \\t\\n\\r]{0,%u}\n", (unsigned)max_ws);
     gbnf->clear();
-    *gbnf += "root ::= " + gpt2__string(compact ? "" : "ws ") + top + (compact ? "" : " ws") + "\n";
+    *gbnf += "root ::= " + gpt2__string(compact ? "" : "ws ") + top + "\n"; /* ends at the value: whitespace after it would only delay the end */
     *gbnf += cv.rules;
     if (!compact) *gbnf += ws;
     const char* w = compact ? "" : " ws ";

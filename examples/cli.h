@@ -37,22 +37,26 @@ struct CliGrammar {
     ~CliGrammar() { gpt2_grammar_free(grammar); }
 };
 
-// Makes *out (freed first) from GBNF text, or from the file at `path` when text is NULL; returns
-// "" or what went wrong (*out unchanged then).
-inline std::string cli_make_grammar(const gpt2_model* model, const char* text, const std::string& path, gpt2_grammar** out) {
-    std::string gbnf;
+enum class CliGrammarKind { gbnf, json_schema };
+
+// Makes *out (freed first) from a GBNF grammar or a JSON Schema (`kind`): the text, or the file
+// at `path` when text is NULL; returns "" or what went wrong (*out unchanged then).
+inline std::string cli_make_grammar(const gpt2_model* model, CliGrammarKind kind, const char* text, const std::string& path, gpt2_grammar** out) {
+    std::string source;
     if (text) {
-        gbnf = text;
+        source = text;
     } else {
         FILE* f = std::fopen(path.c_str(), "rb");
-        if (!f) return "cannot open grammar file " + path;
+        if (!f) return (kind == CliGrammarKind::gbnf ? "cannot open grammar file " : "cannot open JSON Schema file ") + path;
         char buffer[4096];
-        for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) gbnf.append(buffer, n);
+        for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) source.append(buffer, n);
         std::fclose(f);
     }
     gpt2_grammar* grammar = nullptr;
     gpt2_error err;
-    if (gpt2_grammar_from_gbnf(model, gbnf.c_str(), nullptr, &grammar, &err) != GPT2_OK) return (text ? "" : path + ": ") + err.message;
+    const gpt2_result made = kind == CliGrammarKind::gbnf ? gpt2_grammar_from_gbnf(model, source.c_str(), nullptr, &grammar, &err)
+                                                          : gpt2_grammar_from_json_schema(model, source.data(), source.size(), nullptr, &grammar, &err);
+    if (made != GPT2_OK) return (text ? "" : path + ": ") + err.message;
     gpt2_grammar_free(*out);
     *out = grammar;
     return "";

@@ -43,6 +43,8 @@ static const char* usage =
     "  --grammar FILE       the text must follow the GBNF grammar in FILE (docs/GRAMMARS.md);\n"
     "                       generation ends when it is a whole sentence of it\n"
     "  --grammar-text GBNF  the same with the grammar given inline\n"
+    "  --json-schema FILE   the text must be JSON that the JSON Schema in FILE accepts\n"
+    "                       (docs/GRAMMARS.md lists the keywords enforced; others are refused)\n"
     "  --choose \"A|B|C\"     instead of generating, print the option (split at |) the model finds\n"
     "                       the most likely continuation of the prompt (gpt2_choose); with\n"
     "                       --json: prompt_ids, options, logprobs, best, choice\n"
@@ -79,7 +81,7 @@ struct Options {
     int repeat_last_n = 0;
     std::vector<std::string> stops;
     bool stop_at_eos = false;
-    std::string grammar_file, grammar_text;
+    std::string grammar_file, grammar_text, json_schema_file;
     std::string choose; // --choose's options, '|' between them
     bool has_choose = false;
     std::string save_state, load_state, context_policy; // context_policy "": the mode's default
@@ -151,15 +153,16 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         else if (a == "--keep") { if (!cli_parse_int(v, 0, 1 << 30, &o->keep)) return "--keep expects an integer >= 0, got '" + v + "'"; }
         else if (a == "--grammar") o->grammar_file = v;
         else if (a == "--grammar-text") o->grammar_text = v;
+        else if (a == "--json-schema") o->json_schema_file = v;
         else if (a == "--choose") { o->choose = v; o->has_choose = true; }
         else if (a == "--stop") { if (v.empty()) return "--stop expects a string of at least one character"; o->stops.push_back(v); }
         else return "unknown option '" + a + "' (see --help)";
     }
     if (o->has_prompt && o->has_prompt_ids) return "give -p (or --start) or --prompt-ids, not both";
     if (o->num_samples && o->json) return "--num_samples prints text; give it without --json";
-    if (!o->grammar_file.empty() && !o->grammar_text.empty()) return "give --grammar or --grammar-text, not both";
-    if (o->has_choose && (o->num_samples || !o->grammar_file.empty() || !o->grammar_text.empty()))
-        return "--choose scores the options instead of generating; give it without --num_samples, --grammar or --grammar-text";
+    if (!o->grammar_file.empty() + !o->grammar_text.empty() + !o->json_schema_file.empty() > 1) return "give one of --grammar, --grammar-text and --json-schema";
+    if (o->has_choose && (o->num_samples || !o->grammar_file.empty() || !o->grammar_text.empty() || !o->json_schema_file.empty()))
+        return "--choose scores the options instead of generating; give it without --num_samples, --grammar, --grammar-text or --json-schema";
     return "";
 }
 
@@ -303,10 +306,11 @@ int main(int argc, char** argv) {
     gp.n_stop = stops.size();
     gp.stop_at_eos = o.stop_at_eos;
     CliGrammar grammar;
-    if (!o.grammar_file.empty() || !o.grammar_text.empty()) {
-        complaint = cli_make_grammar(model, o.grammar_text.empty() ? nullptr : o.grammar_text.c_str(), o.grammar_file, &grammar.grammar);
-        if (!complaint.empty()) return fail(complaint);
-    }
+    if (!o.grammar_file.empty() || !o.grammar_text.empty())
+        complaint = cli_make_grammar(model, CliGrammarKind::gbnf, o.grammar_text.empty() ? nullptr : o.grammar_text.c_str(), o.grammar_file, &grammar.grammar);
+    else if (!o.json_schema_file.empty())
+        complaint = cli_make_grammar(model, CliGrammarKind::json_schema, nullptr, o.json_schema_file, &grammar.grammar);
+    if (!complaint.empty()) return fail(complaint);
     gp.grammar = grammar.grammar;
     gpt2_match grammar_match = GPT2_MATCH_NONE;
     gp.grammar_match = &grammar_match;

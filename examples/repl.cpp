@@ -63,6 +63,7 @@ static const char* repl_help =
     "  /save FILE save the conversation         /load FILE continue a saved one\n"
     "  /stop STR  end answers where STR appears, STR not shown (\\n: a newline); /stop alone: none\n"
     "  /grammar FILE  answers follow the GBNF grammar in FILE (docs/GRAMMARS.md); /grammar alone: none\n"
+    "  /json FILE answers are JSON that the JSON Schema in FILE accepts; /json alone: none\n"
     "  /quit      leave (also Ctrl-D)           Ctrl-C    stop the current answer\n"
     "Line editing: left/right, Home/End, Backspace/Delete, up/down for history, Ctrl-U clears.\n";
 
@@ -201,7 +202,7 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
         std::string list;
         for (const std::string& s : stop_strings) list += (list.empty() ? "" : ", ") + show(s);
         std::printf("(%s)\n", list.empty() ? "no stop strings" : ("answers stop at " + list).c_str());
-    } else if (name == "/grammar") {
+    } else if (name == "/grammar" || name == "/json") {
         if (arg.empty()) {
             gpt2_grammar_free(repl_grammar.grammar);
             repl_grammar.grammar = nullptr;
@@ -209,13 +210,14 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
             std::printf("(no grammar: answers are free text)\n");
             return true;
         }
-        const std::string complaint = cli_make_grammar(model, nullptr, arg, &repl_grammar.grammar);
+        const bool schema = name == "/json";
+        const std::string complaint = cli_make_grammar(model, schema ? CliGrammarKind::json_schema : CliGrammarKind::gbnf, nullptr, arg, &repl_grammar.grammar);
         if (!complaint.empty()) {
             std::printf("%s (the grammar is unchanged)\n", complaint.c_str());
             return true;
         }
         p->grammar = repl_grammar.grammar;
-        std::printf("(answers follow the grammar in %s)\n", arg.c_str());
+        std::printf(schema ? "(answers are JSON that the schema in %s accepts)\n" : "(answers follow the grammar in %s)\n", arg.c_str());
     } else if (name == "/n") {
         if (cli_parse_int(arg, 1, 1 << 24, &p->max_new_tokens)) std::printf("(%d tokens per answer)\n", p->max_new_tokens);
         else std::printf("/n expects an integer from 1, e.g. /n 200\n");

@@ -405,13 +405,40 @@ namespace Gpt2
         }
     }
 
-    /// <summary>A grammar in llama.cpp's GBNF (docs/GRAMMARS.md) for one model's vocabulary: set it as
-    /// Gpt2GenerateOptions.Grammar and the generated text follows it. Immutable: share it between
-    /// sessions and threads. It keeps its model's native memory alive until it is disposed.</summary>
+    /// <summary>A grammar in llama.cpp's GBNF (docs/GRAMMARS.md), or made from a JSON Schema
+    /// (FromJsonSchema), for one model's vocabulary: set it as Gpt2GenerateOptions.Grammar and the
+    /// generated text follows it. Immutable: share it between sessions and threads. It keeps its
+    /// model's native memory alive until it is disposed.</summary>
     public sealed class Gpt2Grammar : IDisposable
     {
         IntPtr handle;
         readonly Gpt2Model model;
+
+        Gpt2Grammar(Gpt2Model model, IntPtr handle)
+        {
+            this.model = model;
+            this.handle = handle;
+        }
+
+        /// <summary>The grammar of the JSON values a JSON Schema accepts (docs/GRAMMARS.md lists the
+        /// keywords enforced). compact: no whitespace between JSON's tokens; maxWhitespace: the
+        /// longest run of it otherwise (0 = 20). Throws Gpt2Exception (Gpt2Result.BadGrammar) naming
+        /// a keyword that is not enforced and its JSON pointer, or where malformed JSON goes wrong.</summary>
+        public static Gpt2Grammar FromJsonSchema(Gpt2Model model, string schema, bool compact = false, int maxWhitespace = 0)
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (schema == null) throw new ArgumentNullException("schema");
+            if (maxWhitespace < 0) throw new ArgumentOutOfRangeException("maxWhitespace", "the longest whitespace run cannot be negative");
+            byte[] bytes = Encoding.UTF8.GetBytes(schema);
+            var p = new Gpt2Native.gpt2_json_schema_params { compact = compact ? 1 : 0, max_whitespace = (uint)maxWhitespace };
+            IntPtr modelHandle = model.Acquire();
+            Gpt2Native.gpt2_error err;
+            IntPtr made;
+            gpt2_result result = Gpt2Native.gpt2_grammar_from_json_schema(modelHandle, bytes, (UIntPtr)bytes.Length, ref p, out made, out err);
+            if (result != gpt2_result.GPT2_OK) model.Release();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+            return new Gpt2Grammar(model, made);
+        }
 
         /// <summary>Throws Gpt2Exception (Gpt2Result.BadGrammar) naming the line, the column and what is wrong.</summary>
         public Gpt2Grammar(Gpt2Model model, string gbnf, string root = null)

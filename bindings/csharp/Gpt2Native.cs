@@ -216,6 +216,14 @@ namespace Gpt2
         // ---- Grammars ----
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_grammar_from_gbnf(IntPtr model, byte[] gbnf, byte[] root, out IntPtr out_grammar, out gpt2_error err);
+        [StructLayout(LayoutKind.Sequential)]
+        public struct gpt2_json_schema_params
+        {
+            public int compact;
+            public uint max_whitespace;
+        }
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_grammar_from_json_schema(IntPtr model, byte[] schema, UIntPtr len, ref gpt2_json_schema_params p, out IntPtr out_grammar, out gpt2_error err);
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern void gpt2_grammar_free(IntPtr grammar);
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]

@@ -1,6 +1,7 @@
-"""The gpt2 program's --grammar and --grammar-text: the text follows the grammars the repo ships
-(examples/grammars/), checked here by an independent reference (Python's re, json), and a bad
-grammar is refused with the line and column.
+"""The gpt2 program's --grammar, --grammar-text and --json-schema: the text follows the grammars
+and the schema the repo ships (examples/grammars/), checked here by an independent reference
+(Python's re, json, the schema's rules written out), and a bad grammar or schema is refused with
+where it went wrong.
 
 Needs GPT2_BINARY_DIR (the build folder; CTest sets it) and the shipped model, which CMake's
 configure step unpacks.
@@ -26,12 +27,16 @@ REGEX = {
 }
 
 
-def run(*args):
-    return subprocess.run([PROGRAM, "-m", MODEL, "-t", "1", *args], capture_output=True, text=True, timeout=300)
+# A model with GPT-2's vocabulary (random weights), which can write JSON's braces and quotes
+BPE_MODEL = os.path.join(os.environ.get("GPT2_TEST_OUT", os.path.join(BINARY_DIR, "tests", "generated")), "padded_gpt2.gguf")
 
 
-def generate(grammar_args, seed, n=300):
-    out = run("-p", "ROMEO:", "-n", str(n), "--seed", str(seed), "--json", *grammar_args)
+def run(*args, model=MODEL):
+    return subprocess.run([PROGRAM, "-m", model, "-t", "1", *args], capture_output=True, text=True, timeout=300)
+
+
+def generate(grammar_args, seed, n=300, model=MODEL):
+    out = run("-p", "ROMEO:", "-n", str(n), "--seed", str(seed), "--json", *grammar_args, model=model)
     if out.returncode != 0:
         raise AssertionError(out.stderr)
     return json.loads(out.stdout)
@@ -72,7 +77,41 @@ class CliGrammar(unittest.TestCase):
         self.assertEqual(out.returncode, 1)
         self.assertIn("cannot open grammar file", out.stderr)
         out = run("-p", "ROMEO:", "--grammar", "a", "--grammar-text", "b")
-        self.assertIn("not both", out.stderr)
+        self.assertIn("give one of", out.stderr)
+
+
+    def test_json_schema_gives_objects_the_schema_accepts(self):
+        if not os.path.exists(BPE_MODEL):
+            self.skipTest("needs " + BPE_MODEL + " (ctest -R convert_fixture_models makes it)")
+        complete = 0
+        for seed in (1, 2, 3, 4):
+            result = generate(["--json-schema", os.path.join(GRAMMARS, "npc_state.schema.json")], seed, n=120, model=BPE_MODEL)
+            if not result["grammar_complete"]:
+                continue
+            complete += 1
+            with self.subTest(seed=seed, text=result["text"]):
+                state = json.loads(result["text"])
+                self.assertEqual(set(state), {"mood", "action", "trust", "say"})
+                self.assertIn(state["mood"], ("calm", "angry", "afraid", "happy"))
+                self.assertIn(state["action"], ("wave", "attack", "flee", "trade", "follow"))
+                self.assertIsInstance(state["trust"], int)
+                self.assertTrue(0 <= state["trust"] <= 10)
+                self.assertIsInstance(state["say"], str)
+                self.assertLessEqual(len(state["say"]), 60)
+        self.assertGreater(complete, 0)
+
+    def test_bad_json_schema_is_refused_naming_where(self):
+        out = run("-p", "x", "--json-schema", os.path.join(GRAMMARS, "missing.schema.json"))
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("cannot open JSON Schema file", out.stderr)
+        path = os.path.join(BINARY_DIR, "tests", "refused.schema.json")
+        with open(path, "w") as f:
+            f.write('{"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}')
+        out = run("-p", "x", "--json-schema", path)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("/properties/n/multipleOf", out.stderr)
+        out = run("-p", "x", "--grammar", "a", "--json-schema", "b")
+        self.assertIn("give one of", out.stderr)
 
 
 if __name__ == "__main__":

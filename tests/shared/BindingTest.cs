@@ -264,6 +264,24 @@ static class BindingTest
                 Check("a malformed grammar throws Gpt2Exception naming the line and column",
                       e.Code == Gpt2Result.BadGrammar && e.Message.Contains("line 1, column 10"), e.Message);
             }
+            // a JSON Schema: the shipped model's characters hold no quotes or braces, but true and false
+            using (var boolean = Gpt2Grammar.FromJsonSchema(model, "{\"type\": \"boolean\"}", compact: true))
+            {
+                var jsonOptions = Options(20, 5);
+                jsonOptions.Grammar = boolean;
+                string value = session.Generate("ROMEO:", jsonOptions);
+                Check("text generated under a JSON Schema is a value it accepts", value == "true" || value == "false", "[" + value + "]");
+            }
+            try
+            {
+                Gpt2Grammar.FromJsonSchema(model, "{\"type\": \"integer\", \"multipleOf\": 3}");
+                Check("a schema with a keyword that is not enforced throws", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("a schema with a keyword that is not enforced throws naming its JSON pointer",
+                      e.Code == Gpt2Result.BadGrammar && e.Message.Contains("/multipleOf"), e.Message);
+            }
             session.Dispose();
             model.Dispose();
             Check("a grammar outlives its disposed model", grammar.Match("ACTION: flee\nhi.") == Gpt2Match.Complete);
