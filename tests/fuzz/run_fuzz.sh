@@ -4,8 +4,9 @@
 #   tests/fuzz/run_fuzz.sh SECONDS
 #
 # Targets: fuzz_gguf.cpp (seeds: corpus_gguf/), fuzz_tokenizer.cpp (seeds: corpus_tokenizer/ if
-# present), fuzz_session_state.cpp (seeds: valid states it writes itself) and fuzz_grammar.cpp
-# (seeds: corpus_grammar/, GBNF grammars each with a text to match). Seeds are copied to
+# present), fuzz_session_state.cpp (seeds: valid states it writes itself), fuzz_grammar.cpp
+# (seeds: corpus_grammar/, GBNF grammars each with a text to match) and fuzz_json_schema.cpp
+# (seeds: corpus_json_schema/, JSON Schemas each with an instance). Seeds are copied to
 # build-fuzz/ so the repository's corpus stays as committed. Any crash, sanitizer report, leak or timeout fails the script; the input
 # that caused it is left in build-fuzz/ (crash-*, leak-*, timeout-*) to replay with
 #   build-fuzz/fuzz_gguf build-fuzz/crash-...
@@ -21,7 +22,7 @@ flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -DGPT2_TEST_DATA="\"$PWD/tests/data\"")
 
 status=0
-for target in fuzz_gguf fuzz_tokenizer fuzz_session_state fuzz_grammar; do
+for target in fuzz_gguf fuzz_tokenizer fuzz_session_state fuzz_grammar fuzz_json_schema; do
     src="tests/fuzz/$target.cpp"
     [ -f "$src" ] || { echo "$target: $src not present, skipped"; continue; }
     echo "== $target: building"
