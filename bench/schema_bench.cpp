@@ -8,13 +8,15 @@
 // invalid instance that is a prefix of a valid one counts as accepted).
 //
 //   python3 tools/maskbench_prepare.py ../shared/data/maskbench/sample1000.json > /tmp/mb.lines
-//   build/bench/gpt2-bench-schema -m MODEL.gguf /tmp/mb.lines [--json] [--failures]
+//   build/bench/gpt2-bench-schema -m MODEL.gguf /tmp/mb.lines [--json] [--failures] [--warm]
 //
 // MODEL gives the vocabulary (a GPT-2 BPE model: its 50,257 tokens; the weights are not used).
 // The vocabulary's trie is built once per model, before the first schema, and reported apart.
 // Printed: MaskBench's table (schemas passing, compile errors, validation errors — a valid
 // instance refused —, invalidation errors — an invalid instance accepted —, TBM and TTFM
 // percentiles), and the keywords compile errors name. --failures lists the failing schemas.
+// --warm feeds each schema's instances once, untimed, before the timed pass: the masks of a
+// program that has generated with the schema before (MaskBench times the first pass).
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wunused-function"
 #endif
@@ -76,17 +78,18 @@ bool feed_instance(gpt2_model* model, gpt2_grammar* grammar, const std::string& 
 
 int main(int argc, char** argv) {
     const char *model_path = nullptr, *lines_path = nullptr;
-    bool json = false, list_failures = false;
+    bool json = false, list_failures = false, warm = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         if (a == "-m" && i + 1 < argc) model_path = argv[++i];
         else if (a == "--json") json = true;
         else if (a == "--failures") list_failures = true;
+        else if (a == "--warm") warm = true;
         else if (a[0] != '-' && !lines_path) lines_path = argv[i];
-        else { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures]\n"); return 2; }
+        else { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures] [--warm]\n"); return 2; }
     }
     std::string lines_text;
-    if (!model_path || !lines_path) { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures]\n"); return 2; }
+    if (!model_path || !lines_path) { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures] [--warm]\n"); return 2; }
     if (!read_whole_file(lines_path, &lines_text)) { std::fprintf(stderr, "gpt2-bench-schema: cannot read %s\n", lines_path); return 1; }
     gpt2_error err;
     gpt2_model* model = nullptr;
@@ -99,73 +102,75 @@ int main(int argc, char** argv) {
     const double trie_ms = (grammar_now_us() - t0) / 1e3;
     gpt2_grammar_free(first);
 
-    Totals t;
-    gpt2_grammar* grammar = nullptr; // of the schema being run; null when it did not compile
-    std::string name, why_failing;
-    bool compiled = false;
-    auto finish_schema = [&]() {
-        if (!name.empty() && compiled) {
-            t.passing += why_failing.empty();
-            if (!why_failing.empty() && list_failures) std::printf("failing: %s: %s\n", name.c_str(), why_failing.c_str());
-        }
-        gpt2_grammar_free(grammar);
-        grammar = nullptr;
-        why_failing.clear();
+    // the input: schemas, each with its instances
+    struct Case {
+        std::string name, schema;
+        std::vector<std::pair<bool, std::string>> instances; // valid?, text
     };
+    std::vector<Case> cases;
     std::istringstream lines(lines_text);
     for (std::string line; std::getline(lines, line);) {
         const size_t tab = line.find('\t');
         if (tab == std::string::npos) continue;
         const std::string kind = line.substr(0, tab);
         if (kind == "schema") {
-            finish_schema();
             const size_t tab2 = line.find('\t', tab + 1);
-            name = line.substr(tab + 1, tab2 - tab - 1);
-            const std::string schema = line.substr(tab2 + 1);
-            t.schemas++;
-            t0 = grammar_now_us();
-            compiled = gpt2_grammar_from_json_schema(model, schema.data(), schema.size(), nullptr, &grammar, &err) == GPT2_OK;
-            if (!compiled) {
-                t.compile_errors++;
-                t.refused_keywords[refused_keyword(err.message)]++;
-                if (list_failures) std::printf("compile error: %s: %s\n", name.c_str(), err.message);
-                continue;
-            }
-            // the first mask, as the first step of a generation computes it
-            std::vector<uint32_t> allowed(((size_t)model->n_vocab + 31) / 32);
-            gpt2__grammar_matcher m;
-            gpt2__matcher_begin(&m, grammar);
-            const bool masked = gpt2__matcher_mask(&m, allowed.data(), &err) == GPT2_OK;
-            t.ttfm_us.push_back(grammar_now_us() - t0);
-            if (!masked) why_failing = err.message, t.mask_errors++;
-            continue;
-        }
-        if (!compiled || (kind != "valid" && kind != "invalid")) continue;
-        const std::string instance = line.substr(tab + 1);
-        bool incomplete = false, mask_error = false;
-        const bool accepted = feed_instance(model, grammar, instance, &t, &incomplete, &mask_error);
-        if (mask_error) {
-            t.mask_errors++;
-            if (why_failing.empty()) why_failing = "the grammar could not be followed: " + instance.substr(0, 120);
-        }
-        if (kind == "valid") {
-            t.valid++;
-            t.valid_accepted += accepted;
-            t.valid_incomplete += accepted && incomplete;
-            if (!accepted) {
-                t.validation_errors++;
-                if (why_failing.empty()) why_failing = "valid instance refused: " + instance.substr(0, 120);
-            }
-        } else {
-            t.invalid++;
-            t.invalid_refused += !accepted;
-            if (accepted) {
-                t.invalidation_errors++;
-                if (why_failing.empty()) why_failing = "invalid instance accepted: " + instance.substr(0, 120);
-            }
+            cases.push_back({line.substr(tab + 1, tab2 - tab - 1), line.substr(tab2 + 1), {}});
+        } else if (!cases.empty() && (kind == "valid" || kind == "invalid")) {
+            cases.back().instances.emplace_back(kind == "valid", line.substr(tab + 1));
         }
     }
-    finish_schema();
+
+    Totals t, untimed;
+    for (const Case& c : cases) {
+        t.schemas++;
+        gpt2_grammar* grammar = nullptr;
+        t0 = grammar_now_us();
+        if (gpt2_grammar_from_json_schema(model, c.schema.data(), c.schema.size(), nullptr, &grammar, &err) != GPT2_OK) {
+            t.compile_errors++;
+            t.refused_keywords[refused_keyword(err.message)]++;
+            if (list_failures) std::printf("compile error: %s: %s\n", c.name.c_str(), err.message);
+            continue;
+        }
+        // the first mask, as the first step of a generation computes it
+        std::string why_failing;
+        std::vector<uint32_t> allowed(((size_t)model->n_vocab + 31) / 32);
+        gpt2__grammar_matcher first_step;
+        gpt2__matcher_begin(&first_step, grammar);
+        const bool masked = gpt2__matcher_mask(&first_step, allowed.data(), &err) == GPT2_OK;
+        t.ttfm_us.push_back(grammar_now_us() - t0);
+        if (!masked) why_failing = err.message, t.mask_errors++;
+        bool incomplete = false, mask_error = false;
+        if (warm)
+            for (const auto& instance : c.instances) feed_instance(model, grammar, instance.second, &untimed, &incomplete, &mask_error);
+        for (const auto& instance : c.instances) {
+            const std::string& text = instance.second;
+            const bool accepted = feed_instance(model, grammar, text, &t, &incomplete, &mask_error);
+            if (mask_error) {
+                t.mask_errors++;
+                if (why_failing.empty()) why_failing = "the grammar could not be followed: " + text.substr(0, 120);
+            }
+            if (instance.first) {
+                t.valid++;
+                t.valid_accepted += accepted;
+                t.valid_incomplete += accepted && incomplete;
+                if (!accepted) {
+                    t.validation_errors++;
+                    if (why_failing.empty()) why_failing = "valid instance refused: " + text.substr(0, 120);
+                }
+            } else {
+                t.invalid++;
+                t.invalid_refused += !accepted;
+                if (accepted) {
+                    t.invalidation_errors++;
+                    if (why_failing.empty()) why_failing = "invalid instance accepted: " + text.substr(0, 120);
+                }
+            }
+        }
+        t.passing += why_failing.empty();
+        if (!why_failing.empty() && list_failures) std::printf("failing: %s: %s\n", c.name.c_str(), why_failing.c_str());
+        gpt2_grammar_free(grammar);
+    }
 
     const double tbm50 = percentile(t.tbm_us, 0.5), tbm99 = percentile(t.tbm_us, 0.99), tbm_max = percentile(t.tbm_us, 1.0);
     const double ttfm50 = percentile(t.ttfm_us, 0.5), ttfm99 = percentile(t.ttfm_us, 0.99), ttfm_max = percentile(t.ttfm_us, 1.0);
