@@ -213,6 +213,7 @@ TEST_CASE("json schema: keywords that are not enforced are refused with their JS
     CHECK(refusal(R"J({"type":"string","pattern":"a^b"})J") == "json schema: /pattern: 'pattern' is not enforced: '^' and '$' are enforced only at the ends of the pattern");
     CHECK(refusal(R"J({"type":"string","pattern":"(ab"})J") == "json schema: /pattern: 'pattern' is not enforced: a '(' without its ')'");
     CHECK(refusal(R"J({"type":"string","pattern":"a{3,2}"})J") == "json schema: /pattern: 'pattern' is not enforced: a repetition {n,m} with m < n");
+    CHECK(refusal(R"J({"type":"string","pattern":"^([a-z]*)*$"})J") == "json schema: /pattern: 'pattern' is not enforced: an unbounded repetition of a group that can match the empty string (write (x*)* as x*)");
     CHECK(refusal(R"J({"type":"string","pattern":"[z-a]"})J") == "json schema: /pattern: 'pattern' is not enforced: a class range out of order");
     CHECK(refusal(R"J({"type":"string","pattern":"^a$","maxLength":3})J") == "json schema: /maxLength: a length or a format beside 'pattern' is not enforced");
     CHECK(refusal(R"({"type":"number","minimum":1})") == "json schema: /minimum: 'minimum' is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers");

@@ -189,7 +189,7 @@ static void gpt2__regex_write_set(gpt2__regex_set set, gpt2__string* out) {
     *out += " )";
 }
 
-static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth);
+static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable);
 
 /* A class: [...] or [^...]. */
 static bool gpt2__regex_bracket(gpt2__regex_reader* r, gpt2__string* out) {
@@ -258,10 +258,12 @@ static bool gpt2__regex_braces(gpt2__regex_reader* r, long* lo, long* hi) {
     return true;
 }
 
-/* A sequence: atoms, each with its quantifier, up to '|', ')' or the end. */
-static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int depth) {
+/* A sequence: atoms, each with its quantifier, up to '|', ')' or the end. *nullable: it can
+   match the empty string. */
+static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable) {
     gpt2__string seq;
     bool first = true;
+    *nullable = true;
     while (r->at < r->s.size() && r->s[r->at] != '|' && r->s[r->at] != ')') {
         const char c = r->s[r->at];
         if (c == '^' || c == '$') { /* only at the ends of a top-level alternative */
@@ -273,6 +275,7 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
             continue;
         }
         gpt2__string atom;
+        bool atom_nullable = false;
         r->at++;
         if (c == '(') {
             if (r->s.substr(r->at, 2) == "?:") r->at += 2;
@@ -285,7 +288,7 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
             } else if (r->s.substr(r->at, 1) == "?") return gpt2__regex_refuse(r, "a group modifier the pattern subset lacks");
             if (depth + 1 > GPT2__REGEX_MAX_DEPTH) return gpt2__regex_refuse(r, "groups nest too deep");
             gpt2__string inner;
-            if (!gpt2__regex_alternatives(r, &inner, depth + 1)) return false;
+            if (!gpt2__regex_alternatives(r, &inner, depth + 1, &atom_nullable)) return false;
             if (r->at >= r->s.size() || r->s[r->at] != ')') return gpt2__regex_refuse(r, "a '(' without its ')'");
             r->at++;
             atom = "(" + inner + ")";
@@ -317,6 +320,9 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
         }
         if (lo > GPT2__REGEX_MAX_REPEAT || hi > GPT2__REGEX_MAX_REPEAT) return gpt2__regex_refuse(r, "a repetition count above 1000");
         if (hi >= 0 && hi < lo) return gpt2__regex_refuse(r, "a repetition {n,m} with m < n");
+        /* (x*)* would be a rule that calls itself before reading anything */
+        if (atom_nullable && hi < 0) return gpt2__regex_refuse(r, "an unbounded repetition of a group that can match the empty string (write (x*)* as x*)");
+        *nullable = *nullable && (lo == 0 || hi == 0 || atom_nullable);
         char q[48] = "";
         if (lo == 0 && hi == -1) std::snprintf(q, sizeof q, "*");
         else if (lo == 1 && hi == -1) std::snprintf(q, sizeof q, "+");
@@ -333,11 +339,14 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
 
 /* Alternatives a | b | ..., up to ')' or the end. At the top level each may have its anchors;
    an unanchored end matches any text there. */
-static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth) {
+static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable) {
+    *nullable = false;
     while (true) {
         if (depth == 0) r->start_anchor = r->end_anchor = false;
         gpt2__string seq;
-        if (!gpt2__regex_sequence(r, &seq, depth)) return false;
+        bool seq_nullable = false;
+        if (!gpt2__regex_sequence(r, &seq, depth, &seq_nullable)) return false;
+        *nullable = *nullable || seq_nullable;
         if (depth == 0) {
             if (!r->start_anchor) seq = gpt2__string(r->any) + "* " + seq;
             if (!r->end_anchor) seq += gpt2__string(" ") + r->any + "*";
@@ -357,7 +366,8 @@ static const char* gpt2__regex_to_gbnf(std::string_view pattern, const char* any
     r.s = pattern;
     r.any = any;
     gpt2__string body;
-    if (!gpt2__regex_alternatives(&r, &body, 0)) return r.refused;
+    bool nullable = false;
+    if (!gpt2__regex_alternatives(&r, &body, 0, &nullable)) return r.refused;
     if (r.at < pattern.size()) return "a ')' without its '('";
     *out = "(" + body + ")";
     return nullptr;
