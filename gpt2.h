@@ -1590,8 +1590,14 @@ struct gpt2__token_trie {
     gpt2__vector<uint32_t> skip;   /* the first node after node i's subtree */
     gpt2__vector<uint32_t> tokens_begin; /* the tokens whose bytes end at node i: */
     gpt2__vector<int32_t> tokens;        /* tokens[tokens_begin[i], tokens_begin[i + 1]) */
+    /* 1 when every byte below node i (its subtree but itself) is printable ASCII but '"' and '\\':
+       text a JSON string holds as it is, so a walk in a string's body can take the whole subtree
+       at once (gpt2__context_tokens_make) */
+    gpt2__vector<uint8_t> plain_below;
     uint16_t max_depth = 0;
 };
+
+static bool gpt2__plain_byte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
 
 /* Every token with bytes, but `excluded` (the end-of-text token, which the grammar treats on
    its own; -1 = none). Tokens with no bytes are left out: they would change nothing. */
@@ -1629,6 +1635,11 @@ static void gpt2__token_trie_build(gpt2__token_trie* trie, const gpt2__tokenizer
     }
     for (uint32_t node : open) trie->skip[node] = (uint32_t)trie->byte.size();
     trie->tokens_begin.push_back((uint32_t)trie->tokens.size());
+    /* the bytes that are not plain before each node, counted: a subtree's count is a difference */
+    gpt2__vector<uint32_t> not_plain_before(trie->byte.size() + 1, 0);
+    for (size_t i = 0; i < trie->byte.size(); i++) not_plain_before[i + 1] = not_plain_before[i] + !gpt2__plain_byte(trie->byte[i]);
+    trie->plain_below.resize(trie->byte.size());
+    for (size_t i = 0; i < trie->byte.size(); i++) trie->plain_below[i] = not_plain_before[trie->skip[i]] == not_plain_before[i + 1];
 }
 
 /* ---- src/model/gguf.h ---- */
@@ -3538,6 +3549,21 @@ static const gpt2__gstate& gpt2__walk_state(const gpt2__grammar_matcher& m, cons
     return level.id >= 0 ? m.table.states[(size_t)level.id] : level.state;
 }
 
+/* Whether every plain byte (gpt2__plain_byte) leads from the level's state back to it, as in a
+   JSON string's body: then a subtree of plain bytes stays inside. Cached per state id. */
+static bool gpt2__loops_on_plain(gpt2__grammar_matcher* mk, gpt2__vector<int8_t>* cache, const gpt2__walk_level& level) {
+    if (level.id < 0) return false;
+    if (cache->size() <= (size_t)level.id) cache->resize((size_t)level.id + 1, -1);
+    int8_t& known = (*cache)[(size_t)level.id];
+    if (known < 0) {
+        known = 1;
+        gpt2__walk_level next;
+        for (int b = 0x20; b < 0x7F && known; b++)
+            known = !gpt2__plain_byte((uint8_t)b) || (gpt2__walk_step(mk, level, (uint8_t)b, &next) && next.id == level.id);
+    }
+    return known == 1;
+}
+
 /* The tokens a context decides alone (XGrammar's context-independent tokens, with a few nodes of
    the stack known): a walk of the trie from the stack of the context's positions over a node that
    stands for the rest of the stack, unknown. A token read whole inside the context is accepted
@@ -3562,6 +3588,7 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
     mk.levels[0].state.tops.assign(1, below);
     mk.levels[0].id = gpt2__state_table_id(&mk.table, mk.levels[0].state);
     gpt2__vector<char> inside((size_t)trie.max_depth + 1, 1), escaped((size_t)trie.max_depth + 1, 0); /* escaped: a path passed the context's end */
+    gpt2__vector<int8_t> loops; /* gpt2__loops_on_plain's, per state id */
     out->accepted.assign(((size_t)model.n_vocab + 31) / 32, 0);
     out->uncertain.clear();
     for (size_t i = 0; i < trie.byte.size();) {
@@ -3587,11 +3614,15 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
             continue;
         }
         if (!inside[d] && trie.tokens_begin[i] < trie.tokens_begin[i + 1]) out->uncertain.push_back((uint32_t)i);
-        for (uint32_t k = trie.tokens_begin[i]; inside[d] && k < trie.tokens_begin[i + 1]; k++) {
+        /* inside a string's body, a subtree of plain bytes is accepted whole (a clipped context
+           judges no token past GPT2__CLIP_BYTES) */
+        const bool whole = inside[d] && !out->clipped && trie.skip[i] > i + 1 && trie.plain_below[i] && gpt2__loops_on_plain(&mk, &loops, mk.levels[d]);
+        const size_t next = whole ? trie.skip[i] : i + 1;
+        for (uint32_t k = trie.tokens_begin[i]; inside[d] && k < trie.tokens_begin[next]; k++) {
             const int32_t token = trie.tokens[k];
             out->accepted[token >> 5] |= 1u << (token & 31);
         }
-        i++;
+        i = next;
     }
 }
 
@@ -3919,7 +3950,7 @@ static void gpt2__regex_write_set(gpt2__regex_set set, gpt2__string* out) {
     *out += " )";
 }
 
-static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth);
+static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable);
 
 /* A class: [...] or [^...]. */
 static bool gpt2__regex_bracket(gpt2__regex_reader* r, gpt2__string* out) {
@@ -3988,10 +4019,12 @@ static bool gpt2__regex_braces(gpt2__regex_reader* r, long* lo, long* hi) {
     return true;
 }
 
-/* A sequence: atoms, each with its quantifier, up to '|', ')' or the end. */
-static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int depth) {
+/* A sequence: atoms, each with its quantifier, up to '|', ')' or the end. *nullable: it can
+   match the empty string. */
+static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable) {
     gpt2__string seq;
     bool first = true;
+    *nullable = true;
     while (r->at < r->s.size() && r->s[r->at] != '|' && r->s[r->at] != ')') {
         const char c = r->s[r->at];
         if (c == '^' || c == '$') { /* only at the ends of a top-level alternative */
@@ -4003,6 +4036,7 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
             continue;
         }
         gpt2__string atom;
+        bool atom_nullable = false;
         r->at++;
         if (c == '(') {
             if (r->s.substr(r->at, 2) == "?:") r->at += 2;
@@ -4015,7 +4049,7 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
             } else if (r->s.substr(r->at, 1) == "?") return gpt2__regex_refuse(r, "a group modifier the pattern subset lacks");
             if (depth + 1 > GPT2__REGEX_MAX_DEPTH) return gpt2__regex_refuse(r, "groups nest too deep");
             gpt2__string inner;
-            if (!gpt2__regex_alternatives(r, &inner, depth + 1)) return false;
+            if (!gpt2__regex_alternatives(r, &inner, depth + 1, &atom_nullable)) return false;
             if (r->at >= r->s.size() || r->s[r->at] != ')') return gpt2__regex_refuse(r, "a '(' without its ')'");
             r->at++;
             atom = "(" + inner + ")";
@@ -4047,6 +4081,9 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
         }
         if (lo > GPT2__REGEX_MAX_REPEAT || hi > GPT2__REGEX_MAX_REPEAT) return gpt2__regex_refuse(r, "a repetition count above 1000");
         if (hi >= 0 && hi < lo) return gpt2__regex_refuse(r, "a repetition {n,m} with m < n");
+        /* (x*)* would be a rule that calls itself before reading anything */
+        if (atom_nullable && hi < 0) return gpt2__regex_refuse(r, "an unbounded repetition of a group that can match the empty string (write (x*)* as x*)");
+        *nullable = *nullable && (lo == 0 || hi == 0 || atom_nullable);
         char q[48] = "";
         if (lo == 0 && hi == -1) std::snprintf(q, sizeof q, "*");
         else if (lo == 1 && hi == -1) std::snprintf(q, sizeof q, "+");
@@ -4063,11 +4100,14 @@ static bool gpt2__regex_sequence(gpt2__regex_reader* r, gpt2__string* out, int d
 
 /* Alternatives a | b | ..., up to ')' or the end. At the top level each may have its anchors;
    an unanchored end matches any text there. */
-static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth) {
+static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable) {
+    *nullable = false;
     while (true) {
         if (depth == 0) r->start_anchor = r->end_anchor = false;
         gpt2__string seq;
-        if (!gpt2__regex_sequence(r, &seq, depth)) return false;
+        bool seq_nullable = false;
+        if (!gpt2__regex_sequence(r, &seq, depth, &seq_nullable)) return false;
+        *nullable = *nullable || seq_nullable;
         if (depth == 0) {
             if (!r->start_anchor) seq = gpt2__string(r->any) + "* " + seq;
             if (!r->end_anchor) seq += gpt2__string(" ") + r->any + "*";
@@ -4087,7 +4127,8 @@ static const char* gpt2__regex_to_gbnf(std::string_view pattern, const char* any
     r.s = pattern;
     r.any = any;
     gpt2__string body;
-    if (!gpt2__regex_alternatives(&r, &body, 0)) return r.refused;
+    bool nullable = false;
+    if (!gpt2__regex_alternatives(&r, &body, 0, &nullable)) return r.refused;
     if (r.at < pattern.size()) return "a ')' without its '('";
     *out = "(" + body + ")";
     return nullptr;

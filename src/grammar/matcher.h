@@ -379,6 +379,21 @@ static const gpt2__gstate& gpt2__walk_state(const gpt2__grammar_matcher& m, cons
     return level.id >= 0 ? m.table.states[(size_t)level.id] : level.state;
 }
 
+/* Whether every plain byte (gpt2__plain_byte) leads from the level's state back to it, as in a
+   JSON string's body: then a subtree of plain bytes stays inside. Cached per state id. */
+static bool gpt2__loops_on_plain(gpt2__grammar_matcher* mk, gpt2__vector<int8_t>* cache, const gpt2__walk_level& level) {
+    if (level.id < 0) return false;
+    if (cache->size() <= (size_t)level.id) cache->resize((size_t)level.id + 1, -1);
+    int8_t& known = (*cache)[(size_t)level.id];
+    if (known < 0) {
+        known = 1;
+        gpt2__walk_level next;
+        for (int b = 0x20; b < 0x7F && known; b++)
+            known = !gpt2__plain_byte((uint8_t)b) || (gpt2__walk_step(mk, level, (uint8_t)b, &next) && next.id == level.id);
+    }
+    return known == 1;
+}
+
 /* The tokens a context decides alone (XGrammar's context-independent tokens, with a few nodes of
    the stack known): a walk of the trie from the stack of the context's positions over a node that
    stands for the rest of the stack, unknown. A token read whole inside the context is accepted
@@ -403,6 +418,7 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
     mk.levels[0].state.tops.assign(1, below);
     mk.levels[0].id = gpt2__state_table_id(&mk.table, mk.levels[0].state);
     gpt2__vector<char> inside((size_t)trie.max_depth + 1, 1), escaped((size_t)trie.max_depth + 1, 0); /* escaped: a path passed the context's end */
+    gpt2__vector<int8_t> loops; /* gpt2__loops_on_plain's, per state id */
     out->accepted.assign(((size_t)model.n_vocab + 31) / 32, 0);
     out->uncertain.clear();
     for (size_t i = 0; i < trie.byte.size();) {
@@ -428,11 +444,15 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
             continue;
         }
         if (!inside[d] && trie.tokens_begin[i] < trie.tokens_begin[i + 1]) out->uncertain.push_back((uint32_t)i);
-        for (uint32_t k = trie.tokens_begin[i]; inside[d] && k < trie.tokens_begin[i + 1]; k++) {
+        /* inside a string's body, a subtree of plain bytes is accepted whole (a clipped context
+           judges no token past GPT2__CLIP_BYTES) */
+        const bool whole = inside[d] && !out->clipped && trie.skip[i] > i + 1 && trie.plain_below[i] && gpt2__loops_on_plain(&mk, &loops, mk.levels[d]);
+        const size_t next = whole ? trie.skip[i] : i + 1;
+        for (uint32_t k = trie.tokens_begin[i]; inside[d] && k < trie.tokens_begin[next]; k++) {
             const int32_t token = trie.tokens[k];
             out->accepted[token >> 5] |= 1u << (token & 31);
         }
-        i++;
+        i = next;
     }
 }
 

@@ -13,8 +13,14 @@ struct gpt2__token_trie {
     gpt2__vector<uint32_t> skip;   /* the first node after node i's subtree */
     gpt2__vector<uint32_t> tokens_begin; /* the tokens whose bytes end at node i: */
     gpt2__vector<int32_t> tokens;        /* tokens[tokens_begin[i], tokens_begin[i + 1]) */
+    /* 1 when every byte below node i (its subtree but itself) is printable ASCII but '"' and '\\':
+       text a JSON string holds as it is, so a walk in a string's body can take the whole subtree
+       at once (gpt2__context_tokens_make) */
+    gpt2__vector<uint8_t> plain_below;
     uint16_t max_depth = 0;
 };
+
+static bool gpt2__plain_byte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
 
 /* Every token with bytes, but `excluded` (the end-of-text token, which the grammar treats on
    its own; -1 = none). Tokens with no bytes are left out: they would change nothing. */
@@ -52,6 +58,11 @@ static void gpt2__token_trie_build(gpt2__token_trie* trie, const gpt2__tokenizer
     }
     for (uint32_t node : open) trie->skip[node] = (uint32_t)trie->byte.size();
     trie->tokens_begin.push_back((uint32_t)trie->tokens.size());
+    /* the bytes that are not plain before each node, counted: a subtree's count is a difference */
+    gpt2__vector<uint32_t> not_plain_before(trie->byte.size() + 1, 0);
+    for (size_t i = 0; i < trie->byte.size(); i++) not_plain_before[i + 1] = not_plain_before[i] + !gpt2__plain_byte(trie->byte[i]);
+    trie->plain_below.resize(trie->byte.size());
+    for (size_t i = 0; i < trie->byte.size(); i++) trie->plain_below[i] = not_plain_before[trie->skip[i]] == not_plain_before[i + 1];
 }
 
 #endif /* GPT2__PART_MODEL_TOKEN_TRIE_H */
