@@ -191,6 +191,18 @@ static void gpt2__regex_write_set(gpt2__regex_set set, gpt2__string* out) {
 
 static bool gpt2__regex_alternatives(gpt2__regex_reader* r, gpt2__string* out, int depth, bool* nullable);
 
+/* One member of a class at r->at: an escape (a class itself when *is_class) or a code point. */
+static bool gpt2__regex_class_member(gpt2__regex_reader* r, gpt2__regex_set* set, bool* is_class) {
+    *is_class = false;
+    if (r->s[r->at] == '\\') {
+        r->at++;
+        return gpt2__regex_escape(r, true, set, is_class);
+    }
+    const uint32_t cp = gpt2__regex_code_point(r);
+    set->push_back({cp, cp});
+    return true;
+}
+
 /* A class: [...] or [^...]. */
 static bool gpt2__regex_bracket(gpt2__regex_reader* r, gpt2__string* out) {
     const bool negated = r->at < r->s.size() && r->s[r->at] == '^';
@@ -201,25 +213,13 @@ static bool gpt2__regex_bracket(gpt2__regex_reader* r, gpt2__string* out) {
         if (r->s[r->at] == ']') break;
         gpt2__regex_set item;
         bool item_is_class = false;
-        if (r->s[r->at] == '\\') {
-            r->at++;
-            if (!gpt2__regex_escape(r, true, &item, &item_is_class)) return false;
-        } else {
-            const uint32_t cp = gpt2__regex_code_point(r);
-            item.push_back({cp, cp});
-        }
+        if (!gpt2__regex_class_member(r, &item, &item_is_class)) return false;
         /* a range a-b; a '-' beside a class escape or before ']' is itself */
         if (!item_is_class && r->at + 1 < r->s.size() && r->s[r->at] == '-' && r->s[r->at + 1] != ']') {
             r->at++;
             gpt2__regex_set end;
             bool end_is_class = false;
-            if (r->s[r->at] == '\\') {
-                r->at++;
-                if (!gpt2__regex_escape(r, true, &end, &end_is_class)) return false;
-            } else {
-                const uint32_t cp = gpt2__regex_code_point(r);
-                end.push_back({cp, cp});
-            }
+            if (!gpt2__regex_class_member(r, &end, &end_is_class)) return false;
             if (end_is_class) {
                 item.push_back({'-', '-'});
                 item.insert(item.end(), end.begin(), end.end());
