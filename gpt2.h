@@ -4865,12 +4865,26 @@ static const char* gpt2__schema_format(std::string_view name) {
     return nullptr;
 }
 
+/* The formats JSON Schema defines (draft 2020-12's, and the older drafts' names): one the
+   grammar does not hold is refused. A name no draft defines ("int32", "slug") is an annotation,
+   as validators read it. */
+static bool gpt2__schema_format_defined(std::string_view name) {
+    static const char* const names[] = {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4",
+                                        "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+                                        "relative-json-pointer", "regex", "host-name", "ip-address", "utc-millisec", "color", "style", "phone"};
+    for (const char* n : names)
+        if (name == n) return true;
+    return false;
+}
+
 static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out) {
     const gpt2__schema_kw* min_kw = gpt2__schema_find(view, "minLength");
     const gpt2__schema_kw* max_kw = gpt2__schema_find(view, "maxLength");
+    const gpt2__schema_kw* format = gpt2__schema_find(view, "format");
+    if (format && format->value->kind == GPT2__JSON_STRING && !gpt2__schema_format_defined(format->value->text)) format = nullptr;
     if (const gpt2__schema_kw* pattern = gpt2__schema_find(view, "pattern")) {
         if (pattern->value->kind != GPT2__JSON_STRING) return gpt2__schema_refuse(cv, pattern->pointer, "'pattern' must be a string");
-        if (const gpt2__schema_kw* other = min_kw ? min_kw : max_kw ? max_kw : gpt2__schema_find(view, "format"))
+        if (const gpt2__schema_kw* other = min_kw ? min_kw : max_kw ? max_kw : format)
             return gpt2__schema_refuse(cv, other->pointer, "a length or a format beside 'pattern' is not enforced");
         gpt2__string contents;
         if (const char* why = gpt2__regex_to_gbnf(pattern->value->text, "char", &contents)) {
@@ -4882,9 +4896,9 @@ static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__s
         *out = gpt2__schema_add_rule(cv, "\"\\\"\" " + contents + " \"\\\"\"");
         return GPT2_OK;
     }
-    if (const gpt2__schema_kw* format = gpt2__schema_find(view, "format")) {
+    if (format) {
         const char* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
-        if (!rule) return gpt2__schema_refuse(cv, format->pointer, "'format' is enforced only for date, time, date-time and uuid");
+        if (!rule) return gpt2__schema_refuse(cv, format->pointer, "'format' is enforced only for date, time, date-time and uuid (formats no draft defines are annotations)");
         if (min_kw || max_kw) return gpt2__schema_refuse(cv, (min_kw ? min_kw : max_kw)->pointer, "a length beside 'format' is not enforced");
         if (std::strstr(rule, "fdate") || std::strstr(rule, "ftime")) cv->used_datetime = true;
         *out = gpt2__schema_add_rule(cv, rule);

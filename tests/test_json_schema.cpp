@@ -200,7 +200,10 @@ TEST_CASE("json schema: formats date, time, date-time and uuid, and keywords bes
                 {R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":"x"})"}, {R"({})", R"({"c":1})", R"({"a":"x"})", R"(1)"}});
     check_case({R"({"type":["integer","string"],"anyOf":[{"minimum":3},{"type":"string","maxLength":1}]})", {R"(3)", R"(7)", R"("a")", R"("ab")"}, {R"(2)", R"(null)"}});  // "ab": minimum does not apply to strings
     check_case({R"({"$defs":{"p":{"type":"object","properties":{"x":{"type":"integer"}}}},"$ref":"#/$defs/p","required":["x"]})", {R"({"x":1})"}, {R"({})", R"({"x":"1"})"}});
-    CHECK(refusal(R"({"type":"string","format":"email"})") == "json schema: /format: 'format' is enforced only for date, time, date-time and uuid");
+    CHECK(refusal(R"({"type":"string","format":"email"})") == "json schema: /format: 'format' is enforced only for date, time, date-time and uuid (formats no draft defines are annotations)");
+    // a format no draft defines is an annotation, as validators read it: any string
+    check_case({R"({"type":"string","format":"int32"})", {R"("x")", R"("12")"}, {R"(12)", R"(null)"}});
+    check_case({R"({"type":"string","format":"slug","pattern":"^[a-z]+$"})", {R"("ab")"}, {R"("a b")", R"("")"}});
 }
 
 TEST_CASE("json schema: keywords that are not enforced are refused with their JSON pointer") {
