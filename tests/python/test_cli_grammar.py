@@ -12,10 +12,7 @@ import re
 import subprocess
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY_DIR = os.environ.get("GPT2_BINARY_DIR", os.path.join(ROOT, "build"))
-PROGRAM = os.path.join(BINARY_DIR, "examples", "gpt2")
-MODEL = os.path.join(ROOT, "models", "shakespeare_char_medium.gguf")
+from cli_paths import BINARY_DIR, MODEL, PROGRAM, ROOT
 GRAMMARS = os.path.join(ROOT, "examples", "grammars")
 
 # The regular grammars of examples/grammars as regular expressions, written from their GBNF.

@@ -9,10 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY_DIR = os.environ.get("GPT2_BINARY_DIR", os.path.join(ROOT, "build"))
-PROGRAM = os.path.join(BINARY_DIR, "examples", "gpt2")
-MODEL = os.path.join(ROOT, "models", "shakespeare_char_medium.gguf")
+from cli_paths import MODEL, PROGRAM
 DASHES = "---------------"
 
 
