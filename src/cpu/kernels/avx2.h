@@ -36,6 +36,19 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
     }
 }
 
+/* How far ahead of its reads an int8 decode row (q8_0, q4_0) prefetches its weights. Their
+   arithmetic takes most of the time their bytes take from DRAM, and the hardware prefetcher
+   alone fell behind; float rows stream at the limit without it and ran slower with it
+   (docs/PERFORMANCE.md, Kernel notes). */
+static const int gpt2__rows_ahead_bytes = 4096;
+
+/* Prefetches the 64-byte lines from `at` + gpt2__rows_ahead_bytes on that cover the next BYTES. */
+template <int BYTES>
+GPT2__ALWAYS_INLINE static void gpt2__prefetch_rows_ahead(const uint8_t* at) {
+    GPT2__UNROLL
+    for (int line = 0; line < (BYTES + 63) / 64; line++) _mm_prefetch((const char*)at + gpt2__rows_ahead_bytes + 64 * line, _MM_HINT_T0);
+}
+
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
    which the hardware prefetcher follows across row ends. */
 template <uint32_t TYPE>
@@ -61,49 +74,52 @@ GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, co
     }
 }
 
-/* One q8_0 block (at p) times its 32 quantized activations, as 8 float partial sums. */
-GPT2__AVX2 static inline __m256 gpt2__block_dot_q8_avx2(const uint8_t* p, const int8_t* xq) {
+/* One q8_0 block (at p) times its 32 quantized activations, as 8 exact integer partial sums. */
+GPT2__AVX2 static inline __m256i gpt2__block_dot_q8_avx2(const uint8_t* p, const int8_t* xq) {
     const __m256i w = _mm256_loadu_si256((const __m256i*)gpt2__q8_values(p)), x = _mm256_loadu_si256((const __m256i*)xq);
     const __m256i dot16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
+    return _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
 }
 
-/* One q4_0 block (at p) times its 32 quantized activations, as 8 float partial sums. The nibbles
-   are unsigned bytes, as pmaddubsw takes its first operand, so it multiplies them as they are and
-   8 times the sums of x come off after (the pairs' sums fit in 16 bits: |15 x| + |15 x| < 2^15). */
-GPT2__AVX2 static inline __m256 gpt2__block_dot_q4_avx2(const uint8_t* p, const int8_t* xq) {
+/* One q4_0 block (at p) times its 32 quantized activations, as 8 exact integer partial sums. The
+   nibbles are unsigned bytes, as pmaddubsw takes its first operand, so it multiplies them as they
+   are and 8 times the sums of x come off after (the pairs' sums fit in 16 bits: |15 x| + |15 x| < 2^15). */
+GPT2__AVX2 static inline __m256i gpt2__block_dot_q4_avx2(const uint8_t* p, const int8_t* xq) {
     const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
     const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15)); /* values 0-15, then 16-31 */
     const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
     const __m256i dot16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w, x), _mm256_maddubs_epi16(_mm256_set1_epi8(8), x));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
+    return _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
 }
 
 /* row . x for one row of int8-dot blocks (q8_0 or q4_0, BYTES each, BlockDot giving one block's
-   8 partial sums) against x quantized by gpt2__quantize_q8 (xs: its block scales): four blocks
-   per step, their weight scales times the activation scales in one vector, each broadcast by one
-   permutation. */
-template <int BYTES, __m256 (*BlockDot)(const uint8_t*, const int8_t*)>
+   8 integer partial sums) against x quantized by gpt2__quantize_q8 (xs: its block scales). Four
+   blocks a step: two rounds of horizontal adds leave each block's two 128-bit halves summed in
+   one lane of a half (block i in lanes i and 4 + i), so one conversion and one FMA with the four
+   scales (weight times activation) serve the four blocks. The integer sums are exact (at most
+   16 x 127 x 128 a lane), so only the float adds' order differs from a block at a time. */
+template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*)>
 GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
     const int B = gpt2__q8_block_values;
     static_assert(gpt2__q8_block_values == 32 && gpt2__q4_block_values == 32, "a block's values fill one 256-bit register");
     const int64_t nb = K / B;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t* p = w + BYTES * b;
+        gpt2__prefetch_rows_ahead<4 * BYTES>(p);
         uint16_t h[4];
         for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + BYTES * i);
-        const __m256 scales = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b)));
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++)
-            acc[i & 1] = _mm256_fmadd_ps(BlockDot(p + BYTES * i, xq + B * (b + i)), _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i)), acc[i & 1]);
+        const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b));
+        const __m256i pairs01 = _mm256_hadd_epi32(BlockDot(p, xq + B * b), BlockDot(p + BYTES, xq + B * (b + 1)));
+        const __m256i pairs23 = _mm256_hadd_epi32(BlockDot(p + 2 * BYTES, xq + B * (b + 2)), BlockDot(p + 3 * BYTES, xq + B * (b + 3)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(pairs01, pairs23)), _mm256_set_m128(scales, scales), acc);
     }
     for (; b < nb; b++) {
         const uint8_t* p = w + BYTES * b;
-        acc[b & 1] = _mm256_fmadd_ps(BlockDot(p, xq + B * b), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc[b & 1]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(BlockDot(p, xq + B * b)), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc);
     }
-    return gpt2__hsum_avx2(_mm256_add_ps(acc[0], acc[1]));
+    return gpt2__hsum_avx2(acc);
 }
 
 /* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
