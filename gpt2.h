@@ -4394,7 +4394,8 @@ struct gpt2__schema_converter {
     gpt2__vector<std::pair<gpt2__string, gpt2__string>> refs;
     gpt2__vector<std::pair<gpt2__string, const gpt2__json*>> pending;
     gpt2__string nested_id; /* the first $id below the root (gpt2__json_nested_id), if any */
-    bool used_datetime = false, used_string = false, used_value = false, used_number = false, used_integer = false, used_char = false;
+    unsigned used_formats = 0; /* GPT2__FORMAT_ bits: the formats' helper rules to write */
+    bool used_string = false, used_value = false, used_number = false, used_integer = false, used_char = false;
 };
 
 static gpt2__string gpt2__schema_escape_pointer(std::string_view key) {
@@ -4852,17 +4853,62 @@ static gpt2_result gpt2__schema_refuse_any(gpt2__schema_converter* cv, const gpt
     return GPT2_OK;
 }
 
-/* The formats a grammar holds exactly, as RFC 3339 and RFC 4122 write them (stricter than
-   they are where exactness would cost much: February has 28 days, no leap second). */
-static const char* gpt2__schema_format(std::string_view name) {
-    static const char* const formats[][2] = {
-        {"date", "\"\\\"\" fdate \"\\\"\""},
-        {"time", "\"\\\"\" ftime \"\\\"\""},
-        {"date-time", "\"\\\"\" fdate \"T\" ftime \"\\\"\""},
-        {"uuid", "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\""}};
+/* The helper rules a format's body uses, written once into a grammar that uses them
+   (gpt2__schema_format_helpers). */
+enum : unsigned { GPT2__FORMAT_DATETIME = 1, GPT2__FORMAT_HOST = 2, GPT2__FORMAT_EMAIL = 4, GPT2__FORMAT_URI = 8 };
+
+struct gpt2__schema_format_rule {
+    const char* name;
+    const char* body; /* the string's JSON text, quotes included: none of these needs an escape */
+    unsigned helpers;
+};
+
+/* The formats a grammar holds. date, time, date-time (RFC 3339), uuid (RFC 4122), ipv4 exactly,
+   stricter where exactness would cost much (February has 28 days, no leap second). The others
+   are subsets every validator accepts: ipv6 in its full form (8 groups, no "::"); hostname and
+   email's domain 1 to 3 labels of at most 62 characters, the last starting with a letter (so no
+   all-numeric top-level name), within RFC 1034's 253; email's local part dot-atoms (RFC 5321) of
+   at most 4 words of 15, 254 characters in all at most; uri (RFC 3986) without userinfo or an
+   IP-literal host, uri-reference that or a relative reference. */
+static const gpt2__schema_format_rule* gpt2__schema_format(std::string_view name) {
+    static const gpt2__schema_format_rule formats[] = {
+        {"date", R"("\"" fdate "\"")", GPT2__FORMAT_DATETIME},
+        {"time", R"("\"" ftime "\"")", GPT2__FORMAT_DATETIME},
+        {"date-time", R"("\"" fdate "T" ftime "\"")", GPT2__FORMAT_DATETIME},
+        {"uuid", R"("\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\"")", 0},
+        {"ipv4", R"("\"" fbyte "." fbyte "." fbyte "." fbyte "\"")", GPT2__FORMAT_HOST},
+        {"ipv6", R"("\"" [0-9a-fA-F]{1,4} (":" [0-9a-fA-F]{1,4}){7} "\"")", 0},
+        {"hostname", R"("\"" (flabel "."){0,2} ftld "\"")", GPT2__FORMAT_HOST},
+        {"email", R"("\"" fatom ("." fatom){0,3} "@" (flabel "."){1,2} ftld "\"")", GPT2__FORMAT_HOST | GPT2__FORMAT_EMAIL},
+        {"uri", R"("\"" furi "\"")", GPT2__FORMAT_URI},
+        {"uri-reference", R"("\"" (furi | (fauthority | "/" (fpchar+ fpath)? | fnocolon+ fpath)? fafter) "\"")", GPT2__FORMAT_URI}};
     for (const auto& f : formats)
-        if (name == f[0]) return f[1];
+        if (name == f.name) return &f;
     return nullptr;
+}
+
+/* The helper rules of the formats whose bits are in `used`. */
+static void gpt2__schema_format_helpers(unsigned used, gpt2__string* gbnf) {
+    if (used & GPT2__FORMAT_DATETIME) {
+        *gbnf += R"(fdate ::= ([1-9] [0-9]{3} | "0" [1-9] [0-9]{2} | "00" [1-9] [0-9] | "000" [1-9]) "-" (("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | )"
+                 R"(("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8])))" "\n";
+        *gbnf += R"(ftime ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))" "\n";
+    }
+    if (used & GPT2__FORMAT_HOST) {
+        *gbnf += R"(fbyte ::= "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])" "\n";
+        *gbnf += R"(flabel ::= [A-Za-z0-9] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?)" "\n";
+        *gbnf += R"(ftld ::= [A-Za-z] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?)" "\n";
+    }
+    if (used & GPT2__FORMAT_EMAIL) *gbnf += R"(fatom ::= [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15})" "\n";
+    if (used & GPT2__FORMAT_URI) {
+        /* RFC 3986's pchar, a path of segments, an authority without userinfo, the query and fragment */
+        *gbnf += R"(fpchar ::= [A-Za-z0-9._~!$&'()*+,;=:@-] | "%" [0-9A-Fa-f]{2})" "\n";
+        *gbnf += R"(fnocolon ::= [A-Za-z0-9._~!$&'()*+,;=@-] | "%" [0-9A-Fa-f]{2})" "\n";
+        *gbnf += R"(fpath ::= ("/" fpchar*)*)" "\n";
+        *gbnf += R"(fauthority ::= "//" ([A-Za-z0-9._~!$&'()*+,;=-] | "%" [0-9A-Fa-f]{2})* (":" [0-9]*)? fpath)" "\n";
+        *gbnf += R"(fafter ::= ("?" (fpchar | [/?])*)? ("#" (fpchar | [/?])*)?)" "\n";
+        *gbnf += R"(furi ::= [A-Za-z] [A-Za-z0-9+.-]* ":" (fauthority | "/" (fpchar+ fpath)? | fpchar+ fpath)? fafter)" "\n";
+    }
 }
 
 /* The formats JSON Schema defines (draft 2020-12's, and the older drafts' names): one the
@@ -4897,11 +4943,13 @@ static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__s
         return GPT2_OK;
     }
     if (format) {
-        const char* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
-        if (!rule) return gpt2__schema_refuse(cv, format->pointer, "'format' is enforced only for date, time, date-time and uuid (formats no draft defines are annotations)");
+        const gpt2__schema_format_rule* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
+        if (!rule)
+            return gpt2__schema_refuse(cv, format->pointer,
+                                       "'format' is enforced only for date, time, date-time, uuid, ipv4, ipv6, hostname, email, uri and uri-reference (formats no draft defines are annotations)");
         if (min_kw || max_kw) return gpt2__schema_refuse(cv, (min_kw ? min_kw : max_kw)->pointer, "a length beside 'format' is not enforced");
-        if (std::strstr(rule, "fdate") || std::strstr(rule, "ftime")) cv->used_datetime = true;
-        *out = gpt2__schema_add_rule(cv, rule);
+        cv->used_formats |= rule->helpers;
+        *out = gpt2__schema_add_rule(cv, rule->body);
         return GPT2_OK;
     }
     if (!min_kw && !max_kw) {
@@ -5493,11 +5541,7 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool 
         *gbnf += "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}) | \"u\" [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2})\n";
         *gbnf += "keychar ::= [^\"\\\\\\x00-\\x1F]\n";
     }
-    if (cv.used_datetime) {
-        *gbnf += "fdate ::= ([1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]) \"-\" ((\"01\" | \"03\" | \"05\" | \"07\" | \"08\" | \"10\" | \"12\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
-                 "(\"04\" | \"06\" | \"09\" | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" \"-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))\n";
-        *gbnf += "ftime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n";
-    }
+    gpt2__schema_format_helpers(cv.used_formats, gbnf);
     if (value) {
         *gbnf += gpt2__string("value ::= \"null\" | \"true\" | \"false\" | number | string | \"[\"") + w + "(value" + w + "(\",\"" + w + "value" + w + ")*)? \"]\" | \"{\"" + w +
                  "(string" + w + "\":\"" + w + "value" + w + "(\",\"" + w + "string" + w + "\":\"" + w + "value" + w + ")*)? \"}\"\n";

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <cctype>
+#include <random>
 
 namespace {
 
@@ -200,10 +202,185 @@ TEST_CASE("json schema: formats date, time, date-time and uuid, and keywords bes
                 {R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":"x"})"}, {R"({})", R"({"c":1})", R"({"a":"x"})", R"(1)"}});
     check_case({R"({"type":["integer","string"],"anyOf":[{"minimum":3},{"type":"string","maxLength":1}]})", {R"(3)", R"(7)", R"("a")", R"("ab")"}, {R"(2)", R"(null)"}});  // "ab": minimum does not apply to strings
     check_case({R"({"$defs":{"p":{"type":"object","properties":{"x":{"type":"integer"}}}},"$ref":"#/$defs/p","required":["x"]})", {R"({"x":1})"}, {R"({})", R"({"x":"1"})"}});
-    CHECK(refusal(R"({"type":"string","format":"email"})") == "json schema: /format: 'format' is enforced only for date, time, date-time and uuid (formats no draft defines are annotations)");
+    CHECK(refusal(R"({"type":"string","format":"duration"})") ==
+          "json schema: /format: 'format' is enforced only for date, time, date-time, uuid, ipv4, ipv6, hostname, email, uri and uri-reference (formats no draft defines are annotations)");
     // a format no draft defines is an annotation, as validators read it: any string
     check_case({R"({"type":"string","format":"int32"})", {R"("x")", R"("12")"}, {R"(12)", R"(null)"}});
     check_case({R"({"type":"string","format":"slug","pattern":"^[a-z]+$"})", {R"("ab")"}, {R"("a b")", R"("")"}});
+}
+
+namespace {
+
+// Checkers written from the RFCs' text, procedurally and apart from the grammars they check: what a
+// strict validator accepts for each format (for ipv6, its full form only, the subset held).
+bool is_alnum(char c) { return std::isalnum((unsigned char)c) != 0; }
+bool is_hex(char c) { return std::isxdigit((unsigned char)c) != 0; }
+std::vector<std::string> split(const std::string& s, char sep) {
+    std::vector<std::string> parts(1);
+    for (char c : s) {
+        if (c == sep) parts.emplace_back();
+        else parts.back() += c;
+    }
+    return parts;
+}
+bool rfc_ipv4(const std::string& s) {
+    const auto parts = split(s, '.');
+    if (parts.size() != 4) return false;
+    for (const auto& p : parts) {
+        if (p.empty() || p.size() > 3 || (p.size() > 1 && p[0] == '0')) return false;
+        for (char c : p)
+            if (c < '0' || c > '9') return false;
+        if (std::stoi(p) > 255) return false;
+    }
+    return true;
+}
+bool rfc_ipv6_full(const std::string& s) {
+    const auto parts = split(s, ':');
+    if (parts.size() != 8) return false;
+    for (const auto& p : parts) {
+        if (p.empty() || p.size() > 4) return false;
+        for (char c : p)
+            if (!is_hex(c)) return false;
+    }
+    return true;
+}
+// RFC 1034/1123: labels of 1-63 letters, digits and hyphens, not starting or ending with one;
+// 253 characters at most; the top-level label not all digits.
+bool rfc_hostname(const std::string& s) {
+    if (s.empty() || s.size() > 253) return false;
+    const auto labels = split(s, '.');
+    for (const auto& l : labels) {
+        if (l.empty() || l.size() > 63 || l.front() == '-' || l.back() == '-') return false;
+        for (char c : l)
+            if (!is_alnum(c) && c != '-') return false;
+    }
+    const std::string& top = labels.back();
+    return std::any_of(top.begin(), top.end(), [](char c) { return !(c >= '0' && c <= '9'); });
+}
+// RFC 5321: a dot-atom local part of at most 64 characters, '@', a domain of two labels or more;
+// 254 characters in all.
+bool rfc_email(const std::string& s) {
+    const size_t at = s.rfind('@');
+    if (at == std::string::npos || s.size() > 254 || at > 64) return false;
+    for (const auto& word : split(s.substr(0, at), '.')) {
+        if (word.empty()) return false;
+        for (char c : word)
+            if (!is_alnum(c) && !std::strchr("!#$%&'*+-/=?^_`{|}~", c)) return false;
+    }
+    const std::string domain = s.substr(at + 1);
+    return rfc_hostname(domain) && domain.find('.') != std::string::npos;
+}
+// RFC 3986: the characters of each part, %HH escapes, an authority after "//" (reg-name host,
+// digits for the port), and a path without one never starting with "//". With a scheme: a URI;
+// without (uri-reference only), the first segment holds no ':'.
+bool rfc_uri(const std::string& s, bool reference) {
+    auto pchars = [](const std::string& t, const char* extra) {
+        for (size_t i = 0; i < t.size(); i++) {
+            const char c = t[i];
+            if (c == '%') {
+                if (i + 2 >= t.size() || !is_hex(t[i + 1]) || !is_hex(t[i + 2])) return false;
+                i += 2;
+            } else if (!is_alnum(c) && !std::strchr("-._~!$&'()*+,;=", c) && !std::strchr(extra, c)) {
+                return false;
+            }
+        }
+        return true;
+    };
+    std::string rest = s;
+    size_t colon = rest.find(':'), end_of_first = rest.find_first_of("/?#");
+    const bool has_scheme = colon != std::string::npos && colon < end_of_first;
+    if (has_scheme) {
+        const std::string scheme = rest.substr(0, colon);
+        if (scheme.empty() || !std::isalpha((unsigned char)scheme[0])) return false;
+        for (char c : scheme)
+            if (!is_alnum(c) && !std::strchr("+-.", c)) return false;
+        rest = rest.substr(colon + 1);
+    } else if (!reference) {
+        return false;
+    }
+    const size_t hash = rest.find('#');
+    if (hash != std::string::npos) {
+        if (!pchars(rest.substr(hash + 1), ":@/?")) return false;
+        rest = rest.substr(0, hash);
+    }
+    const size_t question = rest.find('?');
+    if (question != std::string::npos) {
+        if (!pchars(rest.substr(question + 1), ":@/?")) return false;
+        rest = rest.substr(0, question);
+    }
+    std::string path = rest;
+    if (rest.compare(0, 2, "//") == 0) {
+        const size_t slash = rest.find('/', 2);
+        std::string authority = rest.substr(2, slash == std::string::npos ? std::string::npos : slash - 2);
+        path = slash == std::string::npos ? "" : rest.substr(slash);
+        const size_t port = authority.rfind(':');
+        if (port != std::string::npos) {
+            for (char c : authority.substr(port + 1))
+                if (c < '0' || c > '9') return false;
+            authority = authority.substr(0, port);
+        }
+        if (!pchars(authority, "")) return false;
+    } else if (path.compare(0, 2, "//") == 0) {
+        return false;
+    }
+    if (!has_scheme && path.find(':') < path.find('/')) return false;
+    return pchars(path, ":@/");
+}
+
+// A random string of the grammar's language, one character at a time (those that keep it a
+// prefix, from the characters formats use), ending where it is whole with probability 1/4.
+std::string draw_from(const gpt2_grammar* g, std::mt19937& rng) {
+    static const std::string alphabet = "aZz09.-:/?#@%_~!$&'()*+,;=TF";
+    std::string text = "\"";
+    while (text.size() < 300) {
+        std::vector<char> next;
+        for (char c : alphabet)
+            if (schema_match(g, text + c) != GPT2_MATCH_NONE) next.push_back(c);
+        const bool whole = schema_match(g, text + "\"") == GPT2_MATCH_COMPLETE;
+        if (next.empty() || (whole && rng() % 4 == 0)) return whole ? text + "\"" : "";
+        text += next[rng() % next.size()];
+    }
+    return "";
+}
+
+} // namespace
+
+TEST_CASE("json schema: formats ipv4, ipv6, hostname, email, uri and uri-reference hold strings a strict validator accepts") {
+    REQUIRE(schema_model().model);
+    check_case({R"({"format":"ipv4"})", {R"("0.0.0.0")", R"("255.255.255.255")", R"("192.168.1.10")"},
+                {R"("256.1.1.1")", R"("1.2.3")", R"("01.2.3.4")", R"("1.2.3.4.5")", R"("1.2.3.")"}});
+    check_case({R"({"format":"ipv6"})", {R"("2001:db8:0:0:0:0:2:1")", R"("FFFF:0:0:0:0:0:0:1")"},
+                {R"("2001:db8::1")", R"("1:2:3:4:5:6:7")", R"("12345:0:0:0:0:0:0:1")"}});  // "::" is valid, outside the subset held
+    check_case({R"({"format":"hostname"})", {R"("localhost")", R"("www.example.com")", R"("a-1.b2")"},
+                {R"("-a.com")", R"("a-.com")", R"("a..com")", R"("example.123")", R"("a_b.com")", R"("")"}});
+    check_case({R"({"type":"string","format":"email"})", {R"("ann@example.com")", R"("first.last+tag@mail.example.org")", R"("o'neil!#$@x.io")"},
+                {R"("ann")", R"("ann@localhost")", R"("ann@@x.com")", R"(".ann@x.com")", R"("ann.@x.com")", R"("a..b@x.com")", R"("ann@x.123")"}});
+    check_case({R"({"format":"uri"})",
+                {R"("https://example.com/a/b?x=1&y=2#top")", R"("http://localhost:8080")", R"("mailto:ann@example.com")", R"("urn:isbn:0451450523")",
+                 R"("file:///etc/hosts")", R"("x:")", R"("https://ex.com/%20a")"},
+                {R"("example.com")", R"("/a/b")", R"("1http://x")", R"("http://x:8a")", R"("http://x/a b")", R"("http://x/%2")", R"("")"}});
+    check_case({R"({"format":"uri-reference"})", {R"("https://example.com/")", R"("/a/b?c")", R"("../x")", R"("#frag")", R"("")", R"("//host/p")"},
+                {R"("a b")", R"("a:b c")", R"("%zz")"}});
+
+    // strings drawn at random from each grammar pass the RFC checkers above
+    std::mt19937 rng(5);
+    const std::pair<const char*, bool (*)(const std::string&)> formats[] = {
+        {"ipv4", rfc_ipv4}, {"ipv6", rfc_ipv6_full}, {"hostname", rfc_hostname}, {"email", rfc_email},
+        {"uri", [](const std::string& s) { return rfc_uri(s, false); }}, {"uri-reference", [](const std::string& s) { return rfc_uri(s, true); }}};
+    for (const auto& [format, accepts] : formats) {
+        SchemaGrammar g(std::string(R"({"format":")") + format + "\"}", true);
+        REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+        int drawn = 0;
+        for (int i = 0; i < 40; i++) {
+            const std::string text = draw_from(g.grammar, rng);
+            if (text.empty()) continue;
+            drawn++;
+            CAPTURE(format);
+            CAPTURE(text);
+            CHECK(accepts(text.substr(1, text.size() - 2)));
+        }
+        CHECK(drawn >= 30);
+    }
 }
 
 TEST_CASE("json schema: keywords that are not enforced are refused with their JSON pointer") {
