@@ -29,12 +29,12 @@ cli_args=(-p "ROMEO:" -n 100 --temp 0.8 --top-k 200 --seed 7 -t 2)
 
 # Doctest cases left out under qemu, which runs code 30-60 times slower than the machine: the
 # ones over 0.5 s natively whose subject does not depend on the instruction set (threads,
-# batching, sampling rules, streaming, long chats; every one of them runs natively and under
-# Wine). The same-tokens case is replaced by gpt2-same-tokens below (its scalar run of the
-# shipped model alone would take minutes). What stays: the NEON and scalar kernels against
+# batching, sampling rules, streaming, long chats, a session's busy guard and abort; every one of
+# them runs natively and under Wine). The same-tokens case is replaced by gpt2-same-tokens below
+# (its scalar run of the shipped model alone would take minutes). What stays: the NEON and scalar kernels against
 # float64 and the reference forward pass, nanoGPT's logits and tokens, weight types, the
 # tokenizers, file and argument errors, session state.
-QEMU_SKIPS='every kernel set gives the scalar set*,top_k = 1 sampling equals greedy*,gpt2_batch_eval gives every session of a ragged batch*,zero-initialised params are valid*,padding rows of the embedding are never sampled*,two sessions on one model in two threads*,logits do not depend on the thread count*,cross-entropy on held-out Shakespeare*,a token banned with logit_bias*,over a long chat the discard policy*,the same seed gives the same tokens and another seed*,gpt2_generate_batch gives each session*,streamed BPE text equals*,BPE: the delivered text is the generated text*,a damaged*,grammar: the mask allows exactly*'
+QEMU_SKIPS='every kernel set gives the scalar set*,a callback that calls into its own session*,with every added control off*,abort_fn ends eval and generate*,top_k = 1 sampling equals greedy*,gpt2_batch_eval gives every session of a ragged batch*,zero-initialised params are valid*,padding rows of the embedding are never sampled*,two sessions on one model in two threads*,logits do not depend on the thread count*,cross-entropy on held-out Shakespeare*,a token banned with logit_bias*,over a long chat the discard policy*,the same seed gives the same tokens and another seed*,gpt2_generate_batch gives each session*,streamed BPE text equals*,BPE: the delivered text is the generated text*,a damaged*,grammar: the mask allows exactly*'
 
 timings=()
 # timed NAME COMMAND...: runs the command and records how long it took.
