@@ -4872,16 +4872,16 @@ struct gpt2__schema_format_rule {
    IP-literal host, uri-reference that or a relative reference. */
 static const gpt2__schema_format_rule* gpt2__schema_format(std::string_view name) {
     static const gpt2__schema_format_rule formats[] = {
-        {"date", R"("\"" fdate "\"")", GPT2__FORMAT_DATETIME},
-        {"time", R"("\"" ftime "\"")", GPT2__FORMAT_DATETIME},
-        {"date-time", R"("\"" fdate "T" ftime "\"")", GPT2__FORMAT_DATETIME},
-        {"uuid", R"("\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\"")", 0},
-        {"ipv4", R"("\"" fbyte "." fbyte "." fbyte "." fbyte "\"")", GPT2__FORMAT_HOST},
-        {"ipv6", R"("\"" [0-9a-fA-F]{1,4} (":" [0-9a-fA-F]{1,4}){7} "\"")", 0},
-        {"hostname", R"("\"" (flabel "."){0,2} ftld "\"")", GPT2__FORMAT_HOST},
-        {"email", R"("\"" fatom ("." fatom){0,3} "@" (flabel "."){1,2} ftld "\"")", GPT2__FORMAT_HOST | GPT2__FORMAT_EMAIL},
-        {"uri", R"("\"" furi "\"")", GPT2__FORMAT_URI},
-        {"uri-reference", R"("\"" (furi | (fauthority | "/" (fpchar+ fpath)? | fnocolon+ fpath)? fafter) "\"")", GPT2__FORMAT_URI}};
+        {"date", "\"\\\"\" fdate \"\\\"\"", GPT2__FORMAT_DATETIME},
+        {"time", "\"\\\"\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
+        {"date-time", "\"\\\"\" fdate \"T\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
+        {"uuid", "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\"", 0},
+        {"ipv4", "\"\\\"\" fbyte \".\" fbyte \".\" fbyte \".\" fbyte \"\\\"\"", GPT2__FORMAT_HOST},
+        {"ipv6", "\"\\\"\" [0-9a-fA-F]{1,4} (\":\" [0-9a-fA-F]{1,4}){7} \"\\\"\"", 0},
+        {"hostname", "\"\\\"\" (flabel \".\"){0,2} ftld \"\\\"\"", GPT2__FORMAT_HOST},
+        {"email", "\"\\\"\" fatom (\".\" fatom){0,3} \"@\" (flabel \".\"){1,2} ftld \"\\\"\"", GPT2__FORMAT_HOST | GPT2__FORMAT_EMAIL},
+        {"uri", "\"\\\"\" furi \"\\\"\"", GPT2__FORMAT_URI},
+        {"uri-reference", "\"\\\"\" (furi | (fauthority | \"/\" (fpchar+ fpath)? | fnocolon+ fpath)? fafter) \"\\\"\"", GPT2__FORMAT_URI}};
     for (const auto& f : formats)
         if (name == f.name) return &f;
     return nullptr;
@@ -4890,24 +4890,24 @@ static const gpt2__schema_format_rule* gpt2__schema_format(std::string_view name
 /* The helper rules of the formats whose bits are in `used`. */
 static void gpt2__schema_format_helpers(unsigned used, gpt2__string* gbnf) {
     if (used & GPT2__FORMAT_DATETIME) {
-        *gbnf += R"(fdate ::= ([1-9] [0-9]{3} | "0" [1-9] [0-9]{2} | "00" [1-9] [0-9] | "000" [1-9]) "-" (("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | )"
-                 R"(("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8])))" "\n";
-        *gbnf += R"(ftime ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))" "\n";
+        *gbnf += "fdate ::= ([1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]) \"-\" ((\"01\" | \"03\" | \"05\" | \"07\" | \"08\" | \"10\" | \"12\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+                 "(\"04\" | \"06\" | \"09\" | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" \"-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))" "\n";
+        *gbnf += "ftime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])" "\n";
     }
     if (used & GPT2__FORMAT_HOST) {
-        *gbnf += R"(fbyte ::= "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])" "\n";
-        *gbnf += R"(flabel ::= [A-Za-z0-9] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?)" "\n";
-        *gbnf += R"(ftld ::= [A-Za-z] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?)" "\n";
+        *gbnf += "fbyte ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]" "\n";
+        *gbnf += "flabel ::= [A-Za-z0-9] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?" "\n";
+        *gbnf += "ftld ::= [A-Za-z] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?" "\n";
     }
-    if (used & GPT2__FORMAT_EMAIL) *gbnf += R"(fatom ::= [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15})" "\n";
+    if (used & GPT2__FORMAT_EMAIL) *gbnf += "fatom ::= [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15}" "\n";
     if (used & GPT2__FORMAT_URI) {
         /* RFC 3986's pchar, a path of segments, an authority without userinfo, the query and fragment */
-        *gbnf += R"(fpchar ::= [A-Za-z0-9._~!$&'()*+,;=:@-] | "%" [0-9A-Fa-f]{2})" "\n";
-        *gbnf += R"(fnocolon ::= [A-Za-z0-9._~!$&'()*+,;=@-] | "%" [0-9A-Fa-f]{2})" "\n";
-        *gbnf += R"(fpath ::= ("/" fpchar*)*)" "\n";
-        *gbnf += R"(fauthority ::= "//" ([A-Za-z0-9._~!$&'()*+,;=-] | "%" [0-9A-Fa-f]{2})* (":" [0-9]*)? fpath)" "\n";
-        *gbnf += R"(fafter ::= ("?" (fpchar | [/?])*)? ("#" (fpchar | [/?])*)?)" "\n";
-        *gbnf += R"(furi ::= [A-Za-z] [A-Za-z0-9+.-]* ":" (fauthority | "/" (fpchar+ fpath)? | fpchar+ fpath)? fafter)" "\n";
+        *gbnf += "fpchar ::= [A-Za-z0-9._~!$&'()*+,;=:@-] | \"%\" [0-9A-Fa-f]{2}" "\n";
+        *gbnf += "fnocolon ::= [A-Za-z0-9._~!$&'()*+,;=@-] | \"%\" [0-9A-Fa-f]{2}" "\n";
+        *gbnf += "fpath ::= (\"/\" fpchar*)*" "\n";
+        *gbnf += "fauthority ::= \"//\" ([A-Za-z0-9._~!$&'()*+,;=-] | \"%\" [0-9A-Fa-f]{2})* (\":\" [0-9]*)? fpath" "\n";
+        *gbnf += "fafter ::= (\"?\" (fpchar | [/?])*)? (\"#\" (fpchar | [/?])*)?" "\n";
+        *gbnf += "furi ::= [A-Za-z] [A-Za-z0-9+.-]* \":\" (fauthority | \"/\" (fpchar+ fpath)? | fpchar+ fpath)? fafter" "\n";
     }
 }
 
