@@ -513,9 +513,13 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
     GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p.compact != 0, p.max_whitespace ? p.max_whitespace : 20, &gbnf, err));
     const gpt2_result res = gpt2_grammar_from_gbnf(model, gbnf.c_str(), "root", out, err);
     if (res == GPT2_ERROR_BAD_GRAMMAR && err) {
-        /* the schema's grammar is ours: say that it is the schema that is too large */
+        /* the schema's grammar is ours, and its rule names mean nothing to the caller: a rule that
+           starts with itself can only come from $refs; otherwise the schema is too large */
         char message[sizeof err->message];
-        std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
+        if (std::strstr(err->message, "is left-recursive"))
+            std::snprintf(message, sizeof message, "json schema: a $ref leads back to its own schema before any text is written (as {\"$ref\": \"#\"} does), so no grammar can hold it");
+        else
+            std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
         std::memcpy(err->message, message, sizeof message);
     }
     if (res == GPT2_OK && !gpt2__grammar_root_productive(**out)) {

@@ -282,6 +282,15 @@ static class BindingTest
                 Check("a schema with a keyword that is not enforced throws naming its JSON pointer",
                       e.Code == Gpt2Result.BadGrammar && e.Message.Contains("/multipleOf"), e.Message);
             }
+            try
+            {
+                Gpt2Grammar.FromJsonSchema(model, "{\"type\": \"boolean\"}", maxWhitespace: -1);
+                Check("a negative maxWhitespace throws", false);
+            }
+            catch (ArgumentOutOfRangeException e)
+            {
+                Check("a negative maxWhitespace throws ArgumentOutOfRangeException naming it", e.ParamName == "maxWhitespace", e.Message);
+            }
             session.Dispose();
             model.Dispose();
             Check("a grammar outlives its disposed model", grammar.Match("ACTION: flee\nhi.") == Gpt2Match.Complete);
