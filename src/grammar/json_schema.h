@@ -738,21 +738,30 @@ struct gpt2__schema_format_rule {
    all-numeric top-level name), within RFC 1034's 253; email's local part dot-atoms (RFC 5321) of
    at most 4 words of 15, 254 characters in all at most; uri (RFC 3986) without userinfo or an
    IP-literal host, uri-reference that or a relative reference. */
+static const gpt2__schema_format_rule gpt2__schema_formats[] = {
+    {"date", "\"\\\"\" fdate \"\\\"\"", GPT2__FORMAT_DATETIME},
+    {"time", "\"\\\"\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
+    {"date-time", "\"\\\"\" fdate \"T\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
+    {"uuid", "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\"", 0},
+    {"ipv4", "\"\\\"\" fbyte \".\" fbyte \".\" fbyte \".\" fbyte \"\\\"\"", GPT2__FORMAT_HOST},
+    {"ipv6", "\"\\\"\" [0-9a-fA-F]{1,4} (\":\" [0-9a-fA-F]{1,4}){7} \"\\\"\"", 0},
+    {"hostname", "\"\\\"\" (flabel \".\"){0,2} ftld \"\\\"\"", GPT2__FORMAT_HOST},
+    {"email", "\"\\\"\" fatom (\".\" fatom){0,3} \"@\" (flabel \".\"){1,2} ftld \"\\\"\"", GPT2__FORMAT_HOST | GPT2__FORMAT_EMAIL},
+    {"uri", "\"\\\"\" furi \"\\\"\"", GPT2__FORMAT_URI},
+    {"uri-reference", "\"\\\"\" (furi | (fauthority | \"/\" (fpchar+ fpath)? | fnocolon+ fpath)? fafter) \"\\\"\"", GPT2__FORMAT_URI}};
+
 static const gpt2__schema_format_rule* gpt2__schema_format(std::string_view name) {
-    static const gpt2__schema_format_rule formats[] = {
-        {"date", "\"\\\"\" fdate \"\\\"\"", GPT2__FORMAT_DATETIME},
-        {"time", "\"\\\"\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
-        {"date-time", "\"\\\"\" fdate \"T\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
-        {"uuid", "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\"", 0},
-        {"ipv4", "\"\\\"\" fbyte \".\" fbyte \".\" fbyte \".\" fbyte \"\\\"\"", GPT2__FORMAT_HOST},
-        {"ipv6", "\"\\\"\" [0-9a-fA-F]{1,4} (\":\" [0-9a-fA-F]{1,4}){7} \"\\\"\"", 0},
-        {"hostname", "\"\\\"\" (flabel \".\"){0,2} ftld \"\\\"\"", GPT2__FORMAT_HOST},
-        {"email", "\"\\\"\" fatom (\".\" fatom){0,3} \"@\" (flabel \".\"){1,2} ftld \"\\\"\"", GPT2__FORMAT_HOST | GPT2__FORMAT_EMAIL},
-        {"uri", "\"\\\"\" furi \"\\\"\"", GPT2__FORMAT_URI},
-        {"uri-reference", "\"\\\"\" (furi | (fauthority | \"/\" (fpchar+ fpath)? | fnocolon+ fpath)? fafter) \"\\\"\"", GPT2__FORMAT_URI}};
-    for (const auto& f : formats)
+    for (const auto& f : gpt2__schema_formats)
         if (name == f.name) return &f;
     return nullptr;
+}
+
+/* "date, time, ... and uri-reference": the formats of the table, for the refusal of the others. */
+static gpt2__string gpt2__schema_format_names() {
+    gpt2__string names;
+    const size_t n = std::size(gpt2__schema_formats);
+    for (size_t i = 0; i < n; i++) (names += i == 0 ? "" : i + 1 < n ? ", " : " and ") += gpt2__schema_formats[i].name;
+    return names;
 }
 
 /* The helper rules of the formats whose bits are in `used`. */
@@ -814,7 +823,7 @@ static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__s
         const gpt2__schema_format_rule* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
         if (!rule)
             return gpt2__schema_refuse(cv, format->pointer,
-                                       "'format' is enforced only for date, time, date-time, uuid, ipv4, ipv6, hostname, email, uri and uri-reference (formats no draft defines are annotations)");
+                                       ("'format' is enforced only for " + gpt2__schema_format_names() + " (formats no draft defines are annotations)").c_str());
         if (min_kw || max_kw) return gpt2__schema_refuse(cv, (min_kw ? min_kw : max_kw)->pointer, "a length beside 'format' is not enforced");
         cv->used_formats |= rule->helpers;
         *out = gpt2__schema_add_rule(cv, rule->body);
