@@ -470,7 +470,8 @@ GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
     GPT2_FREE(grammar);
 }
 
-GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, gpt2_error* err) {
+/* gpt2_grammar_from_gbnf, and whether a failure was left recursion (see gpt2__gbnf_parse). */
+static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, bool* left_recursive, gpt2_error* err) {
     if (out) *out = nullptr;
     if (!model || !gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, gbnf or out_grammar is NULL");
     if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
@@ -481,7 +482,7 @@ GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char*
     if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     gpt2_grammar* g = new (memory) gpt2_grammar(); /* made in place: it holds a mutex */
     g->model = model;
-    const gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, err);
+    const gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, left_recursive, err);
     if (res != GPT2_OK) {
         gpt2_grammar_free(g);
         return res;
@@ -489,6 +490,10 @@ GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char*
     *out = g;
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, gpt2_error* err) {
+    return gpt2__grammar_from_gbnf(model, gbnf, root, out, nullptr, err);
 }
 
 
@@ -511,12 +516,13 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_whitespace is %u, at most %d", (unsigned)p.max_whitespace, (int)GPT2__GRAMMAR_MAX_REPEAT);
     gpt2__string gbnf;
     GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p.compact != 0, p.max_whitespace ? p.max_whitespace : 20, &gbnf, err));
-    const gpt2_result res = gpt2_grammar_from_gbnf(model, gbnf.c_str(), "root", out, err);
+    bool left_recursive = false;
+    const gpt2_result res = gpt2__grammar_from_gbnf(model, gbnf.c_str(), "root", out, &left_recursive, err);
     if (res == GPT2_ERROR_BAD_GRAMMAR && err) {
         /* the schema's grammar is ours, and its rule names mean nothing to the caller: a rule that
            starts with itself can only come from $refs; otherwise the schema is too large */
         char message[sizeof err->message];
-        if (std::strstr(err->message, "is left-recursive"))
+        if (left_recursive)
             std::snprintf(message, sizeof message, "json schema: a $ref leads back to its own schema before any text is written (as {\"$ref\": \"#\"} does), so no grammar can hold it");
         else
             std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);

@@ -511,8 +511,9 @@ static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, 
     return GPT2_OK;
 }
 
-/* Parses `text` into *g (its model is set by the caller). root: the start rule's name. */
-static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root, gpt2_grammar* g, gpt2_error* err) {
+/* Parses `text` into *g (its model is set by the caller). root: the start rule's name.
+   *left_recursive (where given) says whether a failure was a rule that begins with itself. */
+static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root, gpt2_grammar* g, bool* left_recursive, gpt2_error* err) {
     gpt2__gbnf_parser ps;
     ps.text = text;
     ps.n = n;
@@ -545,7 +546,10 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
     const auto root_rule = ps.written.find(root_name);
     if (root_rule == ps.written.end())
         return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
-    GPT2__TRY(gpt2__gbnf_check_left_recursion(ps, err));
+    if (const gpt2_result res = gpt2__gbnf_check_left_recursion(ps, err)) {
+        if (left_recursive) *left_recursive = true;
+        return res;
+    }
     g->classes = std::move(ps.classes);
     g->root = root_rule->second;
     g->rules.resize(ps.alts.size());
