@@ -6919,13 +6919,13 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
    arithmetic takes most of the time their bytes take from DRAM, and the hardware prefetcher
    alone fell behind; float rows stream at the limit without it and ran slower with it
    (docs/PERFORMANCE.md, Kernel notes). */
-static const int gpt2__rows_ahead_bytes = 4096;
+static const int gpt2__decode_ahead_bytes = 4096;
 
-/* Prefetches the 64-byte lines from `at` + gpt2__rows_ahead_bytes on that cover the next BYTES. */
+/* Prefetches the 64-byte lines from `at` + gpt2__decode_ahead_bytes on that cover the next BYTES. */
 template <int BYTES>
-GPT2__ALWAYS_INLINE static void gpt2__prefetch_rows_ahead(const uint8_t* at) {
+GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
     GPT2__UNROLL
-    for (int line = 0; line < (BYTES + 63) / 64; line++) _mm_prefetch((const char*)at + gpt2__rows_ahead_bytes + 64 * line, _MM_HINT_T0);
+    for (int line = 0; line < (BYTES + 63) / 64; line++) _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T0);
 }
 
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
@@ -6986,7 +6986,7 @@ GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t* p = w + BYTES * b;
-        gpt2__prefetch_rows_ahead<4 * BYTES>(p);
+        gpt2__prefetch_decode_ahead<4 * BYTES>(p);
         uint16_t h[4];
         for (int i = 0; i < 4; i++) h[i] = gpt2__q8_scale_f16(p + BYTES * i);
         const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b));
