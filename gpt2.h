@@ -6302,7 +6302,7 @@ static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)co
 enum gpt2__strategy : uint8_t {
     GPT2__STREAM_ROWS,   /* decode: W read row by row in its own type, each row's dot products with every token of x */
     GPT2__STREAM_INT8,   /* decode: q8_0 or q4_0 rows the same way against xq, the tokens quantized per block (integer dot products) */
-    GPT2__FLOAT_TILES,   /* prefill: W converted to floats a panel at a time, multiplied with tiles of tokens (x86; SIMD128 widens a row at a time) */
+    GPT2__FLOAT_TILES,   /* prefill: W converted to floats a panel at a time, multiplied with tiles of tokens (x86; SIMD128, NEON and scalar widen a row at a time) */
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
@@ -6559,6 +6559,31 @@ static void gpt2__matmul_by_rows(const gpt2__matmul_args& a, int64_t o_begin, in
 static void gpt2__matmul_rows_scalar(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
+}
+
+/* GPT2__FLOAT_TILES of the sets without tiles (scalar, NEON): a row that is not f32 converted to
+   floats once, into `panel` (gpt2__panel_floats), for all the prompt's tokens, instead of once a
+   token. DotRow's products of the floats are those it makes of the row in its own type, in the
+   same order, so a prompt gives the streamed rows' bits. */
+template <float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
+static void gpt2__matmul_widened_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
+    const float *x = a.x, *bias = a.bias;
+    float* y = a.y;
+    const int T = a.T;
+    const bool accumulate = a.accumulate;
+    for (int64_t o = o_begin; o < o_end; o++) {
+        const uint8_t* row = W.data + (size_t)o * W.row_bytes;
+        if (W.type != GPT2_TYPE_F32) {
+            gpt2__dequantize_row(W.type, row, panel, W.cols);
+            row = (const uint8_t*)panel;
+        }
+        for (int t = 0; t < T; t++) {
+            const float v = (bias ? bias[o] : 0.0f) + DotRow(GPT2_TYPE_F32, row, x + (size_t)t * W.cols, W.cols);
+            float* out = y + (size_t)t * W.rows + o;
+            *out = accumulate ? *out + v : v;
+        }
+    }
 }
 
 /* The sum of f(x[i]) in double, in 8 chains added at the end: one chain waits on each add's
@@ -8758,7 +8783,7 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
                                                    /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
-                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, nullptr, nullptr, nullptr, nullptr},
+                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                    gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
@@ -8826,10 +8851,11 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-/* the scalar set with NEON's row dot products and f16 conversion */
+/* the scalar set with NEON's row dot products (streamed and widened) and f16 conversion */
 static constexpr gpt2__kernels gpt2__with_neon(gpt2__kernels k) {
     k.name = "neon";
     k.matmul[GPT2__STREAM_ROWS] = k.matmul[GPT2__STREAM_INT8] = gpt2__matmul_rows_neon;
+    k.matmul[GPT2__FLOAT_TILES] = gpt2__matmul_widened_rows<gpt2__dot_row_neon>;
     k.to_f16 = gpt2__to_f16_neon;
     return k;
 }

@@ -19,7 +19,7 @@
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
                                                    /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
-                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, nullptr, nullptr, nullptr, nullptr},
+                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                    gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
@@ -87,10 +87,11 @@ static gpt2__x86_features gpt2__detect_x86() {
 }
 #endif
 #if defined(GPT2__NEON)
-/* the scalar set with NEON's row dot products and f16 conversion */
+/* the scalar set with NEON's row dot products (streamed and widened) and f16 conversion */
 static constexpr gpt2__kernels gpt2__with_neon(gpt2__kernels k) {
     k.name = "neon";
     k.matmul[GPT2__STREAM_ROWS] = k.matmul[GPT2__STREAM_INT8] = gpt2__matmul_rows_neon;
+    k.matmul[GPT2__FLOAT_TILES] = gpt2__matmul_widened_rows<gpt2__dot_row_neon>;
     k.to_f16 = gpt2__to_f16_neon;
     return k;
 }

@@ -106,7 +106,7 @@ static inline size_t gpt2__q8_packed_row_bytes(int64_t cols) { return (size_t)co
 enum gpt2__strategy : uint8_t {
     GPT2__STREAM_ROWS,   /* decode: W read row by row in its own type, each row's dot products with every token of x */
     GPT2__STREAM_INT8,   /* decode: q8_0 or q4_0 rows the same way against xq, the tokens quantized per block (integer dot products) */
-    GPT2__FLOAT_TILES,   /* prefill: W converted to floats a panel at a time, multiplied with tiles of tokens (x86; SIMD128 widens a row at a time) */
+    GPT2__FLOAT_TILES,   /* prefill: W converted to floats a panel at a time, multiplied with tiles of tokens (x86; SIMD128, NEON and scalar widen a row at a time) */
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
