@@ -3,12 +3,21 @@
 #include "gpt2.h"
 #include "json.h"
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 inline std::string test_data(const std::string& name) { return std::string(GPT2_TEST_DATA) + "/" + name; }
 inline std::string test_model(const std::string& name) { return std::string(GPT2_TEST_OUT) + "/" + name; }
+
+// Whether the suite runs under an emulator (tools/cross_test.sh sets GPT2_TEST_EMULATED=1 under
+// qemu), where code runs 30-60 times slower: the heaviest instruction-set cases then take less
+// text, and leave the scalar set, the same C++ as on the host, to the native run.
+inline bool emulated() {
+    const char* value = std::getenv("GPT2_TEST_EMULATED");
+    return value && std::strcmp(value, "1") == 0;
+}
 
 struct Model {
     gpt2_model* model = nullptr;
@@ -92,4 +101,15 @@ inline std::vector<int32_t> generate(gpt2_session* s, const std::vector<int32_t>
 // Makes `session` run on `kernels` (one of gpt2__supported_kernels) instead of the set dispatch
 // chose, for the files that hold a private copy of the implementation.
 inline void use_kernels(gpt2_session* session, const gpt2__kernels* kernels) { static_cast<gpt2__cpu_session*>(session)->kernels = kernels; }
+
+// The kernel sets a heavy case compares: every set this CPU runs (gpt2__supported_kernels), but
+// under an emulator (emulated()) not the scalar set where another runs.
+inline int kernel_sets_to_test(const gpt2__kernels* sets[gpt2__max_kernel_sets]) {
+    int n = gpt2__supported_kernels(sets);
+    if (!emulated() || n < 2) return n;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (std::strcmp(sets[i]->name, "scalar") != 0) sets[kept++] = sets[i];
+    return kept;
+}
 #endif

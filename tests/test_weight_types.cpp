@@ -23,6 +23,17 @@ static const Json& reference() {
     return ref;
 }
 
+// Each reference prompt's logits at every position, by `m`'s reference forward pass.
+static std::vector<std::vector<float>> reference_of_prompts(const Model& m) {
+    std::vector<std::vector<float>> logits;
+    for (const Json& prompt : reference()["prompts"].array) {
+        const std::vector<int32_t> ids = prompt["ids"].ints();
+        logits.emplace_back(ids.size() * (size_t)m.info().n_vocab);
+        gpt2__forward_reference(m.model, ids.data(), (int)ids.size(), logits.back().data());
+    }
+    return logits;
+}
+
 static int argmax(const float* v, int n) { return (int)(std::max_element(v, v + n) - v); }
 
 // Mean cross-entropy (nats per character) of `ids`, each predicted from the ones before it in
@@ -62,12 +73,7 @@ TEST_CASE("f16 weights give the float32 model's logits within 1e-2, bf16 within 
     Model f32(test_model("shakespeare_char.gguf"));
     REQUIRE_MESSAGE(f32.model, f32.err.message);
     const int n_vocab = f32.info().n_vocab;
-    std::vector<std::vector<float>> want; // each prompt's logits at every position: the float32 model by the reference forward pass
-    for (const Json& prompt : reference()["prompts"].array) {
-        const std::vector<int32_t> ids = prompt["ids"].ints();
-        want.emplace_back(ids.size() * (size_t)n_vocab);
-        gpt2__forward_reference(f32.model, ids.data(), (int)ids.size(), want.back().data());
-    }
+    const std::vector<std::vector<float>> want = reference_of_prompts(f32);
     const struct { const char* name; uint32_t type; float bound; } types[] = {{"f16", GPT2_TYPE_F16, 1e-2f}, {"bf16", GPT2_TYPE_BF16, 5e-2f}, {"q4_0", GPT2_TYPE_Q4_0, 1.0f}};
     for (const auto& t : types) {
         CAPTURE(std::string(t.name));
@@ -91,23 +97,23 @@ TEST_CASE("f16 weights give the float32 model's logits within 1e-2, bf16 within 
     }
 }
 
-// How often the quantized model `type_name` picks the float32 model's greedy token over 1000
-// teacher-forced steps.
-static int greedy_agreement(const char* type_name, uint32_t type) {
+// The share of teacher-forced steps at which the quantized model `type_name` picks the float32
+// model's greedy token: 1000 steps, 300 under an emulator.
+static double greedy_agreement(const char* type_name, uint32_t type) {
     Model f32(test_model("shakespeare_char.gguf"));
     REQUIRE(f32.model);
     Model q(quantized_model(type_name, type));
     REQUIRE_MESSAGE(q.model, q.err.message);
-    const int n_ctx = f32.info().n_ctx, n_vocab = f32.info().n_vocab;
+    const int n_ctx = f32.info().n_ctx, n_vocab = f32.info().n_vocab, n_steps = emulated() ? 300 : 1000;
     const std::vector<int32_t> text = validation_ids(f32);
     int agree = 0, steps = 0;
     // Windows of n_ctx: a few characters of real text, then the f32 model's greedy tokens fed to both.
-    for (size_t start = 0; steps < 1000; start += 97) {
+    for (size_t start = 0; steps < n_steps; start += 97) {
         Session a(f32, 1), b(q, 1);
         std::vector<int32_t> prompt(text.begin() + (long)start, text.begin() + (long)start + 8);
         REQUIRE(gpt2_session_eval(a.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
         REQUIRE(gpt2_session_eval(b.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
-        for (int i = (int)prompt.size(); i < n_ctx && steps < 1000; i++, steps++) {
+        for (int i = (int)prompt.size(); i < n_ctx && steps < n_steps; i++, steps++) {
             const int32_t want = argmax(gpt2_session_logits(a.session), n_vocab);
             agree += argmax(gpt2_session_logits(b.session), n_vocab) == want;
             REQUIRE(gpt2_session_eval(a.session, &want, 1, nullptr) == GPT2_OK);
@@ -115,15 +121,15 @@ static int greedy_agreement(const char* type_name, uint32_t type) {
         }
     }
     MESSAGE(std::string(type_name) << " agrees with f32 on " << agree << " of " << steps << " greedy steps");
-    return agree;
+    return (double)agree / steps;
 }
 
-TEST_CASE("q8_0 picks the float32 model's greedy token at >= 95% of 1000 teacher-forced steps") {
-    CHECK(greedy_agreement("q8_0", GPT2_TYPE_Q8_0) >= 950);
+TEST_CASE("q8_0 picks the float32 model's greedy token at >= 95% of teacher-forced steps") {
+    CHECK(greedy_agreement("q8_0", GPT2_TYPE_Q8_0) >= 0.95);
 }
 
-TEST_CASE("q4_0 picks the float32 model's greedy token at >= 97% of 1000 teacher-forced steps") {
-    CHECK(greedy_agreement("q4_0", GPT2_TYPE_Q4_0) >= 970); // measured 989
+TEST_CASE("q4_0 picks the float32 model's greedy token at >= 97% of teacher-forced steps") {
+    CHECK(greedy_agreement("q4_0", GPT2_TYPE_Q4_0) >= 0.97); // measured 989 of 1000
 }
 
 // A program may hold the file mapped while gpt2-quantize rewrites it (CI's parallel tests did:
@@ -215,6 +221,14 @@ TEST_CASE("cross-entropy on held-out Shakespeare stays within 1% of float32 for 
     }
 }
 
+// The held-out text the prompt cases score: all of it, or under an emulator its first 1,024
+// characters (16 windows of the model's 64).
+static std::vector<int32_t> prompt_case_text(const Model& m) {
+    std::vector<int32_t> ids = validation_ids(m);
+    if (emulated()) ids.resize(std::min<size_t>(ids.size(), 1024));
+    return ids;
+}
+
 // Mean cross-entropy as cross_entropy() defines it, each window of n_ctx characters scored from
 // one pass (gpt2_score: the prefill kernels).
 static double cross_entropy_of_prompts(const Model& m, const std::vector<int32_t>& ids, const gpt2__kernels* kernels) {
@@ -246,28 +260,26 @@ TEST_CASE("bf16 prompts give the float32 model's logits within 0.08 and its cros
     Model q(quantized_model("bf16", GPT2_TYPE_BF16));
     REQUIRE_MESSAGE(q.model, q.err.message);
     const int n_vocab = q.info().n_vocab;
-    const std::vector<int32_t> text = validation_ids(f32);
+    const std::vector<int32_t> text = prompt_case_text(f32);
     const double base = cross_entropy_of_prompts(f32, text, &gpt2__cpu_kernels());
+    const std::vector<std::vector<float>> want = reference_of_prompts(q), want_f32 = reference_of_prompts(f32); // each model's reference forward pass
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
-    const int n_sets = gpt2__supported_kernels(sets);
+    const int n_sets = kernel_sets_to_test(sets);
     for (int k = 0; k < n_sets; k++) {
         CAPTURE(std::string(sets[k]->name));
         float from_reference = 0, from_f32 = 0;
         int prefixes = 0, same_greedy = 0;
-        for (const Json& prompt : reference()["prompts"].array) {
-            const std::vector<int32_t> ids = prompt["ids"].ints();
-            std::vector<float> want(ids.size() * (size_t)n_vocab), want_f32(ids.size() * (size_t)n_vocab); // the reference forward pass of each model
-            gpt2__forward_reference(q.model, ids.data(), (int)ids.size(), want.data());
-            gpt2__forward_reference(f32.model, ids.data(), (int)ids.size(), want_f32.data());
+        for (size_t i = 0; i < reference()["prompts"].array.size(); i++) {
+            const std::vector<int32_t> ids = reference()["prompts"][i]["ids"].ints();
             Session s(q);
             use_kernels(s.session, sets[k]);
             for (size_t n = gpt2__decode_max_tokens + 1; n <= ids.size(); n++, prefixes++) { // every prefix that prefills, as one prompt
                 gpt2_session_reset(s.session);
                 REQUIRE(gpt2_session_eval(s.session, ids.data(), n, nullptr) == GPT2_OK);
                 const float* got = gpt2_session_logits(s.session);
-                from_reference = std::max(from_reference, max_abs_diff(got, &want[(n - 1) * n_vocab], (size_t)n_vocab));
-                from_f32 = std::max(from_f32, max_abs_diff(got, &want_f32[(n - 1) * n_vocab], (size_t)n_vocab));
-                same_greedy += argmax(got, n_vocab) == argmax(&want_f32[(n - 1) * n_vocab], n_vocab);
+                from_reference = std::max(from_reference, max_abs_diff(got, &want[i][(n - 1) * n_vocab], (size_t)n_vocab));
+                from_f32 = std::max(from_f32, max_abs_diff(got, &want_f32[i][(n - 1) * n_vocab], (size_t)n_vocab));
+                same_greedy += argmax(got, n_vocab) == argmax(&want_f32[i][(n - 1) * n_vocab], n_vocab);
             }
         }
         const double ce = cross_entropy_of_prompts(q, text, sets[k]);
@@ -289,24 +301,24 @@ static void check_int8_prompts(const char* type_name, uint32_t type, float max_f
     Model q(quantized_model(type_name, type));
     REQUIRE_MESSAGE(q.model, q.err.message);
     const int n_vocab = q.info().n_vocab;
-    const std::vector<int32_t> text = validation_ids(f32);
+    const std::vector<int32_t> text = prompt_case_text(f32);
     const double base = cross_entropy_of_prompts(f32, text, &gpt2__cpu_kernels());
+    const std::vector<std::vector<float>> want = reference_of_prompts(q); // the quantized model's reference forward pass
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
-    const int n_sets = gpt2__supported_kernels(sets);
+    const int n_sets = kernel_sets_to_test(sets);
     for (int k = 0; k < n_sets; k++) {
         CAPTURE(std::string(sets[k]->name));
         float from_reference = 0, from_nanogpt = 0;
-        for (const Json& prompt : reference()["prompts"].array) {
+        for (size_t i = 0; i < reference()["prompts"].array.size(); i++) {
+            const Json& prompt = reference()["prompts"][i];
             const std::vector<int32_t> ids = prompt["ids"].ints();
-            std::vector<float> want(ids.size() * (size_t)n_vocab); // the quantized model's reference forward pass
-            gpt2__forward_reference(q.model, ids.data(), (int)ids.size(), want.data());
             Session s(q);
             use_kernels(s.session, sets[k]);
             for (size_t n = 2; n <= ids.size(); n++) { // every prefix as one prompt
                 gpt2_session_reset(s.session);
                 REQUIRE(gpt2_session_eval(s.session, ids.data(), n, nullptr) == GPT2_OK);
                 const float* got = gpt2_session_logits(s.session);
-                from_reference = std::max(from_reference, max_abs_diff(got, &want[(n - 1) * n_vocab], (size_t)n_vocab));
+                from_reference = std::max(from_reference, max_abs_diff(got, &want[i][(n - 1) * n_vocab], (size_t)n_vocab));
                 const std::vector<float> nanogpt = n == ids.size() ? prompt["last_logits"].floats()
                                                    : prompt.has("all_logits") ? prompt["all_logits"][n - 1].floats() : std::vector<float>();
                 if (!nanogpt.empty()) from_nanogpt = std::max(from_nanogpt, max_abs_diff(got, nanogpt.data(), (size_t)n_vocab));
@@ -327,8 +339,9 @@ static void check_int8_prompts(const char* type_name, uint32_t type, float max_f
 // other sets multiply float panels. Every prefix of every prompt as one prefill, measured on
 // x86-64: int8 panels 0.094 from the q8_0 model's reference forward pass and 0.097 from nanoGPT's
 // float32 logits (float panels 0.029 and 0.049: the head's one token is int8 in every set);
-// cross-entropy through prompts -0.0060% from float32 (float panels -0.0053%). Bounds: about 2x
-// the logit differences, 3x the cross-entropy change.
+// cross-entropy through prompts -0.0060% from float32 (float panels -0.0053%); on the first 1,024
+// characters (under an emulator) +0.014%, avx2 and neon alike. Bounds: about 2x the logit
+// differences, 3x the cross-entropy change on the whole text.
 TEST_CASE("q8_0 prompts give the float32 model's logits within 0.2 and its cross-entropy within 0.02%, with int8 panels or float ones") {
     check_int8_prompts("q8_0", GPT2_TYPE_Q8_0, 0.2f, 0.2f, 2e-4);
 }

@@ -33,7 +33,8 @@ cli_args=(-p "ROMEO:" -n 100 --temp 0.8 --top-k 200 --seed 7 -t 2)
 # them runs natively and under Wine). The same-tokens case is replaced by gpt2-same-tokens below
 # (its scalar run of the shipped model alone would take minutes). What stays: the NEON and scalar kernels against
 # float64 and the reference forward pass, nanoGPT's logits and tokens, weight types, the
-# tokenizers, file and argument errors, session state.
+# tokenizers, file and argument errors, session state. GPT2_TEST_EMULATED=1 makes the heaviest of
+# those take less (tests/helpers.h, emulated(): less text, and the scalar set left to the native run).
 QEMU_SKIPS='every kernel set gives the scalar set*,a callback that calls into its own session*,with every added control off*,abort_fn ends eval and generate*,top_k = 1 sampling equals greedy*,gpt2_batch_eval gives every session of a ragged batch*,zero-initialised params are valid*,padding rows of the embedding are never sampled*,two sessions on one model in two threads*,logits do not depend on the thread count*,cross-entropy on held-out Shakespeare*,a token banned with logit_bias*,over a long chat the discard policy*,the same seed gives the same tokens and another seed*,gpt2_generate_batch gives each session*,streamed BPE text equals*,BPE: the delivered text is the generated text*,a damaged*,grammar: the mask allows exactly*'
 
 timings=()
@@ -92,9 +93,9 @@ cross() {
     # The suite finds its files by absolute path: under Wine, /work/... is Z:\work\... (Wine maps
     # Z: to /, and the current drive is Z: when started from a Linux folder).
     suite() {
-        local filter=()
-        [ "$platform" = aarch64 ] && filter=(-tce="$QEMU_SKIPS")
-        (cd "$build/tests" && "${run[@]}" "./gpt2-tests$exe" "${filter[@]}" >"../suite.txt" 2>&1) || {
+        local filter=() emulated=0
+        [ "$platform" = aarch64 ] && filter=(-tce="$QEMU_SKIPS") && emulated=1
+        (cd "$build/tests" && GPT2_TEST_EMULATED=$emulated "${run[@]}" "./gpt2-tests$exe" "${filter[@]}" >"../suite.txt" 2>&1) || {
             tail -n 60 "$build/suite.txt" >&2
             fail "$platform: the doctest suite failed (all of it: $build/suite.txt)"
         }
