@@ -4859,7 +4859,7 @@ static gpt2_result gpt2__schema_refuse_any(gpt2__schema_converter* cv, const gpt
 
 /* The helper rules a format's body uses, written once into a grammar that uses them
    (gpt2__schema_format_helpers). */
-enum : unsigned { GPT2__FORMAT_DATETIME = 1, GPT2__FORMAT_HOST = 2, GPT2__FORMAT_EMAIL = 4, GPT2__FORMAT_URI = 8 };
+enum : unsigned { GPT2__FORMAT_DATETIME = 1, GPT2__FORMAT_HOST = 2, GPT2__FORMAT_EMAIL = 4, GPT2__FORMAT_URI = 8, GPT2__FORMAT_IPV6 = 16 };
 
 struct gpt2__schema_format_rule {
     const char* name;
@@ -4867,20 +4867,25 @@ struct gpt2__schema_format_rule {
     unsigned helpers;
 };
 
-/* The formats a grammar holds. date, time, date-time (RFC 3339), uuid (RFC 4122), ipv4 exactly,
-   stricter where exactness would cost much (February has 28 days, no leap second). The others
-   are subsets every validator accepts: ipv6 in its full form (8 groups, no "::"); hostname and
-   email's domain 1 to 3 labels of at most 62 characters, the last starting with a letter (so no
-   all-numeric top-level name), within RFC 1034's 253; email's local part dot-atoms (RFC 5321) of
-   at most 4 words of 15, 254 characters in all at most; uri (RFC 3986) without userinfo or an
-   IP-literal host, uri-reference that or a relative reference. */
+/* The formats a grammar holds. date, time, date-time (RFC 3339), uuid (RFC 4122), ipv4 and ipv6
+   exactly, stricter where exactness would cost much (February has 28 days, no leap second). The
+   others are subsets every validator accepts: hostname and email's domain 1 to 3 labels of at
+   most 62 characters, the last starting with a letter (so no all-numeric top-level name), within
+   RFC 1034's 253; email's local part dot-atoms (RFC 5321) of at most 4 words of 15, 254
+   characters in all at most; uri (RFC 3986) without userinfo or an IP-literal host,
+   uri-reference that or a relative reference. */
 static const gpt2__schema_format_rule gpt2__schema_formats[] = {
     {"date", "\"\\\"\" fdate \"\\\"\"", GPT2__FORMAT_DATETIME},
     {"time", "\"\\\"\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
     {"date-time", "\"\\\"\" fdate \"T\" ftime \"\\\"\"", GPT2__FORMAT_DATETIME},
     {"uuid", "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\"", 0},
     {"ipv4", "\"\\\"\" fbyte \".\" fbyte \".\" fbyte \".\" fbyte \"\\\"\"", GPT2__FORMAT_HOST},
-    {"ipv6", "\"\\\"\" [0-9a-fA-F]{1,4} (\":\" [0-9a-fA-F]{1,4}){7} \"\\\"\"", 0},
+    /* RFC 3986's IPv6address: 8 groups, or fewer around one "::", the last two maybe an IPv4 address */
+    {"ipv6",
+     "\"\\\"\" ((fh16 \":\"){6} fls32 | \"::\" (fh16 \":\"){5} fls32 | fh16? \"::\" (fh16 \":\"){4} fls32 | ((fh16 \":\")? fh16)? \"::\" (fh16 \":\"){3} fls32 | "
+     "((fh16 \":\"){0,2} fh16)? \"::\" (fh16 \":\"){2} fls32 | ((fh16 \":\"){0,3} fh16)? \"::\" fh16 \":\" fls32 | ((fh16 \":\"){0,4} fh16)? \"::\" fls32 | "
+     "((fh16 \":\"){0,5} fh16)? \"::\" fh16 | ((fh16 \":\"){0,6} fh16)? \"::\") \"\\\"\"",
+     GPT2__FORMAT_HOST | GPT2__FORMAT_IPV6},
     {"hostname", "\"\\\"\" (flabel \".\"){0,2} ftld \"\\\"\"", GPT2__FORMAT_HOST},
     {"email", "\"\\\"\" fatom (\".\" fatom){0,3} \"@\" (flabel \".\"){1,2} ftld \"\\\"\"", GPT2__FORMAT_HOST | GPT2__FORMAT_EMAIL},
     {"uri", "\"\\\"\" furi \"\\\"\"", GPT2__FORMAT_URI},
@@ -4911,6 +4916,10 @@ static void gpt2__schema_format_helpers(unsigned used, gpt2__string* gbnf) {
         *gbnf += "fbyte ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]" "\n";
         *gbnf += "flabel ::= [A-Za-z0-9] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?" "\n";
         *gbnf += "ftld ::= [A-Za-z] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?" "\n";
+    }
+    if (used & GPT2__FORMAT_IPV6) {
+        *gbnf += "fh16 ::= [0-9a-fA-F]{1,4}" "\n";
+        *gbnf += "fls32 ::= fh16 \":\" fh16 | fbyte \".\" fbyte \".\" fbyte \".\" fbyte" "\n";
     }
     if (used & GPT2__FORMAT_EMAIL) *gbnf += "fatom ::= [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15}" "\n";
     if (used & GPT2__FORMAT_URI) {
