@@ -23,8 +23,8 @@ GPT2_NATIVE_CLI=build-test/examples/gpt2 bash tools/web_test.sh
 
 # ---- Windows and ARM (tools/cross_test.sh): MinGW-w64 builds run under Wine and aarch64 builds
 # under qemu-user must pass the doctest suite (qemu: its instruction-set-dependent part) and print
-# the native build's token ids with every kernel set, NEON included. 9.8 min on 2 cores shared with
-# other builds (6.8 CPU-minutes; README, Platforms, has each part's time). ----
+# the native build's token ids with every kernel set, NEON included. 17 min on 2 cores in CI's run
+# of 2026-12-03, 12 of them building (README, Platforms, has each part's time). ----
 if [ "$fast" != 1 ]; then
     bash tools/install_deps.sh g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user
     GPT2_NATIVE_BUILD=build-test bash tools/cross_test.sh
