@@ -21,12 +21,23 @@ cxx="${CXX_FUZZ:-clang++}"
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -I. -Itests -pthread
        -DGPT2_TEST_DATA="\"$PWD/tests/data\"")
 
-status=0
+targets=()
 for target in fuzz_gguf fuzz_tokenizer fuzz_session_state fuzz_grammar fuzz_json_schema; do
-    src="tests/fuzz/$target.cpp"
-    [ -f "$src" ] || { echo "$target: $src not present, skipped"; continue; }
-    echo "== $target: building"
-    "$cxx" "${flags[@]}" "$src" -o "$out/$target"
+    if [ -f "tests/fuzz/$target.cpp" ]; then targets+=("$target"); else echo "$target: tests/fuzz/$target.cpp not present, skipped"; fi
+done
+# All built at once: each is one compiler run over the whole implementation (about 2 min), so
+# one after another they left every core but one idle.
+echo "== building ${targets[*]}"
+pids=()
+for target in "${targets[@]}"; do
+    "$cxx" "${flags[@]}" "tests/fuzz/$target.cpp" -o "$out/$target" >"$out/$target.build.log" 2>&1 &
+    pids+=($!)
+done
+for i in "${!targets[@]}"; do
+    wait "${pids[$i]}" || { cat "$out/${targets[$i]}.build.log"; echo "${targets[$i]}: the build failed"; exit 1; }
+done
+status=0
+for target in "${targets[@]}"; do
     corpus="$out/corpus_${target#fuzz_}"
     mkdir -p "$corpus"
     seeds="tests/fuzz/corpus_${target#fuzz_}"
