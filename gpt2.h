@@ -364,8 +364,10 @@ GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, si
    lower index). The options' shared prefixes run once (a trie of their tokens): N options cost
    a run per distinct token, not N generations. Each equals gpt2_score of the context's tokens
    and the option's less gpt2_score of the context's alone. Needs a context (evaluate a prompt
-   first) with room for the longest option. The session is left as it was (tokens, logits, RNG),
-   on every error and when abort_fn stops it too. */
+   first). Where the longest option does not fit in n_ctx after the context, every option is
+   scored after the context cut as evaluating that option would cut it (the session's context
+   policy), and the session's next evaluation recomputes the cache from the cut on. The session
+   is left as it was (tokens, logits, RNG), on every error and when abort_fn stops it too. */
 GPT2_API gpt2_result gpt2_choose(gpt2_session* session, const char* const* options, size_t n_options,
                                  float* logprobs, size_t* best, gpt2_error* err);
 
@@ -10734,6 +10736,21 @@ static gpt2_result gpt2__choice_score(gpt2_session* s, gpt2__vector<gpt2__choice
     return GPT2_OK;
 }
 
+/* Where the longest option does not fit after the context, the context is cut as evaluating
+   that option would cut it (gpt2__make_room under the session's policy; where that takes every
+   token, DISCARD with n_keep 0, the last one stays), and its last token runs again for the
+   logits after the cut context. The caller's checkpoint puts the context back. */
+static gpt2_result gpt2__choice_make_room(gpt2_session* s, size_t longest, gpt2_error* err) {
+    if (s->tokens.size() + longest <= (size_t)s->n_ctx) return GPT2_OK;
+    const int32_t last = s->tokens.back();
+    gpt2__make_room(s, longest);
+    if (s->tokens.empty()) s->tokens.push_back(last);
+    const int32_t end = s->tokens.back();
+    s->tokens.pop_back();
+    s->n_cached = std::min(s->n_cached, (int)s->tokens.size());
+    return gpt2__session_append(s, &end, 1, err);
+}
+
 GPT2_DEF gpt2_result gpt2_choose(gpt2_session* s, const char* const* options, size_t n_options, float* logprobs, size_t* best, gpt2_error* err) {
     if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
     if (!best) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "best is NULL: nowhere to put the chosen option's index");
@@ -10747,20 +10764,26 @@ GPT2_DEF gpt2_result gpt2_choose(gpt2_session* s, const char* const* options, si
     if (s->tokens.empty() || !s->has_logits)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "the session's context is empty: evaluate a prompt first (the options are scored as its continuation)");
     GPT2__GUARD_BEGIN
+    /* The context tokens that stay when room is made: the policy's n_keep, and at least one (the
+       options are scored after something). */
+    const size_t kept = std::max<size_t>(1, s->context_policy == GPT2_CONTEXT_DISCARD ? (size_t)s->n_keep : 0);
     gpt2__vector<gpt2__vector<int32_t>> ids(n_options);
+    size_t longest = 0;
     for (size_t i = 0; i < n_options; i++) {
         const gpt2_result res = gpt2__tokenize(s->model, options[i], std::strlen(options[i]), false, &ids[i], err);
         if (res != GPT2_OK) return gpt2__fail(err, res, "options[%zu]: %s", i, gpt2__string(err ? err->message : "").c_str());
-        if (s->tokens.size() + ids[i].size() > (size_t)s->n_ctx)
-            return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "options[%zu] is %zu tokens; after the context's %zu that is %zu, more than n_ctx %d", i, ids[i].size(),
-                              s->tokens.size(), s->tokens.size() + ids[i].size(), s->n_ctx);
+        if (kept + ids[i].size() > (size_t)s->n_ctx)
+            return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "options[%zu] is %zu tokens; beside the %zu context token%s the context policy keeps that is %zu, more than n_ctx %d",
+                              i, ids[i].size(), kept, kept == 1 ? "" : "s", kept + ids[i].size(), s->n_ctx);
+        longest = std::max(longest, ids[i].size());
     }
     gpt2__vector<gpt2__choice_node> nodes;
     gpt2__vector<int> end;
     gpt2__choice_trie(ids, &nodes, &end);
     gpt2__checkpoint before; /* the session as it was: put back however the scoring ends */
     GPT2__TRY(gpt2__checkpoint_take(s, &before, err));
-    const gpt2_result res = gpt2__choice_score(s, &nodes, err);
+    gpt2_result res = gpt2__choice_make_room(s, longest, err);
+    if (res == GPT2_OK) res = gpt2__choice_score(s, &nodes, err);
     gpt2_error restore_err;
     const gpt2_result restored = gpt2__checkpoint_restore(s, &before, &restore_err); /* ABORTED when it worked */
     if (restored != GPT2_ERROR_ABORTED) {

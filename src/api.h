@@ -363,8 +363,10 @@ GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, si
    lower index). The options' shared prefixes run once (a trie of their tokens): N options cost
    a run per distinct token, not N generations. Each equals gpt2_score of the context's tokens
    and the option's less gpt2_score of the context's alone. Needs a context (evaluate a prompt
-   first) with room for the longest option. The session is left as it was (tokens, logits, RNG),
-   on every error and when abort_fn stops it too. */
+   first). Where the longest option does not fit in n_ctx after the context, every option is
+   scored after the context cut as evaluating that option would cut it (the session's context
+   policy), and the session's next evaluation recomputes the cache from the cut on. The session
+   is left as it was (tokens, logits, RNG), on every error and when abort_fn stops it too. */
 GPT2_API gpt2_result gpt2_choose(gpt2_session* session, const char* const* options, size_t n_options,
                                  float* logprobs, size_t* best, gpt2_error* err);
 

@@ -134,11 +134,10 @@ TEST_CASE("gpt2_choose refuses bad arguments with a message, and the session is 
     const char* null_option[] = {nullptr, "a"};
     CHECK(gpt2_choose(p.s.session, null_option, 2, logprobs, &best, &e) == GPT2_ERROR_INVALID_ARGUMENT);
     CHECK_ERROR(e, GPT2_ERROR_INVALID_ARGUMENT, "options[0] is NULL");
-    // the context holds 9 of 16 tokens: an option of 8 characters does not fit
-    REQUIRE(p.context.size() == 9);
-    const char* too_long[] = {"a", "abcdefg", "abcdefgh"};
+    // n_ctx 16: an option of 16 characters does not fit beside the one context token kept
+    const char* too_long[] = {"a", "abcdefghijklmno", "abcdefghijklmnop"};
     CHECK(gpt2_choose(p.s.session, too_long, 3, logprobs, &best, &e) == GPT2_ERROR_CONTEXT_FULL);
-    CHECK_ERROR(e, GPT2_ERROR_CONTEXT_FULL, "options[2] is 8 tokens; after the context's 9 that is 17, more than n_ctx 16");
+    CHECK_ERROR(e, GPT2_ERROR_CONTEXT_FULL, "options[2] is 16 tokens; beside the 1 context token the context policy keeps that is 17, more than n_ctx 16");
     const char* bad_text[] = {"a", "\xE2\x82\xAC"}; // the character vocabulary has no euro sign
     CHECK(gpt2_choose(p.s.session, bad_text, 2, logprobs, &best, &e) != GPT2_OK);
     CHECK(has(e, "options[1]: "));
@@ -148,6 +147,78 @@ TEST_CASE("gpt2_choose refuses bad arguments with a message, and the session is 
     CHECK(gpt2_choose(fresh.session, ok, 2, logprobs, &best, &e) == GPT2_ERROR_INVALID_ARGUMENT);
     CHECK_ERROR(e, GPT2_ERROR_INVALID_ARGUMENT, "context is empty");
     CHECK(gpt2_session_n_tokens(fresh.session) == 0);
+}
+
+namespace {
+gpt2_session* session_with_policy(const gpt2_model* m, int n_ctx, gpt2_context_policy policy, int n_keep) {
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = 2;
+    sp.n_ctx = n_ctx;
+    sp.context_policy = policy;
+    sp.n_keep = n_keep;
+    gpt2_session* s = nullptr;
+    REQUIRE(gpt2_session_create(m, &sp, &s, nullptr) == GPT2_OK);
+    return s;
+}
+std::vector<int32_t> tokens_of(const gpt2_session* s) { return {gpt2_session_tokens(s), gpt2_session_tokens(s) + gpt2_session_n_tokens(s)}; }
+std::vector<float> logits_of(const gpt2_model* m, const gpt2_session* s) {
+    const float* l = gpt2_session_logits(s);
+    return {l, l + gpt2_model_get_info(m).n_vocab};
+}
+} // namespace
+
+TEST_CASE("gpt2_choose on a full context scores after the context cut as evaluating the longest option would cut it, and leaves the session as it was") {
+    const gpt2_model* m = char_model().model;
+    REQUIRE(m);
+    const std::vector<std::string> options = {" the king", " a", " the queen's", " thee"};
+    const std::vector<int32_t> longest = tokenize(m, options[2]);
+    const std::vector<int32_t> prompt = tokenize(m, "PLAYER:\nGood morrow! What news?\n\nROMEO:\nThe");
+    struct Policy { gpt2_context_policy policy; int n_keep; };
+    for (Policy p : {Policy{GPT2_CONTEXT_EXACT, 0}, Policy{GPT2_CONTEXT_DISCARD, 8}, Policy{GPT2_CONTEXT_DISCARD, 0}}) {
+        CAPTURE(p.policy);
+        CAPTURE(p.n_keep);
+        gpt2_session* s = session_with_policy(m, 40, p.policy, p.n_keep);
+        REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+        const std::vector<int32_t> context = tokens_of(s);
+        REQUIRE(context.size() + longest.size() > 40u); // the longest option does not fit
+        // The reference cut: what evaluating the longest option does to a copy of the context.
+        gpt2_session* copy = session_with_policy(m, 40, p.policy, p.n_keep);
+        REQUIRE(gpt2_session_copy(copy, s, nullptr) == GPT2_OK);
+        REQUIRE(gpt2_session_eval(copy, longest.data(), longest.size(), nullptr) == GPT2_OK);
+        std::vector<int32_t> cut = tokens_of(copy);
+        cut.resize(cut.size() - longest.size());
+        REQUIRE(cut.size() < context.size());
+        REQUIRE(gpt2_session_copy(copy, s, nullptr) == GPT2_OK); // and the copy as the session was
+
+        const std::vector<float> logits_before = logits_of(m, s);
+        std::vector<const char*> ptrs;
+        for (const std::string& o : options) ptrs.push_back(o.c_str());
+        std::vector<float> logprobs(options.size());
+        size_t best = 99;
+        gpt2_error e{};
+        REQUIRE(gpt2_choose(s, ptrs.data(), ptrs.size(), logprobs.data(), &best, &e) == GPT2_OK);
+        size_t expected_best = 0;
+        for (size_t i = 0; i < options.size(); i++) {
+            INFO("option " << i << ": '" << options[i] << "'");
+            CHECK(std::fabs(logprobs[i] - score_after(m, cut, options[i])) <= 1e-5);
+            if (logprobs[i] > logprobs[expected_best]) expected_best = i;
+        }
+        CHECK(best == expected_best);
+        CHECK(tokens_of(s) == context);
+        CHECK(logits_of(m, s) == logits_before);
+        // what comes next is what the copy that never chose says
+        gpt2_generate_params gp = gpt2_generate_default_params();
+        gp.max_new_tokens = 12;
+        gp.seed = 5;
+        const int32_t more = prompt.back();
+        std::vector<int32_t> after_choose(12), unchanged(12);
+        size_t n1 = 0, n2 = 0;
+        REQUIRE(gpt2_generate(s, &more, 1, &gp, after_choose.data(), after_choose.size(), &n1, nullptr) == GPT2_OK);
+        REQUIRE(gpt2_generate(copy, &more, 1, &gp, unchanged.data(), unchanged.size(), &n2, nullptr) == GPT2_OK);
+        CHECK(after_choose == unchanged);
+        gpt2_session_free(copy);
+        gpt2_session_free(s);
+    }
 }
 
 TEST_CASE("gpt2_choose on a model without vocabulary fails with NO_VOCABULARY") {
