@@ -171,7 +171,7 @@ typedef enum gpt2_result {
     GPT2_ERROR_UNSUPPORTED,      /* a valid file using something this build cannot run */
     GPT2_ERROR_OUT_OF_MEMORY,
     GPT2_ERROR_BAD_TOKEN,        /* a token id outside the vocabulary */
-    GPT2_ERROR_CONTEXT_FULL,     /* a session state or copy holds more tokens than the session's context */
+    GPT2_ERROR_CONTEXT_FULL,     /* a session state or copy holds more tokens than the session's context, or a gpt2_choose option does not fit in it */
     GPT2_ERROR_NO_VOCABULARY,    /* text was given to a model that has no tokenizer */
     GPT2_ERROR_BAD_TEXT,         /* text that cannot be encoded */
     GPT2_ERROR_DEVICE,           /* the GPU or its driver failed */
