@@ -415,7 +415,9 @@ typedef struct gpt2_grammar gpt2_grammar; /* immutable once made: share it betwe
 
 /* Makes a grammar for `model`'s vocabulary from GBNF text (UTF-8, NUL-terminated). root: the
    start rule's name; NULL = "root". A malformed grammar gives GPT2_ERROR_BAD_GRAMMAR and a
-   message with the line, the column and what was expected. Free it before the model. */
+   message with the line, the column and what was expected; so does a grammar none of whose
+   sentences the vocabulary can write (JSON for a character model without braces), naming the
+   characters no token holds. Free it before the model. */
 GPT2_API gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root,
                                             gpt2_grammar** out_grammar, gpt2_error* err);
 GPT2_API void gpt2_grammar_free(gpt2_grammar* grammar);

@@ -194,7 +194,7 @@ TEST_CASE("grammar: every GBNF feature accepts what an equivalent regex accepts,
 }
 
 TEST_CASE("grammar: classes read code points, and text is checked as UTF-8 bytes") {
-    const Model& m = char_model();
+    const Model& m = bpe_model(); // its vocabulary writes every character (shakespeare_char's has no é)
     Grammar range(m.model, "root ::= [é-ë]");
     REQUIRE(range.result == GPT2_OK);
     CHECK(match(range.grammar, "é") == GPT2_MATCH_COMPLETE);
@@ -455,16 +455,51 @@ TEST_CASE("grammar: each session of a batch follows its own grammar, as it would
     }
 }
 
-TEST_CASE("grammar: a grammar the vocabulary cannot write fails at the first step, the session consistent") {
+TEST_CASE("grammar: a grammar the vocabulary cannot write is refused when it is made, naming the characters no token holds") {
+    const Model& m = char_model(); // shakespeare_char's 65 characters: no braces, quotes or digits but '3'
+    struct Case { const char* gbnf; const char* message; };
+    for (Case c : {Case{"root ::= \"{\" [a-z]*", "grammar: this model's vocabulary cannot write any text the grammar accepts: no token holds '{'"},
+                   Case{"root ::= \"a\" root | \"{\"", "no token holds '{'"}, // "aaa..." never completes
+                   Case{"root ::= [0-9]+ \"\xC3\xA9\" | \"[\" [\xE2\x82\xAC] \"]\"", "no token holds U+00E9, '[', U+20AC, ']'"}}) {
+        CAPTURE(c.gbnf);
+        Grammar g(m.model, c.gbnf);
+        CHECK(g.grammar == nullptr);
+        CHECK_ERROR(g.err, GPT2_ERROR_BAD_GRAMMAR, c.message);
+    }
+    // writable: one alternative is enough, and a grammar with no finite sentence is not the vocabulary's doing
+    for (const char* gbnf : {"root ::= \"{\" | [a-z]+", "root ::= \"a\" root", "root ::= [0-9{] \"}\"?"}) {
+        CAPTURE(gbnf);
+        CHECK(Grammar(m.model, gbnf).result == GPT2_OK);
+    }
+    const char* schema = "{\"type\": \"object\"}";
+    gpt2_grammar* json = nullptr;
+    gpt2_error e{};
+    CHECK(gpt2_grammar_from_json_schema(m.model, schema, std::strlen(schema), nullptr, &json, &e) == GPT2_ERROR_BAD_GRAMMAR);
+    CHECK(json == nullptr);
+    CHECK_ERROR(e, GPT2_ERROR_BAD_GRAMMAR, "json schema: this model's vocabulary cannot write any text the json schema accepts: no token holds '{'");
+    // GPT-2's vocabulary holds every byte
+    CHECK(Grammar(bpe_model().model, "root ::= \"{\" [\xE2\x82\xAC]").result == GPT2_OK);
+    REQUIRE(gpt2_grammar_from_json_schema(bpe_model().model, schema, std::strlen(schema), nullptr, &json, &e) == GPT2_OK);
+    gpt2_grammar_free(json);
+}
+
+TEST_CASE("grammar: where no token continues the text, generation fails at that step, the session consistent") {
     const Model& m = char_model();
-    Grammar g(m.model, "root ::= \"{\" [a-z]*"); // shakespeare_char's 65 characters have no '{'
+    Grammar g(m.model, "root ::= \"a\" \"{\" | \"b\""); // writable through "b"; after "a", only '{' (no token holds it)
     REQUIRE(g.result == GPT2_OK);
+    int32_t b = -1;
+    size_t n = 0;
+    REQUIRE(gpt2_tokenize(m.model, "b", 1, 0, &b, 1, &n, nullptr) == GPT2_OK);
+    const gpt2_logit_bias ban_b = {b, -INFINITY};
     Session s(m);
     gpt2_generate_params p = gpt2_generate_default_params();
     p.grammar = g.grammar;
+    p.logit_bias = &ban_b;
+    p.n_logit_bias = 1;
     const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
-    CHECK_ERROR(out.err, GPT2_ERROR_BAD_GRAMMAR, "no token of the model's vocabulary continues");
-    CHECK(gpt2_session_n_tokens(s.session) == 6); // the prompt, evaluated; nothing generated
+    CHECK_ERROR(out.err, GPT2_ERROR_BAD_GRAMMAR, "no token of the model's vocabulary continues the text generated so far (1 tokens)");
+    CHECK(out.text == "a");
+    CHECK(gpt2_session_n_tokens(s.session) == 7); // the prompt and "a"
     p.grammar = nullptr;
     p.max_new_tokens = 5;
     const Generated again = generate_with(m.model, s.session, "", p);

@@ -572,4 +572,87 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
     return GPT2_OK;
 }
 
+/* A code point for a message: 'c' when printable ASCII, else U+XXXX. */
+static gpt2__string gpt2__code_point_text(uint32_t cp) {
+    char buf[16];
+    if (cp >= 0x20 && cp < 0x7F) std::snprintf(buf, sizeof buf, "'%c'", (char)cp);
+    else std::snprintf(buf, sizeof buf, "U+%04X", (unsigned)cp);
+    return buf;
+}
+
+/* A character class for a message: the one code point, or its ranges in brackets. */
+static gpt2__string gpt2__class_text(const gpt2__code_points& c) {
+    if (c.ranges.size() == 1 && c.ranges[0].first == c.ranges[0].second) return gpt2__code_point_text(c.ranges[0].first);
+    gpt2__string text = "[";
+    for (const auto& r : c.ranges) {
+        if (text.size() > 40) return text + "...]";
+        text += gpt2__code_point_text(r.first);
+        if (r.second != r.first) text += "-" + gpt2__code_point_text(r.second);
+        text += r.first == c.ranges.back().first ? "" : " ";
+    }
+    return text + "]";
+}
+
+/* Whether some finite text of the writable classes matches the start rule (class_writable: a
+   flag per class; NULL, every class). The rules that can produce one are found as a fixed point.
+   A $ref cycle with no way out ({"properties": {"a": {"$ref": "#"}}, "required": ["a"]}) makes a
+   grammar nothing completes. */
+static bool gpt2__grammar_root_productive(const gpt2_grammar& g, const gpt2__vector<char>* class_writable) {
+    gpt2__vector<char> productive(g.rules.size(), 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < g.rules.size(); r++) {
+            for (uint32_t a = g.rules[r].alts_begin; a < g.rules[r].alts_end && !productive[r]; a++) {
+                bool all = true;
+                for (uint32_t e = g.alt_starts[a]; all && g.elems[e].kind != GPT2__G_END; e++)
+                    all = g.elems[e].kind == GPT2__G_RULE ? productive[g.elems[e].value] != 0 : !class_writable || (*class_writable)[g.elems[e].value];
+                if (all) productive[r] = changed = true;
+            }
+        }
+    }
+    return productive[g.root] != 0;
+}
+
+/* A grammar whose every sentence needs a character no token holds (a JSON Schema's '{' for a
+   model trained on plays, whose vocabulary has no braces) would let generation run until the
+   mask is empty, and fail there; it is refused when it is made instead ("what: ..."), naming the
+   characters no token holds among those the start rule reaches. A character counts as writable
+   when some token holds it: a vocabulary of every byte (GPT-2's) writes everything. A grammar
+   with no finite sentence at all (root ::= "a" root) is not the vocabulary's doing: it passes. */
+static gpt2_result gpt2__grammar_check_writable(const gpt2_grammar& g, const gpt2__tokenizer& tok, const char* what, gpt2_error* err) {
+    bool every_byte = true;
+    for (int32_t id : tok.byte_id) every_byte = every_byte && id >= 0;
+    if (every_byte) return GPT2_OK;
+    gpt2__vector<uint32_t> writable; /* the code points the tokens hold */
+    for (size_t i = 0; i + 1 < tok.offsets.size(); i++)
+        for (size_t at = tok.offsets[i], end = tok.offsets[i + 1]; at < end;) {
+            uint32_t cp;
+            at += gpt2__utf8_decode((const unsigned char*)tok.bytes.data() + at, end - at, &cp);
+            if (cp != GPT2__INVALID_CP) writable.push_back(cp);
+        }
+    gpt2__vector<char> class_writable(g.classes.size(), 0);
+    for (size_t c = 0; c < g.classes.size(); c++)
+        for (size_t i = 0; i < writable.size() && !class_writable[c]; i++) class_writable[c] = gpt2__class_has(g.classes[c], writable[i]);
+    if (gpt2__grammar_root_productive(g, &class_writable) || !gpt2__grammar_root_productive(g, nullptr)) return GPT2_OK;
+    gpt2__vector<char> reached(g.rules.size(), 0);
+    gpt2__vector<uint32_t> queue(1, g.root);
+    reached[g.root] = 1;
+    gpt2__vector<gpt2__string> lacking;
+    for (size_t q = 0; q < queue.size(); q++)
+        for (uint32_t a = g.rules[queue[q]].alts_begin; a < g.rules[queue[q]].alts_end; a++)
+            for (uint32_t e = g.alt_starts[a]; g.elems[e].kind != GPT2__G_END; e++) {
+                const uint32_t v = g.elems[e].value;
+                if (g.elems[e].kind == GPT2__G_RULE) {
+                    if (!reached[v]) reached[v] = 1, queue.push_back(v);
+                } else if (!class_writable[v]) {
+                    const gpt2__string text = gpt2__class_text(g.classes[v]);
+                    if (std::find(lacking.begin(), lacking.end(), text) == lacking.end()) lacking.push_back(text);
+                }
+            }
+    gpt2__string named;
+    for (size_t i = 0; i < lacking.size() && i < 4; i++) named += (i ? ", " : "") + lacking[i];
+    return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "%s: this model's vocabulary cannot write any text the %s accepts: no token holds %s%s", what,
+                      what, named.c_str(), lacking.size() > 4 ? ", ..." : "");
+}
+
 #endif /* GPT2__PART_GRAMMAR_GBNF_H */

@@ -1435,23 +1435,4 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, bool 
     return GPT2_OK;
 }
 
-/* Whether some finite text matches the grammar's start rule: a $ref cycle with no way out
-   ({"properties": {"a": {"$ref": "#"}}, "required": ["a"]}) makes a grammar nothing completes. */
-static bool gpt2__grammar_root_productive(const gpt2_grammar& g) {
-    gpt2__vector<uint8_t> productive(g.rules.size(), 0);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < g.rules.size(); r++) {
-            if (productive[r]) continue;
-            for (uint32_t a = g.rules[r].alts_begin; a < g.rules[r].alts_end && !productive[r]; a++) {
-                bool all = true;
-                for (uint32_t e = g.alt_starts[a]; g.elems[e].kind != GPT2__G_END && all; e++)
-                    if (g.elems[e].kind == GPT2__G_RULE && !productive[g.elems[e].value]) all = false;
-                if (all) productive[r] = 1, changed = true;
-            }
-        }
-    }
-    return productive[g.root] != 0;
-}
-
 #endif /* GPT2__PART_GRAMMAR_JSON_SCHEMA_H */
