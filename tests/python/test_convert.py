@@ -56,17 +56,20 @@ _own_scratch = []
 
 
 def scratch():
-    """A new empty folder under $GPT2_TEST_OUT (kept for inspection), or under a temporary
-    folder removed when the tests end."""
-    base = os.environ.get("GPT2_TEST_OUT")
-    if base:
-        os.makedirs(base, exist_ok=True)
-    else:
-        if not _own_scratch:
-            _own_scratch.append(tempfile.mkdtemp(prefix="gpt2h_test_convert_"))
-            atexit.register(shutil.rmtree, _own_scratch[0], True)
-        base = _own_scratch[0]
-    return tempfile.mkdtemp(prefix="py_convert_", dir=base)
+    """A new empty folder under $GPT2_TEST_OUT/py_convert (emptied when these tests start and kept
+    after them for inspection, so runs do not pile up), or under a temporary folder removed when
+    the tests end."""
+    if not _own_scratch:
+        base = os.environ.get("GPT2_TEST_OUT")
+        if base:
+            base = os.path.join(base, "py_convert")
+            shutil.rmtree(base, ignore_errors=True)
+            os.makedirs(base)
+        else:
+            base = tempfile.mkdtemp(prefix="gpt2h_test_convert_")
+            atexit.register(shutil.rmtree, base, True)
+        _own_scratch.append(base)
+    return tempfile.mkdtemp(prefix="case_", dir=_own_scratch[0])
 
 
 def reference(name):
