@@ -1,7 +1,12 @@
 // npc.cpp - a game loop at 60 Hz while five characters "think" together on one worker thread.
-// Each answers in a form the game parses - "ACTION: <one of its actions>", then its line - held
-// by a grammar of its own (gpt2_grammar_from_gbnf), so the game can act on every answer.
-// One model is loaded and shared. The scene (what the player said) is evaluated once and forked
+// Each answers in a form the game parses - "ACTION: <one of its actions>", then its line. The
+// game picks the action: the one of the character's actions the model finds the most likely
+// after "ACTION:" (gpt2_choose, which scores options without generating); the line follows,
+// held by a grammar (gpt2_grammar_from_gbnf) to one sentence of whole words. At the end each
+// character's state - its mood and how far it trusts the player - comes back as a JSON object
+// held by a JSON Schema (gpt2_grammar_from_json_schema), which the game reads into its own
+// struct; a model whose vocabulary cannot write JSON (the shipped one learned plays: no braces
+// or quotes) says so, and the rest runs as before. One model is loaded and shared. The scene (what the player said) is evaluated once and forked
 // into each character's session (gpt2_session_copy), so no character reads it again. The worker
 // generates all characters' speeches in one batch (gpt2_generate_batch: one pass over the
 // weights per token of every character, so five cost little more than one), each session with
@@ -33,24 +38,73 @@ struct Queue { // waiting for the next frame
     std::vector<std::pair<int, std::string>> items;
     Clock::time_point asked; // when the player asked Romeo again
 };
-struct Speech { int line; Queue* queue; std::vector<int32_t> tokens; gpt2_match form; }; // one line of the play
+struct Speech { // one line of the play: what the worker thread wrote, and the queue it went through
+    int line;
+    Queue* queue;
+    std::vector<int32_t> tokens;
+    gpt2_match form;
+    std::string text;
+};
 
 static int on_token(void* user, int32_t token, const char* text, size_t len) {
     Speech* speech = (Speech*)user;
     if (token >= 0) speech->tokens.push_back(token);
+    speech->text.append(text, len);
     std::lock_guard<std::mutex> lock(speech->queue->mutex);
     speech->queue->items.emplace_back(speech->line, std::string(text, len));
     return 0;
 }
 
-// A character's answer: its action, one of those it has, then one sentence and the blank line
-// that ends a speech in this model's text (Shakespeare), so the next speaker's tag follows as
-// in the text it learned from. The sentence is whole words, at most 16, so when it reaches its
-// length it ends after a word, never inside one. Generation ends where the grammar's sentence does.
-static std::string answer_grammar(const std::vector<std::string>& actions) {
-    std::string choice;
-    for (const std::string& a : actions) choice += (choice.empty() ? "\"" : " | \"") + a + "\"";
-    return "root ::= \"ACTION: \" (" + choice + ") \"\\n\" [A-Z] [a-z'-]{0,13} ([,;:]? \" \" [A-Za-z'-]{1,14}){0,15} [.!?] \"\\n\\n\"";
+// A character's line, after its action: one sentence and the blank line that ends a speech in
+// this model's text (Shakespeare), so the next speaker's tag follows as in the text it learned
+// from. The sentence is whole words, at most 16, so when it reaches its length it ends after a
+// word, never inside one. Generation ends where the grammar's sentence does.
+static const char* line_grammar = "root ::= [A-Z] [a-z'-]{0,13} ([,;:]? \" \" [A-Za-z'-]{1,14}){0,15} [.!?] \"\\n\\n\"";
+
+// A character's state as the game keeps it, and the schema the model fills it from. Compact JSON
+// with the properties in the schema's order, so the game reads it with one sscanf.
+struct State { char mood[16]; int trust; };
+static const char* state_schema = R"({
+  "type": "object",
+  "properties": {
+    "mood": {"enum": ["calm", "merry", "angry", "afraid"]},
+    "trust": {"type": "integer", "minimum": 0, "maximum": 10}
+  },
+  "required": ["mood", "trust"],
+  "additionalProperties": false
+})";
+
+static bool parsed_state(const std::string& json, State* state) {
+    return std::sscanf(json.c_str(), "{\"mood\":\"%15[a-z]\",\"trust\":%d}", state->mood, &state->trust) == 2;
+}
+
+static bool ok(gpt2_result result, const gpt2_error& err) {
+    if (result != GPT2_OK) std::fprintf(stderr, "%s\n", err.message);
+    return result == GPT2_OK;
+}
+
+// The game picks the character's action: it says `prompt` and "ACTION:", and the most likely of
+// its actions follows (gpt2_choose scores them all, their shared beginnings once, and leaves the
+// session as it was). The action reaches the game as the start of the line; *then is what the
+// character says next, the action and the line break, to generate the line after.
+static bool pick_action(const gpt2_model* model, gpt2_session* session, const std::string& prompt, const std::vector<std::string>& actions, Speech* speech,
+                        std::string* then, gpt2_error* err) {
+    const std::string asked = prompt + "ACTION:";
+    std::vector<int32_t> tokens(asked.size() * 4 + 16);
+    size_t n_tokens = 0;
+    std::vector<std::string> options;
+    std::vector<const char*> pointers;
+    for (const std::string& a : actions) options.push_back(" " + a); // as the text goes on: "ACTION: bow"
+    for (const std::string& o : options) pointers.push_back(o.c_str());
+    size_t best = 0;
+    if (!ok(gpt2_tokenize(model, asked.data(), asked.size(), 0, tokens.data(), tokens.size(), &n_tokens, err), *err) ||
+        !ok(gpt2_session_eval(session, tokens.data(), n_tokens, err), *err) ||
+        !ok(gpt2_choose(session, pointers.data(), pointers.size(), nullptr, &best, err), *err))
+        return false;
+    *then = options[best] + "\n";
+    const std::string shown = "ACTION:" + *then;
+    on_token(speech, -1, shown.data(), shown.size());
+    return true;
 }
 
 // The game's side: the action of an answer, or "" when the answer is incomplete.
@@ -61,18 +115,13 @@ static std::string parsed_action(const std::string& answer) {
 
 static gpt2_generate_params speech_params(uint64_t seed, const gpt2_grammar* grammar, Speech* speech) {
     gpt2_generate_params gp = gpt2_generate_default_params();
-    gp.max_new_tokens = 280; // the longest answer the grammar allows fits (8 + 8 + 1 + 14 + 15 x 16 + 3)
+    gp.max_new_tokens = 260; // the longest line the grammar allows fits (1 + 13 + 15 x 16 + 1 + 2 characters)
     gp.seed = seed;          // each character its own dice
     gp.grammar = grammar;
     gp.grammar_match = &speech->form;
     gp.on_token = on_token;
     gp.user = speech;
     return gp;
-}
-
-static bool ok(gpt2_result result, const gpt2_error& err) {
-    if (result != GPT2_OK) std::fprintf(stderr, "%s\n", err.message);
-    return result == GPT2_OK;
 }
 
 static double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -125,9 +174,13 @@ int main(int argc, char** argv) {
     const std::vector<std::vector<std::string>> actions = {
         {"sigh", "bow", "draw"}, {"wave", "blush", "flee"}, {"laugh", "draw", "mock"}, {"fuss", "hurry"}, {"bow", "warn"}};
     const size_t n = cast.size();
-    std::vector<gpt2_grammar*> grammars(n, nullptr); // immutable: the worker thread reads them
-    for (size_t i = 0; i < n; i++)
-        if (!ok(gpt2_grammar_from_gbnf(model, answer_grammar(actions[i]).c_str(), nullptr, &grammars[i], &err), err)) return 1;
+    gpt2_grammar* line = nullptr; // immutable: the worker thread reads it for every character
+    if (!ok(gpt2_grammar_from_gbnf(model, line_grammar, nullptr, &line, &err), err)) return 1;
+    gpt2_json_schema_params jp = gpt2_json_schema_default_params();
+    jp.compact = 1;
+    gpt2_grammar* state = nullptr; // stays NULL where the vocabulary cannot write JSON: no states then
+    std::string no_state;
+    if (gpt2_grammar_from_json_schema(model, state_schema, std::strlen(state_schema), &jp, &state, &err) != GPT2_OK) no_state = err.message;
     std::vector<gpt2_session*> sessions(n, nullptr);
     for (gpt2_session*& session : sessions)
         if (!ok(gpt2_session_create(model, &sp, &session, &err), err) || !ok(gpt2_session_copy(session, shared, &err), err)) return 1;
@@ -135,23 +188,29 @@ int main(int argc, char** argv) {
 
     Queue queue;
     std::vector<Speech> lines; // a line per character, then Romeo's answer to the player
-    for (size_t i = 0; i <= n; i++) lines.push_back({(int)i, &queue, {}, GPT2_MATCH_NONE});
+    for (size_t i = 0; i <= n; i++) lines.push_back({(int)i, &queue, {}, GPT2_MATCH_NONE, {}});
+    Queue unshown; // the states are read when the scene is over, not shown as they come
+    std::vector<Speech> states;
+    for (size_t i = 0; i < n; i++) states.push_back({(int)i, &unshown, {}, GPT2_MATCH_NONE, {}});
     std::vector<std::string> said(lines.size());
     std::vector<unsigned char> save_game; // Romeo after his first speech
     const char* ask = "PLAYER:\nAnd what of Juliet?\n\nROMEO:\n"; // what the player says to him next
     std::string ask_prompt;
     std::atomic<bool> running{true};
     const auto t_scene = Clock::now(); // the player spoke: every character's line is asked for
-    double batch_s = 0; // the first speeches, all characters together
+    double choose_ms = 0, batch_s = 0; // the first actions and speeches, all characters
     std::thread worker([&] {
         gpt2_error e;
-        std::vector<std::string> tags;
+        std::vector<std::string> then(n); // each character's action and line break, its speech's prompt
         std::vector<const char*> prompts;
         std::vector<gpt2_generate_params> params;
-        for (size_t i = 0; i < n; i++) tags.push_back(cast[i] + ":\n");
-        for (size_t i = 0; i < n; i++) prompts.push_back(tags[i].c_str()), params.push_back(speech_params(1000 + i, grammars[i], &lines[i]));
+        const auto t_choose = Clock::now();
+        bool spoke = true;
+        for (size_t i = 0; i < n && spoke; i++) spoke = pick_action(model, sessions[i], cast[i] + ":\n", actions[i], &lines[i], &then[i], &e);
+        choose_ms = ms_since(t_choose);
+        for (size_t i = 0; i < n; i++) prompts.push_back(then[i].c_str()), params.push_back(speech_params(1000 + i, line, &lines[i]));
         const auto t0 = Clock::now();
-        const bool spoke = ok(gpt2_generate_batch(sessions.data(), prompts.data(), params.data(), n, &e), e);
+        spoke = spoke && ok(gpt2_generate_batch(sessions.data(), prompts.data(), params.data(), n, &e), e);
         batch_s = ms_since(t0) / 1e3;
         // The game saves Romeo (to memory here; a game writes the bytes to its save file).
         size_t bytes = 0;
@@ -160,14 +219,30 @@ int main(int argc, char** argv) {
         if (spoke && ok(gpt2_session_save(sessions[0], save_game.data(), bytes, &bytes, &e), e)) {
             // The context ends with the grammar's blank line unless the speech ran to max_new_tokens.
             ask_prompt = std::string(lines[0].form == GPT2_MATCH_COMPLETE ? "" : "\n\n") + ask;
-            gpt2_generate_params gp = speech_params(2000, grammars[0], &lines[n]);
+            gpt2_generate_params gp = speech_params(2000, line, &lines[n]);
             {
                 std::lock_guard<std::mutex> lock(queue.mutex);
                 queue.asked = Clock::now();
             }
-            ok(gpt2_generate_text(sessions[0], ask_prompt.c_str(), &gp, &e), e);
+            std::string again;
+            if (pick_action(model, sessions[0], ask_prompt, actions[0], &lines[n], &again, &e)) ok(gpt2_generate_text(sessions[0], again.c_str(), &gp, &e), e);
         } else {
             save_game.clear();
+        }
+        // Each character's state after the scene, in one batch: a JSON object the schema holds.
+        if (spoke && state) {
+            std::vector<std::string> asked(n);
+            prompts.clear();
+            params.clear();
+            for (size_t i = 0; i < n; i++) {
+                const Speech& last = lines[i == 0 ? n : i]; // Romeo spoke last to the player
+                asked[i] = std::string(last.form == GPT2_MATCH_COMPLETE ? "" : "\n\n") + "STATE: ";
+                prompts.push_back(asked[i].c_str());
+                gpt2_generate_params gp = speech_params(3000 + i, state, &states[i]);
+                gp.max_new_tokens = 64; // the longest state, {"mood":"afraid","trust":10}, is 29 characters
+                params.push_back(gp);
+            }
+            ok(gpt2_generate_batch(sessions.data(), prompts.data(), params.data(), n, &e), e);
         }
         running = false;
     });
@@ -207,18 +282,30 @@ int main(int argc, char** argv) {
         std::printf("%s:\n%s[the game: %s %s]\n\n", cast[i].c_str(), said[i].c_str(), cast[i].c_str(),
                     parsed_action(said[i]).empty() ? "ran out of tokens" : parsed_action(said[i]).c_str());
     std::printf("%s%s[the game: ROMEO %s]\n\n", ask, said[n].c_str(), parsed_action(said[n]).c_str());
+    if (!state) {
+        std::printf("No states: %s\n(the states need a model whose vocabulary writes JSON, such as GPT-2's: npc GPT2_MODEL.gguf)\n\n", no_state.c_str());
+    } else {
+        std::printf("The characters' states, JSON the schema holds, read by the game:\n");
+        for (size_t i = 0; i < n; i++) {
+            State st;
+            if (parsed_state(states[i].text, &st)) std::printf("  %s %s [the game: mood %s, trust %d]\n", cast[i].c_str(), states[i].text.c_str(), st.mood, st.trust);
+            else std::printf("  %s %s [the game: unreadable, ran out of tokens]\n", cast[i].c_str(), states[i].text.c_str());
+        }
+        std::printf("\n");
+    }
 
     // Load the save game into a new session (with the same params: the context policy is not
     // saved): Romeo must say exactly what he said after the save.
     int status = 1;
     gpt2_session* restored = nullptr;
     Queue unused;
-    Speech again{0, &unused, {}, GPT2_MATCH_NONE};
-    gpt2_generate_params gp = speech_params(2000, grammars[0], &again);
+    Speech again{0, &unused, {}, GPT2_MATCH_NONE, {}};
+    gpt2_generate_params gp = speech_params(2000, line, &again);
+    std::string then;
     if (!save_game.empty() && ok(gpt2_session_create(model, &sp, &restored, &err), err) &&
         ok(gpt2_session_load(restored, save_game.data(), save_game.size(), &err), err) &&
-        ok(gpt2_generate_text(restored, ask_prompt.c_str(), &gp, &err), err)) {
-        status = again.tokens == lines[n].tokens ? 0 : 1;
+        pick_action(model, restored, ask_prompt, actions[0], &again, &then, &err) && ok(gpt2_generate_text(restored, then.c_str(), &gp, &err), err)) {
+        status = again.text == lines[n].text && again.tokens == lines[n].tokens ? 0 : 1;
         std::printf("Saved ROMEO after his first speech (%zu bytes) and loaded him into a new session: %s (%zu tokens).\n",
                     save_game.size(), status == 0 ? "he says the same" : "HE SAYS SOMETHING ELSE", again.tokens.size());
     }
@@ -226,8 +313,8 @@ int main(int argc, char** argv) {
 
     size_t tokens = 0;
     for (size_t i = 0; i < n; i++) tokens += lines[i].tokens.size();
-    std::printf("%zu characters in one batch on one worker thread: %zu tokens in %.2f s, %.0f tokens/s together\n", n, tokens, batch_s,
-                batch_s > 0 ? tokens / batch_s : 0.0);
+    std::printf("%zu characters' actions chosen (gpt2_choose) in %.0f ms, then their lines in one batch on one worker thread: %zu tokens in %.2f s, %.0f tokens/s together\n",
+                n, choose_ms, tokens, batch_s, batch_s > 0 ? tokens / batch_s : 0.0);
     std::printf("Lines ready (whole, on the main thread), from when each was asked for:\n ");
     for (size_t i = 0; i <= n; i++) {
         const std::string who = i < n ? cast[i] : "ROMEO again";
@@ -237,7 +324,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
     print_frames(frame_ms, 1000.0 / 60, max_work_ms);
     for (gpt2_session* session : sessions) gpt2_session_free(session);
-    for (gpt2_grammar* grammar : grammars) gpt2_grammar_free(grammar);
+    gpt2_grammar_free(line);
+    gpt2_grammar_free(state);
     gpt2_model_free(model); // after every session and grammar is freed
     return status;
 }
