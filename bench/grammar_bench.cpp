@@ -48,26 +48,15 @@ int main(int argc, char** argv) {
     if (make_grammar_timed(model, gbnf.c_str(), &grammar, &first_ms, &compile_ms, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
 
     GrammarMaskStats stats;
-    std::vector<uint32_t> allowed(((size_t)model->n_vocab + 31) / 32);
     size_t n_documents = 0;
     std::istringstream lines(documents);
     for (std::string doc; std::getline(lines, doc);) {
         if (doc.empty()) continue;
-        std::vector<int32_t> ids(doc.size() + 1);
-        size_t n = 0;
-        if (gpt2_tokenize(model, doc.data(), doc.size(), 0, ids.data(), ids.size(), &n, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
-        gpt2__grammar_matcher m;
-        gpt2__matcher_begin(&m, grammar);
-        for (size_t i = 0; i < n; i++) {
-            const double t0 = grammar_now_us();
-            if (gpt2__matcher_mask(&m, allowed.data(), &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
-            stats.add(grammar_now_us() - t0, allowed.data(), allowed.size());
-            if (!((allowed[(size_t)ids[i] >> 5] >> (ids[i] & 31)) & 1)) {
-                std::fprintf(stderr, "gpt2-bench-grammar: document %zu leaves the grammar at token %zu\n", n_documents + 1, i);
-                return 1;
-            }
-            bool alive = false;
-            gpt2__matcher_feed(&m, gpt2__tokenizer_token_bytes(&model->tokenizer, ids[i]), &alive, &err);
+        const FedText fed = feed_text(model, grammar, doc, [&](double mask_us, double, const uint32_t* allowed, size_t words) { stats.add(mask_us, allowed, words); }, &err);
+        if (fed.failed) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
+        if (!fed.followed) {
+            std::fprintf(stderr, "gpt2-bench-grammar: document %zu leaves the grammar at token %zu\n", n_documents + 1, fed.refused_at);
+            return 1;
         }
         n_documents++;
     }

@@ -50,30 +50,6 @@ std::string refused_keyword(const char* message) {
     return close == std::string::npos ? m.substr(0, 48) : m.substr(open + 1, close - open - 1);
 }
 
-// Feeds one instance; returns whether every token was allowed. *incomplete: all were, but the
-// text does not end the grammar. false with *mask_error set: the grammar could not be followed.
-bool feed_instance(gpt2_model* model, gpt2_grammar* grammar, const std::string& text, Totals* t, bool* incomplete, bool* mask_error) {
-    gpt2_error err;
-    std::vector<int32_t> ids(text.size() + 1);
-    size_t n = 0;
-    *incomplete = *mask_error = false;
-    if (gpt2_tokenize(model, text.data(), text.size(), 0, ids.data(), ids.size(), &n, &err) != GPT2_OK) return *mask_error = true, false;
-    std::vector<uint32_t> allowed(((size_t)model->n_vocab + 31) / 32);
-    gpt2__grammar_matcher m;
-    gpt2__matcher_begin(&m, grammar);
-    for (size_t i = 0; i < n; i++) {
-        const double t0 = grammar_now_us();
-        if (gpt2__matcher_mask(&m, allowed.data(), &err) != GPT2_OK) return *mask_error = true, false;
-        const bool ok = (allowed[(size_t)ids[i] >> 5] >> (ids[i] & 31)) & 1;
-        bool alive = false;
-        if (ok) gpt2__matcher_feed(&m, gpt2__tokenizer_token_bytes(&model->tokenizer, ids[i]), &alive, &err);
-        t->tbm_us.push_back(grammar_now_us() - t0);
-        if (!ok) return false;
-    }
-    *incomplete = !m.state.complete;
-    return true;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -121,7 +97,7 @@ int main(int argc, char** argv) {
         }
     }
 
-    Totals t, untimed;
+    Totals t;
     for (const Case& c : cases) {
         t.schemas++;
         gpt2_grammar* grammar = nullptr;
@@ -140,13 +116,13 @@ int main(int argc, char** argv) {
         const bool masked = gpt2__matcher_mask(&first_step, allowed.data(), &err) == GPT2_OK;
         t.ttfm_us.push_back(grammar_now_us() - t0);
         if (!masked) why_failing = err.message, t.mask_errors++;
-        bool incomplete = false, mask_error = false;
         if (warm)
-            for (const auto& instance : c.instances) feed_instance(model, grammar, instance.second, &untimed, &incomplete, &mask_error);
+            for (const auto& instance : c.instances) feed_text(model, grammar, instance.second, [](double, double, const uint32_t*, size_t) {}, &err);
         for (const auto& instance : c.instances) {
             const std::string& text = instance.second;
-            const bool accepted = feed_instance(model, grammar, text, &t, &incomplete, &mask_error);
-            if (mask_error) {
+            const FedText fed = feed_text(model, grammar, text, [&](double, double step_us, const uint32_t*, size_t) { t.tbm_us.push_back(step_us); }, &err);
+            const bool accepted = fed.followed, incomplete = !fed.complete;
+            if (fed.failed) {
                 t.mask_errors++;
                 if (why_failing.empty()) why_failing = "the grammar could not be followed: " + text.substr(0, 120);
             }
