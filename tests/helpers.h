@@ -31,6 +31,17 @@ struct Model {
     gpt2_model_info info() const { return gpt2_model_get_info(model); }
 };
 
+// The test models the grammar, schema and choice cases share, each loaded once: nanoGPT's
+// character vocabulary (shakespeare_char) and GPT-2's BPE one (a small padded GPT-2).
+inline const Model& char_model() {
+    static Model m(test_model("shakespeare_char.gguf"));
+    return m;
+}
+inline const Model& bpe_model() {
+    static Model m(test_model("padded_gpt2.gguf"));
+    return m;
+}
+
 // Loads a model from bytes (kept alive as long as the model, as gpt2_model_load_memory requires).
 struct Loaded {
     std::vector<uint8_t> bytes;

@@ -42,15 +42,6 @@ std::vector<std::string> strings_up_to(const std::string& alphabet, size_t n) {
     return all;
 }
 
-const Model& char_model() {
-    static Model m(test_model("shakespeare_char.gguf"));
-    return m;
-}
-
-const Model& bpe_model() {
-    static Model m(test_model("padded_gpt2.gguf"));
-    return m;
-}
 
 struct Generated {
     gpt2_result result = GPT2_OK;
