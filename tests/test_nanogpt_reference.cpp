@@ -55,16 +55,21 @@ TEST_CASE("logits at every position match nanoGPT within 1e-4") {
     CHECK(checked >= 7);
 }
 
+// nanoGPT's 40 greedy tokens; under an emulator the first 12, still past block_size for the
+// 60-character prompt (each token past it recomputes the whole window).
 TEST_CASE("greedy continuations equal nanoGPT's token for token, also past block_size") {
     Model m(test_model("shakespeare_char.gguf"));
     REQUIRE(m.model);
+    const size_t n_new = emulated() ? 12 : 40;
     bool crossed_context = false;
     for (const Json& prompt : reference()["prompts"].array) {
         CAPTURE(prompt["name"].string);
         Session s(m);
-        std::vector<int32_t> got = generate(s.session, prompt["ids"].ints(), 40, 0.0f, 0, 0);
-        CHECK(got == prompt["greedy_new_ids"].ints());
-        crossed_context |= prompt["greedy_crops_context"].boolean;
+        const std::vector<int32_t> ids = prompt["ids"].ints(), want = prompt["greedy_new_ids"].ints();
+        REQUIRE(want.size() == 40);
+        std::vector<int32_t> got = generate(s.session, ids, (int)n_new, 0.0f, 0, 0);
+        CHECK(got == std::vector<int32_t>(want.begin(), want.begin() + (long)n_new));
+        crossed_context |= ids.size() + n_new > (size_t)m.info().n_ctx;
     }
     CHECK(crossed_context);
 }

@@ -76,7 +76,7 @@ static float check_kernel_sets(const gpt2_model* m, int kv_f16, std::initializer
     const std::vector<float> want = reference_logits(m, ids);
     float worst = 0;
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
-    const int n_sets = gpt2__supported_kernels(sets);
+    const int n_sets = kernel_sets_to_test(sets);
     for (int i = 0; i < n_sets; i++) {
         for (int threads : thread_counts) {
             const std::string kernels = sets[i]->name;

@@ -247,6 +247,24 @@ static double cross_entropy_of_prompts(const Model& m, const std::vector<int32_t
     return sum / (double)scored;
 }
 
+// The prefix lengths of an n_ids-token prompt the prompt cases evaluate as one prompt each, from
+// `first`: every one, or under an emulator those up to 24 tokens (every remainder of the
+// kernels' row tiles, decode and prefill alike) and the whole prompt - the prefixes' cost grows
+// with the square of the prompt's length.
+static std::vector<size_t> prefix_lengths(size_t n_ids, size_t first) {
+    std::vector<size_t> lengths;
+    for (size_t n = first; n <= n_ids; n++)
+        if (!emulated() || n <= 24 || n == n_ids) lengths.push_back(n);
+    return lengths;
+}
+
+// The float32 model's cross-entropy through prompts over prompt_case_text, the base the prompt
+// cases compare with: computed once (under an emulator a prompt case's largest part).
+static double f32_prompt_cross_entropy(const Model& f32) {
+    static const double base = cross_entropy_of_prompts(f32, prompt_case_text(f32), &gpt2__cpu_kernels());
+    return base;
+}
+
 // Prompts on bf16 weights: where the kernel set has the bf16 unit (avx512_bf16) their products
 // round the activations to bf16, as the weights are; the other sets multiply float panels. Every
 // prefix of every prompt that prefills (4 or more tokens) as one prompt, measured on x86-64
@@ -261,7 +279,7 @@ TEST_CASE("bf16 prompts give the float32 model's logits within 0.08 and its cros
     REQUIRE_MESSAGE(q.model, q.err.message);
     const int n_vocab = q.info().n_vocab;
     const std::vector<int32_t> text = prompt_case_text(f32);
-    const double base = cross_entropy_of_prompts(f32, text, &gpt2__cpu_kernels());
+    const double base = f32_prompt_cross_entropy(f32);
     const std::vector<std::vector<float>> want = reference_of_prompts(q), want_f32 = reference_of_prompts(f32); // each model's reference forward pass
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n_sets = kernel_sets_to_test(sets);
@@ -273,7 +291,8 @@ TEST_CASE("bf16 prompts give the float32 model's logits within 0.08 and its cros
             const std::vector<int32_t> ids = reference()["prompts"][i]["ids"].ints();
             Session s(q);
             use_kernels(s.session, sets[k]);
-            for (size_t n = gpt2__decode_max_tokens + 1; n <= ids.size(); n++, prefixes++) { // every prefix that prefills, as one prompt
+            for (size_t n : prefix_lengths(ids.size(), gpt2__decode_max_tokens + 1)) { // every prefix that prefills, as one prompt
+                prefixes++;
                 gpt2_session_reset(s.session);
                 REQUIRE(gpt2_session_eval(s.session, ids.data(), n, nullptr) == GPT2_OK);
                 const float* got = gpt2_session_logits(s.session);
@@ -302,7 +321,7 @@ static void check_int8_prompts(const char* type_name, uint32_t type, float max_f
     REQUIRE_MESSAGE(q.model, q.err.message);
     const int n_vocab = q.info().n_vocab;
     const std::vector<int32_t> text = prompt_case_text(f32);
-    const double base = cross_entropy_of_prompts(f32, text, &gpt2__cpu_kernels());
+    const double base = f32_prompt_cross_entropy(f32);
     const std::vector<std::vector<float>> want = reference_of_prompts(q); // the quantized model's reference forward pass
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n_sets = kernel_sets_to_test(sets);
@@ -314,7 +333,7 @@ static void check_int8_prompts(const char* type_name, uint32_t type, float max_f
             const std::vector<int32_t> ids = prompt["ids"].ints();
             Session s(q);
             use_kernels(s.session, sets[k]);
-            for (size_t n = 2; n <= ids.size(); n++) { // every prefix as one prompt
+            for (size_t n : prefix_lengths(ids.size(), 2)) { // every prefix as one prompt
                 gpt2_session_reset(s.session);
                 REQUIRE(gpt2_session_eval(s.session, ids.data(), n, nullptr) == GPT2_OK);
                 const float* got = gpt2_session_logits(s.session);
