@@ -4715,7 +4715,8 @@ static gpt2_result gpt2__schema_ref_rule(gpt2__schema_converter* cv, const gpt2_
 /* Merges the view of `schema` into `into` (allOf's parts and a schema's own keywords): only
    where the keywords are independent of each other, which is what a merge may assume. */
 static gpt2_result gpt2__schema_merge(gpt2__schema_converter* cv, gpt2__schema_view* into, const gpt2__schema_view& more, std::string_view where) {
-    static const char* const coupled[][2] = {{"properties", "additionalProperties"}, {"items", "prefixItems"}, {"items", "additionalItems"}};
+    static const char* const coupled[][2] = {{"properties", "additionalProperties"}, {"patternProperties", "additionalProperties"}, {"items", "prefixItems"},
+                                             {"items", "additionalItems"}};
     for (const auto& kw : more) {
         const gpt2__schema_kw* same = gpt2__schema_find(*into, kw.key);
         if (same && kw.key != "type" && kw.key != "required")
@@ -5121,7 +5122,7 @@ static void gpt2__schema_other_key(gpt2__schema_converter* cv, const gpt2__vecto
 }
 
 static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible, int depth) {
-    GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"patternProperties", "propertyNames", "minProperties", "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties"},
+    GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"propertyNames", "minProperties", "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties"},
                                       "is not enforced"));
     const gpt2__schema_kw* props = gpt2__schema_find(view, "properties");
     const gpt2__schema_kw* additional = gpt2__schema_find(view, "additionalProperties");
@@ -5135,10 +5136,43 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
                 req.push_back(r.text);
             }
         }
-    /* the extra properties: additionalProperties (absent = any value) */
-    gpt2__string extra_value;
+    /* patternProperties: one pattern, held exactly in two forms. With additionalProperties false
+       and no named properties, the keys are those the pattern matches, each value its schema;
+       with a pattern that matches every name ("" or ".*", unanchored), every extra value has its
+       schema. Elsewhere a key could meet both the pattern and a name or the additional
+       properties, whose schemas it must then both meet: refused. */
+    const gpt2__schema_kw* patterns = gpt2__schema_find(view, "patternProperties");
+    if (patterns && patterns->value->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, patterns->pointer, "patternProperties must be an object");
+    if (patterns && patterns->value->keys.size() > 1) return gpt2__schema_refuse(cv, patterns->pointer, "'patternProperties' is enforced only with one pattern");
+    const bool pattern = patterns && patterns->value->keys.size() == 1;
+    const bool named = (props && !props->value->keys.empty()) || !req.empty();
+    /* the extra properties: patternProperties' or additionalProperties (absent = any value) */
+    gpt2__string extra_value, extra_key; /* extra_key: the keys' rule where a pattern gives it; else any name but the named ones */
     bool extra_allowed = true;
-    if (additional) {
+    if (pattern) {
+        const gpt2__string& regex = patterns->value->keys[0];
+        const bool every_name = regex.empty() || regex == ".*";
+        const bool open = !additional || (additional->value->kind == GPT2__JSON_BOOL && additional->value->boolean);
+        const bool closed = additional && additional->value->kind == GPT2__JSON_BOOL && !additional->value->boolean;
+        if (!(every_name ? open || closed : closed))
+            return gpt2__schema_refuse(cv, patterns->pointer, "'patternProperties' is enforced only with additionalProperties false, or with a pattern that matches every name (\"\" or \".*\")");
+        if (every_name ? props && !props->value->keys.empty() : named)
+            return gpt2__schema_refuse(cv, patterns->pointer, every_name ? "'patternProperties' beside 'properties' is not enforced"
+                                                                        : "'patternProperties' with additionalProperties false is enforced only without 'properties' and 'required'");
+        if (!every_name) {
+            gpt2__string contents;
+            if (const char* why = gpt2__regex_to_gbnf(regex, "char", &contents)) {
+                char msg[160];
+                std::snprintf(msg, sizeof msg, "'patternProperties' is not enforced: %s", why);
+                return gpt2__schema_refuse(cv, patterns->pointer, msg);
+            }
+            cv->used_char = true;
+            extra_key = gpt2__schema_add_rule(cv, "\"\\\"\" " + contents + " \"\\\"\"");
+        }
+        bool none = false;
+        GPT2__TRY(gpt2__schema_expr(cv, patterns->value->items[0], patterns->pointer + "/" + gpt2__schema_escape_pointer(regex), &extra_value, &none, depth + 1));
+        extra_allowed = !none;
+    } else if (additional) {
         if (additional->value->kind == GPT2__JSON_BOOL) {
             extra_allowed = additional->value->boolean;
             if (extra_allowed) cv->used_value = true, extra_value = "value";
@@ -5187,7 +5221,9 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
     }
     const char* ws = gpt2__schema_ws(cv);
     gpt2__string extra_kv;
-    if (extra_allowed) {
+    if (extra_allowed && !extra_key.empty()) {
+        extra_kv = extra_key + ws + " \":\" " + ws + " " + extra_value + ws;
+    } else if (extra_allowed) {
         gpt2__string key;
         gpt2__schema_other_key(cv, names, 0, &key);
         cv->used_char = true;

@@ -397,6 +397,44 @@ TEST_CASE("json schema: formats ipv4, ipv6, hostname, email, uri and uri-referen
     }
 }
 
+TEST_CASE("json schema: patternProperties with additionalProperties false, or a pattern that matches every name") {
+    REQUIRE(bpe_model().model);
+    // closed: every key matches the pattern (unanchored unless written with ^ and $), its value the schema
+    check_case({R"({"type":"object","patternProperties":{"^[a-z]+$":{"type":"integer"}},"additionalProperties":false})",
+                {R"({})", R"({"ab":1})", R"({"a":1,"zz":-2})"},
+                {R"({"A":1})", R"({"ab":"1"})", R"({"":1})", R"({"a1":1})", R"({"a":1,"B":2})", R"([])"}});
+    check_case({R"({"type":"object","patternProperties":{"^x-":{"type":"string"}},"additionalProperties":false})",
+                {R"({"x-a":"s"})", R"({"x-":""})"},
+                {R"({"y-a":"s"})", R"({"ax-":"s"})", R"({"x-a":1})"}});
+    check_case({R"({"patternProperties":{"[0-9]{2,}":{"type":"boolean"}},"additionalProperties":false})",
+                {R"({"a12b":true})", R"({"99":false})", R"(3)"}, // unanchored: the digits may sit anywhere; not an object: passes
+                {R"({"a1b":true})", R"({"12":1})"}});
+    // a pattern that matches every name: every extra value has its schema, the required ones too
+    check_case({R"({"type":"object","patternProperties":{".*":{"type":"number"}},"required":["a"]})",
+                {R"({"a":1})", R"({"a":1,"b":2.5,"":0})"},
+                {R"({})", R"({"a":"x"})", R"({"a":1,"b":null})"}});
+    check_case({R"({"type":"object","patternProperties":{"":{"type":"null"}},"additionalProperties":false})",
+                {R"({})", R"({"k":null})"},
+                {R"({"k":0})"}});
+    // the forms a key could meet two schemas in are refused
+    CHECK(refusal(R"({"type":"object","patternProperties":{"^a":{},"^b":{}},"additionalProperties":false})") ==
+          "json schema: /patternProperties: 'patternProperties' is enforced only with one pattern");
+    CHECK(refusal(R"({"type":"object","patternProperties":{"^a":{"type":"integer"}}})") ==
+          "json schema: /patternProperties: 'patternProperties' is enforced only with additionalProperties false, or with a pattern that matches every name (\"\" or \".*\")");
+    CHECK(refusal(R"({"type":"object","patternProperties":{"^a":{}},"additionalProperties":{"type":"string"}})").find("is enforced only with additionalProperties false") !=
+          std::string::npos);
+    CHECK(refusal(R"({"type":"object","properties":{"ab":{}},"patternProperties":{"^a":{}},"additionalProperties":false})") ==
+          "json schema: /patternProperties: 'patternProperties' with additionalProperties false is enforced only without 'properties' and 'required'");
+    CHECK(refusal(R"({"type":"object","required":["ab"],"patternProperties":{"^a":{}},"additionalProperties":false})").find("without 'properties' and 'required'") !=
+          std::string::npos);
+    CHECK(refusal(R"({"type":"object","properties":{"a":{}},"patternProperties":{".*":{}}})") ==
+          "json schema: /patternProperties: 'patternProperties' beside 'properties' is not enforced");
+    CHECK(refusal(R"J({"type":"object","patternProperties":{"a(?=b)":{}},"additionalProperties":false})J") ==
+          "json schema: /patternProperties: 'patternProperties' is not enforced: lookaround is not enforced");
+    CHECK(refusal(R"({"allOf":[{"patternProperties":{".*":{}}},{"additionalProperties":false}]})").find("depend on each other") != std::string::npos);
+    CHECK(refusal(R"({"type":"object","patternProperties":[]})") == "json schema: /patternProperties: patternProperties must be an object");
+}
+
 TEST_CASE("json schema: keywords that are not enforced are refused with their JSON pointer") {
     REQUIRE(bpe_model().model);
     CHECK(refusal(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})") ==
