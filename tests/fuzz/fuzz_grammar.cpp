@@ -8,7 +8,9 @@
 // a start rule's name (at most 64 bytes) to pass as `root` instead of NULL. A finding is a crash,
 // a sanitizer report, a timeout or an abort() below, on one of these rules:
 // - from_gbnf returns GPT2_OK with a grammar, or GPT2_ERROR_BAD_GRAMMAR with NULL; the same for
-//   both vocabularies, message included; root NULL and root "root" agree.
+//   both vocabularies, message included, but that the character vocabulary also refuses a
+//   grammar none of whose sentences it can write (then every sentence the BPE vocabulary's
+//   grammar accepts holds a character it lacks); root NULL and root "root" agree.
 // - gpt2_grammar_match returns GPT2_OK or GPT2_ERROR_BAD_GRAMMAR (too ambiguous) only. Over
 //   the text's prefixes, NONE and too-ambiguous are final (so every prefix of a COMPLETE or
 //   PREFIX text is not NONE), and the answers equal those of one matcher fed a byte at a time.
@@ -393,30 +395,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (text.size() > kMaxText) text.resize(kMaxText);
     const char* root_arg = has_root ? root.c_str() : nullptr;
 
-    // Both vocabularies read the grammar alike: the GBNF does not depend on the tokens.
+    // Both vocabularies read the grammar alike: the GBNF does not depend on the tokens; but the
+    // character vocabulary cannot write every character (the BPE one writes every byte).
     gpt2_error err[2];
     gpt2_grammar* g[2];
     for (int i = 0; i < 2; i++) g[i] = make_grammar(vocabulary(i).model, gbnf, root_arg, &err[i]);
-    require((g[0] == nullptr) == (g[1] == nullptr), "both vocabularies accept or refuse a grammar");
-    require(std::strcmp(err[0].message, err[1].message) == 0, "both vocabularies refuse a grammar with the same message");
-    if (has_root) { // the start rule is the only difference from root NULL
+    const bool unwritable = !g[0] && g[1] && std::strstr(err[0].message, "vocabulary cannot write any text") != nullptr;
+    if (!unwritable) {
+        require((g[0] == nullptr) == (g[1] == nullptr), "both vocabularies accept or refuse a grammar");
+        require(std::strcmp(err[0].message, err[1].message) == 0, "both vocabularies refuse a grammar with the same message");
+    }
+    if (has_root) { // the start rule is the only difference from root NULL (the BPE vocabulary writes any rule)
         gpt2_error plain_err;
-        gpt2_grammar* plain = make_grammar(vocabulary(0).model, gbnf, nullptr, &plain_err);
-        if (root == "root") require(std::strcmp(plain_err.message, err[0].message) == 0, "root \"root\" is root NULL");
-        else if ((plain == nullptr) != (g[0] == nullptr))
-            require(std::strstr(plain ? err[0].message : plain_err.message, "no rule named") != nullptr,
+        gpt2_grammar* plain = make_grammar(vocabulary(1).model, gbnf, nullptr, &plain_err);
+        if (root == "root") require(std::strcmp(plain_err.message, err[1].message) == 0, "root \"root\" is root NULL");
+        else if ((plain == nullptr) != (g[1] == nullptr))
+            require(std::strstr(plain ? err[1].message : plain_err.message, "no rule named") != nullptr,
                     "a start rule changes nothing but which rule starts");
         gpt2_grammar_free(plain);
     }
-    if (g[0]) {
+    if (g[1]) {
         // A heavy text (see incremental) gets the few checks that matter most: a match takes up
         // to GPT2__GSS_MAX_NODES stack nodes, seconds under the sanitizers.
-        const bool heavy = check_prefixes(g[0], text);
+        const bool heavy = check_prefixes(g[0] ? g[0] : g[1], text);
         gpt2_match m0, m1;
-        if (!heavy && match(g[0], text.data(), text.size(), &m0) == GPT2_OK && match(g[1], text.data(), text.size(), &m1) == GPT2_OK)
+        if (!heavy && unwritable && match(g[1], text.data(), text.size(), &m1) == GPT2_OK && m1 == GPT2_MATCH_COMPLETE) {
+            size_t n = 0;
+            require(gpt2_tokenize(vocabulary(0).model, text.data(), text.size(), 0, nullptr, 0, &n, nullptr) != GPT2_OK,
+                    "a sentence of a grammar the vocabulary cannot write holds a character it lacks");
+        } else if (!heavy && g[0] && match(g[0], text.data(), text.size(), &m0) == GPT2_OK && match(g[1], text.data(), text.size(), &m1) == GPT2_OK) {
             require(m0 == m1, "both vocabularies' grammars match a text alike");
+        }
         const uint64_t seed = gpt2__hash64(data, size);
-        for (int i = 0; i < (heavy ? 1 : 2); i++) {
+        for (int i = 0, checked = 0; i < 2 && checked < (heavy ? 1 : 2); i++) {
+            if (!g[i]) continue;
+            checked++;
             if (!heavy) check_masks(vocabulary(i), g[i], text, i == 0 ? 4 : 2);
             check_generation(vocabulary(i), g[i], text, seed);
         }
