@@ -5033,6 +5033,20 @@ static bool gpt2__schema_format_defined(std::string_view name) {
     return false;
 }
 
+/* The rule of a JSON string whose contents `regex` matches (as `pattern` reads it); a regex
+   outside the subset is refused at `pointer`, naming `keyword` ("pattern", "patternProperties"). */
+static gpt2_result gpt2__schema_pattern_string(gpt2__schema_converter* cv, const gpt2__string& regex, std::string_view pointer, const char* keyword, gpt2__string* out) {
+    gpt2__string contents;
+    if (const char* why = gpt2__regex_to_gbnf(regex, "char", &contents)) {
+        char msg[160];
+        std::snprintf(msg, sizeof msg, "'%s' is not enforced: %s", keyword, why);
+        return gpt2__schema_refuse(cv, pointer, msg);
+    }
+    cv->used_char = true;
+    *out = gpt2__schema_add_rule(cv, "\"\\\"\" " + contents + " \"\\\"\"");
+    return GPT2_OK;
+}
+
 static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out) {
     const gpt2__schema_kw* min_kw = gpt2__schema_find(view, "minLength");
     const gpt2__schema_kw* max_kw = gpt2__schema_find(view, "maxLength");
@@ -5042,15 +5056,7 @@ static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__s
         if (pattern->value->kind != GPT2__JSON_STRING) return gpt2__schema_refuse(cv, pattern->pointer, "'pattern' must be a string");
         if (const gpt2__schema_kw* other = min_kw ? min_kw : max_kw ? max_kw : format)
             return gpt2__schema_refuse(cv, other->pointer, "a length or a format beside 'pattern' is not enforced");
-        gpt2__string contents;
-        if (const char* why = gpt2__regex_to_gbnf(pattern->value->text, "char", &contents)) {
-            char msg[160];
-            std::snprintf(msg, sizeof msg, "'pattern' is not enforced: %s", why);
-            return gpt2__schema_refuse(cv, pattern->pointer, msg);
-        }
-        cv->used_char = true;
-        *out = gpt2__schema_add_rule(cv, "\"\\\"\" " + contents + " \"\\\"\"");
-        return GPT2_OK;
+        return gpt2__schema_pattern_string(cv, pattern->value->text, pattern->pointer, "pattern", out);
     }
     if (format) {
         const gpt2__schema_format_rule* rule = format->value->kind == GPT2__JSON_STRING ? gpt2__schema_format(format->value->text) : nullptr;
@@ -5159,16 +5165,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         if (every_name ? props && !props->value->keys.empty() : named)
             return gpt2__schema_refuse(cv, patterns->pointer, every_name ? "'patternProperties' beside 'properties' is not enforced"
                                                                         : "'patternProperties' with additionalProperties false is enforced only without 'properties' and 'required'");
-        if (!every_name) {
-            gpt2__string contents;
-            if (const char* why = gpt2__regex_to_gbnf(regex, "char", &contents)) {
-                char msg[160];
-                std::snprintf(msg, sizeof msg, "'patternProperties' is not enforced: %s", why);
-                return gpt2__schema_refuse(cv, patterns->pointer, msg);
-            }
-            cv->used_char = true;
-            extra_key = gpt2__schema_add_rule(cv, "\"\\\"\" " + contents + " \"\\\"\"");
-        }
+        if (!every_name) GPT2__TRY(gpt2__schema_pattern_string(cv, regex, patterns->pointer, "patternProperties", &extra_key));
         bool none = false;
         GPT2__TRY(gpt2__schema_expr(cv, patterns->value->items[0], patterns->pointer + "/" + gpt2__schema_escape_pointer(regex), &extra_value, &none, depth + 1));
         extra_allowed = !none;

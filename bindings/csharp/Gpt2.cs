@@ -423,7 +423,8 @@ namespace Gpt2
         /// <summary>The grammar of the JSON values a JSON Schema accepts (docs/GRAMMARS.md lists the
         /// keywords enforced). compact: no whitespace between JSON's tokens; maxWhitespace: the
         /// longest run of it otherwise (0 = 20). Throws Gpt2Exception (Gpt2Result.BadGrammar) naming
-        /// a keyword that is not enforced and its JSON pointer, or where malformed JSON goes wrong.</summary>
+        /// a keyword that is not enforced and its JSON pointer, where malformed JSON goes wrong, or the
+        /// characters no token holds when the model's vocabulary cannot write any value.</summary>
         public static Gpt2Grammar FromJsonSchema(Gpt2Model model, string schema, bool compact = false, int maxWhitespace = 0)
         {
             if (model == null) throw new ArgumentNullException("model");
@@ -440,7 +441,8 @@ namespace Gpt2
             return new Gpt2Grammar(model, made);
         }
 
-        /// <summary>Throws Gpt2Exception (Gpt2Result.BadGrammar) naming the line, the column and what is wrong.</summary>
+        /// <summary>Throws Gpt2Exception (Gpt2Result.BadGrammar) naming the line, the column and what is wrong,
+        /// or the characters no token holds when the model's vocabulary cannot write any sentence.</summary>
         public Gpt2Grammar(Gpt2Model model, string gbnf, string root = null)
         {
             if (model == null) throw new ArgumentNullException("model");
@@ -746,7 +748,8 @@ namespace Gpt2
 
         /// <summary>Scores each option as a continuation of the context (gpt2_choose): the index of the
         /// most likely (a tie: the lower), and each option's log-probability, the sum over its tokens.
-        /// The session is left as it was.</summary>
+        /// The session is left as it was. Where the longest option does not fit after a full context,
+        /// the options are scored after the context cut as its context policy would cut it.</summary>
         public Gpt2Choice Choose(params string[] options)
         {
             if (options == null) throw new ArgumentNullException("options");
