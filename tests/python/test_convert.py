@@ -1,7 +1,7 @@
 """Tests of tools/convert.py, tools/torch_checkpoint.py and tools/gguf.py (standard library only).
 
 Run from tests/python:  python3 -m unittest -v test_convert
-GPT2_TEST_OUT names a scratch folder (default: a temporary one).
+GPT2_TEST_SCRATCH names a scratch folder (default: a temporary one).
 
 The numeric checks do not trust the converter's own reading of the checkpoints: each test
 checkpoint comes with NAME.reference.json, written with PyTorch by tools/make_test_checkpoints.py,
@@ -56,13 +56,13 @@ _own_scratch = []
 
 
 def scratch():
-    """A new empty folder under $GPT2_TEST_OUT/py_convert (emptied when these tests start and kept
-    after them for inspection, so runs do not pile up), or under a temporary folder removed when
-    the tests end."""
+    """A new empty folder under $GPT2_TEST_SCRATCH (emptied when these tests start and kept after
+    them for inspection, so runs do not pile up; CTest gives each test program its own, as two
+    run at once: test_convert_hf uses this too), or under a temporary folder removed when the
+    tests end."""
     if not _own_scratch:
-        base = os.environ.get("GPT2_TEST_OUT")
+        base = os.environ.get("GPT2_TEST_SCRATCH")
         if base:
-            base = os.path.join(base, "py_convert")
             shutil.rmtree(base, ignore_errors=True)
             os.makedirs(base)
         else:
