@@ -2671,11 +2671,13 @@ struct gpt2_grammar {
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
-    /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} of a character class more than
-       GPT2__CLIP_BYTES copies from the end, the same element in the copy that many from the end.
-       A token of at most that many bytes cannot tell them apart (each copy reads a character), so
-       their contexts share the tokens they decide, and the longer tokens are left to the walk
-       from the state: [^\n]{1,120} would otherwise make a context for every character. */
+    /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} more than GPT2__CLIP_BYTES
+       copies from the end, the same element in the copy that many from the end, where x is a
+       character class or a rule that cannot match the empty text. A token of at most that many
+       bytes cannot tell them apart (each copy reads a character at least), so their contexts
+       share the tokens they decide, and the longer tokens are left to the walk from the state:
+       [^\n]{1,120}, or a JSON string's char{0,500} (maxLength), would otherwise make a context for
+       every character. */
     gpt2__vector<uint32_t> stands_for;
     /* the contexts met so far (at most GPT2__MAX_CONTEXTS), under the mutex: grammars are shared;
        a deque keeps them where they are while more are added */
@@ -2932,8 +2934,8 @@ static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2_
         if (inner.kind == GPT2__G_RULE) ps->alts[r].back().push_back(inner);
         ps->alts[r].emplace_back();
         inner = {GPT2__G_RULE, r};
-        if (x.kind == GPT2__G_CHARS && i + 1 == GPT2__CLIP_BYTES) clip_copy = r;
-        if (x.kind == GPT2__G_CHARS && i + 1 > GPT2__CLIP_BYTES) ps->stands_for[r] = clip_copy;
+        if (i + 1 == GPT2__CLIP_BYTES) clip_copy = r;
+        if (i + 1 > GPT2__CLIP_BYTES) ps->stands_for[r] = clip_copy; /* kept where x cannot be empty (gpt2__gbnf_parse) */
     }
     if (inner.kind == GPT2__G_RULE) seq->push_back(inner);
     return GPT2_OK;
@@ -3054,10 +3056,8 @@ static gpt2_result gpt2__gbnf_alternatives(gpt2__gbnf_parser* ps, uint32_t rule)
     }
 }
 
-/* Left recursion (a rule that can reach itself before reading a character) would make the
-   matcher expand forever; it is refused, as llama.cpp refuses it. `nullable`: the rules that
-   can match the empty text. */
-static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, gpt2_error* err) {
+/* Per rule: whether it can match the empty text. */
+static gpt2__vector<char> gpt2__gbnf_nullable(const gpt2__gbnf_parser& ps) {
     const size_t R = ps.alts.size();
     gpt2__vector<char> nullable(R, 0);
     for (bool changed = true; changed;) {
@@ -3074,6 +3074,13 @@ static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, 
             }
         }
     }
+    return nullable;
+}
+
+/* Left recursion (a rule that can reach itself before reading a character) would make the
+   matcher expand forever; it is refused, as llama.cpp refuses it. */
+static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, const gpt2__vector<char>& nullable, gpt2_error* err) {
+    const size_t R = ps.alts.size();
     /* depth-first over "r can begin with s"; a rule met again on the path is a cycle */
     gpt2__vector<char> state(R, 0); /* 0 new, 1 on the path, 2 done */
     gpt2__vector<std::pair<uint32_t, size_t>> path; /* rule, next edge to try */
@@ -3153,7 +3160,8 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
     const auto root_rule = ps.written.find(root_name);
     if (root_rule == ps.written.end())
         return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
-    if (const gpt2_result res = gpt2__gbnf_check_left_recursion(ps, err)) {
+    const gpt2__vector<char> nullable = gpt2__gbnf_nullable(ps);
+    if (const gpt2_result res = gpt2__gbnf_check_left_recursion(ps, nullable, err)) {
         if (left_recursive) *left_recursive = true;
         return res;
     }
@@ -3171,11 +3179,14 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
         g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
     }
     g->stands_for.assign(g->elems.size(), UINT32_MAX);
-    for (size_t r = 0; r < ps.alts.size(); r++) /* a copy and the one it stands for have the same alternatives, element for element */
-        if (ps.stands_for[r] != UINT32_MAX)
-            for (uint32_t a = 0; a < g->rules[r].alts_end - g->rules[r].alts_begin; a++)
-                for (uint32_t e = g->alt_starts[g->rules[r].alts_begin + a], k = 0; g->elems[e].kind != GPT2__G_END; e++, k++)
-                    g->stands_for[e] = g->alt_starts[g->rules[ps.stands_for[r]].alts_begin + a] + k;
+    for (size_t r = 0; r < ps.alts.size(); r++) { /* a copy and the one it stands for have the same alternatives, element for element */
+        if (ps.stands_for[r] == UINT32_MAX) continue;
+        const gpt2__gelem x = ps.alts[r][0][0]; /* what the copy repeats */
+        if (x.kind == GPT2__G_RULE && nullable[x.value]) continue;
+        for (uint32_t a = 0; a < g->rules[r].alts_end - g->rules[r].alts_begin; a++)
+            for (uint32_t e = g->alt_starts[g->rules[r].alts_begin + a], k = 0; g->elems[e].kind != GPT2__G_END; e++, k++)
+                g->stands_for[e] = g->alt_starts[g->rules[ps.stands_for[r]].alts_begin + a] + k;
+    }
     return GPT2_OK;
 }
 
@@ -3294,6 +3305,14 @@ struct gpt2__gstate {
     uint32_t partial = 0;        /* its bits so far */
 };
 
+/* A closure gpt2__gstate_advance made: from the stacks a code point continued (`continued`,
+   the work it started from) to the state's tops. */
+struct gpt2__advanced {
+    uint32_t continued_begin, continued_end; /* in gpt2__gss::advanced_continued */
+    uint32_t tops_begin, tops_end;           /* in gpt2__gss::advanced_tops */
+    bool complete, escaped;
+};
+
 /* The nodes (graph-structured stack) and the scratch of the closure. */
 struct gpt2__gss {
     const gpt2_grammar* g = nullptr;
@@ -3304,7 +3323,23 @@ struct gpt2__gss {
     gpt2__vector<gpt2__gnode> work;
     bool overflow = false; /* too many stacks or nodes: the grammar is too ambiguous */
     uint32_t unknown = UINT32_MAX; /* a node standing for a stack not known (gpt2__context_tokens_make) */
+    /* gpt2__gstate_advance's closures by the stacks the code point continued: every code point
+       a state's classes take alike (each letter, each CJK character inside a JSON string) leads
+       to the state one closure found. Forgotten when full and when nodes are renumbered. */
+    std::unordered_map<uint64_t, uint32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, uint32_t>>> advanced_index;
+    gpt2__vector<gpt2__advanced> advanced;
+    gpt2__vector<gpt2__gnode> advanced_continued;
+    gpt2__vector<uint32_t> advanced_tops;
 };
+
+enum { GPT2__ADVANCED_MAX = 1 << 12 };
+
+static void gpt2__gss_forget_advanced(gpt2__gss* s) {
+    s->advanced_index.clear();
+    s->advanced.clear();
+    s->advanced_continued.clear();
+    s->advanced_tops.clear();
+}
 
 static uint32_t gpt2__gss_hash(uint32_t pos, uint32_t parent) {
     uint64_t h = ((uint64_t)pos << 32 | parent) * 0x9e3779b97f4a7c15ull;
@@ -3326,6 +3361,7 @@ static void gpt2__gss_init(gpt2__gss* s, const gpt2_grammar* g) {
     s->nodes.assign(1, gpt2__gnode{UINT32_MAX, 0});
     s->seen.assign(1, 0);
     gpt2__gss_rehash(s, 1024);
+    gpt2__gss_forget_advanced(s);
 }
 
 static uint32_t gpt2__gss_intern(gpt2__gss* s, uint32_t pos, uint32_t parent) {
@@ -3407,11 +3443,48 @@ static void gpt2__gstate_start(gpt2__gss* s, gpt2__gstate* out) {
 
 /* The state after one more code point; false when the text cannot continue with it. */
 static bool gpt2__gstate_advance(gpt2__gss* s, const gpt2__gstate& from, uint32_t cp, gpt2__gstate* to) {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
     for (uint32_t id : from.tops) {
         const gpt2__gnode n = s->nodes[id];
-        if (gpt2__class_has(s->g->classes[s->g->elems[n.pos].value], cp)) s->work.push_back({n.pos + 1, n.parent});
+        if (gpt2__class_has(s->g->classes[s->g->elems[n.pos].value], cp)) {
+            s->work.push_back({n.pos + 1, n.parent});
+            h = (h ^ id) * 0x100000001b3ull;
+        }
     }
+    const auto found = s->advanced_index.find(h);
+    if (found != s->advanced_index.end()) {
+        const gpt2__advanced& a = s->advanced[found->second];
+        const size_t n = a.continued_end - a.continued_begin;
+        bool same = n == s->work.size();
+        for (size_t k = 0; same && k < n; k++) {
+            const gpt2__gnode& was = s->advanced_continued[a.continued_begin + k];
+            same = was.pos == s->work[k].pos && was.parent == s->work[k].parent;
+        }
+        if (same) {
+            s->work.clear();
+            to->tops.assign(s->advanced_tops.begin() + a.tops_begin, s->advanced_tops.begin() + a.tops_end);
+            to->complete = a.complete;
+            to->escaped = a.escaped;
+            return !to->tops.empty() || to->complete || to->escaped;
+        }
+    }
+    const bool remember = found == s->advanced_index.end(); /* else another set of stacks has the hash: not kept */
+    if (remember && s->advanced.size() >= GPT2__ADVANCED_MAX) gpt2__gss_forget_advanced(s);
+    gpt2__advanced a{(uint32_t)s->advanced_continued.size(), 0, 0, 0, false, false};
+    if (remember) s->advanced_continued.insert(s->advanced_continued.end(), s->work.begin(), s->work.end());
     gpt2__gss_closure(s, to);
+    if (remember && !s->overflow) {
+        a.continued_end = (uint32_t)s->advanced_continued.size();
+        a.tops_begin = (uint32_t)s->advanced_tops.size();
+        s->advanced_tops.insert(s->advanced_tops.end(), to->tops.begin(), to->tops.end());
+        a.tops_end = (uint32_t)s->advanced_tops.size();
+        a.complete = to->complete;
+        a.escaped = to->escaped;
+        s->advanced_index.emplace(h, (uint32_t)s->advanced.size());
+        s->advanced.push_back(a);
+    } else if (remember) {
+        s->advanced_continued.resize(a.continued_begin);
+    }
     return !to->tops.empty() || to->complete || to->escaped;
 }
 
@@ -3478,6 +3551,7 @@ static void gpt2__gss_compact(gpt2__gss* s, gpt2__gstate* st) {
             kept.push_back({s->nodes[id].pos, new_id[s->nodes[id].parent]});
         }
     for (uint32_t& id : st->tops) id = new_id[id];
+    gpt2__gss_forget_advanced(s);
     s->nodes = std::move(kept);
     s->seen.assign(s->nodes.size(), 0);
     s->epoch = 0;
@@ -3590,13 +3664,21 @@ static bool gpt2__matcher_finished(const gpt2__grammar_matcher& m) {
     return m.state.complete && m.state.tops.empty();
 }
 
+/* The id of a state the walk reaches: none for a state inside a UTF-8 character. Those are
+   many (a state per distinct start of a character in the vocabulary: hundreds, each 256 steps
+   in the table) and cheap to step from (no closure: the same stacks), and the character's end
+   finds its state in gpt2__gss::advanced. */
+static int32_t gpt2__walk_id(gpt2__state_table* t, const gpt2__gstate& s) {
+    return s.need ? -1 : gpt2__state_table_id(t, s);
+}
+
 /* The walk's step from `from` over byte b, through the table where it can; false when no
    sentence continues the text with it. */
 static bool gpt2__walk_step(gpt2__grammar_matcher* m, const gpt2__walk_level& from, uint8_t b, gpt2__walk_level* to) {
     gpt2__state_table& t = m->table;
     if (from.id < 0) {
         if (!gpt2__gstate_advance_byte(&m->gss, from.state, b, &to->state)) return false;
-        to->id = gpt2__state_table_id(&t, to->state);
+        to->id = gpt2__walk_id(&t, to->state);
         return true;
     }
     const size_t step = (size_t)from.id * 256 + b;
@@ -3608,7 +3690,7 @@ static bool gpt2__walk_step(gpt2__grammar_matcher* m, const gpt2__walk_level& fr
         if (!m->gss.overflow) t.next[step] = GPT2__STEP_DEAD;
         return false;
     }
-    to->id = gpt2__state_table_id(&t, to->state);
+    to->id = gpt2__walk_id(&t, to->state);
     if (to->id >= 0) t.next[step] = to->id;
     return true;
 }

@@ -64,11 +64,13 @@ struct gpt2_grammar {
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
-    /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} of a character class more than
-       GPT2__CLIP_BYTES copies from the end, the same element in the copy that many from the end.
-       A token of at most that many bytes cannot tell them apart (each copy reads a character), so
-       their contexts share the tokens they decide, and the longer tokens are left to the walk
-       from the state: [^\n]{1,120} would otherwise make a context for every character. */
+    /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} more than GPT2__CLIP_BYTES
+       copies from the end, the same element in the copy that many from the end, where x is a
+       character class or a rule that cannot match the empty text. A token of at most that many
+       bytes cannot tell them apart (each copy reads a character at least), so their contexts
+       share the tokens they decide, and the longer tokens are left to the walk from the state:
+       [^\n]{1,120}, or a JSON string's char{0,500} (maxLength), would otherwise make a context for
+       every character. */
     gpt2__vector<uint32_t> stands_for;
     /* the contexts met so far (at most GPT2__MAX_CONTEXTS), under the mutex: grammars are shared;
        a deque keeps them where they are while more are added */
@@ -325,8 +327,8 @@ static gpt2_result gpt2__gbnf_repeat(gpt2__gbnf_parser* ps, uint32_t rule, gpt2_
         if (inner.kind == GPT2__G_RULE) ps->alts[r].back().push_back(inner);
         ps->alts[r].emplace_back();
         inner = {GPT2__G_RULE, r};
-        if (x.kind == GPT2__G_CHARS && i + 1 == GPT2__CLIP_BYTES) clip_copy = r;
-        if (x.kind == GPT2__G_CHARS && i + 1 > GPT2__CLIP_BYTES) ps->stands_for[r] = clip_copy;
+        if (i + 1 == GPT2__CLIP_BYTES) clip_copy = r;
+        if (i + 1 > GPT2__CLIP_BYTES) ps->stands_for[r] = clip_copy; /* kept where x cannot be empty (gpt2__gbnf_parse) */
     }
     if (inner.kind == GPT2__G_RULE) seq->push_back(inner);
     return GPT2_OK;
@@ -447,10 +449,8 @@ static gpt2_result gpt2__gbnf_alternatives(gpt2__gbnf_parser* ps, uint32_t rule)
     }
 }
 
-/* Left recursion (a rule that can reach itself before reading a character) would make the
-   matcher expand forever; it is refused, as llama.cpp refuses it. `nullable`: the rules that
-   can match the empty text. */
-static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, gpt2_error* err) {
+/* Per rule: whether it can match the empty text. */
+static gpt2__vector<char> gpt2__gbnf_nullable(const gpt2__gbnf_parser& ps) {
     const size_t R = ps.alts.size();
     gpt2__vector<char> nullable(R, 0);
     for (bool changed = true; changed;) {
@@ -467,6 +467,13 @@ static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, 
             }
         }
     }
+    return nullable;
+}
+
+/* Left recursion (a rule that can reach itself before reading a character) would make the
+   matcher expand forever; it is refused, as llama.cpp refuses it. */
+static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, const gpt2__vector<char>& nullable, gpt2_error* err) {
+    const size_t R = ps.alts.size();
     /* depth-first over "r can begin with s"; a rule met again on the path is a cycle */
     gpt2__vector<char> state(R, 0); /* 0 new, 1 on the path, 2 done */
     gpt2__vector<std::pair<uint32_t, size_t>> path; /* rule, next edge to try */
@@ -546,7 +553,8 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
     const auto root_rule = ps.written.find(root_name);
     if (root_rule == ps.written.end())
         return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
-    if (const gpt2_result res = gpt2__gbnf_check_left_recursion(ps, err)) {
+    const gpt2__vector<char> nullable = gpt2__gbnf_nullable(ps);
+    if (const gpt2_result res = gpt2__gbnf_check_left_recursion(ps, nullable, err)) {
         if (left_recursive) *left_recursive = true;
         return res;
     }
@@ -564,11 +572,14 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
         g->rules[r].alts_end = (uint32_t)g->alt_starts.size();
     }
     g->stands_for.assign(g->elems.size(), UINT32_MAX);
-    for (size_t r = 0; r < ps.alts.size(); r++) /* a copy and the one it stands for have the same alternatives, element for element */
-        if (ps.stands_for[r] != UINT32_MAX)
-            for (uint32_t a = 0; a < g->rules[r].alts_end - g->rules[r].alts_begin; a++)
-                for (uint32_t e = g->alt_starts[g->rules[r].alts_begin + a], k = 0; g->elems[e].kind != GPT2__G_END; e++, k++)
-                    g->stands_for[e] = g->alt_starts[g->rules[ps.stands_for[r]].alts_begin + a] + k;
+    for (size_t r = 0; r < ps.alts.size(); r++) { /* a copy and the one it stands for have the same alternatives, element for element */
+        if (ps.stands_for[r] == UINT32_MAX) continue;
+        const gpt2__gelem x = ps.alts[r][0][0]; /* what the copy repeats */
+        if (x.kind == GPT2__G_RULE && nullable[x.value]) continue;
+        for (uint32_t a = 0; a < g->rules[r].alts_end - g->rules[r].alts_begin; a++)
+            for (uint32_t e = g->alt_starts[g->rules[r].alts_begin + a], k = 0; g->elems[e].kind != GPT2__G_END; e++, k++)
+                g->stands_for[e] = g->alt_starts[g->rules[ps.stands_for[r]].alts_begin + a] + k;
+    }
     return GPT2_OK;
 }
 
