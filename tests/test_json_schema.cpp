@@ -186,6 +186,76 @@ TEST_CASE("json schema: string lengths and integer bounds are exact") {
     check_case({R"({"type":"integer","minimum":0,"exclusiveMinimum":true})", {"1"}, {"0"}});
 }
 
+// A JSON number without an exponent as an integer in units of 10^-20 (at most 15 whole digits
+// and 20 fraction digits here): the reference the number bounds are checked against.
+__int128 scaled_decimal(const std::string& text) {
+    size_t i = text[0] == '-';
+    __int128 v = 0;
+    for (; i < text.size() && text[i] != '.'; i++) v = v * 10 + (text[i] - '0');
+    int fraction_digits = 0;
+    if (i < text.size())
+        for (i++; i < text.size(); i++, fraction_digits++) v = v * 10 + (text[i] - '0');
+    for (; fraction_digits < 20; fraction_digits++) v *= 10;
+    return text[0] == '-' ? -v : v;
+}
+
+TEST_CASE("json schema: number bounds are exact for numbers written without an exponent") {
+    REQUIRE(bpe_model().model);
+    // bounds as schemas write them (an exponent, trailing zeros), against numbers near them and
+    // between them, with and without trailing zeros; -0 is zero
+    const std::vector<std::string> bounds = {"0", "1", "-1", "0.5", "-0.5", "2.25", "-90", "90", "100.0", "1e2", "2.5E-1", "-1.75",
+                                             "0.001", "12.340", "999.99", "-0.05", "180", "3.14159"};
+    const std::vector<std::string> numbers = {
+        "0", "-0", "0.0", "-0.00", "1", "-1", "0.5", "0.50", "0.4999", "0.5001", "-0.5", "-0.50", "-0.49", "-0.51", "2.25", "2.2500", "2.24",
+        "2.26", "2.249999", "2.250001", "-90", "-90.0", "-90.01", "-89.99", "90", "90.000", "90.1", "89.9", "100", "100.00", "100.001",
+        "99.999", "0.25", "0.2", "0.3", "-1.75", "-1.7", "-1.8", "-1.750", "0.001", "0.0009", "0.0011", "0.0010", "12.34", "12.3400",
+        "12.339", "12.341", "999.99", "999.989", "1000", "-0.05", "-0.04", "-0.06", "180", "180.5", "179", "3.14159", "3.1416", "3.14158",
+        "7", "-7", "45.5", "-45.5", "123456", "-123456", "0.000000001", "-0.000000001"};
+    std::mt19937 rng(11);
+    int schemas = 0;
+    for (int k = 0; k < 400; k++) {
+        const std::string& lo = bounds[rng() % bounds.size()];
+        const std::string& hi = bounds[rng() % bounds.size()];
+        const int kind = (int)(rng() % 6); // which keywords: both inclusive, exclusive ones, one side, draft 4 booleans
+        const bool lo_strict = kind == 1 || kind == 4, hi_strict = kind == 2 || kind == 4;
+        const bool has_lo = kind != 3, has_hi = kind != 5;
+        std::string schema = R"({"type":"number")";
+        if (has_lo) schema += std::string(lo_strict && kind == 4 ? R"(,"minimum":)" : lo_strict ? R"(,"exclusiveMinimum":)" : R"(,"minimum":)") + lo;
+        if (has_hi) schema += std::string(hi_strict && kind == 4 ? R"(,"maximum":)" : hi_strict ? R"(,"exclusiveMaximum":)" : R"(,"maximum":)") + hi;
+        if (kind == 4) schema += R"(,"exclusiveMinimum":true,"exclusiveMaximum":true)";
+        schema += "}";
+        CAPTURE(schema);
+        // the bounds as decimals without an exponent (the reference reads only those)
+        auto plain = [](const std::string& b) { return b == "1e2" ? std::string("100") : b == "2.5E-1" ? std::string("0.25") : b; };
+        const __int128 lo_v = scaled_decimal(plain(lo)), hi_v = scaled_decimal(plain(hi));
+        auto in_bounds = [&](const std::string& n) {
+            const __int128 v = scaled_decimal(n);
+            return (!has_lo || (lo_strict ? v > lo_v : v >= lo_v)) && (!has_hi || (hi_strict ? v < hi_v : v <= hi_v));
+        };
+        bool any = false;
+        for (const std::string& n : numbers) any = any || in_bounds(n);
+        SchemaGrammar g(schema, true);
+        if (g.result != GPT2_OK) { // only bounds with no number between them
+            CHECK(std::string(g.err.message).find("contradictory bounds") != std::string::npos);
+            CHECK(!any);
+            continue;
+        }
+        schemas++;
+        for (const std::string& n : numbers) {
+            CAPTURE(n);
+            CHECK((schema_match(g.grammar, n) == GPT2_MATCH_COMPLETE) == in_bounds(n));
+        }
+        CHECK(schema_match(g.grammar, "00") == GPT2_MATCH_NONE);
+        CHECK(schema_match(g.grammar, "1.") != GPT2_MATCH_COMPLETE);
+    }
+    CHECK(schemas > 200); // the others: bounds with no number between them
+    // an exponent is not written where a bound other than "minimum": 0 holds (the grammar could not compare it)
+    check_case({R"({"type":"number","minimum":-1,"maximum":1})", {"0.5", "-1", "1.0", "-0"}, {"1e0", "5e-1", "1.01", "-1.5"}});
+    check_case({R"({"type":["number","null"],"exclusiveMinimum":0})", {"0.001", "7", "null"}, {"0", "-0", "0.000", "-3"}});
+    CHECK(refusal(R"({"type":"number","minimum":1,"maximum":0.5})") == "json schema: : contradictory bounds: no number lies between minimum and maximum");
+    CHECK(refusal(R"({"type":"number","minimum":1e400})") == "json schema: /minimum: a number bound must be a number with at most 18 digits before its point and 64 after");
+}
+
 TEST_CASE("json schema: formats date, time, date-time and uuid, and keywords beside anyOf and $ref merged") {
     REQUIRE(bpe_model().model);
     check_case({R"({"type":"string","format":"date"})", {R"("2024-02-28")", R"("1999-12-31")", R"("2023-04-30")"},
@@ -448,8 +518,7 @@ TEST_CASE("json schema: keywords that are not enforced are refused with their JS
     CHECK(refusal(R"J({"type":"string","pattern":"^([a-z]*)*$"})J") == "json schema: /pattern: 'pattern' is not enforced: an unbounded repetition of a group that can match the empty string (write (x*)* as x*)");
     CHECK(refusal(R"J({"type":"string","pattern":"[z-a]"})J") == "json schema: /pattern: 'pattern' is not enforced: a class range out of order");
     CHECK(refusal(R"J({"type":"string","pattern":"^a$","maxLength":3})J") == "json schema: /maxLength: a length or a format beside 'pattern' is not enforced");
-    CHECK(refusal(R"({"type":"number","minimum":1})") == "json schema: /minimum: 'minimum' is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers");
-    check_case({R"({"type":"number","minimum":0})", {"0", "0.5", "12e-3", "7"}, {"-1", "-0.5", "-1e9"}});
+    check_case({R"({"type":"number","minimum":0})", {"0", "0.5", "12e-3", "7", "-0", "-0.0e3"}, {"-1", "-0.5", "-1e9", "-0.01"}});
     CHECK(refusal(R"({"type":"array","uniqueItems":true})") == "json schema: /uniqueItems: 'uniqueItems' is not enforced");
     CHECK(refusal(R"({"type":"object","minProperties":1})") == "json schema: /minProperties: 'minProperties' is not enforced");
     CHECK(refusal(R"({"items":{"not":{"type":"null"}}})") == "json schema: /items/not: 'not' is not enforced");

@@ -668,7 +668,7 @@ static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__
         if (ex_min->value->kind == GPT2__JSON_BOOL) {
             if (ex_min->value->boolean && has_lo) lo++;
         } else {
-            long long v;
+            long long v = 0;
             GPT2__TRY(bound(ex_min, &v));
             if (!has_lo || v + 1 > lo) lo = v + 1;
             has_lo = true;
@@ -678,7 +678,7 @@ static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__
         if (ex_max->value->kind == GPT2__JSON_BOOL) {
             if (ex_max->value->boolean && has_hi) hi--;
         } else {
-            long long v;
+            long long v = 0;
             GPT2__TRY(bound(ex_max, &v));
             if (!has_hi || v - 1 < hi) hi = v - 1;
             has_hi = true;
@@ -706,6 +706,206 @@ static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__
         const long long a = has_lo && lo > 0 ? lo : 0;
         gpt2__schema_natural_range(&alts, a, has_hi ? hi : -1);
     }
+    *out = gpt2__schema_add_rule(cv, alts);
+    return GPT2_OK;
+}
+
+/* A number bound, exactly: the sign, the whole part (at most 18 digits) and the fraction's
+   digits, trailing zeros dropped ("0.50" and "5e-1" alike). */
+struct gpt2__schema_decimal {
+    bool negative = false; /* never for zero */
+    long long whole = 0;
+    gpt2__string fraction;
+    bool zero() const { return whole == 0 && fraction.empty(); }
+};
+
+/* One end of an interval of magnitudes (gpt2__schema_magnitudes): absent, or a value that the
+   end takes in (or, strict, leaves out). */
+struct gpt2__schema_end {
+    bool present = false, strict = false;
+    gpt2__schema_decimal at;
+};
+
+/* A number as JSON writes it, with an exponent or not, as a decimal; false when it is not a
+   number or is too large or too fine to hold (18 whole digits, 64 fraction digits). */
+static bool gpt2__schema_decimal_of(const gpt2__json& j, gpt2__schema_decimal* d) {
+    if (j.kind != GPT2__JSON_NUMBER) return false;
+    const gpt2__string& t = j.text;
+    size_t i = 0;
+    const bool negative = i < t.size() && t[i] == '-';
+    i += negative;
+    gpt2__string digits; /* the mantissa's digits; the point after `point` of them */
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') digits += t[i++];
+    long long point = (long long)digits.size();
+    if (i < t.size() && t[i] == '.')
+        for (i++; i < t.size() && t[i] >= '0' && t[i] <= '9';) digits += t[i++];
+    if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+        i++;
+        const bool down = i < t.size() && t[i] == '-';
+        if (i < t.size() && (t[i] == '-' || t[i] == '+')) i++;
+        long long e = 0;
+        for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; i++)
+            if ((e = e * 10 + (t[i] - '0')) > 64) return false;
+        point += down ? -e : e;
+    }
+    if (i != t.size() || digits.empty()) return false;
+    if (point < 0) digits.insert(0, (size_t)-point, '0'), point = 0;
+    if ((long long)digits.size() < point) digits.append((size_t)(point - (long long)digits.size()), '0');
+    gpt2__string whole = digits.substr(0, (size_t)point), fraction = digits.substr((size_t)point);
+    whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
+    fraction.erase(fraction.find_last_not_of('0') + 1);
+    if (whole.size() > 18 || fraction.size() > 64) return false;
+    d->whole = whole.empty() ? 0 : std::strtoll(whole.c_str(), nullptr, 10);
+    d->fraction = fraction;
+    d->negative = negative && !d->zero();
+    return true;
+}
+
+/* The digits after a number's point whose value f lies between two ends' fractions (each
+   absent, or f compared with its fraction digits), made a digit at a time as a comparison
+   reads them: a position, and whether the digits so far still equal each end's. */
+struct gpt2__schema_fraction {
+    gpt2__schema_converter* cv;
+    const gpt2__schema_end* lower;
+    const gpt2__schema_end* upper;
+};
+
+/* Whether the digits may stop at position i (the rest being zeros). */
+static bool gpt2__schema_fraction_may_stop(const gpt2__schema_fraction& f, size_t i, bool on_lower, bool on_upper) {
+    const bool above = !on_lower || (i >= f.lower->at.fraction.size() && !f.lower->strict); /* before its end, an end's digits left are not all zero */
+    const bool below = !on_upper || i < f.upper->at.fraction.size() || !f.upper->strict;
+    return above && below;
+}
+
+/* The digits from position i on (none allowed where may_be_empty), as a GBNF expression; ""
+   when no digits can follow. */
+static gpt2__string gpt2__schema_fraction_from(const gpt2__schema_fraction& f, size_t i, bool on_lower, bool on_upper, bool may_be_empty) {
+    const gpt2__string& c = f.lower->at.fraction;
+    const gpt2__string& d = f.upper->at.fraction;
+    if (!on_lower && !on_upper) return may_be_empty ? "[0-9]*" : "[0-9]+";
+    if (i >= c.size() && i >= d.size()) { /* the ends' digits are used up: zeros from here on */
+        if (on_lower && on_upper) return f.lower->strict || f.upper->strict ? "" : may_be_empty ? "\"0\"*" : "\"0\"+";
+        if (on_lower) return f.lower->strict ? "\"0\"* [1-9] [0-9]*" : may_be_empty ? "[0-9]*" : "[0-9]+";
+        return f.upper->strict ? "" : may_be_empty ? "\"0\"*" : "\"0\"+";
+    }
+    gpt2__string alts;
+    auto add = [&](const gpt2__string& a) { alts += alts.empty() ? "" : " | ", alts += a; };
+    if (may_be_empty && gpt2__schema_fraction_may_stop(f, i, on_lower, on_upper)) add("\"\"");
+    const char lo = on_lower && i < c.size() ? c[i] : '0', hi = !on_upper ? '9' : i < d.size() ? d[i] : '0';
+    char buf[16];
+    for (char x = lo; x <= hi; x++) {
+        const bool still_lower = on_lower && x == lo, still_upper = on_upper && x == hi;
+        if (!still_lower && !still_upper) { /* between the ends' digits: any digits after */
+            const char last = on_upper ? (char)(hi - 1) : hi;
+            std::snprintf(buf, sizeof buf, x == last ? "\"%c\"" : "[%c-%c]", x, last);
+            add(gpt2__string(buf) + " [0-9]*");
+            x = last;
+            continue;
+        }
+        const gpt2__string rest = gpt2__schema_fraction_from(f, i + 1, still_lower, still_upper, true);
+        if (rest.empty()) continue;
+        std::snprintf(buf, sizeof buf, "\"%c\" ", x);
+        add(gpt2__string(buf) + gpt2__schema_add_rule(f.cv, rest));
+    }
+    return alts;
+}
+
+/* Appends to `out` the fraction (none, or "." and digits) between the ends' fractions; false
+   when there is none. */
+static bool gpt2__schema_fraction_digits(gpt2__schema_converter* cv, const gpt2__schema_end& lower, const gpt2__schema_end& upper, gpt2__string* out) {
+    const gpt2__schema_fraction f{cv, &lower, &upper};
+    const gpt2__string digits = gpt2__schema_fraction_from(f, 0, lower.present, upper.present, false);
+    const bool may_be_none = gpt2__schema_fraction_may_stop(f, 0, lower.present, upper.present);
+    if (digits.empty()) return may_be_none;
+    const gpt2__string rule = gpt2__schema_add_rule(cv, digits);
+    *out += may_be_none ? " (\".\" " + rule + ")?" : " \".\" " + rule;
+    return true;
+}
+
+/* Magnitudes (a number without its sign, without an exponent) between `lower` (present, at
+   least zero) and `upper` (absent: no bound), as alternatives appended to `alts`; false when
+   there are none. */
+static bool gpt2__schema_magnitudes(gpt2__schema_converter* cv, const gpt2__schema_end& lower, const gpt2__schema_end& upper, gpt2__string* alts) {
+    const long long a = lower.at.whole, b = upper.at.whole;
+    const size_t before = alts->size();
+    auto add = [&](long long lo, long long hi, const gpt2__schema_end& frac_lower, const gpt2__schema_end& frac_upper) {
+        gpt2__string e;
+        gpt2__schema_natural_range(&e, lo, hi);
+        if (!gpt2__schema_fraction_digits(cv, frac_lower, frac_upper, &e)) return;
+        *alts += alts->size() == before ? "" : " | ";
+        *alts += e;
+    };
+    const gpt2__schema_end none;
+    if (upper.present && a == b) {
+        add(a, a, lower, upper);
+    } else if (!upper.present || a < b) {
+        add(a, a, lower, none);
+        if (!upper.present || a + 1 <= b - 1) add(a + 1, upper.present ? b - 1 : -1, none, none);
+        if (upper.present) add(b, b, none, upper);
+    }
+    return alts->size() != before;
+}
+
+/* A number between the schema's bounds. Without bounds, JSON's number; with "minimum": 0
+   alone, any number without a minus sign; with other bounds, the numbers written without an
+   exponent between them, exactly (a grammar cannot compare 1e3 with 999 as it reads it). */
+static gpt2_result gpt2__schema_number(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out) {
+    const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
+    const gpt2__schema_kw* maximum = gpt2__schema_find(view, "maximum");
+    const gpt2__schema_kw* ex_min = gpt2__schema_find(view, "exclusiveMinimum");
+    const gpt2__schema_kw* ex_max = gpt2__schema_find(view, "exclusiveMaximum");
+    if (!minimum && !maximum && !ex_min && !ex_max) {
+        cv->used_number = true;
+        *out = "number";
+        return GPT2_OK;
+    }
+    gpt2__schema_end lo, hi; /* the value's bounds, signed */
+    auto take = [&](const gpt2__schema_kw* kw, bool strict, bool is_lower) {
+        gpt2__schema_decimal v;
+        if (!gpt2__schema_decimal_of(*kw->value, &v))
+            return gpt2__schema_refuse(cv, kw->pointer, "a number bound must be a number with at most 18 digits before its point and 64 after");
+        gpt2__schema_end& end = is_lower ? lo : hi;
+        /* of two bounds on one side, the tighter: compare as signed decimals */
+        auto less = [](const gpt2__schema_decimal& x, const gpt2__schema_decimal& y) {
+            if (x.negative != y.negative) return x.negative;
+            const bool smaller_magnitude = x.whole != y.whole ? x.whole < y.whole : x.fraction < y.fraction; /* digit strings: no trailing zeros */
+            const bool equal = x.whole == y.whole && x.fraction == y.fraction;
+            return !equal && (x.negative ? !smaller_magnitude : smaller_magnitude);
+        };
+        const bool tighter = !end.present || (is_lower ? less(end.at, v) : less(v, end.at)) ||
+                             (!less(end.at, v) && !less(v, end.at) && strict);
+        if (tighter) end.present = true, end.strict = strict, end.at = v;
+        return GPT2_OK;
+    };
+    if (minimum) GPT2__TRY(take(minimum, ex_min && ex_min->value->kind == GPT2__JSON_BOOL && ex_min->value->boolean, true));
+    if (maximum) GPT2__TRY(take(maximum, ex_max && ex_max->value->kind == GPT2__JSON_BOOL && ex_max->value->boolean, false));
+    if (ex_min && ex_min->value->kind != GPT2__JSON_BOOL) GPT2__TRY(take(ex_min, true, true));
+    if (ex_max && ex_max->value->kind != GPT2__JSON_BOOL) GPT2__TRY(take(ex_max, true, false));
+    if (lo.present && !lo.strict && lo.at.zero() && !hi.present) { /* the sign alone decides: exponents too ("-0" is zero) */
+        *out = gpt2__schema_add_rule(cv, "((\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? | \"-0\" (\".\" \"0\"+)?) ([eE] [-+]? [0-9]+)?");
+        return GPT2_OK;
+    }
+    gpt2__string alts;
+    /* zero and above: magnitudes from max(lo, 0) to hi */
+    if (!hi.present || !hi.at.negative) {
+        gpt2__schema_end from = lo;
+        if (!lo.present || lo.at.negative) from = gpt2__schema_end(), from.present = true;
+        gpt2__schema_magnitudes(cv, from, hi, &alts);
+    }
+    /* "-" and magnitudes from max(-hi, 0) to -lo ("-0" is zero: in only where zero is) */
+    if (!lo.present || lo.at.negative || lo.at.zero()) {
+        gpt2__schema_end from, to = lo;
+        from.present = true;
+        if (hi.present && (hi.at.negative || hi.at.zero())) from = hi;
+        from.at.negative = false;
+        to.at.negative = false;
+        gpt2__string negative;
+        if (gpt2__schema_magnitudes(cv, from, to, &negative)) {
+            alts += alts.empty() ? "" : " | ";
+            alts += "\"-\" (" + negative + ")";
+        }
+    }
+    if (alts.empty()) return gpt2__schema_refuse(cv, pointer, "contradictory bounds: no number lies between minimum and maximum");
     *out = gpt2__schema_add_rule(cv, alts);
     return GPT2_OK;
 }
@@ -1321,19 +1521,6 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
         *out = gpt2__schema_add_rule(cv, alts);
         return GPT2_OK;
     }
-    /* integer bounds are enforced; of number bounds, only "minimum": 0 (no minus sign) */
-    bool non_negative = false;
-    if (types & GPT2__T_NUMBER) {
-        const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
-        long long v = 1;
-        const bool zero = minimum && gpt2__schema_int_value(*minimum->value, &v) && v == 0;
-        if (zero) {
-            non_negative = true;
-            GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"maximum", "exclusiveMinimum", "exclusiveMaximum"}, "is enforced only for integers (\"type\": \"integer\")"));
-        } else {
-            GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}, "is enforced only for integers (\"type\": \"integer\"), and \"minimum\": 0 for numbers"));
-        }
-    }
     gpt2__string alts;
     auto add = [&](const gpt2__string& e) {
         if (!alts.empty()) alts += " | ";
@@ -1342,8 +1529,9 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
     if (types & GPT2__T_NULL) add("\"null\"");
     if (types & GPT2__T_BOOL) add("(\"true\" | \"false\")");
     if (types & GPT2__T_NUMBER) {
-        if (non_negative) add("(\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
-        else cv->used_number = true, add("number");
+        gpt2__string e;
+        GPT2__TRY(gpt2__schema_number(cv, view, pointer, &e));
+        add(e);
     }
     else if (types & GPT2__T_INTEGER) {
         gpt2__string e;
