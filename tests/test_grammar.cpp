@@ -383,36 +383,36 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text JSON (
 }
 
 TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the grammar deep in a long bounded repetition (GPT-2 BPE)") {
-    // [^\n]{1,60}: the copies more than 16 from the end share their masks' decided tokens, and
-    // tokens longer than 16 bytes are walked from the state (gpt2_grammar::stands_for)
+    // The copies more than 16 from the end share their masks' decided tokens, and tokens longer
+    // than 16 bytes are walked from the state (gpt2_grammar::stands_for): in [^\n]{1,60}, and in
+    // a JSON string of at most 80 characters as a schema's maxLength writes it, char{0,80} of a
+    // rule that reads one character or an escape (temperature 1.5 on the random model wanders
+    // into escapes and long tokens, and to the bound).
+    struct Repetition {
+        const char* gbnf;
+        const char* prompt;
+        uint64_t seeds[2];
+        float temperature;
+        int tokens;
+    };
+    const Repetition repetitions[] = {
+        {"root ::= [A-Z] [^\\n]{1,60} [.!?]", "He said:", {3, 4}, 1.0f, 24},
+        {"root ::= \"\\\"\" char{0,80} \"\\\"\"\n"
+         "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})",
+         "\"", {5, 6}, 1.5f, 30},
+    };
     const Model& m = bpe_model();
-    Grammar g(m.model, "root ::= [A-Z] [^\\n]{1,60} [.!?]");
-    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
-    for (uint64_t seed : {3, 4}) {
-        const MaskCheck check = generate_checking_masks(m, g.grammar, "He said:", seed, 1.0f, 24);
-        CAPTURE(check.text);
-        CHECK(check.mismatches == 0);
-        CHECK(check.steps >= 10);
-        CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
-    }
-}
-
-TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the grammar deep in a long bounded repetition of a rule (GPT-2 BPE)") {
-    // a JSON string of at most 80 characters, as a schema's maxLength writes it: char{0,80} of a
-    // rule that reads one character or an escape; its copies more than 16 from the end stand for
-    // the one 16 from the end too. Temperature 1.5 on the random model wanders into escapes and
-    // long tokens, and to the bound.
-    const Model& m = bpe_model();
-    Grammar g(m.model,
-              "root ::= \"\\\"\" char{0,80} \"\\\"\"\n"
-              "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})");
-    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
-    for (uint64_t seed : {5, 6}) {
-        const MaskCheck check = generate_checking_masks(m, g.grammar, "\"", seed, 1.5f, 30);
-        CAPTURE(check.text);
-        CHECK(check.mismatches == 0);
-        CHECK(check.steps >= 10);
-        CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+    for (const Repetition& r : repetitions) {
+        CAPTURE(r.gbnf);
+        Grammar g(m.model, r.gbnf);
+        REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+        for (uint64_t seed : r.seeds) {
+            const MaskCheck check = generate_checking_masks(m, g.grammar, r.prompt, seed, r.temperature, r.tokens);
+            CAPTURE(check.text);
+            CHECK(check.mismatches == 0);
+            CHECK(check.steps >= 10);
+            CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+        }
     }
 }
 
