@@ -5704,6 +5704,34 @@ static bool gpt2__schema_discriminated(gpt2__schema_converter* cv, const gpt2__s
     return false;
 }
 
+/* Whether no value can match two of oneOf's branches because each allows only the values of
+   its `const` or `enum` (strings, numbers, booleans, null) and no two branches share one
+   ("oneOf": [{"const": "auto"}, {"const": "lf"}]). */
+static bool gpt2__schema_disjoint_values(const gpt2__json& branches) {
+    gpt2__vector<gpt2__string> taken; /* each value as a kind letter and its text */
+    for (const auto& b : branches.items) {
+        if (b.kind != GPT2__JSON_OBJECT) return false;
+        gpt2__vector<const gpt2__json*> values;
+        if (const gpt2__json* c = b.get("const")) values.push_back(c);
+        else if (const gpt2__json* e = b.get("enum"); e && e->kind == GPT2__JSON_ARRAY)
+            for (const auto& v : e->items) values.push_back(&v);
+        if (values.empty()) return false;
+        const size_t before = taken.size();
+        for (const gpt2__json* v : values) {
+            gpt2__string key;
+            if (v->kind == GPT2__JSON_STRING) key = "s" + v->text;
+            else if (v->kind == GPT2__JSON_BOOL) key = v->boolean ? "t" : "f";
+            else if (v->kind == GPT2__JSON_NULL) key = "n";
+            else if (gpt2__schema_decimal d; v->kind == GPT2__JSON_NUMBER && gpt2__schema_decimal_of(*v, &d)) /* 2, 2.0 and 2e0 alike */
+                key = gpt2__string(d.negative ? "-" : "+") + std::to_string(d.whole).c_str() + "." + d.fraction;
+            else return false; /* arrays, objects, numbers too long to compare */
+            if (std::find(taken.begin(), taken.begin() + (ptrdiff_t)before, key) != taken.begin() + (ptrdiff_t)before) return false;
+            taken.push_back(key);
+        }
+    }
+    return true;
+}
+
 /* The expression of a schema as a view (its allOf merged in): an alternative per type. */
 static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__schema_view view, std::string_view pointer, gpt2__string* out, bool* impossible, int depth) {
     if (depth > GPT2__SCHEMA_MAX_DEPTH) return gpt2__schema_refuse(cv, pointer, "schemas nest too deep (128 levels at most)");
@@ -5770,7 +5798,7 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
         if (kw->value->kind != GPT2__JSON_ARRAY || kw->value->items.empty()) return gpt2__schema_refuse(cv, kw->pointer, "expected a non-empty array of schemas");
         /* oneOf: one and only one branch; read as anyOf only where no value can match two
            branches, which is checked here by their types (what each branch's `type`,
-           `const` or `enum` allows) */
+           `const` or `enum` allows), their values, or a tag property */
         if (one) {
             unsigned seen = 0;
             for (size_t i = 0; i < kw->value->items.size(); i++) {
@@ -5792,8 +5820,8 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
                     t = 0;
                 }
                 if (t & (GPT2__T_NUMBER | GPT2__T_INTEGER)) t |= GPT2__T_NUMBER | GPT2__T_INTEGER;
-                if ((seen & t) && !gpt2__schema_discriminated(cv, *kw))
-                    return gpt2__schema_refuse(cv, kw->pointer, "'oneOf' is enforced only where its branches allow different types or are objects told apart by a required property's string const or enum (a value matching two branches would be accepted)");
+                if ((seen & t) && !gpt2__schema_discriminated(cv, *kw) && !gpt2__schema_disjoint_values(*kw->value))
+                    return gpt2__schema_refuse(cv, kw->pointer, "'oneOf' is enforced only where its branches allow different types, different string, boolean or null values (const, enum), or are objects told apart by a required property's string const or enum (a value matching two branches would be accepted)");
                 seen |= t;
             }
         }

@@ -155,6 +155,13 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
     check_case({R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"]},{"$ref":"#/$defs/sq"}],"$defs":{"sq":{"type":"object","properties":{"kind":{"enum":["square","box"]},"side":{"type":"integer"}},"required":["kind"]}}})",
                 {R"({"kind":"circle","r":1.5})", R"({"kind":"box","side":2})", R"({"kind":"square"})"}, {R"({"kind":"circle"})", R"({"kind":"tri"})", R"({"r":1})"}});
     CHECK(refusal(R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"enum":["b","a"]}},"required":["k"]}]})").find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
+    // branches of values no other branch has: const, enum (2, 2.0 and 2e0 are one number)
+    check_case({R"({"oneOf":[{"const":"auto","description":"d"},{"const":"crlf"},{"enum":["lf",null,false]}]})",
+                {R"("auto")", R"("crlf")", R"("lf")", R"(null)", R"(false)"}, {R"("cr")", R"(true)", R"(1)"}});
+    check_case({R"({"type":"number","oneOf":[{"enum":[1,2.5]},{"const":-3}]})", {R"(1)", R"(2.5)", R"(-3)"}, {R"(2)", R"(3)"}});
+    for (const char* overlapping : {R"({"oneOf":[{"enum":["a","b"]},{"const":"b"}]})", R"({"oneOf":[{"enum":[2,3]},{"const":2.0}]})",
+                                    R"({"oneOf":[{"enum":[1]},{"const":1e0}]})", R"({"oneOf":[{"const":[1]},{"const":[2]}]})"})
+        CHECK(refusal(overlapping).find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
     check_case({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})", {R"({"a":1})"}, {R"({})", R"({"a":"x"})"}});
     check_case({R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
                 {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},
