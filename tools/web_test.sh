@@ -5,11 +5,13 @@
 #      threads lacks (listed in `excluded` below)
 #   3. generates with the web module under Node (examples/web/node_generate.js) and checks that
 #      its token ids and text equal the native program's for the same prompt, seed, temperature
-#      and top-k; the same for a build without -msimd128 (the portable kernels)
+#      and top-k, free, with a grammar and with a JSON Schema; that it chooses the native
+#      option among several; the same for a build without -msimd128 (the portable kernels)
 #   4. serves examples/web/ on a free loopback port, opens the page in headless Chromium with the
 #      same prompt and seed, and checks that the text the page shows equals the native text;
 #      saves a screenshot (build-wasm/web_page.png; docs/web_example.png is a copy for the README);
-#      with ?temp=-1&run=1 the page names the bad setting in its status line and starts nothing
+#      with ?choose=...&run=1 it names the native program's choice; with ?temp=-1&run=1 it names
+#      the bad setting in its status line and starts nothing
 #   5. prints tokens/s: under Node, in Chromium, and native on one thread, measured now
 # Needs emscripten, nodejs and chromium (bash tools/install_deps.sh emscripten chromium) and the
 # native program: GPT2_NATIVE_CLI (default build-test/examples/gpt2, built by tools/test.sh).
@@ -30,6 +32,8 @@ step() { echo "web_test: $1 ($((SECONDS - step_start)) s)"; step_start=$SECONDS;
 # doctest suite runs without it; node_generate.js turns fetch off itself, so it runs with plain node.
 node_run() { node --no-experimental-fetch "$@"; }
 json_field() { python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)[sys.argv[1]]))' "$1"; }
+# json_pick KEYS: the JSON object on stdin with only KEYS (a GPT-2 vocabulary's last_logits are too long for an argument).
+json_pick() { python3 -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({k: r.get(k) for k in sys.argv[1].split(",")}))' "$1"; }
 # same_fields WHAT KEYS WANT_JSON WASM_JSON: fails unless both objects hold the same non-empty values at KEYS.
 same_fields() {
     python3 - "$@" <<'EOF'
@@ -65,9 +69,27 @@ check_same wasm_simd128 "ROMEO:" 200 0.8 200 7
 step "Node generates the native token ids and text (2 prompts, 200 tokens each)"
 grammar='root ::= "ACTION: " ("wave" | "flee") "\n" [A-Z] [^\n]{1,60} "."'
 native_json=$("$native" -m "$model" -p "ROMEO:" -n 100 --temp 0.8 --top-k 200 --seed 7 -t 1 --context-policy discard --json --grammar-text "$grammar")
-wasm_json=$(node examples/web/node_generate.js "$model" "ROMEO:" 100 0.8 200 7 "$grammar")
+wasm_json=$(node examples/web/node_generate.js "$model" "ROMEO:" 100 0.8 200 7 --grammar "$grammar")
 same_fields "with a grammar, Node" ids,text "$native_json" "$wasm_json"
-step "with a grammar, Node generates the native token ids and text"
+# The Shakespeare model's characters hold no '{' or '"': a JSON Schema needs GPT-2's vocabulary, here
+# a small random model with it (made for the doctest suite by build.sh).
+schema=examples/grammars/npc_state.schema.json
+gpt2_vocab_model=build-wasm/tests/generated/padded_gpt2.gguf
+native_json=$("$native" -m "$gpt2_vocab_model" -p "The guard:" -n 60 --temp 0.8 --top-k 40 --seed 11 -t 1 --context-policy discard --json --json-schema "$schema" | json_pick ids,text)
+wasm_json=$(node examples/web/node_generate.js "$gpt2_vocab_model" "The guard:" 60 0.8 40 11 --json-schema "$(cat "$schema")")
+same_fields "with a JSON Schema, Node" ids,text "$native_json" "$wasm_json"
+options=" I will| Thou art| Go hence|zz"
+native_choice=$("$native" -m "$model" -p "ROMEO:" -t 1 --json --choose "$options")
+wasm_choice=$(node examples/web/node_generate.js "$model" "ROMEO:" --choose "$options")
+python3 - "$native_choice" "$wasm_choice" <<'EOF'
+import json, sys
+native, wasm = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+# The kernels sum in other orders than the native ones: log-probabilities agree to rounding.
+if wasm["best"] != native["best"] or len(wasm["logprobs"]) != len(native["logprobs"]) \
+        or any(abs(a - b) > 1e-4 * max(1, abs(a)) for a, b in zip(native["logprobs"], wasm["logprobs"])):
+    sys.exit(f"web_test: choosing among options, Node differs from the native program\n  want: {native}\n  wasm: {wasm}")
+EOF
+step "with a grammar and with a JSON Schema, Node generates the native token ids and text; it chooses the native option"
 GPT2_WASM_SIMD=0 GPT2_WASM_OUT=build-wasm/scalar bash examples/web/build.sh
 GPT2_WEB_MODULE=build-wasm/scalar/gpt2_web.js check_same scalar "ROMEO:" 200 0.8 200 7
 step "built without -msimd128, Node generates the native tokens with the portable kernels"
@@ -92,6 +114,16 @@ page_json=$(python3 tools/web_page_check.py --timeout 120 --screenshot build-was
     --url "http://127.0.0.1:$port/examples/web/index.html?prompt=ROMEO:&temp=0.8&topk=200&seed=7&n=200&run=1")
 same_fields "the page in Chromium" text "$native_last" "$page_json"
 step "Chromium shows the native text; screenshot build-wasm/web_page.png"
+chosen_json=$(python3 tools/web_page_check.py --timeout 60 \
+    --url "http://127.0.0.1:$port/examples/web/index.html?prompt=ROMEO:&choose=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$options")&run=1")
+python3 - "$native_choice" "$chosen_json" <<'EOF'
+import json, sys
+native, page = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+want = f"chose {json.dumps(native['choice'])} of {len(native['options'])} options"
+if want not in page["status"]:
+    sys.exit(f"web_test: ?choose=...&run=1: expected '{want}' in the status, got {page}")
+EOF
+step "the page chooses the native option (?choose=...&run=1)"
 bad_json=$(python3 tools/web_page_check.py --timeout 60 --url "http://127.0.0.1:$port/examples/web/index.html?temp=-1&run=1")
 python3 - "$bad_json" <<'EOF'
 import json, sys

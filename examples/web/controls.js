@@ -13,6 +13,8 @@ const GPT2_SETTINGS = {
   seed: {id: 'seed', name: 'seed', min: 0, integer: true},
   n: {id: 'tokens', name: 'tokens', min: 1, integer: true},
   grammar: {id: 'grammar'},
+  schema: {id: 'json-schema'},
+  choose: {id: 'options'},  // with run=1: score these options (| between them) instead of generating
   model: {},  // the URL of another GGUF file
   run: {},    // 1: start at once
 };

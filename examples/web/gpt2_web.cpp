@@ -8,11 +8,19 @@
 #include <emscripten.h>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 // Hands one token to JavaScript. `text` is whole UTF-8 characters (gpt2_token_fn's promise), so
 // decoding each piece on its own never splits a character.
 EM_JS(void, web_emit_token, (int32_t id, const char* text, size_t len), {
     if (Module.onToken) Module.onToken(id, UTF8ToString(text, len));
+});
+
+// Hands one option's score to JavaScript (web_choose).
+EM_JS(void, web_emit_option, (int index, double logprob), {
+    if (Module.onOption) Module.onOption(index, logprob);
 });
 
 static gpt2_model* web_model;
@@ -23,6 +31,11 @@ static gpt2_error web_error;
 static int web_on_token(void*, int32_t id, const char* text, size_t len) {
     web_emit_token(id, text, len);
     return 0;
+}
+
+static int web_no_model() {
+    gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "no model loaded: call web_load_model first");
+    return GPT2_ERROR_INVALID_ARGUMENT;
 }
 
 extern "C" {
@@ -55,12 +68,16 @@ EMSCRIPTEN_KEEPALIVE int web_load_model(void* bytes, size_t size) {
 
 // Forgets the conversation, then generates up to n_tokens after `prompt` (UTF-8), sampling with
 // temperature, top_k and seed (a double: JavaScript numbers hold integers up to 2^53 exactly);
-// the text follows `grammar` (GBNF; "" = free text), made for this call (a fraction of a
-// millisecond; the first also builds the vocabulary's trie). Returns a gpt2_result;
-// web_last_error() says why on failure (a bad grammar: its line and column).
-EMSCRIPTEN_KEEPALIVE int web_generate(const char* prompt, int n_tokens, float temperature, int top_k, double seed, const char* grammar) {
-    if (!web_session) {
-        gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "no model loaded: call web_load_model first");
+// the text follows `grammar` (GBNF) or `json_schema` (a JSON Schema; "" for both = free text),
+// made for this call (a fraction of a millisecond; the first also builds the vocabulary's trie).
+// Returns a gpt2_result; web_last_error() says why on failure (a bad grammar: its line and
+// column; a schema's keyword that cannot be enforced: its JSON pointer).
+EMSCRIPTEN_KEEPALIVE int web_generate(const char* prompt, int n_tokens, float temperature, int top_k, double seed,
+                                      const char* grammar, const char* json_schema) {
+    if (!web_session) return web_no_model();
+    const bool has_grammar = grammar && *grammar, has_schema = json_schema && *json_schema;
+    if (has_grammar && has_schema) {
+        gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "give a grammar or a JSON Schema, not both");
         return GPT2_ERROR_INVALID_ARGUMENT;
     }
     gpt2_session_reset(web_session);
@@ -71,14 +88,51 @@ EMSCRIPTEN_KEEPALIVE int web_generate(const char* prompt, int n_tokens, float te
     p.seed = (uint64_t)seed;
     p.on_token = web_on_token;
     gpt2_grammar* made = nullptr;
-    if (grammar && *grammar) {
-        const gpt2_result r = gpt2_grammar_from_gbnf(web_model, grammar, nullptr, &made, &web_error);
+    if (has_grammar || has_schema) {
+        const gpt2_result r = has_grammar ? gpt2_grammar_from_gbnf(web_model, grammar, nullptr, &made, &web_error)
+                                          : gpt2_grammar_from_json_schema(web_model, json_schema, std::strlen(json_schema), nullptr, &made, &web_error);
         if (r != GPT2_OK) return r;
         p.grammar = made;
     }
     const gpt2_result r = gpt2_generate_text(web_session, prompt, &p, &web_error);
     gpt2_grammar_free(made);
     return r;
+}
+
+// Forgets the conversation, reads `prompt`, and scores each of `options` (split at '|', as the
+// CLI's --choose splits them) as its continuation (gpt2_choose): Module.onOption(index, logprob)
+// for each in order, then returns the index of the most likely (ties: the lower), or -1 on failure
+// (web_last_error() says why).
+EMSCRIPTEN_KEEPALIVE int web_choose(const char* prompt, const char* options) {
+    if (!web_session) {
+        web_no_model();
+        return -1;
+    }
+    gpt2_session_reset(web_session);
+    std::vector<std::string> texts;
+    for (const char* start = options;;) {
+        const char* bar = std::strchr(start, '|');
+        texts.emplace_back(start, bar ? bar : start + std::strlen(start));
+        if (!bar) break;
+        start = bar + 1;
+    }
+    std::vector<const char*> pointers;
+    for (const std::string& text : texts) pointers.push_back(text.c_str());
+    size_t n_prompt = 0;
+    if (gpt2_tokenize(web_model, prompt, std::strlen(prompt), 0, nullptr, 0, &n_prompt, &web_error) != GPT2_OK) return -1;
+    if (n_prompt == 0) {
+        gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "the prompt is empty: the options are scored as its continuation, so give it some text");
+        return -1;
+    }
+    std::vector<int32_t> ids(n_prompt);
+    std::vector<float> logprobs(texts.size());
+    size_t best = 0;
+    if (gpt2_tokenize(web_model, prompt, std::strlen(prompt), 0, ids.data(), ids.size(), &n_prompt, &web_error) != GPT2_OK ||
+        gpt2_session_eval(web_session, ids.data(), ids.size(), &web_error) != GPT2_OK ||
+        gpt2_choose(web_session, pointers.data(), pointers.size(), logprobs.data(), &best, &web_error) != GPT2_OK)
+        return -1;
+    for (size_t i = 0; i < texts.size(); i++) web_emit_option((int)i, logprobs[i]);
+    return (int)best;
 }
 
 } // extern "C"

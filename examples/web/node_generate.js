@@ -1,7 +1,9 @@
 // Generates with the web module (gpt2_web.js) under Node, as the page's worker does, and prints
-// one JSON object: {kernels, ids, text, tokens, seconds}. tools/web_test.sh compares it with the
-// native program's output.
-//   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [GRAMMAR]
+// one JSON object: {kernels, ids, text, tokens, seconds}; or, with --choose, scores the options
+// (split at |) after the prompt and prints {kernels, logprobs, best}. tools/web_test.sh compares
+// them with the native program's output.
+//   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [--grammar GBNF | --json-schema SCHEMA]
+//   node examples/web/node_generate.js MODEL.gguf PROMPT --choose "A|B|C"
 // GPT2_WEB_MODULE=PATH loads another build of the module (build.sh's GPT2_WASM_OUT).
 const fs = require('fs');
 const path = require('path');
@@ -11,9 +13,16 @@ const path = require('path');
 delete globalThis.fetch;
 const createGpt2 = require(path.resolve(process.env.GPT2_WEB_MODULE || path.join(__dirname, 'gpt2_web.js')));
 
-const [model, prompt, n, temperature, topK, seed, grammar = ''] = process.argv.slice(2);
-if (seed === undefined) {
-    console.error('usage: node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [GRAMMAR]');
+const usage = 'usage: node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [--grammar GBNF | --json-schema SCHEMA]\n' +
+              '       node_generate.js MODEL.gguf PROMPT --choose "A|B|C"';
+const args = process.argv.slice(2);
+const [model, prompt] = args;
+const choose = args[2] === '--choose' && args.length === 4 ? args[3] : null;
+const [n, temperature, topK, seed, flag, constraint] = args.slice(2);
+const grammar = flag === '--grammar' ? constraint : '', jsonSchema = flag === '--json-schema' ? constraint : '';
+const constrained = args.length === 8 && (flag === '--grammar' || flag === '--json-schema');
+if (choose === null && args.length !== 6 && !constrained) {
+    console.error(usage);
     process.exit(2);
 }
 createGpt2().then((gpt2) => {
@@ -22,11 +31,21 @@ createGpt2().then((gpt2) => {
     const ptr = gpt2._malloc(bytes.length);
     gpt2.HEAPU8.set(bytes, ptr);
     if (gpt2._web_load_model(ptr, bytes.length) !== 0) fail(model);
+    const kernels = gpt2.UTF8ToString(gpt2._web_kernels());
+    if (choose !== null) {
+        const logprobs = [];
+        gpt2.onOption = (index, logprob) => { logprobs[index] = logprob; };
+        const best = gpt2.ccall('web_choose', 'number', ['string', 'string'], [prompt, choose]);
+        if (best < 0) fail('choose');
+        console.log(JSON.stringify({kernels, logprobs, best}));
+        return;
+    }
     const ids = [];
     let text = '';
     gpt2.onToken = (id, piece) => { ids.push(id); text += piece; };
     const start = process.hrtime.bigint();
-    if (gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string'], [prompt, +n, +temperature, +topK, +seed, grammar]) !== 0) fail('generate');
+    if (gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string', 'string'],
+                  [prompt, +n, +temperature, +topK, +seed, grammar, jsonSchema]) !== 0) fail('generate');
     const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-    console.log(JSON.stringify({kernels: gpt2.UTF8ToString(gpt2._web_kernels()), ids, text, tokens: ids.length, seconds}));
+    console.log(JSON.stringify({kernels, ids, text, tokens: ids.length, seconds}));
 });

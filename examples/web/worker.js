@@ -1,9 +1,11 @@
 // The Web Worker that runs gpt2.h (gpt2_web.js, built by build.sh). Generating blocks this thread,
 // never the page's: each token goes to the page by postMessage as soon as it is sampled.
 //   page -> worker  {type: 'load', url}   fetch the GGUF model at url and load it
-//                   {type: 'generate', prompt, n, temperature, topK, seed, grammar}
+//                   {type: 'generate', prompt, n, temperature, topK, seed, grammar, jsonSchema}
+//                   {type: 'choose', prompt, options}  options: one string, | between them
 //   worker -> page  {type: 'loaded', kernels, bytes}  {type: 'token', id, text}
 //                   {type: 'done', tokens, seconds}   {type: 'error', message}
+//                   {type: 'chosen', logprobs, best, seconds}
 importScripts('gpt2_web.js');
 
 let ready = null; // resolves to the module once the model is loaded
@@ -25,11 +27,20 @@ function generate(gpt2, m) {
     let tokens = 0;
     gpt2.onToken = (id, text) => { tokens++; postMessage({type: 'token', id, text}); };
     const start = performance.now();
-    const result = gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string'],
-                              [m.prompt, m.n, m.temperature, m.topK, m.seed, m.grammar || '']);
+    const result = gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string', 'string'],
+                              [m.prompt, m.n, m.temperature, m.topK, m.seed, m.grammar || '', m.jsonSchema || '']);
     const seconds = (performance.now() - start) / 1000;
     if (result !== 0) throw new Error(gpt2.UTF8ToString(gpt2._web_last_error()));
     postMessage({type: 'done', tokens, seconds});
+}
+
+function choose(gpt2, m) {
+    const logprobs = [];
+    gpt2.onOption = (index, logprob) => { logprobs[index] = logprob; };
+    const start = performance.now();
+    const best = gpt2.ccall('web_choose', 'number', ['string', 'string'], [m.prompt, m.options]);
+    if (best < 0) throw new Error(gpt2.UTF8ToString(gpt2._web_last_error()));
+    postMessage({type: 'chosen', logprobs, best, seconds: (performance.now() - start) / 1000});
 }
 
 onmessage = async (event) => {
@@ -37,6 +48,7 @@ onmessage = async (event) => {
     try {
         if (m.type === 'load') await (ready = load(m.url));
         else if (m.type === 'generate') generate(await ready, m);
+        else if (m.type === 'choose') choose(await ready, m);
     } catch (e) {
         postMessage({type: 'error', message: String(e.message || e)});
     }
