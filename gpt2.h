@@ -4615,13 +4615,92 @@ static void gpt2__schema_literal(gpt2__string* out, std::string_view text) {
     out->push_back('"');
 }
 
+/* A number bound, exactly: the sign, the whole part (at most 18 digits) and the fraction's
+   digits, trailing zeros dropped ("0.50" and "5e-1" alike). */
+struct gpt2__schema_decimal {
+    bool negative = false; /* never for zero */
+    long long whole = 0;
+    gpt2__string fraction;
+    bool zero() const { return whole == 0 && fraction.empty(); }
+};
+
+/* One end of an interval of magnitudes (gpt2__schema_magnitudes): absent, or a value that the
+   end takes in (or, strict, leaves out). */
+struct gpt2__schema_end {
+    bool present = false, strict = false;
+    gpt2__schema_decimal at;
+};
+
+/* A number as JSON writes it, with an exponent or not, as a decimal; false when it is not a
+   number or is too large or too fine to hold (18 whole digits, 64 fraction digits). */
+static bool gpt2__schema_decimal_of(const gpt2__json& j, gpt2__schema_decimal* d) {
+    if (j.kind != GPT2__JSON_NUMBER) return false;
+    const gpt2__string& t = j.text;
+    size_t i = 0;
+    const bool negative = i < t.size() && t[i] == '-';
+    i += negative;
+    gpt2__string digits; /* the mantissa's digits; the point after `point` of them */
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') digits += t[i++];
+    long long point = (long long)digits.size();
+    if (i < t.size() && t[i] == '.')
+        for (i++; i < t.size() && t[i] >= '0' && t[i] <= '9';) digits += t[i++];
+    if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+        i++;
+        const bool down = i < t.size() && t[i] == '-';
+        if (i < t.size() && (t[i] == '-' || t[i] == '+')) i++;
+        long long e = 0;
+        for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; i++)
+            if ((e = e * 10 + (t[i] - '0')) > 64) return false;
+        point += down ? -e : e;
+    }
+    if (i != t.size() || digits.empty()) return false;
+    if (point < 0) digits.insert(0, (size_t)-point, '0'), point = 0;
+    if ((long long)digits.size() < point) digits.append((size_t)(point - (long long)digits.size()), '0');
+    gpt2__string whole = digits.substr(0, (size_t)point), fraction = digits.substr((size_t)point);
+    whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
+    fraction.erase(fraction.find_last_not_of('0') + 1);
+    if (whole.size() > 18 || fraction.size() > 64) return false;
+    d->whole = whole.empty() ? 0 : std::strtoll(whole.c_str(), nullptr, 10);
+    d->fraction = fraction;
+    d->negative = negative && !d->zero();
+    return true;
+}
+
+/* Whether x < y, as signed decimals. */
+static bool gpt2__schema_decimal_less(const gpt2__schema_decimal& x, const gpt2__schema_decimal& y) {
+    if (x.negative != y.negative) return x.negative;
+    if (x.whole == y.whole && x.fraction == y.fraction) return false;
+    const bool smaller_magnitude = x.whole != y.whole ? x.whole < y.whole : x.fraction < y.fraction; /* digit strings: no trailing zeros */
+    return x.negative ? !smaller_magnitude : smaller_magnitude;
+}
+
+/* A decimal as JSON writes it most briefly without an exponent: "-12.5", "100", "0". */
+static gpt2__string gpt2__schema_decimal_text(const gpt2__schema_decimal& d) {
+    gpt2__string text = d.negative ? "-" : "";
+    text += std::to_string(d.whole).c_str();
+    if (!d.fraction.empty()) text += "." + d.fraction;
+    return text;
+}
+
+/* A number value of const or enum as GBNF: each way JSON writes it without an exponent (2, 2.0
+   and 2.00 are one value, -0 is 0), and the schema's own text. */
+static void gpt2__schema_number_literal(gpt2__string* out, const gpt2__json& v) {
+    gpt2__schema_decimal d;
+    if (!gpt2__schema_decimal_of(v, &d)) return gpt2__schema_literal(out, v.text);
+    *out += d.zero() ? "(\"-\"? " : "(";
+    gpt2__schema_literal(out, gpt2__schema_decimal_text(d));
+    *out += d.fraction.empty() ? " (\".\" \"0\"+)?" : " \"0\"*";
+    if (v.text.find_first_of("eE") != gpt2__string::npos) *out += " | ", gpt2__schema_literal(out, v.text);
+    *out += ")";
+}
+
 /* A JSON value written as JSON (strings with the fewest escapes, keys in their order), for
    const and enum: as GBNF elements, with whitespace where JSON allows it. */
 static void gpt2__schema_json_literal(const gpt2__schema_converter* cv, const gpt2__json& v, gpt2__string* out) {
     switch (v.kind) {
     case GPT2__JSON_NULL: *out += "\"null\""; break;
     case GPT2__JSON_BOOL: *out += v.boolean ? "\"true\"" : "\"false\""; break;
-    case GPT2__JSON_NUMBER: gpt2__schema_literal(out, v.text); break;
+    case GPT2__JSON_NUMBER: gpt2__schema_number_literal(out, v); break;
     case GPT2__JSON_STRING: {
         gpt2__string json = "\"";
         for (unsigned char c : v.text) {
@@ -4935,60 +5014,44 @@ static void gpt2__schema_natural_range(gpt2__string* out, long long lo, long lon
     *out += ")";
 }
 
-/* An integer bound as written (a whole number within +-10^18). */
-static bool gpt2__schema_int_value(const gpt2__json& j, long long* v) {
-    if (j.kind != GPT2__JSON_NUMBER) return false;
-    gpt2__string t = j.text;
-    const size_t dot = t.find('.');
-    if (t.find_first_of("eE") != gpt2__string::npos) return false;
-    if (dot != gpt2__string::npos) {
-        if (t.find_first_not_of('0', dot + 1) != gpt2__string::npos) return false; /* 1.5: not whole */
-        t.resize(dot);
-    }
-    if (t.size() > 19) return false;
-    *v = std::strtoll(t.c_str(), nullptr, 10);
-    return *v <= 1000000000000000000LL && *v >= -1000000000000000000LL;
-}
-
-static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out) {
-    bool has_lo = false, has_hi = false;
-    long long lo = 0, hi = 0;
+/* The value's bounds from minimum, maximum, exclusiveMinimum and exclusiveMaximum (draft 4's
+   boolean exclusives too), the tighter of two on one side. */
+static gpt2_result gpt2__schema_bounds(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__schema_end* lower, gpt2__schema_end* upper) {
     const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
     const gpt2__schema_kw* maximum = gpt2__schema_find(view, "maximum");
     const gpt2__schema_kw* ex_min = gpt2__schema_find(view, "exclusiveMinimum");
     const gpt2__schema_kw* ex_max = gpt2__schema_find(view, "exclusiveMaximum");
-    auto bound = [&](const gpt2__schema_kw* kw, long long* v) {
-        if (!gpt2__schema_int_value(*kw->value, v)) return gpt2__schema_refuse(cv, kw->pointer, "an integer bound must be a whole number within +-10^18 (other bounds are not enforced)");
+    auto take = [&](const gpt2__schema_kw* kw, bool strict, gpt2__schema_end* end) {
+        gpt2__schema_decimal v;
+        if (!gpt2__schema_decimal_of(*kw->value, &v))
+            return gpt2__schema_refuse(cv, kw->pointer, "a number bound must be a number with at most 18 digits before its point and 64 after");
+        const bool tighter = !end->present || (end == lower ? gpt2__schema_decimal_less(end->at, v) : gpt2__schema_decimal_less(v, end->at)) ||
+                             (!gpt2__schema_decimal_less(end->at, v) && !gpt2__schema_decimal_less(v, end->at) && strict);
+        if (tighter) end->present = true, end->strict = strict, end->at = v;
         return GPT2_OK;
     };
-    if (minimum) {
-        GPT2__TRY(bound(minimum, &lo));
-        has_lo = true;
-    }
-    if (maximum) {
-        GPT2__TRY(bound(maximum, &hi));
-        has_hi = true;
-    }
-    if (ex_min) {
-        if (ex_min->value->kind == GPT2__JSON_BOOL) {
-            if (ex_min->value->boolean && has_lo) lo++;
-        } else {
-            long long v = 0;
-            GPT2__TRY(bound(ex_min, &v));
-            if (!has_lo || v + 1 > lo) lo = v + 1;
-            has_lo = true;
-        }
-    }
-    if (ex_max) {
-        if (ex_max->value->kind == GPT2__JSON_BOOL) {
-            if (ex_max->value->boolean && has_hi) hi--;
-        } else {
-            long long v = 0;
-            GPT2__TRY(bound(ex_max, &v));
-            if (!has_hi || v - 1 < hi) hi = v - 1;
-            has_hi = true;
-        }
-    }
+    auto draft4 = [](const gpt2__schema_kw* ex) { return ex && ex->value->kind == GPT2__JSON_BOOL; };
+    if (minimum) GPT2__TRY(take(minimum, draft4(ex_min) && ex_min->value->boolean, lower));
+    if (maximum) GPT2__TRY(take(maximum, draft4(ex_max) && ex_max->value->boolean, upper));
+    if (ex_min && !draft4(ex_min)) GPT2__TRY(take(ex_min, true, lower));
+    if (ex_max && !draft4(ex_max)) GPT2__TRY(take(ex_max, true, upper));
+    return GPT2_OK;
+}
+
+/* The least integer that a lower end lets in, or the greatest that an upper end does. */
+static long long gpt2__schema_integer_end(const gpt2__schema_end& end, bool is_lower) {
+    const gpt2__schema_decimal& d = end.at;
+    const long long toward_zero = d.negative ? -d.whole : d.whole;
+    const bool whole = d.fraction.empty();
+    const long long floor = toward_zero - (!whole && d.negative), ceil = toward_zero + (!whole && !d.negative);
+    return is_lower ? (end.strict ? floor + 1 : ceil) : (end.strict ? ceil - 1 : floor);
+}
+
+static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out) {
+    gpt2__schema_end lower, upper;
+    GPT2__TRY(gpt2__schema_bounds(cv, view, &lower, &upper));
+    const bool has_lo = lower.present, has_hi = upper.present;
+    const long long lo = has_lo ? gpt2__schema_integer_end(lower, true) : 0, hi = has_hi ? gpt2__schema_integer_end(upper, false) : 0;
     if (!has_lo && !has_hi) {
         cv->used_integer = true;
         *out = "integer";
@@ -5013,57 +5076,6 @@ static gpt2_result gpt2__schema_integer(gpt2__schema_converter* cv, const gpt2__
     }
     *out = gpt2__schema_add_rule(cv, alts);
     return GPT2_OK;
-}
-
-/* A number bound, exactly: the sign, the whole part (at most 18 digits) and the fraction's
-   digits, trailing zeros dropped ("0.50" and "5e-1" alike). */
-struct gpt2__schema_decimal {
-    bool negative = false; /* never for zero */
-    long long whole = 0;
-    gpt2__string fraction;
-    bool zero() const { return whole == 0 && fraction.empty(); }
-};
-
-/* One end of an interval of magnitudes (gpt2__schema_magnitudes): absent, or a value that the
-   end takes in (or, strict, leaves out). */
-struct gpt2__schema_end {
-    bool present = false, strict = false;
-    gpt2__schema_decimal at;
-};
-
-/* A number as JSON writes it, with an exponent or not, as a decimal; false when it is not a
-   number or is too large or too fine to hold (18 whole digits, 64 fraction digits). */
-static bool gpt2__schema_decimal_of(const gpt2__json& j, gpt2__schema_decimal* d) {
-    if (j.kind != GPT2__JSON_NUMBER) return false;
-    const gpt2__string& t = j.text;
-    size_t i = 0;
-    const bool negative = i < t.size() && t[i] == '-';
-    i += negative;
-    gpt2__string digits; /* the mantissa's digits; the point after `point` of them */
-    while (i < t.size() && t[i] >= '0' && t[i] <= '9') digits += t[i++];
-    long long point = (long long)digits.size();
-    if (i < t.size() && t[i] == '.')
-        for (i++; i < t.size() && t[i] >= '0' && t[i] <= '9';) digits += t[i++];
-    if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
-        i++;
-        const bool down = i < t.size() && t[i] == '-';
-        if (i < t.size() && (t[i] == '-' || t[i] == '+')) i++;
-        long long e = 0;
-        for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; i++)
-            if ((e = e * 10 + (t[i] - '0')) > 64) return false;
-        point += down ? -e : e;
-    }
-    if (i != t.size() || digits.empty()) return false;
-    if (point < 0) digits.insert(0, (size_t)-point, '0'), point = 0;
-    if ((long long)digits.size() < point) digits.append((size_t)(point - (long long)digits.size()), '0');
-    gpt2__string whole = digits.substr(0, (size_t)point), fraction = digits.substr((size_t)point);
-    whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
-    fraction.erase(fraction.find_last_not_of('0') + 1);
-    if (whole.size() > 18 || fraction.size() > 64) return false;
-    d->whole = whole.empty() ? 0 : std::strtoll(whole.c_str(), nullptr, 10);
-    d->fraction = fraction;
-    d->negative = negative && !d->zero();
-    return true;
 }
 
 /* The digits after a number's point whose value f lies between two ends' fractions (each
@@ -5155,37 +5167,13 @@ static bool gpt2__schema_magnitudes(gpt2__schema_converter* cv, const gpt2__sche
    alone, any number without a minus sign; with other bounds, the numbers written without an
    exponent between them, exactly (a grammar cannot compare 1e3 with 999 as it reads it). */
 static gpt2_result gpt2__schema_number(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, gpt2__string* out) {
-    const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
-    const gpt2__schema_kw* maximum = gpt2__schema_find(view, "maximum");
-    const gpt2__schema_kw* ex_min = gpt2__schema_find(view, "exclusiveMinimum");
-    const gpt2__schema_kw* ex_max = gpt2__schema_find(view, "exclusiveMaximum");
-    if (!minimum && !maximum && !ex_min && !ex_max) {
+    gpt2__schema_end lo, hi; /* the value's bounds, signed */
+    GPT2__TRY(gpt2__schema_bounds(cv, view, &lo, &hi));
+    if (!lo.present && !hi.present) {
         cv->used_number = true;
         *out = "number";
         return GPT2_OK;
     }
-    gpt2__schema_end lo, hi; /* the value's bounds, signed */
-    auto take = [&](const gpt2__schema_kw* kw, bool strict, bool is_lower) {
-        gpt2__schema_decimal v;
-        if (!gpt2__schema_decimal_of(*kw->value, &v))
-            return gpt2__schema_refuse(cv, kw->pointer, "a number bound must be a number with at most 18 digits before its point and 64 after");
-        gpt2__schema_end& end = is_lower ? lo : hi;
-        /* of two bounds on one side, the tighter: compare as signed decimals */
-        auto less = [](const gpt2__schema_decimal& x, const gpt2__schema_decimal& y) {
-            if (x.negative != y.negative) return x.negative;
-            const bool smaller_magnitude = x.whole != y.whole ? x.whole < y.whole : x.fraction < y.fraction; /* digit strings: no trailing zeros */
-            const bool equal = x.whole == y.whole && x.fraction == y.fraction;
-            return !equal && (x.negative ? !smaller_magnitude : smaller_magnitude);
-        };
-        const bool tighter = !end.present || (is_lower ? less(end.at, v) : less(v, end.at)) ||
-                             (!less(end.at, v) && !less(v, end.at) && strict);
-        if (tighter) end.present = true, end.strict = strict, end.at = v;
-        return GPT2_OK;
-    };
-    if (minimum) GPT2__TRY(take(minimum, ex_min && ex_min->value->kind == GPT2__JSON_BOOL && ex_min->value->boolean, true));
-    if (maximum) GPT2__TRY(take(maximum, ex_max && ex_max->value->kind == GPT2__JSON_BOOL && ex_max->value->boolean, false));
-    if (ex_min && ex_min->value->kind != GPT2__JSON_BOOL) GPT2__TRY(take(ex_min, true, true));
-    if (ex_max && ex_max->value->kind != GPT2__JSON_BOOL) GPT2__TRY(take(ex_max, true, false));
     if (lo.present && !lo.strict && lo.at.zero() && !hi.present) { /* the sign alone decides: exponents too ("-0" is zero) */
         *out = gpt2__schema_add_rule(cv, "((\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? | \"-0\" (\".\" \"0\"+)?) ([eE] [-+]? [0-9]+)?");
         return GPT2_OK;
@@ -5723,7 +5711,7 @@ static bool gpt2__schema_disjoint_values(const gpt2__json& branches) {
             else if (v->kind == GPT2__JSON_BOOL) key = v->boolean ? "t" : "f";
             else if (v->kind == GPT2__JSON_NULL) key = "n";
             else if (gpt2__schema_decimal d; v->kind == GPT2__JSON_NUMBER && gpt2__schema_decimal_of(*v, &d)) /* 2, 2.0 and 2e0 alike */
-                key = gpt2__string(d.negative ? "-" : "+") + std::to_string(d.whole).c_str() + "." + d.fraction;
+                key = "d" + gpt2__schema_decimal_text(d);
             else return false; /* arrays, objects, numbers too long to compare */
             if (std::find(taken.begin(), taken.begin() + (ptrdiff_t)before, key) != taken.begin() + (ptrdiff_t)before) return false;
             taken.push_back(key);

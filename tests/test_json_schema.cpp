@@ -149,6 +149,11 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
     check_case({R"({"enum":["red","green",3,null,{"a":[1]}]})", {R"("red")", R"("green")", R"(3)", R"(null)", R"({"a":[1]})"}, {R"("blue")", R"(4)", R"("re")", R"({"a":[2]})"}});
     check_case({R"({"type":"string","enum":["a",1]})", {R"("a")"}, {R"(1)"}});
     check_case({R"({"const":"x\ny"})", {R"("x\ny")"}, {R"("xy")"}});
+    // a number is its value: 2, 2.0 and 2.00 are one (JSON Schema compares numbers by value); -0 is 0;
+    // a value with an exponent is also taken as the schema writes it
+    check_case({R"({"enum":[2.0,-0,1e2,3.50,-1.25]})", {"2", "2.0", "2.00", "0", "-0", "0.0", "1e2", "100", "100.0", "3.5", "3.50", "-1.25", "-1.250"},
+                {"20", "2.01", "3", "1e3", "3.05", "-1.2", "-0.1", "1", "1E2", "02"}});
+    check_case({R"({"const":{"a":[1.0,0.5]}})", {R"({"a":[1,0.5]})", R"({"a":[1.0,0.50]})"}, {R"({"a":[1,0.4]})", R"({"a":[2,0.5]})"}});
     check_case({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {R"(1)", R"("ab")"}, {R"("abc")", R"(1.5)", R"(null)"}});
     check_case({R"({"oneOf":[{"type":"integer"},{"type":"string"}]})", {R"(1)", R"("ab")"}, {R"(null)"}});
     // a tagged union: objects told apart by a required property's const
@@ -206,56 +211,87 @@ __int128 scaled_decimal(const std::string& text) {
     return text[0] == '-' ? -v : v;
 }
 
-TEST_CASE("json schema: number bounds are exact for numbers written without an exponent") {
-    REQUIRE(bpe_model().model);
-    // bounds as schemas write them (an exponent, trailing zeros), against numbers near them and
-    // between them, with and without trailing zeros; -0 is zero
-    const std::vector<std::string> bounds = {"0", "1", "-1", "0.5", "-0.5", "2.25", "-90", "90", "100.0", "1e2", "2.5E-1", "-1.75",
-                                             "0.001", "12.340", "999.99", "-0.05", "180", "3.14159"};
-    const std::vector<std::string> numbers = {
-        "0", "-0", "0.0", "-0.00", "1", "-1", "0.5", "0.50", "0.4999", "0.5001", "-0.5", "-0.50", "-0.49", "-0.51", "2.25", "2.2500", "2.24",
-        "2.26", "2.249999", "2.250001", "-90", "-90.0", "-90.01", "-89.99", "90", "90.000", "90.1", "89.9", "100", "100.00", "100.001",
-        "99.999", "0.25", "0.2", "0.3", "-1.75", "-1.7", "-1.8", "-1.750", "0.001", "0.0009", "0.0011", "0.0010", "12.34", "12.3400",
-        "12.339", "12.341", "999.99", "999.989", "1000", "-0.05", "-0.04", "-0.06", "180", "180.5", "179", "3.14159", "3.1416", "3.14158",
-        "7", "-7", "45.5", "-45.5", "123456", "-123456", "0.000000001", "-0.000000001"};
-    std::mt19937 rng(11);
-    int schemas = 0;
-    for (int k = 0; k < 400; k++) {
-        const std::string& lo = bounds[rng() % bounds.size()];
-        const std::string& hi = bounds[rng() % bounds.size()];
-        const int kind = (int)(rng() % 6); // which keywords: both inclusive, exclusive ones, one side, draft 4 booleans
-        const bool lo_strict = kind == 1 || kind == 4, hi_strict = kind == 2 || kind == 4;
-        const bool has_lo = kind != 3, has_hi = kind != 5;
-        std::string schema = R"({"type":"number")";
-        if (has_lo) schema += std::string(lo_strict && kind == 4 ? R"(,"minimum":)" : lo_strict ? R"(,"exclusiveMinimum":)" : R"(,"minimum":)") + lo;
-        if (has_hi) schema += std::string(hi_strict && kind == 4 ? R"(,"maximum":)" : hi_strict ? R"(,"exclusiveMaximum":)" : R"(,"maximum":)") + hi;
+// Bounds as schemas write them (an exponent, trailing zeros, fractions), and the same bounds
+// without an exponent for scaled_decimal.
+const std::vector<std::string> bound_texts = {"0", "1", "-1", "0.5", "-0.5", "2.25", "-90", "90", "100.0", "1e2", "2.5E-1", "-1.75",
+                                              "0.001", "12.340", "999.99", "-0.05", "180", "3.14159", "1.5e1", "-7"};
+std::string bound_without_exponent(const std::string& b) { return b == "1e2" ? "100" : b == "2.5E-1" ? "0.25" : b == "1.5e1" ? "15" : b; }
+
+// A schema of `type` with bounds drawn from bound_texts in one of six keyword forms (both
+// inclusive, exclusive ones, one side, draft 4 booleans), and whether a number (its text without
+// an exponent) lies within them, exactly.
+struct RandomBounds {
+    std::string schema;
+    bool has_lo, has_hi, lo_strict, hi_strict;
+    __int128 lo_v, hi_v;
+    RandomBounds(const char* type, std::mt19937* rng) {
+        const std::string& lo = bound_texts[(*rng)() % bound_texts.size()];
+        const std::string& hi = bound_texts[(*rng)() % bound_texts.size()];
+        const int kind = (int)((*rng)() % 6);
+        lo_strict = kind == 1 || kind == 4, hi_strict = kind == 2 || kind == 4;
+        has_lo = kind != 3, has_hi = kind != 5;
+        schema = std::string(R"({"type":")") + type + "\"";
+        if (has_lo) schema += std::string(lo_strict && kind != 4 ? R"(,"exclusiveMinimum":)" : R"(,"minimum":)") + lo;
+        if (has_hi) schema += std::string(hi_strict && kind != 4 ? R"(,"exclusiveMaximum":)" : R"(,"maximum":)") + hi;
         if (kind == 4) schema += R"(,"exclusiveMinimum":true,"exclusiveMaximum":true)";
         schema += "}";
-        CAPTURE(schema);
-        // the bounds as decimals without an exponent (the reference reads only those)
-        auto plain = [](const std::string& b) { return b == "1e2" ? std::string("100") : b == "2.5E-1" ? std::string("0.25") : b; };
-        const __int128 lo_v = scaled_decimal(plain(lo)), hi_v = scaled_decimal(plain(hi));
-        auto in_bounds = [&](const std::string& n) {
-            const __int128 v = scaled_decimal(n);
-            return (!has_lo || (lo_strict ? v > lo_v : v >= lo_v)) && (!has_hi || (hi_strict ? v < hi_v : v <= hi_v));
-        };
+        lo_v = scaled_decimal(bound_without_exponent(lo)), hi_v = scaled_decimal(bound_without_exponent(hi));
+    }
+    bool holds(const std::string& number) const {
+        const __int128 v = scaled_decimal(number);
+        return (!has_lo || (lo_strict ? v > lo_v : v >= lo_v)) && (!has_hi || (hi_strict ? v < hi_v : v <= hi_v));
+    }
+};
+
+// Makes `count` schemas of `type` with RandomBounds and checks that each of `values` is a whole
+// sentence exactly when it lies within the bounds; returns how many were made (the others have
+// no value between their bounds: refused as contradictory).
+int check_random_bounds(const char* type, unsigned seed, int count, const std::vector<std::string>& values) {
+    std::mt19937 rng(seed);
+    int schemas = 0;
+    for (int k = 0; k < count; k++) {
+        const RandomBounds b(type, &rng);
+        CAPTURE(b.schema);
         bool any = false;
-        for (const std::string& n : numbers) any = any || in_bounds(n);
-        SchemaGrammar g(schema, true);
-        if (g.result != GPT2_OK) { // only bounds with no number between them
+        for (const std::string& v : values) any = any || b.holds(v);
+        SchemaGrammar g(b.schema, true);
+        if (g.result != GPT2_OK) {
             CHECK(std::string(g.err.message).find("contradictory bounds") != std::string::npos);
             CHECK(!any);
             continue;
         }
         schemas++;
-        for (const std::string& n : numbers) {
-            CAPTURE(n);
-            CHECK((schema_match(g.grammar, n) == GPT2_MATCH_COMPLETE) == in_bounds(n));
+        for (const std::string& v : values) {
+            CAPTURE(v);
+            CHECK((schema_match(g.grammar, v) == GPT2_MATCH_COMPLETE) == b.holds(v));
         }
         CHECK(schema_match(g.grammar, "00") == GPT2_MATCH_NONE);
         CHECK(schema_match(g.grammar, "1.") != GPT2_MATCH_COMPLETE);
     }
-    CHECK(schemas > 200); // the others: bounds with no number between them
+    return schemas;
+}
+
+TEST_CASE("json schema: integer bounds that are fractions or have exponents are exact") {
+    REQUIRE(bpe_model().model);
+    std::vector<std::string> integers;
+    for (int v = -200; v <= 200; v++) integers.push_back(std::to_string(v));
+    CHECK(check_random_bounds("integer", 5, 200, integers) > 100);
+    // two bounds on one side: the tighter holds; of equal ones, the exclusive
+    check_case({R"({"type":"integer","minimum":2,"exclusiveMinimum":2.0,"maximum":7.5,"exclusiveMaximum":6})", {"3", "5"}, {"2", "6", "7"}});
+    check_case({R"({"type":"number","exclusiveMinimum":-1,"minimum":-1.0,"maximum":1e0,"exclusiveMaximum":1.5})", {"-0.5", "1", "1.0"}, {"-1", "1.2"}});
+}
+
+TEST_CASE("json schema: number bounds are exact for numbers written without an exponent") {
+    REQUIRE(bpe_model().model);
+    // bounds drawn from bound_texts against numbers near them and between them, with and without
+    // trailing zeros; -0 is zero
+    const std::vector<std::string> numbers = {
+        "0", "-0", "0.0", "-0.00", "1", "-1", "0.5", "0.50", "0.4999", "0.5001", "-0.5", "-0.50", "-0.49", "-0.51", "2.25", "2.2500", "2.24",
+        "2.26", "2.249999", "2.250001", "-90", "-90.0", "-90.01", "-89.99", "90", "90.000", "90.1", "89.9", "100", "100.00", "100.001",
+        "99.999", "0.25", "0.2", "0.3", "-1.75", "-1.7", "-1.8", "-1.750", "0.001", "0.0009", "0.0011", "0.0010", "12.34", "12.3400",
+        "12.339", "12.341", "999.99", "999.989", "1000", "-0.05", "-0.04", "-0.06", "180", "180.5", "179", "3.14159", "3.1416", "3.14158",
+        "7", "-7", "45.5", "-45.5", "123456", "-123456", "0.000000001", "-0.000000001", "15", "15.0", "14.99", "-7.0", "-6.9"};
+    CHECK(check_random_bounds("number", 11, 400, numbers) > 200);
     // an exponent is not written where a bound other than "minimum": 0 holds (the grammar could not compare it)
     check_case({R"({"type":"number","minimum":-1,"maximum":1})", {"0.5", "-1", "1.0", "-0"}, {"1e0", "5e-1", "1.01", "-1.5"}});
     check_case({R"({"type":["number","null"],"exclusiveMinimum":0})", {"0.001", "7", "null"}, {"0", "-0", "0.000", "-3"}});
