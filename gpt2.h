@@ -5038,6 +5038,26 @@ static gpt2_result gpt2__schema_bounds(gpt2__schema_converter* cv, const gpt2__s
     return GPT2_OK;
 }
 
+/* Whether a number lies between two ends (each absent, inclusive or strict). */
+static bool gpt2__schema_between(const gpt2__schema_end& lower, const gpt2__schema_end& upper, const gpt2__schema_decimal& d) {
+    const bool above_lower = !lower.present || (lower.strict ? gpt2__schema_decimal_less(lower.at, d) : !gpt2__schema_decimal_less(d, lower.at));
+    const bool below_upper = !upper.present || (upper.strict ? gpt2__schema_decimal_less(d, upper.at) : !gpt2__schema_decimal_less(upper.at, d));
+    return above_lower && below_upper;
+}
+
+/* The keywords that keep or drop each value of an enum or const beside them. */
+static bool gpt2__schema_filters_values(std::string_view key) {
+    return key == "type" || key == "minLength" || key == "maxLength" || key == "minimum" || key == "maximum" || key == "exclusiveMinimum" ||
+           key == "exclusiveMaximum";
+}
+
+/* The code points of UTF-8 text (its bytes that do not continue a character). */
+static size_t gpt2__utf8_code_points(std::string_view text) {
+    size_t n = 0;
+    for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+    return n;
+}
+
 /* The least integer that a lower end lets in, or the greatest that an upper end does. */
 static long long gpt2__schema_integer_end(const gpt2__schema_end& end, bool is_lower) {
     const gpt2__schema_decimal& d = end.at;
@@ -5739,16 +5759,6 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
     const gpt2__schema_kw* one = gpt2__schema_find(view, "oneOf");
     const gpt2__schema_kw* en = gpt2__schema_find(view, "enum");
     const gpt2__schema_kw* co = gpt2__schema_find(view, "const");
-    /* keywords beside a $ref, an anyOf, an enum: anything but type is refused */
-    auto alone = [&](const gpt2__schema_kw* kw, const char* what) {
-        for (const auto& other : view)
-            if (&other != kw && other.key != "type") {
-                char msg[200];
-                std::snprintf(msg, sizeof msg, "'%.*s' beside %s is not enforced (only 'type' is merged with it)", (int)other.key.size(), other.key.data(), what);
-                return gpt2__schema_refuse(cv, other.pointer, msg);
-            }
-        return GPT2_OK;
-    };
     if (ref) {
         if (view.size() == 1) return gpt2__schema_ref_rule(cv, *ref, out);
         /* keywords beside the $ref: merged with its target's */
@@ -5756,16 +5766,39 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
         return gpt2__schema_view_expr(cv, std::move(view), pointer, out, impossible, depth + 1);
     }
     if (en || co) {
-        GPT2__TRY(alone(en && co ? en : en ? en : co, en ? "enum" : "const"));
         if (en && co) return gpt2__schema_refuse(cv, co->pointer, "'const' beside 'enum' is not enforced");
+        const gpt2__schema_kw* values_kw = en ? en : co;
+        /* beside them: the keywords that keep or drop each value */
+        for (const auto& other : view)
+            if (&other != values_kw && !gpt2__schema_filters_values(other.key)) {
+                char msg[200];
+                std::snprintf(msg, sizeof msg, "'%.*s' beside %s is not enforced (only type, minLength, maxLength and the number bounds are)",
+                              (int)other.key.size(), other.key.data(), en ? "enum" : "const");
+                return gpt2__schema_refuse(cv, other.pointer, msg);
+            }
         gpt2__vector<const gpt2__json*> values;
         if (co) values.push_back(co->value);
         else if (en->value->kind != GPT2__JSON_ARRAY) return gpt2__schema_refuse(cv, en->pointer, "enum must be an array");
         else
             for (const auto& v : en->value->items) values.push_back(&v);
+        uint32_t min_length = 0, max_length = UINT32_MAX;
+        if (const gpt2__schema_kw* kw = gpt2__schema_find(view, "minLength")) GPT2__TRY(gpt2__schema_uint(cv, *kw, &min_length));
+        if (const gpt2__schema_kw* kw = gpt2__schema_find(view, "maxLength")) GPT2__TRY(gpt2__schema_uint(cv, *kw, &max_length));
+        gpt2__schema_end lower, upper;
+        GPT2__TRY(gpt2__schema_bounds(cv, view, &lower, &upper));
         gpt2__string alts;
         for (const gpt2__json* v : values) {
             if (!(gpt2__json_types(*v) & types)) continue;
+            if (v->kind == GPT2__JSON_STRING) {
+                const size_t length = gpt2__utf8_code_points(v->text);
+                if (length < min_length || length > max_length) continue;
+            }
+            if (v->kind == GPT2__JSON_NUMBER && (lower.present || upper.present)) {
+                gpt2__schema_decimal d;
+                if (!gpt2__schema_decimal_of(*v, &d))
+                    return gpt2__schema_refuse(cv, values_kw->pointer, "a number beside bounds must have at most 18 digits before its point and 64 after");
+                if (!gpt2__schema_between(lower, upper, d)) continue;
+            }
             if (!alts.empty()) alts += " | ";
             gpt2__schema_json_literal(cv, *v, &alts);
         }

@@ -153,6 +153,12 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
     // a value with an exponent is also taken as the schema writes it
     check_case({R"({"enum":[2.0,-0,1e2,3.50,-1.25]})", {"2", "2.0", "2.00", "0", "-0", "0.0", "1e2", "100", "100.0", "3.5", "3.50", "-1.25", "-1.250"},
                 {"20", "2.01", "3", "1e3", "3.05", "-1.2", "-0.1", "1", "1E2", "02"}});
+    // beside enum and const: the keywords that drop values (lengths in code points, number bounds)
+    check_case({R"({"enum":["a","\u00e9\u00e9","abcd",5,2.5,-1,null],"minLength":2,"maxLength":3,"exclusiveMinimum":-1,"maximum":2.5})",
+                {"\"\xc3\xa9\xc3\xa9\"", R"(2.5)", R"(null)"}, {R"("a")", R"("abcd")", R"(-1)", R"(5)"}});
+    check_case({R"({"type":"integer","enum":[5,2.5,-1],"minimum":0})", {"5"}, {"2.5", "-1"}});
+    CHECK(refusal(R"({"enum":["a"],"pattern":"a"})") == "json schema: /pattern: 'pattern' beside enum is not enforced (only type, minLength, maxLength and the number bounds are)");
+    CHECK(refusal(R"({"enum":[1],"minLength":-1})").find("/minLength") != std::string::npos);
     check_case({R"({"const":{"a":[1.0,0.5]}})", {R"({"a":[1,0.5]})", R"({"a":[1.0,0.50]})"}, {R"({"a":[1,0.4]})", R"({"a":[2,0.5]})"}});
     check_case({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {R"(1)", R"("ab")"}, {R"("abc")", R"(1.5)", R"(null)"}});
     check_case({R"({"oneOf":[{"type":"integer"},{"type":"string"}]})", {R"(1)", R"("ab")"}, {R"(null)"}});
