@@ -4880,7 +4880,7 @@ static gpt2_result gpt2__schema_merge(gpt2__schema_converter* cv, gpt2__schema_v
                                              {"items", "additionalItems"}};
     for (const auto& kw : more) {
         const gpt2__schema_kw* same = gpt2__schema_find(*into, kw.key);
-        if (same && kw.key != "type" && kw.key != "required")
+        if (same && kw.key != "type" && kw.key != "required" && kw.key != "properties")
             return gpt2__fail(cv->err, GPT2_ERROR_BAD_GRAMMAR, "json schema: %.*s: '%.*s' is written at %s and at %s; only parts with different keywords are merged",
                               (int)where.size(), where.data(), (int)kw.key.size(), kw.key.data(), same->pointer.c_str(), kw.pointer.c_str());
         for (const auto& c : coupled)
@@ -4908,10 +4908,12 @@ static gpt2_result gpt2__schema_deref(gpt2__schema_converter* cv, gpt2__schema_v
         gpt2__schema_view rest;
         for (const auto& kw : *view)
             if (kw.key != "$ref") rest.push_back(kw);
-        gpt2__schema_view target_view;
-        gpt2__schema_view_of(*target, target_pointer, &target_view);
-        GPT2__TRY(gpt2__schema_merge(cv, &rest, target_view, pointer));
-        *view = std::move(rest);
+        /* the target's keywords first: its properties come before the ones beside the $ref, as
+           a base class's fields come before a subclass's in the objects written */
+        gpt2__schema_view merged;
+        gpt2__schema_view_of(*target, target_pointer, &merged);
+        GPT2__TRY(gpt2__schema_merge(cv, &merged, rest, pointer));
+        *view = std::move(merged);
         ref = gpt2__schema_find(*view, "$ref");
     }
     if (ref) return gpt2__schema_refuse(cv, ref->pointer, "$ref chain too long to merge");
@@ -4925,9 +4927,11 @@ static gpt2_result gpt2__schema_flatten(gpt2__schema_converter* cv, gpt2__schema
     if (!all) return GPT2_OK;
     const gpt2__schema_kw all_of = *all;
     if (all_of.value->kind != GPT2__JSON_ARRAY || all_of.value->items.empty()) return gpt2__schema_refuse(cv, all_of.pointer, "allOf must be a non-empty array of schemas");
-    gpt2__schema_view merged;
+    /* the parts' keywords first, then the schema's own: the parts' properties come first, as a
+       base class's fields (allOf: [{"$ref": base}]) come before a subclass's in the objects written */
+    gpt2__schema_view merged, own;
     for (const auto& kw : *view)
-        if (kw.key != "allOf") merged.push_back(kw);
+        if (kw.key != "allOf") own.push_back(kw);
     for (size_t i = 0; i < all_of.value->items.size(); i++) {
         const gpt2__json& part = all_of.value->items[i];
         char index[24];
@@ -4944,6 +4948,7 @@ static gpt2_result gpt2__schema_flatten(gpt2__schema_converter* cv, gpt2__schema
         GPT2__TRY(gpt2__schema_flatten(cv, &part_view, part_pointer, depth + 1));
         GPT2__TRY(gpt2__schema_merge(cv, &merged, part_view, all_of.pointer));
     }
+    GPT2__TRY(gpt2__schema_merge(cv, &merged, own, pointer));
     *view = std::move(merged);
     return GPT2_OK;
 }
@@ -5417,12 +5422,50 @@ static void gpt2__schema_other_key(gpt2__schema_converter* cv, const gpt2__vecto
     *out = gpt2__schema_add_rule(cv, body);
 }
 
+/* The value of property `name` under every `properties` that names it: one schema, or the
+   merge of several (allOf's parts that each describe the property: all of them hold). */
+static gpt2_result gpt2__schema_property(gpt2__schema_converter* cv, const gpt2__vector<const gpt2__schema_kw*>& props, std::string_view name, gpt2__string* out, bool* impossible, int depth) {
+    gpt2__schema_view merged;
+    gpt2__string first_pointer;
+    const gpt2__json* only = nullptr;
+    size_t count = 0;
+    for (const gpt2__schema_kw* kw : props)
+        for (size_t i = 0; i < kw->value->keys.size(); i++) {
+            if (kw->value->keys[i] != name) continue;
+            const gpt2__json& schema = kw->value->items[i];
+            const gpt2__string pointer = kw->pointer + "/" + gpt2__schema_escape_pointer(name);
+            if (count++ == 0) first_pointer = pointer, only = &schema;
+            if (schema.kind == GPT2__JSON_BOOL) {
+                if (schema.boolean) continue;
+                *impossible = true;
+                return GPT2_OK;
+            }
+            if (schema.kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, pointer, "a schema must be an object or a boolean");
+            gpt2__schema_view part;
+            gpt2__schema_view_of(schema, pointer, &part);
+            GPT2__TRY(gpt2__schema_merge(cv, &merged, part, pointer));
+        }
+    if (count == 1) return gpt2__schema_expr(cv, *only, first_pointer, out, impossible, depth);
+    if (merged.empty()) { /* each of them true */
+        cv->used_value = true;
+        *out = "value";
+        return GPT2_OK;
+    }
+    return gpt2__schema_view_expr(cv, std::move(merged), first_pointer, out, impossible, depth);
+}
+
 static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible, int depth) {
     GPT2__TRY(gpt2__schema_refuse_any(cv, view, {"propertyNames", "minProperties", "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties"},
                                       "is not enforced"));
-    const gpt2__schema_kw* props = gpt2__schema_find(view, "properties");
+    gpt2__vector<const gpt2__schema_kw*> props; /* several where allOf's parts each have theirs */
+    bool named = false;
+    for (const auto& kw : view)
+        if (kw.key == "properties") {
+            if (kw.value->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, kw.pointer, "properties must be an object");
+            props.push_back(&kw);
+            named = named || !kw.value->keys.empty();
+        }
     const gpt2__schema_kw* additional = gpt2__schema_find(view, "additionalProperties");
-    if (props && props->value->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, props->pointer, "properties must be an object");
     gpt2__vector<gpt2__string> req;
     for (const auto& kw : view)
         if (kw.key == "required") {
@@ -5441,7 +5484,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
     if (patterns && patterns->value->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, patterns->pointer, "patternProperties must be an object");
     if (patterns && patterns->value->keys.size() > 1) return gpt2__schema_refuse(cv, patterns->pointer, "'patternProperties' is enforced only with one pattern");
     const bool pattern = patterns && patterns->value->keys.size() == 1;
-    const bool named = (props && !props->value->keys.empty()) || !req.empty();
+    const bool named_or_required = named || !req.empty();
     /* the extra properties: patternProperties' or additionalProperties (absent = any value) */
     gpt2__string extra_value, extra_key; /* extra_key: the keys' rule where a pattern gives it; else any name but the named ones */
     bool extra_allowed = true;
@@ -5452,7 +5495,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         const bool closed = additional && additional->value->kind == GPT2__JSON_BOOL && !additional->value->boolean;
         if (!(every_name ? open || closed : closed))
             return gpt2__schema_refuse(cv, patterns->pointer, "'patternProperties' is enforced only with additionalProperties false, or with a pattern that matches every name (\"\" or \".*\")");
-        if (every_name ? props && !props->value->keys.empty() : named)
+        if (every_name ? named : named_or_required)
             return gpt2__schema_refuse(cv, patterns->pointer, every_name ? "'patternProperties' beside 'properties' is not enforced"
                                                                         : "'patternProperties' with additionalProperties false is enforced only without 'properties' and 'required'");
         if (!every_name) GPT2__TRY(gpt2__schema_pattern_string(cv, regex, patterns->pointer, "patternProperties", &extra_key));
@@ -5478,13 +5521,14 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
     };
     gpt2__vector<prop> list;
     gpt2__vector<gpt2__string> names;
-    if (props) {
-        for (size_t i = 0; i < props->value->keys.size(); i++) {
+    for (const gpt2__schema_kw* kw : props) {
+        for (const gpt2__string& name : kw->value->keys) {
+            if (std::find(names.begin(), names.end(), name) != names.end()) continue; /* made where first named */
             prop p;
-            p.name = props->value->keys[i];
+            p.name = name;
             p.required = std::find(req.begin(), req.end(), p.name) != req.end();
             bool none = false;
-            GPT2__TRY(gpt2__schema_expr(cv, props->value->items[i], props->pointer + "/" + gpt2__schema_escape_pointer(p.name), &p.value, &none, depth + 1));
+            GPT2__TRY(gpt2__schema_property(cv, props, name, &p.value, &none, depth + 1));
             names.push_back(p.name);
             if (none) {
                 if (p.required) {

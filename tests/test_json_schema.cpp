@@ -174,6 +174,13 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
                                     R"({"oneOf":[{"enum":[1]},{"const":1e0}]})", R"({"oneOf":[{"const":[1]},{"const":[2]}]})"})
         CHECK(refusal(overlapping).find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
     check_case({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})", {R"({"a":1})"}, {R"({})", R"({"a":"x"})"}});
+    // allOf's parts that each name properties: all of them, and a property both name meets both schemas
+    check_case({R"({"allOf":[{"properties":{"a":{"type":"integer","minimum":0},"b":{"type":"string"}}},{"properties":{"a":{"maximum":9},"c":true},"required":["a"]}],"type":"object"})",
+                {R"({"a":0})", R"({"a":9,"b":"x","c":[1]})", R"({"a":5,"z":null})"}, {R"({"a":10})", R"({"a":-1})", R"({"b":"x"})", R"({"a":1,"b":2})"}});
+    check_case({R"({"allOf":[{"properties":{"a":{"const":1}}},{"properties":{"a":false}}]})", {R"({})", R"({"b":1})"}, {R"({"a":1})"}});
+    CHECK(refusal(R"({"allOf":[{"properties":{"a":{"minimum":1}}},{"properties":{"a":{"minimum":2}}}]})") ==
+          "json schema: /allOf/1/properties/a: 'minimum' is written at /allOf/0/properties/a/minimum and at /allOf/1/properties/a/minimum; only parts with different keywords are merged");
+    CHECK(refusal(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}},"additionalProperties":false}]})").find("depend on each other") != std::string::npos);
     check_case({R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
                 {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},
                 {R"({"v":1})", R"({"v":1,"next":{"v":2}})", R"({"v":1,"next":{"v":"x","next":null}})"}});
