@@ -159,6 +159,7 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
     check_case({R"({"type":"integer","enum":[5,2.5,-1],"minimum":0})", {"5"}, {"2.5", "-1"}});
     CHECK(refusal(R"({"enum":["a"],"pattern":"a"})") == "json schema: /pattern: 'pattern' beside enum is not enforced (only type, minLength, maxLength and the number bounds are)");
     CHECK(refusal(R"({"enum":[1],"minLength":-1})").find("/minLength") != std::string::npos);
+    CHECK(refusal(R"({"enum":[1e400],"minimum":0})") == "json schema: /enum: a number beside bounds must have at most 18 digits before its point and 64 after");
     check_case({R"({"const":{"a":[1.0,0.5]}})", {R"({"a":[1,0.5]})", R"({"a":[1.0,0.50]})"}, {R"({"a":[1,0.4]})", R"({"a":[2,0.5]})"}});
     check_case({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {R"(1)", R"("ab")"}, {R"("abc")", R"(1.5)", R"(null)"}});
     check_case({R"({"oneOf":[{"type":"integer"},{"type":"string"}]})", {R"(1)", R"("ab")"}, {R"(null)"}});
