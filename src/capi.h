@@ -466,6 +466,7 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
 
 GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
     if (!grammar) return;
+    gpt2__context_maker_free(grammar->context_maker);
     grammar->~gpt2_grammar();
     GPT2_FREE(grammar);
 }

@@ -49,13 +49,21 @@ struct gpt2__grule {
    1, every token longer than one character of JSON's `char` rule) and the more contexts a
    grammar makes. */
 enum : uint32_t { GPT2__WHOLE_SUBTREE = 1u << 31 };
-enum { GPT2__CONTEXT_DEPTH = 4, GPT2__MAX_CONTEXTS = 4096, GPT2__CLIP_BYTES = 16 };
+/* A grammar keeps contexts up to both limits (a schema of hundreds of optional properties makes
+   a context per character of every key it meets: tens of thousands); past them a mask walks the
+   whole trie from the state. */
+enum { GPT2__CONTEXT_DEPTH = 4, GPT2__MAX_CONTEXTS = 1 << 16, GPT2__CONTEXTS_MAX_BYTES = 32 << 20, GPT2__CLIP_BYTES = 16 };
 struct gpt2__context_tokens {
     gpt2__vector<uint32_t> context;
     bool clipped = false; /* some position stood for a farther copy of a repetition (gpt2_grammar::stands_for) */
+    /* every word of the bitmap; or, where most words are 0 (a position in a key's literal accepts a
+       handful of tokens), only the others: word accepted_at[k] of the bitmap is accepted[k] */
     gpt2__vector<uint32_t> accepted;
+    gpt2__vector<uint32_t> accepted_at;
     gpt2__vector<uint32_t> uncertain;
 };
+
+struct gpt2__context_maker;
 
 struct gpt2_grammar {
     const gpt2_model* model = nullptr;
@@ -72,10 +80,12 @@ struct gpt2_grammar {
        [^\n]{1,120}, or a JSON string's char{0,500} (maxLength), would otherwise make a context for
        every character. */
     gpt2__vector<uint32_t> stands_for;
-    /* the contexts met so far (at most GPT2__MAX_CONTEXTS), under the mutex: grammars are shared;
-       a deque keeps them where they are while more are added */
+    /* the contexts met so far (at most GPT2__MAX_CONTEXTS, holding GPT2__CONTEXTS_MAX_BYTES),
+       under the mutex: grammars are shared; a deque keeps them where they are while more are added */
     mutable std::mutex contexts_mutex;
     mutable std::deque<gpt2__context_tokens, gpt2__allocator<gpt2__context_tokens>> contexts;
+    mutable size_t contexts_bytes = 0;
+    mutable gpt2__context_maker* context_maker = nullptr; /* the scratch of making them, kept between them (matcher.h) */
     mutable std::unordered_multimap<uint64_t, uint32_t, std::hash<uint64_t>, std::equal_to<uint64_t>, gpt2__allocator<std::pair<const uint64_t, uint32_t>>> context_index;
 };
 

@@ -465,19 +465,54 @@ static bool gpt2__loops_on_plain(gpt2__grammar_matcher* mk, gpt2__vector<int8_t>
     return known == 1;
 }
 
+/* The scratch of gpt2__context_tokens_make: a matcher over the context's stack, its table, the
+   walk's levels. A grammar keeps one (under its contexts' mutex), so that a schema making tens of
+   thousands of contexts does not allocate each one's anew. */
+struct gpt2__context_maker {
+    gpt2__grammar_matcher matcher;
+    gpt2__vector<char> inside, escaped; /* per walk depth; escaped: a path passed the context's end */
+    gpt2__vector<int8_t> loops;         /* gpt2__loops_on_plain's, per state id */
+};
+
+/* The grammar's maker, made on first use; NULL when out of memory. Called under g->contexts_mutex. */
+static gpt2__context_maker* gpt2__context_maker_of(const gpt2_grammar* g) {
+    if (!g->context_maker) {
+        void* memory = GPT2_MALLOC(sizeof(gpt2__context_maker));
+        if (memory) g->context_maker = new (memory) gpt2__context_maker();
+    }
+    return g->context_maker;
+}
+
+static void gpt2__context_maker_free(gpt2__context_maker* maker) {
+    if (!maker) return;
+    maker->~gpt2__context_maker();
+    GPT2_FREE(maker);
+}
+
+/* Leaves every token to the walk from the state. */
+static void gpt2__context_tokens_undecided(const gpt2__token_trie& trie, gpt2__context_tokens* out) {
+    out->accepted.clear();
+    out->uncertain.clear();
+    for (size_t first = 0; first < trie.byte.size(); first = trie.skip[first]) out->uncertain.push_back((uint32_t)first | GPT2__WHOLE_SUBTREE);
+}
+
 /* The tokens a context decides alone (XGrammar's context-independent tokens, with a few nodes of
    the stack known): a walk of the trie from the stack of the context's positions over a node that
    stands for the rest of the stack, unknown. A token read whole inside the context is accepted
    whatever the rest; one refused before the context ends is refused whatever it is; the others
    pass its end, and the rest decides: uncertain. Too ambiguous to follow here: every token is
    left to the walk from the state (which then reports it). */
-static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_tokens* out) {
+static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_maker* maker, gpt2__context_tokens* out) {
     const gpt2_model& model = *g->model;
     const gpt2__token_trie& trie = model.token_trie;
-    gpt2__grammar_matcher mk;
+    gpt2__grammar_matcher& mk = maker->matcher;
     mk.g = g;
     gpt2__gss& gss = mk.gss;
     gpt2__gss_init(&gss, g);
+    gss.overflow = false;
+    gss.unknown = UINT32_MAX;
+    gss.work.clear();
+    gpt2__state_table_clear(&mk.table);
     uint32_t below = 0;
     if (out->context.size() == GPT2__CONTEXT_DEPTH) {
         gss.unknown = below = (uint32_t)gss.nodes.size();
@@ -488,8 +523,12 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
     mk.levels.resize((size_t)trie.max_depth + 1);
     mk.levels[0].state.tops.assign(1, below);
     mk.levels[0].id = gpt2__state_table_id(&mk.table, mk.levels[0].state);
-    gpt2__vector<char> inside((size_t)trie.max_depth + 1, 1), escaped((size_t)trie.max_depth + 1, 0); /* escaped: a path passed the context's end */
-    gpt2__vector<int8_t> loops; /* gpt2__loops_on_plain's, per state id */
+    gpt2__vector<char>& inside = maker->inside;
+    gpt2__vector<char>& escaped = maker->escaped;
+    inside.assign((size_t)trie.max_depth + 1, 1);
+    escaped.assign((size_t)trie.max_depth + 1, 0);
+    gpt2__vector<int8_t>& loops = maker->loops;
+    loops.clear();
     out->accepted.assign(((size_t)model.n_vocab + 31) / 32, 0);
     out->uncertain.clear();
     for (size_t i = 0; i < trie.byte.size();) {
@@ -502,9 +541,7 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
         }
         const bool ok = gpt2__walk_step(&mk, mk.levels[d - 1], trie.byte[i], &mk.levels[d]);
         if (gss.overflow) {
-            std::fill(out->accepted.begin(), out->accepted.end(), 0);
-            out->uncertain.clear();
-            for (size_t first = 0; first < trie.byte.size(); first = trie.skip[first]) out->uncertain.push_back((uint32_t)first | GPT2__WHOLE_SUBTREE);
+            gpt2__context_tokens_undecided(trie, out);
             return;
         }
         const gpt2__gstate* st = ok ? &gpt2__walk_state(mk, mk.levels[d]) : nullptr;
@@ -527,8 +564,34 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_token
     }
 }
 
+/* Keeps only the nonzero words of `accepted` where they are fewer than half, and returns the
+   bytes the context holds. */
+static size_t gpt2__context_tokens_compact(gpt2__context_tokens* c) {
+    size_t nonzero = 0;
+    for (uint32_t word : c->accepted) nonzero += word != 0;
+    if (nonzero * 2 < c->accepted.size()) {
+        gpt2__vector<uint32_t> bits, at;
+        bits.reserve(nonzero);
+        at.reserve(nonzero);
+        for (size_t w = 0; w < c->accepted.size(); w++)
+            if (c->accepted[w]) bits.push_back(c->accepted[w]), at.push_back((uint32_t)w);
+        c->accepted = std::move(bits);
+        c->accepted_at = std::move(at);
+    }
+    c->uncertain.shrink_to_fit();
+    return sizeof *c + (c->context.capacity() + c->accepted.capacity() + c->accepted_at.capacity() + c->uncertain.capacity()) * sizeof(uint32_t);
+}
+
+/* Sets the bits of the tokens context `c` accepts. */
+static void gpt2__context_tokens_add(const gpt2__context_tokens& c, uint32_t* allowed) {
+    if (c.accepted_at.empty())
+        for (size_t w = 0; w < c.accepted.size(); w++) allowed[w] |= c.accepted[w];
+    else
+        for (size_t k = 0; k < c.accepted_at.size(); k++) allowed[c.accepted_at[k]] |= c.accepted[k];
+}
+
 /* The tokens decided by the context of stack `top` (its first GPT2__CONTEXT_DEPTH positions),
-   made on first use; NULL when the grammar holds GPT2__MAX_CONTEXTS already. */
+   made on first use; NULL when the grammar holds as many contexts, or bytes of them, as it may. */
 static const gpt2__context_tokens* gpt2__context_tokens_find(const gpt2_grammar* g, const gpt2__gss& gss, uint32_t top) {
     uint32_t context[GPT2__CONTEXT_DEPTH];
     size_t n = 0;
@@ -547,13 +610,16 @@ static const gpt2__context_tokens* gpt2__context_tokens_find(const gpt2_grammar*
         const gpt2__context_tokens& p = g->contexts[it->second];
         if (p.clipped == clipped && p.context.size() == n && std::equal(context, context + n, p.context.begin())) return &p;
     }
-    if (g->contexts.size() >= GPT2__MAX_CONTEXTS) return nullptr;
+    if (g->contexts.size() >= GPT2__MAX_CONTEXTS || g->contexts_bytes >= GPT2__CONTEXTS_MAX_BYTES) return nullptr;
     g->context_index.emplace(h, (uint32_t)g->contexts.size());
     g->contexts.emplace_back();
     gpt2__context_tokens* made = &g->contexts.back();
     made->context.assign(context, context + n);
     made->clipped = clipped;
-    gpt2__context_tokens_make(g, made);
+    gpt2__context_maker* maker = gpt2__context_maker_of(g);
+    if (maker) gpt2__context_tokens_make(g, maker, made);
+    else gpt2__context_tokens_undecided(g->model->token_trie, made); /* out of memory */
+    g->contexts_bytes += gpt2__context_tokens_compact(made);
     return made;
 }
 
@@ -606,8 +672,7 @@ static gpt2_result gpt2__matcher_mask(gpt2__grammar_matcher* m, uint32_t* allowe
     } else {
         std::sort(decided.begin(), decided.end());
         decided.erase(std::unique(decided.begin(), decided.end()), decided.end());
-        for (const gpt2__context_tokens* p : decided)
-            for (size_t w = 0; w < words; w++) allowed[w] |= p->accepted[w];
+        for (const gpt2__context_tokens* p : decided) gpt2__context_tokens_add(*p, allowed);
         m->entries.clear();
         for (const gpt2__context_tokens* p : decided) m->entries.insert(m->entries.end(), p->uncertain.begin(), p->uncertain.end());
         std::sort(m->entries.begin(), m->entries.end());
