@@ -4415,13 +4415,18 @@ struct gpt2__json_reader {
     gpt2_error* err = nullptr;
 };
 
+/* The code points of UTF-8 text (its bytes that do not continue a character). */
+static size_t gpt2__utf8_code_points(std::string_view text) {
+    size_t n = 0;
+    for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+    return n;
+}
+
 static gpt2_result gpt2__json_fail(const gpt2__json_reader& r, const char* what) {
-    int line = 1, column = 1;
-    for (size_t i = 0; i < r.pos && i < r.n; i++) {
-        if (r.s[i] == '\n') line++, column = 1;
-        else if (((unsigned char)r.s[i] & 0xC0) != 0x80) column++;
-    }
-    return gpt2__fail(r.err, GPT2_ERROR_BAD_GRAMMAR, "json schema: malformed JSON at line %d, column %d: %s", line, column, what);
+    const std::string_view before(r.s, std::min(r.pos, r.n));
+    const size_t line_start = before.rfind('\n') + 1; /* npos + 1: the first line */
+    const size_t line = 1 + (size_t)std::count(before.begin(), before.end(), '\n'), column = 1 + gpt2__utf8_code_points(before.substr(line_start));
+    return gpt2__fail(r.err, GPT2_ERROR_BAD_GRAMMAR, "json schema: malformed JSON at line %zu, column %zu: %s", line, column, what);
 }
 
 static void gpt2__json_space(gpt2__json_reader* r) {
@@ -5096,6 +5101,11 @@ static void gpt2__schema_natural_range(gpt2__string* out, long long lo, long lon
 
 /* The value's bounds from minimum, maximum, exclusiveMinimum and exclusiveMaximum (draft 4's
    boolean exclusives too), the tighter of two on one side. */
+/* The four keywords gpt2__schema_bounds reads. */
+static bool gpt2__schema_is_bound(std::string_view key) {
+    return key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum";
+}
+
 static gpt2_result gpt2__schema_bounds(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__schema_end* lower, gpt2__schema_end* upper) {
     const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
     const gpt2__schema_kw* maximum = gpt2__schema_find(view, "maximum");
@@ -5127,15 +5137,7 @@ static bool gpt2__schema_between(const gpt2__schema_end& lower, const gpt2__sche
 
 /* The keywords that keep or drop each value of an enum or const beside them. */
 static bool gpt2__schema_filters_values(std::string_view key) {
-    return key == "type" || key == "minLength" || key == "maxLength" || key == "minimum" || key == "maximum" || key == "exclusiveMinimum" ||
-           key == "exclusiveMaximum";
-}
-
-/* The code points of UTF-8 text (its bytes that do not continue a character). */
-static size_t gpt2__utf8_code_points(std::string_view text) {
-    size_t n = 0;
-    for (unsigned char c : text) n += (c & 0xC0) != 0x80;
-    return n;
+    return key == "type" || key == "minLength" || key == "maxLength" || gpt2__schema_is_bound(key);
 }
 
 /* The least integer that a lower end lets in, or the greatest that an upper end does. */
@@ -5500,33 +5502,29 @@ static void gpt2__schema_other_key(gpt2__schema_converter* cv, const gpt2__vecto
 /* The value of property `name` under every `properties` that names it: one schema, or the
    merge of several (allOf's parts that each describe the property: all of them hold). */
 static gpt2_result gpt2__schema_property(gpt2__schema_converter* cv, const gpt2__vector<const gpt2__schema_kw*>& props, std::string_view name, gpt2__string* out, bool* impossible, int depth) {
-    gpt2__schema_view merged;
-    gpt2__string first_pointer;
-    const gpt2__json* only = nullptr;
-    size_t count = 0;
+    gpt2__vector<std::pair<const gpt2__json*, gpt2__string>> schemas; /* each with its pointer */
     for (const gpt2__schema_kw* kw : props)
-        for (size_t i = 0; i < kw->value->keys.size(); i++) {
-            if (kw->value->keys[i] != name) continue;
-            const gpt2__json& schema = kw->value->items[i];
-            const gpt2__string pointer = kw->pointer + "/" + gpt2__schema_escape_pointer(name);
-            if (count++ == 0) first_pointer = pointer, only = &schema;
-            if (schema.kind == GPT2__JSON_BOOL) {
-                if (schema.boolean) continue;
-                *impossible = true;
-                return GPT2_OK;
-            }
-            if (schema.kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, pointer, "a schema must be an object or a boolean");
-            gpt2__schema_view part;
-            gpt2__schema_view_of(schema, pointer, &part);
-            GPT2__TRY(gpt2__schema_merge(cv, &merged, part, pointer));
+        for (size_t i = 0; i < kw->value->keys.size(); i++)
+            if (kw->value->keys[i] == name) schemas.emplace_back(&kw->value->items[i], kw->pointer + "/" + gpt2__schema_escape_pointer(name));
+    if (schemas.size() == 1) return gpt2__schema_expr(cv, *schemas[0].first, schemas[0].second, out, impossible, depth);
+    gpt2__schema_view merged;
+    for (const auto& [schema, pointer] : schemas) {
+        if (schema->kind == GPT2__JSON_BOOL) {
+            if (schema->boolean) continue;
+            *impossible = true;
+            return GPT2_OK;
         }
-    if (count == 1) return gpt2__schema_expr(cv, *only, first_pointer, out, impossible, depth);
+        if (schema->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, pointer, "a schema must be an object or a boolean");
+        gpt2__schema_view part;
+        gpt2__schema_view_of(*schema, pointer, &part);
+        GPT2__TRY(gpt2__schema_merge(cv, &merged, part, pointer));
+    }
     if (merged.empty()) { /* each of them true */
         cv->used_value = true;
         *out = "value";
         return GPT2_OK;
     }
-    return gpt2__schema_view_expr(cv, std::move(merged), first_pointer, out, impossible, depth);
+    return gpt2__schema_view_expr(cv, std::move(merged), schemas[0].second, out, impossible, depth);
 }
 
 static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible, int depth) {

@@ -80,6 +80,18 @@ inline bool cli_parse_u64(const std::string& s, uint64_t* out) {
     return true;
 }
 
+// --choose's options (and the web page's): the text split at each '|'. An empty option between
+// two bars is kept, so that gpt2_choose names it.
+inline std::vector<std::string> cli_split_options(const std::string& text) {
+    std::vector<std::string> options;
+    for (size_t start = 0;;) {
+        const size_t bar = text.find('|', start);
+        options.push_back(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+        if (bar == std::string::npos) return options;
+        start = bar + 1;
+    }
+}
+
 // Any number parses; the library itself rejects NaN, infinities and negatives with its own message.
 inline bool cli_parse_float(const std::string& s, float* out) {
     char* end = nullptr;

@@ -201,13 +201,7 @@ static int on_token(void* user, int32_t, const char* text, size_t len) {
 // --choose: the options scored after the context, the most likely printed (with --json, every
 // option's log-probability too). The session is left as it was, so --save-state saves the prompt.
 static int choose(gpt2_session* session, const Options& o, const std::vector<int32_t>& prompt) {
-    std::vector<std::string> options;
-    for (size_t start = 0;;) {
-        const size_t bar = o.choose.find('|', start);
-        options.push_back(o.choose.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
-        if (bar == std::string::npos) break;
-        start = bar + 1;
-    }
+    const std::vector<std::string> options = cli_split_options(o.choose);
     std::vector<const char*> ptrs;
     for (const std::string& option : options) ptrs.push_back(option.c_str());
     std::vector<float> logprobs(options.size());

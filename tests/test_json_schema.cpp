@@ -589,6 +589,9 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
     REQUIRE(bpe_model().model);
     CHECK(refusal("{\"type\":\n  \"string\",}") == "json schema: malformed JSON at line 2, column 12: expected a key (a string in double quotes)");
     CHECK(refusal(R"({"type":"string")") == "json schema: malformed JSON at line 1, column 17: expected ',' or '}'");
+    // columns count characters (é, € and 😀 take 2, 3 and 4 bytes: one column each)
+    CHECK(refusal("{\"enum\":\n [\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\", x]}") ==
+          "json schema: malformed JSON at line 2, column 10: expected a value (an object, array, string, number, true, false or null)");
     CHECK(refusal(R"([{"type":"string"}])") == "json schema: the schema must be an object or a boolean, not an array");
     CHECK(refusal(R"("string")") == "json schema: the schema must be an object or a boolean, not a string");
     CHECK(refusal(R"({"$ref":"#/$defs/missing"})") == "json schema: /$ref: unresolved $ref '#/$defs/missing'");

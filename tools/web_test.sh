@@ -6,7 +6,8 @@
 #   3. generates with the web module under Node (examples/web/node_generate.js) and checks that
 #      its token ids and text equal the native program's for the same prompt, seed, temperature
 #      and top-k, free, with a grammar and with a JSON Schema; that it chooses the native
-#      option among several; the same for a build without -msimd128 (the portable kernels)
+#      option among several, and names an empty prompt; the same for a build without -msimd128
+#      (the portable kernels)
 #   4. serves examples/web/ on a free loopback port, opens the page in headless Chromium with the
 #      same prompt and seed, and checks that the text the page shows equals the native text;
 #      saves a screenshot (build-wasm/web_page.png; docs/web_example.png is a copy for the README);
@@ -85,11 +86,19 @@ python3 - "$native_choice" "$wasm_choice" <<'EOF'
 import json, sys
 native, wasm = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 # The kernels sum in other orders than the native ones: log-probabilities agree to rounding.
-if wasm["best"] != native["best"] or len(wasm["logprobs"]) != len(native["logprobs"]) \
+if wasm["best"] != native["best"] or wasm["options"] != native["options"] or len(wasm["logprobs"]) != len(native["logprobs"]) \
         or any(abs(a - b) > 1e-4 * max(1, abs(a)) for a, b in zip(native["logprobs"], wasm["logprobs"])):
     sys.exit(f"web_test: choosing among options, Node differs from the native program\n  want: {native}\n  wasm: {wasm}")
 EOF
-step "with a grammar and with a JSON Schema, Node generates the native token ids and text; it chooses the native option"
+if empty_prompt=$(node examples/web/node_generate.js "$model" "" --choose "$options" 2>&1); then
+    echo "web_test: choosing after an empty prompt succeeded: $empty_prompt" >&2
+    exit 1
+fi
+case "$empty_prompt" in
+*"the prompt is empty: the options are scored as its continuation, so give it some text"*) ;;
+*) echo "web_test: choosing after an empty prompt: expected the web module's message, got: $empty_prompt" >&2; exit 1 ;;
+esac
+step "with a grammar and with a JSON Schema, Node generates the native token ids and text; it chooses the native option, and names an empty prompt"
 GPT2_WASM_SIMD=0 GPT2_WASM_OUT=build-wasm/scalar bash examples/web/build.sh
 GPT2_WEB_MODULE=build-wasm/scalar/gpt2_web.js check_same scalar "ROMEO:" 200 0.8 200 7
 step "built without -msimd128, Node generates the native tokens with the portable kernels"

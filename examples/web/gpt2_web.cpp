@@ -4,6 +4,7 @@
 // the JavaScript function Module.onToken(id, text) as soon as it is sampled.
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
+#include "examples/cli.h"
 
 #include <emscripten.h>
 #include <cstdint>
@@ -18,9 +19,9 @@ EM_JS(void, web_emit_token, (int32_t id, const char* text, size_t len), {
     if (Module.onToken) Module.onToken(id, UTF8ToString(text, len));
 });
 
-// Hands one option's score to JavaScript (web_choose).
-EM_JS(void, web_emit_option, (int index, double logprob), {
-    if (Module.onOption) Module.onOption(index, logprob);
+// Hands one option, its text and its score, to JavaScript (web_choose).
+EM_JS(void, web_emit_option, (int index, const char* text, double logprob), {
+    if (Module.onOption) Module.onOption(index, UTF8ToString(text), logprob);
 });
 
 static gpt2_model* web_model;
@@ -99,8 +100,8 @@ EMSCRIPTEN_KEEPALIVE int web_generate(const char* prompt, int n_tokens, float te
     return r;
 }
 
-// Forgets the conversation, reads `prompt`, and scores each of `options` (split at '|', as the
-// CLI's --choose splits them) as its continuation (gpt2_choose): Module.onOption(index, logprob)
+// Forgets the conversation, reads `prompt`, and scores each of `options` (split at '|' by the
+// CLI's cli_split_options) as its continuation (gpt2_choose): Module.onOption(index, text, logprob)
 // for each in order, then returns the index of the most likely (ties: the lower), or -1 on failure
 // (web_last_error() says why).
 EMSCRIPTEN_KEEPALIVE int web_choose(const char* prompt, const char* options) {
@@ -109,13 +110,7 @@ EMSCRIPTEN_KEEPALIVE int web_choose(const char* prompt, const char* options) {
         return -1;
     }
     gpt2_session_reset(web_session);
-    std::vector<std::string> texts;
-    for (const char* start = options;;) {
-        const char* bar = std::strchr(start, '|');
-        texts.emplace_back(start, bar ? bar : start + std::strlen(start));
-        if (!bar) break;
-        start = bar + 1;
-    }
+    const std::vector<std::string> texts = cli_split_options(options);
     std::vector<const char*> pointers;
     for (const std::string& text : texts) pointers.push_back(text.c_str());
     size_t n_prompt = 0;
@@ -131,7 +126,7 @@ EMSCRIPTEN_KEEPALIVE int web_choose(const char* prompt, const char* options) {
         gpt2_session_eval(web_session, ids.data(), ids.size(), &web_error) != GPT2_OK ||
         gpt2_choose(web_session, pointers.data(), pointers.size(), logprobs.data(), &best, &web_error) != GPT2_OK)
         return -1;
-    for (size_t i = 0; i < texts.size(); i++) web_emit_option((int)i, logprobs[i]);
+    for (size_t i = 0; i < texts.size(); i++) web_emit_option((int)i, texts[i].c_str(), logprobs[i]);
     return (int)best;
 }
 

@@ -1,6 +1,6 @@
 // Generates with the web module (gpt2_web.js) under Node, as the page's worker does, and prints
 // one JSON object: {kernels, ids, text, tokens, seconds}; or, with --choose, scores the options
-// (split at |) after the prompt and prints {kernels, logprobs, best}. tools/web_test.sh compares
+// (split at |) after the prompt and prints {kernels, options, logprobs, best}. tools/web_test.sh compares
 // them with the native program's output.
 //   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [--grammar GBNF | --json-schema SCHEMA]
 //   node examples/web/node_generate.js MODEL.gguf PROMPT --choose "A|B|C"
@@ -33,11 +33,11 @@ createGpt2().then((gpt2) => {
     if (gpt2._web_load_model(ptr, bytes.length) !== 0) fail(model);
     const kernels = gpt2.UTF8ToString(gpt2._web_kernels());
     if (choose !== null) {
-        const logprobs = [];
-        gpt2.onOption = (index, logprob) => { logprobs[index] = logprob; };
+        const options = [], logprobs = [];
+        gpt2.onOption = (index, text, logprob) => { options[index] = text; logprobs[index] = logprob; };
         const best = gpt2.ccall('web_choose', 'number', ['string', 'string'], [prompt, choose]);
         if (best < 0) fail('choose');
-        console.log(JSON.stringify({kernels, logprobs, best}));
+        console.log(JSON.stringify({kernels, options, logprobs, best}));
         return;
     }
     const ids = [];

@@ -5,7 +5,7 @@
 //                   {type: 'choose', prompt, options}  options: one string, | between them
 //   worker -> page  {type: 'loaded', kernels, bytes}  {type: 'token', id, text}
 //                   {type: 'done', tokens, seconds}   {type: 'error', message}
-//                   {type: 'chosen', logprobs, best, seconds}
+//                   {type: 'chosen', options, logprobs, best, seconds}  options: the texts scored
 importScripts('gpt2_web.js');
 
 let ready = null; // resolves to the module once the model is loaded
@@ -35,12 +35,12 @@ function generate(gpt2, m) {
 }
 
 function choose(gpt2, m) {
-    const logprobs = [];
-    gpt2.onOption = (index, logprob) => { logprobs[index] = logprob; };
+    const options = [], logprobs = [];
+    gpt2.onOption = (index, text, logprob) => { options[index] = text; logprobs[index] = logprob; };
     const start = performance.now();
     const best = gpt2.ccall('web_choose', 'number', ['string', 'string'], [m.prompt, m.options]);
     if (best < 0) throw new Error(gpt2.UTF8ToString(gpt2._web_last_error()));
-    postMessage({type: 'chosen', logprobs, best, seconds: (performance.now() - start) / 1000});
+    postMessage({type: 'chosen', options, logprobs, best, seconds: (performance.now() - start) / 1000});
 }
 
 onmessage = async (event) => {
