@@ -358,9 +358,12 @@ struct gpt2__grammar_matcher {
     gpt2__state_table table;
 };
 
+/* The matcher at the start of a sentence, whatever it held: the table's states name nodes of the
+   stacks made before, so they go with them. */
 static void gpt2__matcher_begin(gpt2__grammar_matcher* m, const gpt2_grammar* g) {
     m->g = g;
     gpt2__gss_init(&m->gss, g);
+    gpt2__state_table_clear(&m->table);
     gpt2__gstate_start(&m->gss, &m->state);
 }
 
