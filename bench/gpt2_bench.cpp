@@ -490,6 +490,8 @@ static void usage() {
         "                            text), forced_tokens_share (those and the draws from a mask of one token,\n"
         "                            of all the tokens); grammar_compile_ms (median of 20\n"
         "                            makes). The model needs a vocabulary (--random 124M and up have GPT-2's)\n"
+        "  --json-schema FILE        the same with the grammar of a JSON Schema (compact output: templated text\n"
+        "                            whose keys and punctuation are forced)\n"
         "  --vocab DIR|none          GPT-2's encoder.json + vocab.bpe for the random models of 50,257 tokens\n"
         "                            (default: tests/data/gpt2-bpe of the source tree); none: no vocabulary\n"
         "  --json                    one JSON object per run instead of text\n"
@@ -510,6 +512,7 @@ int main(int argc, char** argv) {
     int accuracy_steps = 0;
     const char* save = nullptr;
     const char* grammar_path = nullptr;
+    bool json_schema = false; // grammar_path holds a JSON Schema (--json-schema), not GBNF
     const char* vocab_dir = nullptr;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -533,7 +536,7 @@ int main(int argc, char** argv) {
         else if (a == "--json") json = true;
         else if (a == "--accuracy" && has_value) accuracy_steps = std::atoi(argv[++i]);
         else if (a == "--save" && has_value) save = argv[++i];
-        else if (a == "--grammar" && has_value) grammar_path = argv[++i];
+        else if ((a == "--grammar" || a == "--json-schema") && has_value) grammar_path = argv[++i], json_schema = a == "--json-schema";
         else if (a == "--vocab" && has_value) vocab_dir = argv[++i];
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
@@ -578,10 +581,11 @@ int main(int argc, char** argv) {
     gpt2_grammar* grammar = nullptr;
     double grammar_first_ms = 0, grammar_compile_ms = 0;
     if (grammar_path) {
-        std::string gbnf;
-        if (!read_whole_file(grammar_path, &gbnf)) { std::fprintf(stderr, "gpt2-bench: --grammar %s: cannot read the file\n", grammar_path); return 1; }
-        if (make_grammar_timed(model, gbnf.c_str(), &grammar, &grammar_first_ms, &grammar_compile_ms, &err) != GPT2_OK) {
-            std::fprintf(stderr, "gpt2-bench: --grammar %s: %s\n", grammar_path, err.message);
+        const char* option = json_schema ? "--json-schema" : "--grammar";
+        std::string text;
+        if (!read_whole_file(grammar_path, &text)) { std::fprintf(stderr, "gpt2-bench: %s %s: cannot read the file\n", option, grammar_path); return 1; }
+        if (make_grammar_timed(model, text, json_schema, &grammar, &grammar_first_ms, &grammar_compile_ms, &err) != GPT2_OK) {
+            std::fprintf(stderr, "gpt2-bench: %s %s: %s\n", option, grammar_path, err.message);
             return 1;
         }
     }

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
 
     gpt2_grammar* grammar = nullptr;
     double first_ms = 0, compile_ms = 0; // first: the trie, and one make
-    if (make_grammar_timed(model, gbnf.c_str(), &grammar, &first_ms, &compile_ms, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
+    if (make_grammar_timed(model, gbnf, false, &grammar, &first_ms, &compile_ms, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench-grammar: %s\n", err.message); return 1; }
 
     GrammarMaskStats stats;
     size_t n_documents = 0;

@@ -16,18 +16,28 @@ inline double percentile(std::vector<double> v, double p) {
     return v.empty() ? 0 : v[std::min(v.size() - 1, (size_t)(p * (double)v.size()))];
 }
 
-// Makes `gbnf` for the model, then 20 more times to time the make: first_ms is the first make
-// (with the vocabulary's trie when it is the model's first grammar), compile_ms the median of
-// the 20 (grammar_compile_ms).
-inline gpt2_result make_grammar_timed(gpt2_model* model, const char* gbnf, gpt2_grammar** grammar, double* first_ms, double* compile_ms, gpt2_error* err) {
+// The grammar of `text`: GBNF, or a JSON Schema when `json_schema` (compact output, as a model
+// not trained on indented JSON should write it).
+inline gpt2_result make_grammar(gpt2_model* model, const std::string& text, bool json_schema, gpt2_grammar** grammar, gpt2_error* err) {
+    if (!json_schema) return gpt2_grammar_from_gbnf(model, text.c_str(), nullptr, grammar, err);
+    gpt2_json_schema_params params = gpt2_json_schema_default_params();
+    params.compact = 1;
+    return gpt2_grammar_from_json_schema(model, text.data(), text.size(), &params, grammar, err);
+}
+
+// Makes the grammar of `text` (make_grammar) for the model, then 20 more times to time the make:
+// first_ms is the first make (with the vocabulary's trie when it is the model's first grammar),
+// compile_ms the median of the 20 (grammar_compile_ms).
+inline gpt2_result make_grammar_timed(gpt2_model* model, const std::string& text, bool json_schema, gpt2_grammar** grammar, double* first_ms, double* compile_ms,
+                                      gpt2_error* err) {
     double t0 = grammar_now_us();
-    if (gpt2_grammar_from_gbnf(model, gbnf, nullptr, grammar, err) != GPT2_OK) return err->code;
+    if (make_grammar(model, text, json_schema, grammar, err) != GPT2_OK) return err->code;
     *first_ms = (grammar_now_us() - t0) / 1e3;
     std::vector<double> us;
     for (int i = 0; i < 20; i++) {
         gpt2_grammar* again = nullptr;
         t0 = grammar_now_us();
-        gpt2_grammar_from_gbnf(model, gbnf, nullptr, &again, err);
+        make_grammar(model, text, json_schema, &again, err);
         us.push_back(grammar_now_us() - t0);
         gpt2_grammar_free(again);
     }
