@@ -5102,13 +5102,13 @@ static void gpt2__schema_natural_range(gpt2__string* out, long long lo, long lon
     *out += ")";
 }
 
-/* The value's bounds from minimum, maximum, exclusiveMinimum and exclusiveMaximum (draft 4's
-   boolean exclusives too), the tighter of two on one side. */
 /* The four keywords gpt2__schema_bounds reads. */
 static bool gpt2__schema_is_bound(std::string_view key) {
     return key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum";
 }
 
+/* The value's bounds from minimum, maximum, exclusiveMinimum and exclusiveMaximum (draft 4's
+   boolean exclusives too), the tighter of two on one side. */
 static gpt2_result gpt2__schema_bounds(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__schema_end* lower, gpt2__schema_end* upper) {
     const gpt2__schema_kw* minimum = gpt2__schema_find(view, "minimum");
     const gpt2__schema_kw* maximum = gpt2__schema_find(view, "maximum");
