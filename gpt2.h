@@ -3366,10 +3366,14 @@ static void gpt2__gss_rehash(gpt2__gss* s, size_t n_slots) {
     }
 }
 
+/* The stacks of no text, whatever `s` held before (its memory is kept). */
 static void gpt2__gss_init(gpt2__gss* s, const gpt2_grammar* g) {
     s->g = g;
     s->nodes.assign(1, gpt2__gnode{UINT32_MAX, 0});
     s->seen.assign(1, 0);
+    s->work.clear();
+    s->overflow = false;
+    s->unknown = UINT32_MAX;
     gpt2__gss_rehash(s, 1024);
     gpt2__gss_forget_advanced(s);
 }
@@ -3794,9 +3798,6 @@ static void gpt2__context_tokens_make(const gpt2_grammar* g, gpt2__context_maker
     mk.g = g;
     gpt2__gss& gss = mk.gss;
     gpt2__gss_init(&gss, g);
-    gss.overflow = false;
-    gss.unknown = UINT32_MAX;
-    gss.work.clear();
     gpt2__state_table_clear(&mk.table);
     uint32_t below = 0;
     if (out->context.size() == GPT2__CONTEXT_DEPTH) {
