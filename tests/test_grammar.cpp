@@ -2,6 +2,7 @@
 // independent reference (std::regex over every short string), and generation that follows the
 // grammar with the character vocabulary and with GPT-2's BPE.
 #include "helpers.h"
+#include "grammar_helpers.h"
 #include "test_files.h"
 #include <doctest/doctest.h>
 #include <regex>
@@ -20,13 +21,6 @@ struct Grammar {
     Grammar(const Grammar&) = delete;
     Grammar& operator=(const Grammar&) = delete;
 };
-
-gpt2_match match(const gpt2_grammar* g, const std::string& text) {
-    gpt2_match m = GPT2_MATCH_NONE;
-    gpt2_error err;
-    REQUIRE(gpt2_grammar_match(g, text.data(), text.size(), &m, &err) == GPT2_OK);
-    return m;
-}
 
 const char* match_name(gpt2_match m) { return m == GPT2_MATCH_COMPLETE ? "COMPLETE" : m == GPT2_MATCH_PREFIX ? "PREFIX" : "NONE"; }
 
@@ -179,7 +173,7 @@ TEST_CASE("grammar: every GBNF feature accepts what an equivalent regex accepts,
             for (const std::string& s : sentences)
                 if (s.compare(0, text.size(), text) == 0) expected = s.size() == text.size() ? GPT2_MATCH_COMPLETE : std::max(expected, GPT2_MATCH_PREFIX);
             CAPTURE(text);
-            CHECK(match_name(match(g.grammar, text)) == std::string(match_name(expected)));
+            CHECK(match_name(grammar_match(g.grammar, text)) == std::string(match_name(expected)));
         }
     }
 }
@@ -188,26 +182,26 @@ TEST_CASE("grammar: classes read code points, and text is checked as UTF-8 bytes
     const Model& m = bpe_model(); // its vocabulary writes every character (shakespeare_char's has no é)
     Grammar range(m.model, "root ::= [é-ë]");
     REQUIRE(range.result == GPT2_OK);
-    CHECK(match(range.grammar, "é") == GPT2_MATCH_COMPLETE);
-    CHECK(match(range.grammar, "ë") == GPT2_MATCH_COMPLETE);
-    CHECK(match(range.grammar, "\xC3") == GPT2_MATCH_PREFIX);      // the first byte of é
-    CHECK(match(range.grammar, "à") == GPT2_MATCH_NONE);           // U+00E0, below the range
-    CHECK(match(range.grammar, "\xE2") == GPT2_MATCH_NONE);        // starts only characters above U+0800
-    CHECK(match(range.grammar, "e") == GPT2_MATCH_NONE);
+    CHECK(grammar_match(range.grammar, "é") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(range.grammar, "ë") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(range.grammar, "\xC3") == GPT2_MATCH_PREFIX);      // the first byte of é
+    CHECK(grammar_match(range.grammar, "à") == GPT2_MATCH_NONE);           // U+00E0, below the range
+    CHECK(grammar_match(range.grammar, "\xE2") == GPT2_MATCH_NONE);        // starts only characters above U+0800
+    CHECK(grammar_match(range.grammar, "e") == GPT2_MATCH_NONE);
     Grammar ascii(m.model, "root ::= [\\x00-\\x7F]");
-    for (const char* lead : {"\xC2", "\xDF", "\xE0", "\xEF", "\xF0", "\xF4"}) CHECK(match(ascii.grammar, lead) == GPT2_MATCH_NONE); // no ASCII starts so
+    for (const char* lead : {"\xC2", "\xDF", "\xE0", "\xEF", "\xF0", "\xF4"}) CHECK(grammar_match(ascii.grammar, lead) == GPT2_MATCH_NONE); // no ASCII starts so
     Grammar negated(m.model, "root ::= [^a]");
-    CHECK(match(negated.grammar, "€") == GPT2_MATCH_COMPLETE);
-    CHECK(match(negated.grammar, "\xE2\x82") == GPT2_MATCH_PREFIX);
-    CHECK(match(negated.grammar, "\xFF") == GPT2_MATCH_NONE);      // never UTF-8
-    CHECK(match(negated.grammar, "\xE0\x80") == GPT2_MATCH_NONE);  // an overlong form
-    CHECK(match(negated.grammar, "\xED\xA0\x80") == GPT2_MATCH_NONE); // a surrogate
-    CHECK(match(negated.grammar, "\xC3\xA9") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(negated.grammar, "€") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(negated.grammar, "\xE2\x82") == GPT2_MATCH_PREFIX);
+    CHECK(grammar_match(negated.grammar, "\xFF") == GPT2_MATCH_NONE);      // never UTF-8
+    CHECK(grammar_match(negated.grammar, "\xE0\x80") == GPT2_MATCH_NONE);  // an overlong form
+    CHECK(grammar_match(negated.grammar, "\xED\xA0\x80") == GPT2_MATCH_NONE); // a surrogate
+    CHECK(grammar_match(negated.grammar, "\xC3\xA9") == GPT2_MATCH_COMPLETE);
     Grammar any(m.model, "root ::= . .");
-    CHECK(match(any.grammar, "😀x") == GPT2_MATCH_COMPLETE);
-    CHECK(match(any.grammar, "\xF0\x9F\x98") == GPT2_MATCH_PREFIX);
+    CHECK(grammar_match(any.grammar, "😀x") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(any.grammar, "\xF0\x9F\x98") == GPT2_MATCH_PREFIX);
     Grammar escaped(m.model, "root ::= \"\\u00e9\\n\\t\\\"\\\\\"");
-    CHECK(match(escaped.grammar, "é\n\t\"\\") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(escaped.grammar, "é\n\t\"\\") == GPT2_MATCH_COMPLETE);
 }
 
 TEST_CASE("grammar: an ambiguous grammar stops at a limit with an error instead of growing without bound") {
@@ -252,7 +246,7 @@ TEST_CASE("grammar: generation follows the grammar, ends when the sentence is wh
         const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
         CAPTURE(out.text);
         REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
-        CHECK(match(g.grammar, out.text) == GPT2_MATCH_COMPLETE);
+        CHECK(grammar_match(g.grammar, out.text) == GPT2_MATCH_COMPLETE);
         CHECK(out.match == GPT2_MATCH_COMPLETE);
         actions.insert(out.text.substr(8, out.text.find('\n') - 8));
     }
@@ -270,7 +264,7 @@ TEST_CASE("grammar: at max_new_tokens the text is a prefix of a sentence, and th
     const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
     REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
     CHECK(out.tokens.size() == 5);
-    const gpt2_match expected = match(g.grammar, out.text);
+    const gpt2_match expected = grammar_match(g.grammar, out.text);
     CHECK(expected != GPT2_MATCH_NONE);
     CHECK(out.match == expected);
 }
@@ -308,13 +302,13 @@ void check_mask(void* user, float* logits, int n) {
     for (int t = 0; t < n; t++) {
         bool expected;
         if (t == info.eos_token) {
-            expected = match(c->grammar, c->text) == GPT2_MATCH_COMPLETE;
+            expected = grammar_match(c->grammar, c->text) == GPT2_MATCH_COMPLETE;
         } else {
             char piece[256];
             size_t len = 0;
             gpt2_error err;
             REQUIRE(gpt2_detokenize(c->model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
-            expected = len > 0 && match(c->grammar, c->text + std::string(piece, len)) != GPT2_MATCH_NONE;
+            expected = len > 0 && grammar_match(c->grammar, c->text + std::string(piece, len)) != GPT2_MATCH_NONE;
         }
         const bool finite = logits[t] > -INFINITY;
         c->allowed += finite;
@@ -364,7 +358,7 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the
     CHECK(check.steps >= 1);
     CHECK(check.mismatches == 0);
     CHECK(check.allowed > check.steps); // more than one choice at some step
-    CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+    CHECK(grammar_match(g.grammar, check.text) != GPT2_MATCH_NONE);
 }
 
 TEST_CASE("grammar: the mask allows exactly the tokens that keep the text JSON (examples/grammars/json.gbnf, GPT-2 BPE)") {
@@ -378,7 +372,7 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text JSON (
         const MaskCheck check = generate_checking_masks(m, g.grammar, "{", seed, 1.5f, 5); // 1.5: wander through more states
         CAPTURE(check.text);
         CHECK(check.mismatches == 0);
-        CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+        CHECK(grammar_match(g.grammar, check.text) != GPT2_MATCH_NONE);
     }
 }
 
@@ -411,7 +405,7 @@ TEST_CASE("grammar: the mask allows exactly the tokens that keep the text in the
             CAPTURE(check.text);
             CHECK(check.mismatches == 0);
             CHECK(check.steps >= 10);
-            CHECK(match(g.grammar, check.text) != GPT2_MATCH_NONE);
+            CHECK(grammar_match(g.grammar, check.text) != GPT2_MATCH_NONE);
         }
     }
 }
@@ -453,8 +447,8 @@ TEST_CASE("grammar: each session of a batch follows its own grammar, as it would
     const char* prompts[3] = {"ROMEO:", "JULIET:", "ROMEO:"};
     gpt2_error err;
     REQUIRE_MESSAGE(gpt2_generate_batch(sessions, prompts, params, 3, &err) == GPT2_OK, err.message);
-    CHECK(match(yes_no.grammar, texts[0]) == GPT2_MATCH_COMPLETE);
-    CHECK(match(name.grammar, texts[1]) == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(yes_no.grammar, texts[0]) == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(name.grammar, texts[1]) == GPT2_MATCH_COMPLETE);
     CHECK(matches[0] == GPT2_MATCH_COMPLETE);
     CHECK(matches[1] == GPT2_MATCH_COMPLETE);
     for (int i = 0; i < 2; i++) {
@@ -574,10 +568,10 @@ std::vector<int32_t> greedy_token_by_token(const Model& m, const gpt2_grammar* g
             char piece[256];
             size_t len = 0;
             if (t == info.eos_token) {
-                if (match(g, text) != GPT2_MATCH_COMPLETE) continue;
+                if (grammar_match(g, text) != GPT2_MATCH_COMPLETE) continue;
             } else {
                 REQUIRE(gpt2_detokenize(m.model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
-                if (len == 0 || match(g, text + std::string(piece, len)) == GPT2_MATCH_NONE) continue;
+                if (len == 0 || grammar_match(g, text + std::string(piece, len)) == GPT2_MATCH_NONE) continue;
             }
             if (best < 0 || logits[t] > logits[best]) {
                 best = t;
@@ -589,13 +583,13 @@ std::vector<int32_t> greedy_token_by_token(const Model& m, const gpt2_grammar* g
         if (best == info.eos_token) break;
         text += best_piece;
         REQUIRE(gpt2_session_eval(s.session, &best, 1, &err) == GPT2_OK);
-        if (match(g, text) == GPT2_MATCH_COMPLETE) { // a sentence nothing extends ends the generation
+        if (grammar_match(g, text) == GPT2_MATCH_COMPLETE) { // a sentence nothing extends ends the generation
             bool more = false;
             for (int32_t t = 0; t < info.n_vocab && !more; t++) {
                 char piece[256];
                 size_t len = 0;
                 if (t != info.eos_token && gpt2_detokenize(m.model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK && len > 0)
-                    more = match(g, text + std::string(piece, len)) != GPT2_MATCH_NONE;
+                    more = grammar_match(g, text + std::string(piece, len)) != GPT2_MATCH_NONE;
             }
             if (!more) break;
         }
@@ -635,7 +629,7 @@ TEST_CASE("grammar: forced text joins the context in one pass, as the tokenizer 
     const int draws = drawn.draws;
     REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
     CAPTURE(out.text);
-    CHECK(match(g.grammar, out.text) != GPT2_MATCH_NONE);
+    CHECK(grammar_match(g.grammar, out.text) != GPT2_MATCH_NONE);
     // The start is forced: `{"action": "` as gpt2_tokenize writes it, all but its last token,
     // which the next draw may extend (`"` then `attack`, or `"att`...).
     const std::string start = "{\"action\": \"";

@@ -7,6 +7,7 @@
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "helpers.h"
+#include "grammar_helpers.h"
 #include "test_files.h"
 #include <doctest/doctest.h>
 #include <random>
@@ -23,13 +24,6 @@ struct SchemaGrammar {
     SchemaGrammar(const SchemaGrammar&) = delete;
     SchemaGrammar& operator=(const SchemaGrammar&) = delete;
 };
-
-gpt2_match match(const gpt2_grammar* g, const std::string& text) {
-    gpt2_match m = GPT2_MATCH_NONE;
-    gpt2_error err;
-    REQUIRE(gpt2_grammar_match(g, text.data(), text.size(), &m, &err) == GPT2_OK);
-    return m;
-}
 
 std::string token_text(const gpt2_model* model, int32_t token) {
     char piece[256];
@@ -58,8 +52,8 @@ int mask_mismatches(const gpt2_model* model, const gpt2_grammar* g, const std::s
     for (size_t step = 0;; step++) {
         REQUIRE_MESSAGE(gpt2__matcher_mask(m, allowed.data(), &err) == GPT2_OK, err.message);
         for (int32_t t = 0; t < info.n_vocab; t++) {
-            const bool expected = t == info.eos_token ? match(g, so_far) == GPT2_MATCH_COMPLETE
-                                                      : !pieces[(size_t)t].empty() && match(g, so_far + pieces[(size_t)t]) != GPT2_MATCH_NONE;
+            const bool expected = t == info.eos_token ? grammar_match(g, so_far) == GPT2_MATCH_COMPLETE
+                                                      : !pieces[(size_t)t].empty() && grammar_match(g, so_far + pieces[(size_t)t]) != GPT2_MATCH_NONE;
             const bool got = allowed[(size_t)t >> 5] >> (t & 31) & 1;
             if (got != expected && mismatches++ < 5) FAIL_CHECK("token " << t << " (\"" << pieces[(size_t)t] << "\") is " << std::string(got ? "allowed" : "masked") << " after \"" << so_far << "\"");
         }
@@ -69,7 +63,7 @@ int mask_mismatches(const gpt2_model* model, const gpt2_grammar* g, const std::s
         REQUIRE(alive);
         so_far += pieces[(size_t)ids[step]];
     }
-    CHECK(match(g, so_far) == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(g, so_far) == GPT2_MATCH_COMPLETE);
     return mismatches;
 }
 
@@ -136,13 +130,13 @@ TEST_CASE("grammar contexts: a matcher begun again at each sentence's end allows
             const std::string piece = token_text(m.model, token);
             CAPTURE(sentence);
             CAPTURE(piece);
-            REQUIRE(match(g.grammar, sentence + piece) != GPT2_MATCH_NONE);
+            REQUIRE(grammar_match(g.grammar, sentence + piece) != GPT2_MATCH_NONE);
             REQUIRE(gpt2__matcher_feed(&matcher, piece, &alive, &err) == GPT2_OK);
             REQUIRE(alive);
             sentence += piece;
         }
         if (token == info.eos_token || gpt2__matcher_finished(matcher)) {
-            CHECK(match(g.grammar, sentence) == GPT2_MATCH_COMPLETE);
+            CHECK(grammar_match(g.grammar, sentence) == GPT2_MATCH_COMPLETE);
             gpt2__matcher_begin(&matcher, g.grammar);
             sentence.clear();
             sentences++;

@@ -3,6 +3,7 @@
 // their JSON pointer; malformed schemas are refused with where and why. Then MaskBench's sample
 // (../shared/data/maskbench, skipped where it is absent): no invalid instance may match.
 #include "helpers.h"
+#include "grammar_helpers.h"
 #include "test_files.h"
 #include <doctest/doctest.h>
 #include <algorithm>
@@ -27,13 +28,6 @@ struct SchemaGrammar {
     SchemaGrammar(const SchemaGrammar&) = delete;
     SchemaGrammar& operator=(const SchemaGrammar&) = delete;
 };
-
-gpt2_match schema_match(const gpt2_grammar* g, const std::string& text) {
-    gpt2_match m = GPT2_MATCH_NONE;
-    gpt2_error err{};
-    REQUIRE(gpt2_grammar_match(g, text.data(), text.size(), &m, &err) == GPT2_OK);
-    return m;
-}
 
 // JSON text without the whitespace between tokens (as json.dumps(separators=(',', ':')) writes it).
 std::string compact_json(const std::string& s) {
@@ -88,13 +82,13 @@ void check_case(const Case& c) {
         for (const char* v : c.valid) {
             const std::string text = compact ? compact_json(v) : spaced_json(compact_json(v));
             CAPTURE(text);
-            CHECK(schema_match(g.grammar, text) == GPT2_MATCH_COMPLETE);
-            if (!compact) CHECK(schema_match(g.grammar, compact_json(v)) == GPT2_MATCH_COMPLETE);
+            CHECK(grammar_match(g.grammar, text) == GPT2_MATCH_COMPLETE);
+            if (!compact) CHECK(grammar_match(g.grammar, compact_json(v)) == GPT2_MATCH_COMPLETE);
         }
         for (const char* v : c.invalid) {
             for (const std::string& text : {compact_json(v), spaced_json(compact_json(v))}) {
                 CAPTURE(text);
-                CHECK(schema_match(g.grammar, text) != GPT2_MATCH_COMPLETE);
+                CHECK(grammar_match(g.grammar, text) != GPT2_MATCH_COMPLETE);
             }
         }
     }
@@ -202,9 +196,9 @@ TEST_CASE("json schema: string lengths and integer bounds are exact") {
         for (long v = -1300; v <= 1300; v++) {
             CAPTURE(schema);
             CAPTURE(v);
-            CHECK((schema_match(g.grammar, std::to_string(v)) == GPT2_MATCH_COMPLETE) == (v >= r.first && v <= r.second));
+            CHECK((grammar_match(g.grammar, std::to_string(v)) == GPT2_MATCH_COMPLETE) == (v >= r.first && v <= r.second));
         }
-        CHECK(schema_match(g.grammar, "007") != GPT2_MATCH_COMPLETE);
+        CHECK(grammar_match(g.grammar, "007") != GPT2_MATCH_COMPLETE);
     }
     // one bound, and exclusive bounds (draft 6 numbers, draft 4 booleans)
     check_case({R"({"type":"integer","minimum":10})", {"10", "11", "99", "100", "123456789012345678901234567890"}, {"9", "0", "-10", "010"}});
@@ -277,10 +271,10 @@ int check_random_bounds(const char* type, unsigned seed, int count, const std::v
         schemas++;
         for (const std::string& v : values) {
             CAPTURE(v);
-            CHECK((schema_match(g.grammar, v) == GPT2_MATCH_COMPLETE) == b.holds(v));
+            CHECK((grammar_match(g.grammar, v) == GPT2_MATCH_COMPLETE) == b.holds(v));
         }
-        CHECK(schema_match(g.grammar, "00") == GPT2_MATCH_NONE);
-        CHECK(schema_match(g.grammar, "1.") != GPT2_MATCH_COMPLETE);
+        CHECK(grammar_match(g.grammar, "00") == GPT2_MATCH_NONE);
+        CHECK(grammar_match(g.grammar, "1.") != GPT2_MATCH_COMPLETE);
     }
     return schemas;
 }
@@ -472,8 +466,8 @@ std::string draw_from(const gpt2_grammar* g, std::mt19937& rng) {
     while (text.size() < 300) {
         std::vector<char> next;
         for (char c : alphabet)
-            if (schema_match(g, text + c) != GPT2_MATCH_NONE) next.push_back(c);
-        const bool whole = schema_match(g, text + "\"") == GPT2_MATCH_COMPLETE;
+            if (grammar_match(g, text + c) != GPT2_MATCH_NONE) next.push_back(c);
+        const bool whole = grammar_match(g, text + "\"") == GPT2_MATCH_COMPLETE;
         if (next.empty() || (whole && rng() % 4 == 0)) return whole ? text + "\"" : "";
         text += next[rng() % next.size()];
     }
@@ -629,11 +623,11 @@ TEST_CASE("json schema: whitespace runs are capped and compact allows none") {
     SchemaGrammar spaced(schema, false), compact(schema, true);
     REQUIRE(spaced.result == GPT2_OK);
     REQUIRE(compact.result == GPT2_OK);
-    CHECK(schema_match(spaced.grammar, "{\n  \"a\": 1\n}") == GPT2_MATCH_COMPLETE);
-    CHECK(schema_match(spaced.grammar, "{" + std::string(20, ' ') + "\"a\":1}") == GPT2_MATCH_COMPLETE);
-    CHECK(schema_match(spaced.grammar, "{" + std::string(21, ' ') + "\"a\":1}") == GPT2_MATCH_NONE);
-    CHECK(schema_match(compact.grammar, "{\"a\": 1}") == GPT2_MATCH_NONE);
-    CHECK(schema_match(compact.grammar, "{\"a\":1}") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(spaced.grammar, "{\n  \"a\": 1\n}") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(spaced.grammar, "{" + std::string(20, ' ') + "\"a\":1}") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(spaced.grammar, "{" + std::string(21, ' ') + "\"a\":1}") == GPT2_MATCH_NONE);
+    CHECK(grammar_match(compact.grammar, "{\"a\": 1}") == GPT2_MATCH_NONE);
+    CHECK(grammar_match(compact.grammar, "{\"a\":1}") == GPT2_MATCH_COMPLETE);
 }
 
 // Patterns against JavaScript's RegExp: tests/data/regex_cases.txt (tools/make_regex_cases.js)
@@ -659,7 +653,7 @@ TEST_CASE("json schema: 'pattern' matches exactly the strings JavaScript's RegEx
             REQUIRE(g);
             CAPTURE(schema);
             CAPTURE(line);
-            CHECK((schema_match(g->grammar, line.substr(2)) == GPT2_MATCH_COMPLETE) == (line[0] == '+'));
+            CHECK((grammar_match(g->grammar, line.substr(2)) == GPT2_MATCH_COMPLETE) == (line[0] == '+'));
             strings++;
         }
     }
@@ -765,13 +759,13 @@ TEST_CASE("json schema: MaskBench sample, no invalid instance matches") {
             const std::string& data = test.at("data");
             if (test.at("valid") == "true") {
                 valid++;
-                const bool ok = schema_match(g.grammar, data) == GPT2_MATCH_COMPLETE;
+                const bool ok = grammar_match(g.grammar, data) == GPT2_MATCH_COMPLETE;
                 if (!ok && valid - valid_ok <= 5) MESSAGE("a valid instance refused (a validation error, allowed): " << data.substr(0, 300) << " of " << schema.substr(0, 300));
                 valid_ok += ok;
                 all_right &= ok;
             } else {
                 invalid++;
-                const bool accepted = schema_match(g.grammar, data) == GPT2_MATCH_COMPLETE || schema_match(g.grammar, compact_json(data)) == GPT2_MATCH_COMPLETE;
+                const bool accepted = grammar_match(g.grammar, data) == GPT2_MATCH_COMPLETE || grammar_match(g.grammar, compact_json(data)) == GPT2_MATCH_COMPLETE;
                 CAPTURE(schema);
                 CAPTURE(data);
                 CHECK_FALSE(accepted); // an invalidation error
