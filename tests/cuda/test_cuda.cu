@@ -10,6 +10,8 @@
 
 #include "../../bench/cuda_random_model.h"
 #include "../batch_helpers.h"
+#include "../../tools/gguf_write.h"
+#include <filesystem>
 #include <cstdlib>
 #include <thread>
 
@@ -71,6 +73,16 @@ static std::vector<float> reference_logits(const gpt2_model* m, const std::vecto
     return logits;
 }
 
+// The gap between the two largest of n logits: a greedy pick closer than rounding may go either way.
+static float top2_gap(const float* l, int n) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        if (l[j] > best) { second = best; best = l[j]; }
+        else if (l[j] > second) second = l[j];
+    }
+    return best - second;
+}
+
 // Greedy steps through gpt2_session_eval (on the model's device), recording each step's top-2 logit gap.
 static std::vector<int32_t> greedy(gpt2_model* model, const std::vector<int32_t>& prompt, int n, std::vector<float>* gaps) {
     gpt2_session* s = nullptr;
@@ -82,13 +94,8 @@ static std::vector<int32_t> greedy(gpt2_model* model, const std::vector<int32_t>
     REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
     for (int i = 0; i < n; i++) {
         const float* l = gpt2_session_logits(s);
-        int best = 0, second = -1;
-        for (int j = 1; j < V; j++) {
-            if (l[j] > l[best]) { second = best; best = j; }
-            else if (second < 0 || l[j] > l[second]) second = j;
-        }
-        gaps->push_back(l[best] - l[second]);
-        out.push_back(best);
+        gaps->push_back(top2_gap(l, V));
+        out.push_back((int32_t)(std::max_element(l, l + V) - l));
         REQUIRE(gpt2_session_eval(s, &out.back(), 1, nullptr) == GPT2_OK);
     }
     gpt2_session_free(s);
@@ -97,11 +104,15 @@ static std::vector<int32_t> greedy(gpt2_model* model, const std::vector<int32_t>
 
 // Identical, or the first difference comes where the CPU's two best logits were within
 // `tie` of each other (16-bit weights and activations may order a near-tie either way).
+// (Lengths may differ only after a difference: a stop string ends one stream earlier.)
 static void check_greedy_agrees(const std::vector<int32_t>& gpu, const std::vector<int32_t>& cpu, const std::vector<float>& gaps, float tie) {
-    REQUIRE(gpu.size() == cpu.size());
     size_t first = 0;
-    while (first < gpu.size() && gpu[first] == cpu[first]) first++;
-    if (first == gpu.size()) return;
+    while (first < gpu.size() && first < cpu.size() && gpu[first] == cpu[first]) first++;
+    if (first == gpu.size() || first == cpu.size()) {
+        CHECK(gpu.size() == cpu.size());
+        return;
+    }
+    REQUIRE(first < gaps.size());
     MESSAGE("first difference at step " << first << " of " << gpu.size() << "; CPU top-2 gap there " << gaps[first]);
     CHECK(gaps[first] < tie);
 }
@@ -308,7 +319,7 @@ TEST_CASE("prompt log-probability on the GPU within 1e-2 of the reference forwar
 // with GPT2_CUDA_BATCH, which switches it on) against the same sessions run one by one ----------
 
 static void say_which_batch() {
-    const char* which = gpt2__cuda_backend.run_batch ? "gpt2_batch_eval runs the CUDA run_batch (GPT2_CUDA_BATCH)"
+    const std::string which = gpt2__cuda_backend.run_batch ? "gpt2_batch_eval runs the CUDA run_batch (GPT2_CUDA_BATCH)"
                                                      : "built without GPT2_CUDA_BATCH: gpt2_batch_eval runs the sessions one by one, so these cases compare that with itself";
     MESSAGE(which);
 }
@@ -450,4 +461,412 @@ TEST_CASE("gpt2_batch_eval on the GPU: an aborted batch leaves every session as 
     CHECK(gpt2_session_n_tokens(other.session) == 10);
     CHECK(max_abs_diff(gpt2_session_logits(other.session), want, (size_t)V) <= 1e-4f * largest_logit);
     gpt2_session_free(runner);
+}
+
+// ---- What a program does with GPU sessions beyond one greedy stream: other weight types,
+// states moved between devices, contexts continued and cut, the host's sampling chain, abort,
+// many generations at once. Each against the reference forward pass or the CPU. -----------------
+
+// shakespeare_char rewritten in `type` by gpt2-quantize's code (gguf_quantize_file), in the
+// temporary folder.
+static std::string sc_as(uint32_t type) {
+    const std::string out = (std::filesystem::temp_directory_path() / ("gpt2_cuda_sc_" + std::string(gpt2__type_name(type)) + ".gguf")).string();
+    size_t bytes = 0;
+    std::string error;
+    REQUIRE_MESSAGE(gguf_quantize_file(sc_path().c_str(), out.c_str(), type, &bytes, &error), error);
+    return out;
+}
+
+// The largest difference, over the reference prompts, between the GPU's logits and the reference
+// forward pass's at the last position: after the prompt in one pass, and after the prompt less
+// its last token in one pass then that token alone (the one-token kernels).
+static float worst_prompt_logits(const Model& cpu, const Model& gpu) {
+    const int V = cpu.info().n_vocab;
+    float worst = 0;
+    for (const Json& prompt : reference()["prompts"].array) {
+        const std::vector<int32_t> ids = prompt["ids"].ints();
+        const std::vector<float> want = reference_logits(cpu.model, ids);
+        const float* last = &want[(ids.size() - 1) * V];
+        Session whole(gpu), split(gpu);
+        REQUIRE(gpt2_session_eval(whole.session, ids.data(), ids.size(), nullptr) == GPT2_OK);
+        worst = std::max(worst, max_abs_diff(gpt2_session_logits(whole.session), last, (size_t)V));
+        if (ids.size() > 1) REQUIRE(gpt2_session_eval(split.session, ids.data(), ids.size() - 1, nullptr) == GPT2_OK);
+        REQUIRE(gpt2_session_eval(split.session, &ids.back(), 1, nullptr) == GPT2_OK);
+        worst = std::max(worst, max_abs_diff(gpt2_session_logits(split.session), last, (size_t)V));
+    }
+    return worst;
+}
+
+// bf16 stays bf16 on the GPU (8 bits of mantissa in the weights and the cache); q8_0 and q4_0 are
+// dequantized once and held as f16. The CPU's q8_0/q4_0 kernels quantize the activations to int8,
+// so its greedy picks carry their own error: a first difference at a gap under `tie` is rounding.
+TEST_CASE("bf16, q8_0 and q4_0 files on the GPU: logits near the reference forward pass of the same file, greedy 200 tokens as the CPU's") {
+    REQUIRE_GPU();
+    const struct {
+        uint32_t type;
+        float tolerance, tie;
+    } types[] = {{GPT2_TYPE_F16, 2e-2f, 1e-3f}, {GPT2_TYPE_BF16, 1e-1f, 1e-1f}, {GPT2_TYPE_Q8_0, 2e-2f, 1e-1f}, {GPT2_TYPE_Q4_0, 2e-2f, 1e-1f}};
+    for (const auto& t : types) {
+        const std::string name = gpt2__type_name(t.type);
+        CAPTURE(name);
+        const std::string path = sc_as(t.type);
+        Model cpu(path);
+        Model gpu(path, cuda_params());
+        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+        const float worst = worst_prompt_logits(cpu, gpu);
+        MESSAGE(name << ": max |logit difference| " << worst);
+        CHECK(worst <= t.tolerance);
+        const std::vector<int32_t> prompt = reference()["prompts"][0]["ids"].ints();
+        std::vector<float> gaps;
+        const std::vector<int32_t> want = greedy(cpu.model, prompt, 200, &gaps);
+        Session g(gpu);
+        check_greedy_agrees(generate(g.session, prompt, 200, 0.0f, 0, 0), want, gaps, t.tie);
+    }
+}
+
+// The session's state as bytes (gpt2_session_save) into a fresh session of `model`.
+static void move_state(gpt2_session* from, gpt2_session* to) {
+    size_t n = 0;
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_session_save(from, nullptr, 0, &n, &err) == GPT2_OK, err.message);
+    std::vector<uint8_t> bytes(n);
+    REQUIRE_MESSAGE(gpt2_session_save(from, bytes.data(), bytes.size(), &n, &err) == GPT2_OK, err.message);
+    REQUIRE_MESSAGE(gpt2_session_load(to, bytes.data(), n, &err) == GPT2_OK, err.message);
+    REQUIRE(gpt2_session_n_tokens(to) == gpt2_session_n_tokens(from));
+    CHECK(std::equal(gpt2_session_tokens(to), gpt2_session_tokens(to) + gpt2_session_n_tokens(to), gpt2_session_tokens(from)));
+}
+
+// f32 weights become f16 on the GPU, bf16 stay bf16: the two cache types a GPU state holds.
+TEST_CASE("states move between the GPU and the CPU both ways (f16 and bf16 caches), copy and truncate on the GPU: the next logits as the reference's") {
+    REQUIRE_GPU();
+    const std::vector<int32_t> all = reference()["prompts"][2]["ids"].ints();
+    const std::vector<int32_t> prompt(all.begin(), all.begin() + 40), next(all.begin() + 40, all.begin() + 44);
+    const struct {
+        std::string path;
+        float tolerance;
+    } files[] = {{sc_path(), 2e-2f}, {sc_as(GPT2_TYPE_BF16), 1e-1f}};
+    for (const auto& f : files) {
+        CAPTURE(f.path);
+        Model cpu(f.path);
+        Model gpu(f.path, cuda_params());
+        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+        const int V = cpu.info().n_vocab;
+        std::vector<int32_t> whole = prompt;
+        whole.insert(whole.end(), next.begin(), next.end());
+        const std::vector<float> want = reference_logits(cpu.model, whole);
+        const float* after_prompt = &want[(prompt.size() - 1) * V];
+        const float* after_next = &want[(whole.size() - 1) * V];
+        const auto continue_and_check = [&](gpt2_session* s, const std::string& what) {
+            CAPTURE(what);
+            CHECK(max_abs_diff(gpt2_session_logits(s), after_prompt, (size_t)V) <= f.tolerance);
+            REQUIRE(gpt2_session_eval(s, next.data(), next.size(), nullptr) == GPT2_OK);
+            const float diff = max_abs_diff(gpt2_session_logits(s), after_next, (size_t)V);
+            MESSAGE(what << ": max |logit difference| after 4 more tokens " << diff);
+            CHECK(diff <= f.tolerance);
+        };
+        Session g(gpu), c(cpu);
+        REQUIRE(gpt2_session_eval(g.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+        move_state(g.session, c.session);
+        CHECK(max_abs_diff(gpt2_session_logits(c.session), gpt2_session_logits(g.session), (size_t)V) == 0.0f);
+        continue_and_check(c.session, "GPU state loaded on the CPU");
+        Session c2(cpu), g2(gpu);
+        REQUIRE(gpt2_session_eval(c2.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+        move_state(c2.session, g2.session);
+        CHECK(max_abs_diff(gpt2_session_logits(g2.session), gpt2_session_logits(c2.session), (size_t)V) == 0.0f);
+        continue_and_check(g2.session, "CPU state loaded on the GPU");
+        Session forked(gpu);
+        gpt2_error err;
+        REQUIRE_MESSAGE(gpt2_session_copy(forked.session, g.session, &err) == GPT2_OK, err.message);
+        continue_and_check(forked.session, "a GPU session's copy");
+        REQUIRE(gpt2_session_eval(g.session, next.data(), next.size(), nullptr) == GPT2_OK);
+        REQUIRE_MESSAGE(gpt2_session_truncate(g.session, prompt.size(), &err) == GPT2_OK, err.message);
+        CHECK(gpt2_session_n_tokens(g.session) == prompt.size());
+        continue_and_check(g.session, "a GPU session truncated back to the prompt");
+    }
+}
+
+// A chat continuation appends several tokens onto a cache that holds some; a session whose
+// context fills up under GPT2_CONTEXT_DISCARD recomputes what it keeps. After each call, the
+// logits are the reference's for the tokens the session then holds.
+TEST_CASE("several tokens onto a non-empty GPU cache, and a discarding context's recompute: the reference's logits after each call") {
+    REQUIRE_GPU();
+    Model cpu(sc_path());
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(cpu.model);
+    REQUIRE(gpu.model);
+    const int V = cpu.info().n_vocab;
+    const std::vector<int32_t> text = reference()["prompts"][2]["ids"].ints();
+    const size_t chunks[] = {20, 13, 1, 5, 1, 1, 9, 7, 3};
+    for (gpt2_context_policy policy : {GPT2_CONTEXT_EXACT, GPT2_CONTEXT_DISCARD}) {
+        CAPTURE(policy);
+        /* 32 positions: the 60 tokens overflow it; DISCARD keeps the first 4 and drops 8 at once */
+        std::unique_ptr<Owned> s = session(gpu.model, 0, 0, 32, policy, policy == GPT2_CONTEXT_DISCARD ? 4 : 0);
+        size_t at = 0;
+        float worst = 0;
+        for (size_t n : chunks) {
+            REQUIRE(gpt2_session_eval(s->session, &text[at], n, nullptr) == GPT2_OK);
+            at += n;
+            const std::vector<int32_t> held(gpt2_session_tokens(s->session), gpt2_session_tokens(s->session) + gpt2_session_n_tokens(s->session));
+            CHECK(held.back() == text[at - 1]);
+            const std::vector<float> want = reference_logits(cpu.model, held);
+            worst = std::max(worst, max_abs_diff(gpt2_session_logits(s->session), &want[(held.size() - 1) * V], (size_t)V));
+        }
+        MESSAGE(std::string(policy == GPT2_CONTEXT_EXACT ? "EXACT" : "DISCARD") << ": max |logit difference| " << worst);
+        CHECK(worst <= 2e-2f);
+    }
+}
+
+// Past position 1,000 every attention split of the one-token kernel holds keys, and the 1,024th
+// position's embedding row is read; past it the window is recomputed (GPT2_CONTEXT_EXACT).
+TEST_CASE("124M-shaped random model near and past its 1,024 positions: greedy as on the CPU") {
+    REQUIRE_GPU();
+    const random_gguf& file = random_124m();
+    LoadedFile cpu(file, gpt2_model_default_params());
+    LoadedFile gpu(file, cuda_params());
+    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 1000; i++) prompt.push_back((i * 7919 + 13) % 50257);
+    std::vector<float> gaps;
+    const std::vector<int32_t> want = greedy(cpu.model, prompt, 30, &gaps);
+    gpt2_session* g = nullptr;
+    REQUIRE(gpt2_session_create(gpu.model, nullptr, &g, nullptr) == GPT2_OK);
+    check_greedy_agrees(generate(g, prompt, 30, 0.0f, 0, 0), want, gaps, 2e-2f);
+    CHECK(gpt2_session_n_tokens(g) == 1024);
+    gpt2_session_free(g);
+}
+
+// OpenAI's largest GPT-2 has 25 heads of 64 in 1,600 columns and 6,400-wide MLP rows; two of its
+// layers check those shapes (the weights are random; the layer count changes no kernel).
+TEST_CASE("1558M-shaped layers (1,600 columns, 25 heads): logits within 2e-2 of the reference forward pass, greedy 50 tokens as on the CPU") {
+    REQUIRE_GPU();
+    const random_gpt2_shape shape{"1558M-layers", 2, 25, 1600, 1024, 50257};
+    random_gguf file;
+    REQUIRE(random_gpt2_gguf(shape, 1, 11, &file));
+    LoadedFile cpu(file, gpt2_model_default_params());
+    LoadedFile gpu(file, cuda_params());
+    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 24; i++) ids.push_back((i * 104729 + 5) % 50257);
+    const std::vector<float> want = reference_logits(cpu.model, ids);
+    gpt2_session* g = nullptr;
+    REQUIRE(gpt2_session_create(gpu.model, nullptr, &g, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_eval(g, ids.data(), 16, nullptr) == GPT2_OK);
+    float worst = max_abs_diff(gpt2_session_logits(g), &want[15 * 50257], 50257);
+    for (size_t t = 16; t < ids.size(); t++) {
+        REQUIRE(gpt2_session_eval(g, &ids[t], 1, nullptr) == GPT2_OK);
+        worst = std::max(worst, max_abs_diff(gpt2_session_logits(g), &want[t * 50257], 50257));
+    }
+    MESSAGE("max |logit difference|: " << worst);
+    CHECK(worst <= 2e-2f);
+    std::vector<float> gaps;
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 16);
+    const std::vector<int32_t> greedy_cpu = greedy(cpu.model, prompt, 50, &gaps);
+    gpt2_session_reset(g);
+    check_greedy_agrees(generate(g, prompt, 50, 0.0f, 0, 0), greedy_cpu, gaps, 2e-2f);
+    gpt2_session_free(g);
+}
+
+// One generation as its callbacks saw it: the tokens and text on_token got, and for each step the
+// logits on_logits got (after the penalties and biases, before temperature and top_k) or their
+// top-2 gap.
+struct Trace {
+    std::vector<int32_t> tokens;
+    std::string text;
+    std::vector<float> gaps;
+    std::vector<std::vector<float>> logits; /* only with keep_logits */
+    bool keep_logits = false;
+};
+static int trace_token(void* user, int32_t token, const char* text, size_t len) {
+    Trace* t = (Trace*)user;
+    if (token >= 0) t->tokens.push_back(token);
+    if (text) t->text.append(text, len);
+    return 0;
+}
+static void trace_logits(void* user, float* logits, int n) {
+    Trace* t = (Trace*)user;
+    t->gaps.push_back(top2_gap(logits, n));
+    if (t->keep_logits) t->logits.emplace_back(logits, logits + n);
+}
+static gpt2_generate_params traced(gpt2_generate_params p, Trace* t) {
+    p.on_token = trace_token;
+    p.on_logits = trace_logits;
+    p.user = t;
+    return p;
+}
+static Trace generate_traced(gpt2_session* s, const char* prompt, const gpt2_generate_params& p, bool keep_logits = false) {
+    Trace t;
+    t.keep_logits = keep_logits;
+    const gpt2_generate_params with = traced(p, &t);
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_generate_text(s, prompt, &with, &err) == GPT2_OK, err.message);
+    return t;
+}
+
+// The chain's options that are not the GPU sampler's (penalties, biases, top-p, stop strings,
+// callbacks) make the GPU session hand its logits to the host's chain each step.
+TEST_CASE("the host's sampling chain on GPU logits: penalties, biases and stop strings as on the CPU; top-p draws inside the nucleus") {
+    REQUIRE_GPU();
+    Model cpu(sc_path());
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(cpu.model);
+    REQUIRE(gpu.model);
+    const int V = cpu.info().n_vocab;
+    int32_t e = -1;
+    size_t n_e = 0;
+    REQUIRE(gpt2_tokenize(cpu.model, "e", 1, 0, &e, 1, &n_e, nullptr) == GPT2_OK);
+    const gpt2_logit_bias bias[] = {{e, -1.5f}};
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = 150;
+    p.temperature = 0.0f;
+    p.repeat_penalty = 1.3f;
+    p.repeat_last_n = 32;
+    p.presence_penalty = 0.2f;
+    p.frequency_penalty = 0.1f;
+    p.logit_bias = bias;
+    p.n_logit_bias = 1;
+    {
+        Session c(cpu), g(gpu);
+        const Trace want = generate_traced(c.session, "ROMEO:", p), got = generate_traced(g.session, "ROMEO:", p);
+        REQUIRE(want.tokens.size() == 150);
+        check_greedy_agrees(got.tokens, want.tokens, want.gaps, 2e-2f);
+        if (got.tokens == want.tokens) CHECK(got.text == want.text);
+    }
+    const char* stops[] = {"the", "\n\n"};
+    p.stop = stops;
+    p.n_stop = 2;
+    p.max_new_tokens = 400;
+    {
+        Session c(cpu), g(gpu);
+        const Trace want = generate_traced(c.session, "JULIET:", p), got = generate_traced(g.session, "JULIET:", p);
+        MESSAGE("stopped after " << got.tokens.size() << " tokens: " << got.text);
+        CHECK(got.tokens.size() < 400);
+        CHECK(got.text.find("the") == std::string::npos);
+        CHECK(got.text.find("\n\n") == std::string::npos);
+        check_greedy_agrees(got.tokens, want.tokens, want.gaps, 2e-2f);
+        if (got.tokens == want.tokens) CHECK(got.text == want.text);
+    }
+    gpt2_generate_params nucleus = gpt2_generate_default_params();
+    nucleus.max_new_tokens = 120;
+    nucleus.temperature = 0.9f;
+    nucleus.top_k = 0;
+    nucleus.top_p = 0.8f;
+    nucleus.seed = 11;
+    Session a(gpu), b(gpu);
+    const Trace first = generate_traced(a.session, "KING:", nucleus, true), again = generate_traced(b.session, "KING:", nucleus);
+    CHECK(first.tokens == again.tokens);
+    REQUIRE(first.tokens.size() == first.logits.size());
+    int outside = 0;
+    for (size_t step = 0; step < first.tokens.size(); step++) {
+        /* the nucleus of this step's logits at temperature 1: the fewest most likely tokens whose
+           probabilities reach top_p (a little more, for rounding at its edge) */
+        const std::vector<float>& l = first.logits[step];
+        std::vector<int> order(V);
+        for (int v = 0; v < V; v++) order[v] = v;
+        std::sort(order.begin(), order.end(), [&](int x, int y) { return l[x] > l[y]; });
+        double total = 0;
+        for (int v = 0; v < V; v++) total += std::exp((double)l[v] - l[order[0]]);
+        double sum = 0;
+        bool inside = false;
+        for (int k = 0; k < V && sum < nucleus.top_p + 1e-4; k++) {
+            sum += std::exp((double)l[order[k]] - l[order[0]]) / total;
+            inside |= order[k] == first.tokens[step];
+        }
+        outside += !inside;
+    }
+    MESSAGE(outside << " of " << first.tokens.size() << " top-p draws outside the nucleus");
+    CHECK(outside == 0);
+}
+
+static int count_down(void* user) { return --*(int*)user < 0; }
+
+TEST_CASE("abort during a GPU generation or prompt: the session as before the call, and it goes on as one never aborted") {
+    REQUIRE_GPU();
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(gpu.model);
+    const int V = gpu.info().n_vocab;
+    int polls_left = 1 << 30;
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.abort_fn = count_down;
+    sp.abort_user = &polls_left;
+    gpt2_session* s = nullptr;
+    REQUIRE(gpt2_session_create(gpu.model, &sp, &s, nullptr) == GPT2_OK);
+    const std::unique_ptr<gpt2_session, void (*)(gpt2_session*)> owner(s, gpt2_session_free);
+    const std::vector<int32_t> prompt = reference()["prompts"][0]["ids"].ints(), long_prompt = reference()["prompts"][2]["ids"].ints();
+    REQUIRE(gpt2_session_eval(s, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    const std::vector<float> before(gpt2_session_logits(s), gpt2_session_logits(s) + V);
+    const auto unchanged = [&] {
+        REQUIRE(gpt2_session_n_tokens(s) == prompt.size());
+        CHECK(std::equal(prompt.begin(), prompt.end(), gpt2_session_tokens(s)));
+        CHECK(max_abs_diff(gpt2_session_logits(s), before.data(), (size_t)V) == 0.0f);
+    };
+    /* polled between layers (6 here): in the first token's pass, or several tokens in */
+    for (int polls : {0, 3, 40, 200}) {
+        CAPTURE(polls);
+        polls_left = polls;
+        gpt2_result r = GPT2_OK;
+        generate(s, {}, 300, 0.0f, 0, 0, &r);
+        CHECK(r == GPT2_ERROR_ABORTED);
+        unchanged();
+        polls_left = polls % 5; /* within the prompt's one pass */
+        gpt2_error err;
+        CHECK(gpt2_session_eval(s, long_prompt.data(), long_prompt.size(), &err) == GPT2_ERROR_ABORTED);
+        unchanged();
+    }
+    polls_left = 1 << 30;
+    Session fresh(gpu);
+    REQUIRE(gpt2_session_eval(fresh.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+    CHECK(generate(s, {}, 100, 0.0f, 0, 0) == generate(fresh.session, {}, 100, 0.0f, 0, 0));
+}
+
+// gpt2_generate_batch runs GPU sessions one after another in the shipped build and in one pass
+// with GPT2_CUDA_BATCH, whose 16-bit activations may turn a near-tie: there the greedy sessions
+// agree to the tie and the sampled one is not compared.
+TEST_CASE("gpt2_generate_batch on the GPU: each session's tokens and text as gpt2_generate_text gives it alone") {
+    REQUIRE_GPU();
+    say_which_batch();
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(gpu.model);
+    const bool one_pass = gpt2__cuda_backend.run_batch != nullptr;
+    const char* prompts[] = {"ROMEO:", "JULIET:\nO", "First Citizen:\n", "KING"};
+    const char* stops[] = {"\n"};
+    std::vector<gpt2_generate_params> params(4, gpt2_generate_default_params());
+    params[0].temperature = 0.0f;
+    params[0].max_new_tokens = 80;
+    params[1].temperature = 0.0f;
+    params[1].max_new_tokens = 120;
+    params[1].stop = stops;
+    params[1].n_stop = 1;
+    params[2].temperature = 0.8f;
+    params[2].top_k = 40;
+    params[2].seed = 3;
+    params[2].max_new_tokens = 100;
+    params[3].temperature = 0.0f;
+    params[3].max_new_tokens = 30;
+    params[3].repeat_penalty = 1.2f;
+    std::vector<Trace> alone(4), together(4);
+    std::vector<std::unique_ptr<Owned>> owned;
+    std::vector<gpt2_session*> sessions;
+    std::vector<gpt2_generate_params> with(4);
+    for (size_t i = 0; i < 4; i++) {
+        Session s(gpu);
+        alone[i] = generate_traced(s.session, prompts[i], params[i]);
+        owned.push_back(session(gpu.model, 0, 0));
+        sessions.push_back(owned.back()->session);
+        with[i] = traced(params[i], &together[i]);
+    }
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_generate_batch(sessions.data(), prompts, with.data(), 4, &err) == GPT2_OK, err.message);
+    for (size_t i = 0; i < 4; i++) {
+        CAPTURE(i);
+        if (!one_pass) {
+            CHECK(together[i].tokens == alone[i].tokens);
+            CHECK(together[i].text == alone[i].text);
+        } else if (params[i].temperature == 0.0f) {
+            check_greedy_agrees(together[i].tokens, alone[i].tokens, alone[i].gaps, 4e-2f);
+        }
+    }
 }
