@@ -306,7 +306,8 @@ typedef struct gpt2_session_params {
     gpt2_context_policy context_policy;
     int n_keep;     /* with GPT2_CONTEXT_DISCARD: tokens at the start that never go; < n_ctx */
     int n_discard;  /* with GPT2_CONTEXT_DISCARD: tokens dropped at once; 0 = half of those not kept */
-    /* Polled between layers of every pass: returning nonzero ends gpt2_session_eval or
+    /* Polled between layers of every pass on the CPU, before each pass on a GPU (where a pass,
+       a whole prompt's included, takes milliseconds): returning nonzero ends gpt2_session_eval or
        gpt2_generate with GPT2_ERROR_ABORTED and leaves the session as it was before the call
        (a player left: stop the long prompt). Called on the calling thread; NULL = never. */
     int (*abort_fn)(void* user);
@@ -508,8 +509,8 @@ GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* promp
    share one model; no session appears twice. Runs on the worker threads of sessions[0].
    Each session makes room under its own context policy and gets the logits it would get alone,
    to rounding (the products of 4 or more sessions are summed in another order; the tests bound
-   the difference at 1e-4), so the same tokens when sampled unless a draw falls within that
-   rounding of a boundary. Every session and token is checked first: on an error nothing
+   the difference at 1e-4; CUDA's 16-bit batched pass at 2^-10 of the largest logit), so the
+   same tokens when sampled unless a draw falls within that rounding of a boundary. Every session and token is checked first: on an error nothing
    changes, and the message names the session ("sessions[2]: token 0 is ..."). sessions[0]'s
    abort_fn is polled; an aborted batch leaves every session as it was. The CPU runs the batch in
    one pass; CUDA does when built with GPT2_CUDA_BATCH (see gpt2_cuda.cuh), else it runs the

@@ -18,7 +18,7 @@ arch=(-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_89,code=sm_89
       -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90)
 "$nvcc" -std=c++17 -O2 "${arch[@]}" -I"$root" -Xcompiler=-Wall,-Wextra,-Werror -Werror all-warnings \
     -c "$tmp/impl.cu" -o "$tmp/impl.o"
-# The opt-in paths, not yet run on a GPU, compiled only when asked for: all of them at once, sm_90.
+# The opt-in paths, compiled only when asked for: all of them at once, sm_90.
 "$nvcc" -std=c++17 -O2 -gencode=arch=compute_90,code=sm_90 -DGPT2_CUDA_BATCH -DGPT2_CUDA_PERSISTENT_DECODE -DGPT2_CUDA_NO_PDL -I"$root" \
     -Xcompiler=-Wall,-Wextra,-Werror -Werror all-warnings -c "$tmp/impl.cu" -o "$tmp/impl_options.o"
 # The public header stays plain C/C++ for every other file of a program.

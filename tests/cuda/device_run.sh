@@ -117,9 +117,9 @@ step "benchmark 124M, graph decode"
 left && bench_run graph 124M --prompt 1024 --decode 256
 step "benchmark 1558M, graph decode"
 left && bench_run graph 1558M --prompt 1024 --decode 128 --repeat 1
-step "CUDA tests, batched pass (GPT2_CUDA_BATCH, not yet verified)"
+step "CUDA tests, batched pass (GPT2_CUDA_BATCH, opt-in)"
 left && run_tests batch
-step "CUDA tests, persistent decode (GPT2_CUDA_PERSISTENT_DECODE, not yet verified)"
+step "CUDA tests, persistent decode (GPT2_CUDA_PERSISTENT_DECODE, opt-in)"
 left && run_tests persistent
 step "benchmark 124M, persistent decode"
 left && bench_run persistent 124M --prompt 1024 --decode 256

@@ -213,7 +213,7 @@ TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logi
     CHECK(diff <= 2e-2f);
     for (size_t t = prompt.size(); t < ids.size(); t++) REQUIRE(gpt2_session_eval(g, &ids[t], 1, nullptr) == GPT2_OK);
     const float step_diff = max_abs_diff(gpt2_session_logits(g), &reference[(ids.size() - 1) * 50257], 50257);
-    MESSAGE("max |logit difference| after 8 one-token steps (" << (gpt2__cuda_model_of(gpu.model)->persistent ? "persistent kernel" : "graph") << "): " << step_diff);
+    MESSAGE("max |logit difference| after 8 one-token steps (" << std::string(gpt2__cuda_model_of(gpu.model)->persistent ? "persistent kernel" : "graph") << "): " << step_diff);
     CHECK(step_diff <= 2e-2f);
     gpt2_session_free(g);
 }
@@ -362,7 +362,10 @@ static void check_ragged_batches(gpt2_model* model) {
     CHECK(gpt2_session_n_tokens(batched[2]) == 12);
     CHECK(gpt2_session_n_tokens(batched[3]) <= 16);
     MESSAGE("largest logit difference, batched against one by one: " << worst << " (largest |logit| " << largest_logit << ")");
-    CHECK(worst <= 1e-4f * std::max(1.0f, largest_logit));
+    /* cuBLAS picks a product's kernel by its row count, so a batch sums in another order than one
+       session's rows, and every product rounds its output to 16 bits (2^-11 relative): two such
+       units of the largest logit (the CPU's bound, in f32, is 1e-4) */
+    CHECK(worst <= 0x1p-10f * std::max(1.0f, largest_logit));
 }
 
 TEST_CASE("gpt2_batch_eval on the GPU: a ragged batch gets the logits of one by one through the same cuBLAS path, sessions at their context limit included") {
@@ -497,15 +500,15 @@ static float worst_prompt_logits(const Model& cpu, const Model& gpu) {
     return worst;
 }
 
-// bf16 stays bf16 on the GPU (8 bits of mantissa in the weights and the cache); q8_0 and q4_0 are
-// dequantized once and held as f16. The CPU's q8_0/q4_0 kernels quantize the activations to int8,
+// bf16 stays bf16 on the GPU (8 bits of mantissa in the weights and the cache: on the H200, 2-3
+// times f16's difference); q8_0 and q4_0 are dequantized once and held as f16. The CPU's q8_0/q4_0 kernels quantize the activations to int8,
 // so its greedy picks carry their own error: a first difference at a gap under `tie` is rounding.
 TEST_CASE("bf16, q8_0 and q4_0 files on the GPU: logits near the reference forward pass of the same file, greedy 200 tokens as the CPU's") {
     REQUIRE_GPU();
     const struct {
         uint32_t type;
         float tolerance, tie;
-    } types[] = {{GPT2_TYPE_F16, 2e-2f, 1e-3f}, {GPT2_TYPE_BF16, 1e-1f, 1e-1f}, {GPT2_TYPE_Q8_0, 2e-2f, 1e-1f}, {GPT2_TYPE_Q4_0, 2e-2f, 1e-1f}};
+    } types[] = {{GPT2_TYPE_F16, 2e-2f, 1e-3f}, {GPT2_TYPE_BF16, 5e-2f, 1e-1f}, {GPT2_TYPE_Q8_0, 2e-2f, 1e-1f}, {GPT2_TYPE_Q4_0, 2e-2f, 1e-1f}};
     for (const auto& t : types) {
         const std::string name = gpt2__type_name(t.type);
         CAPTURE(name);
@@ -545,7 +548,7 @@ TEST_CASE("states move between the GPU and the CPU both ways (f16 and bf16 cache
     const struct {
         std::string path;
         float tolerance;
-    } files[] = {{sc_path(), 2e-2f}, {sc_as(GPT2_TYPE_BF16), 1e-1f}};
+    } files[] = {{sc_path(), 2e-2f}, {sc_as(GPT2_TYPE_BF16), 5e-2f}};
     for (const auto& f : files) {
         CAPTURE(f.path);
         Model cpu(f.path);
@@ -811,11 +814,12 @@ TEST_CASE("abort during a GPU generation or prompt: the session as before the ca
         generate(s, {}, 300, 0.0f, 0, 0, &r);
         CHECK(r == GPT2_ERROR_ABORTED);
         unchanged();
-        polls_left = polls % 5; /* within the prompt's one pass */
-        gpt2_error err;
-        CHECK(gpt2_session_eval(s, long_prompt.data(), long_prompt.size(), &err) == GPT2_ERROR_ABORTED);
-        unchanged();
     }
+    /* the GPU polls once before each pass (a prompt is one pass), the CPU between its layers */
+    polls_left = 0;
+    gpt2_error err;
+    CHECK(gpt2_session_eval(s, long_prompt.data(), long_prompt.size(), &err) == GPT2_ERROR_ABORTED);
+    unchanged();
     polls_left = 1 << 30;
     Session fresh(gpu);
     REQUIRE(gpt2_session_eval(fresh.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
