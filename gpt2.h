@@ -2069,6 +2069,26 @@ static void gpt2__file_close(gpt2__file* f) {
     *f = gpt2__file();
 }
 
+/* Reads the f->size bytes of an open file that is not mapped into memory of its own: read_some(into,
+   most) reads up to `most` bytes and returns how many, 0 or less when it fails. The caller closes
+   the file. */
+template <class ReadSome>
+static gpt2_result gpt2__file_read_whole(gpt2__file* f, const char* path, ReadSome read_some, gpt2_error* err) {
+    f->owned = GPT2_MALLOC(f->size);
+    if (!f->owned) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
+    size_t done = 0;
+    while (done < f->size) {
+        const int64_t got = read_some((uint8_t*)f->owned + done, f->size - done);
+        if (got <= 0) {
+            gpt2__file_close(f);
+            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
+        }
+        done += (size_t)got;
+    }
+    f->data = (const uint8_t*)f->owned;
+    return GPT2_OK;
+}
+
 /* Hands the whole pages of [p, p + bytes) of a mapped file back to the OS: the process stops
    holding them, and a later read maps them again from the file. For weights that have a copy
    of their own (the CPU's lanes). Windows keeps them until it needs the memory. */
@@ -2147,25 +2167,12 @@ static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* 
         if (f->mapping) CloseHandle(f->mapping); /* as on POSIX, a file that cannot be mapped is read */
         f->mapping = nullptr;
     }
-    f->owned = GPT2_MALLOC(f->size);
-    if (!f->owned) {
-        CloseHandle(h);
-        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
-    }
-    size_t done = 0;
-    while (done < f->size) {
-        const DWORD chunk = (DWORD)std::min<size_t>(f->size - done, (size_t)1 << 30);
+    const gpt2_result result = gpt2__file_read_whole(f, path, [h](uint8_t* into, size_t most) -> int64_t {
         DWORD got = 0;
-        if (!ReadFile(h, (uint8_t*)f->owned + done, chunk, &got, nullptr) || got == 0) {
-            CloseHandle(h);
-            gpt2__file_close(f);
-            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
-        }
-        done += got;
-    }
+        return ReadFile(h, into, (DWORD)std::min<size_t>(most, (size_t)1 << 30), &got, nullptr) ? (int64_t)got : -1;
+    }, err);
     CloseHandle(h);
-    f->data = (const uint8_t*)f->owned;
-    return GPT2_OK;
+    return result;
 #else
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open: %s", path, std::strerror(errno));
@@ -2188,24 +2195,9 @@ static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* 
             return GPT2_OK;
         }
     }
-    f->owned = GPT2_MALLOC(f->size);
-    if (!f->owned) {
-        close(fd);
-        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
-    }
-    size_t done = 0;
-    while (done < f->size) {
-        ssize_t n = read(fd, (uint8_t*)f->owned + done, f->size - done);
-        if (n <= 0) {
-            close(fd);
-            gpt2__file_close(f);
-            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
-        }
-        done += (size_t)n;
-    }
+    const gpt2_result result = gpt2__file_read_whole(f, path, [fd](uint8_t* into, size_t most) -> int64_t { return (int64_t)read(fd, into, most); }, err);
     close(fd);
-    f->data = (const uint8_t*)f->owned;
-    return GPT2_OK;
+    return result;
 #endif
 }
 
@@ -5504,6 +5496,20 @@ static void gpt2__schema_other_key(gpt2__schema_converter* cv, const gpt2__vecto
     *out = gpt2__schema_add_rule(cv, body);
 }
 
+/* The values of the keyword's schema where the keyword may be absent (additionalProperties, the
+   items after a tuple): any JSON value when it is; *allowed false when its schema admits none. */
+static gpt2_result gpt2__schema_rest_expr(gpt2__schema_converter* cv, const gpt2__schema_kw* kw, gpt2__string* out, bool* allowed, int depth) {
+    bool none = false;
+    if (kw) {
+        GPT2__TRY(gpt2__schema_expr(cv, *kw->value, kw->pointer, out, &none, depth + 1));
+    } else {
+        cv->used_value = true;
+        *out = "value";
+    }
+    *allowed = !none;
+    return GPT2_OK;
+}
+
 /* The value of property `name` under every `properties` that names it: one schema, or the
    merge of several (allOf's parts that each describe the property: all of them hold). */
 static gpt2_result gpt2__schema_property(gpt2__schema_converter* cv, const gpt2__vector<const gpt2__schema_kw*>& props, std::string_view name, gpt2__string* out, bool* impossible, int depth) {
@@ -5580,18 +5586,8 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         bool none = false;
         GPT2__TRY(gpt2__schema_expr(cv, patterns->value->items[0], patterns->pointer + "/" + gpt2__schema_escape_pointer(regex), &extra_value, &none, depth + 1));
         extra_allowed = !none;
-    } else if (additional) {
-        if (additional->value->kind == GPT2__JSON_BOOL) {
-            extra_allowed = additional->value->boolean;
-            if (extra_allowed) cv->used_value = true, extra_value = "value";
-        } else {
-            bool none = false;
-            GPT2__TRY(gpt2__schema_expr(cv, *additional->value, additional->pointer, &extra_value, &none, depth + 1));
-            extra_allowed = !none;
-        }
     } else {
-        cv->used_value = true;
-        extra_value = "value";
+        GPT2__TRY(gpt2__schema_rest_expr(cv, additional, &extra_value, &extra_allowed, depth));
     }
     struct prop {
         gpt2__string name, value;
@@ -5702,14 +5698,7 @@ static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__sc
     }
     gpt2__string rest_expr;
     bool rest_allowed = true;
-    if (rest) {
-        bool none = false;
-        GPT2__TRY(gpt2__schema_expr(cv, *rest->value, rest->pointer, &rest_expr, &none, depth + 1));
-        rest_allowed = !none;
-    } else {
-        cv->used_value = true;
-        rest_expr = "value";
-    }
+    GPT2__TRY(gpt2__schema_rest_expr(cv, rest, &rest_expr, &rest_allowed, depth));
     if (!rest_allowed) hi = std::min<uint32_t>(hi, (uint32_t)k);
     if (lo > hi) {
         *impossible = true;
@@ -7112,11 +7101,11 @@ static void gpt2__matmul_rows_scalar(const gpt2__matmul_args& a, int64_t o_begin
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
 
-/* GPT2__FLOAT_TILES of the sets without tiles (scalar, NEON): a row that is not f32 converted to
-   floats once, into `panel` (gpt2__panel_floats), for all the prompt's tokens, instead of once a
-   token. DotRow's products of the floats are those it makes of the row in its own type, in the
-   same order, so a prompt gives the streamed rows' bits. */
-template <float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
+/* GPT2__FLOAT_TILES of the sets without tiles (scalar, NEON, WebAssembly): a row that is not f32
+   converted to floats once (Widen, exact), into `panel` (gpt2__panel_floats), for all the prompt's
+   tokens, instead of once a token. DotRow's products of the floats are those it makes of the row
+   in its own type, in the same order, so a prompt gives the streamed rows' bits. */
+template <float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t), void (*Widen)(uint32_t, const uint8_t*, float*, int64_t) = gpt2__dequantize_row>
 static void gpt2__matmul_widened_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
@@ -7126,7 +7115,7 @@ static void gpt2__matmul_widened_rows(const gpt2__matmul_args& a, int64_t o_begi
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
         if (W.type != GPT2_TYPE_F32) {
-            gpt2__dequantize_row(W.type, row, panel, W.cols);
+            Widen(W.type, row, panel, W.cols);
             row = (const uint8_t*)panel;
         }
         for (int t = 0; t < T; t++) {
@@ -9243,25 +9232,11 @@ static void gpt2__matmul_rows_wasm(const gpt2__matmul_args& a, int64_t o_begin, 
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
 }
-/* GPT2__FLOAT_TILES: widened rows. */
+/* GPT2__FLOAT_TILES: widened rows of f16, bf16 and q8_0; other types stream as in decode. */
 static void gpt2__matmul_widened_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
-    const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (!widen) return gpt2__matmul_rows_wasm(a, o_begin, o_end, panel);
-    const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
-    const float *x = a.x, *bias = a.bias;
-    float* y = a.y;
-    const int T = a.T;
-    const bool accumulate = a.accumulate;
-    for (int64_t o = o_begin; o < o_end; o++) {
-        gpt2__widen_row_wasm(type, W.data + (size_t)o * W.row_bytes, panel, W.cols);
-        for (int t = 0; t < T; t++) {
-            float v = (bias ? bias[o] : 0.0f);
-            v += gpt2__dot_row16_wasm<GPT2_TYPE_F32>((const uint8_t*)panel, x + (size_t)t * W.cols, W.cols);
-            float* out = y + (size_t)t * W.rows + o;
-            *out = accumulate ? *out + v : v;
-        }
-    }
+    if (type != GPT2_TYPE_F16 && type != GPT2_TYPE_BF16 && type != GPT2_TYPE_Q8_0) return gpt2__matmul_rows_wasm(a, o_begin, o_end, panel);
+    gpt2__matmul_widened_rows<gpt2__dot_row_wasm, gpt2__widen_row_wasm>(a, o_begin, o_end, panel);
 }
 
 /* e^x as contract.h describes it (gpt2__exp_poly), four lanes; 2^n built in the exponent bits. */

@@ -1119,6 +1119,20 @@ static void gpt2__schema_other_key(gpt2__schema_converter* cv, const gpt2__vecto
     *out = gpt2__schema_add_rule(cv, body);
 }
 
+/* The values of the keyword's schema where the keyword may be absent (additionalProperties, the
+   items after a tuple): any JSON value when it is; *allowed false when its schema admits none. */
+static gpt2_result gpt2__schema_rest_expr(gpt2__schema_converter* cv, const gpt2__schema_kw* kw, gpt2__string* out, bool* allowed, int depth) {
+    bool none = false;
+    if (kw) {
+        GPT2__TRY(gpt2__schema_expr(cv, *kw->value, kw->pointer, out, &none, depth + 1));
+    } else {
+        cv->used_value = true;
+        *out = "value";
+    }
+    *allowed = !none;
+    return GPT2_OK;
+}
+
 /* The value of property `name` under every `properties` that names it: one schema, or the
    merge of several (allOf's parts that each describe the property: all of them hold). */
 static gpt2_result gpt2__schema_property(gpt2__schema_converter* cv, const gpt2__vector<const gpt2__schema_kw*>& props, std::string_view name, gpt2__string* out, bool* impossible, int depth) {
@@ -1195,18 +1209,8 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         bool none = false;
         GPT2__TRY(gpt2__schema_expr(cv, patterns->value->items[0], patterns->pointer + "/" + gpt2__schema_escape_pointer(regex), &extra_value, &none, depth + 1));
         extra_allowed = !none;
-    } else if (additional) {
-        if (additional->value->kind == GPT2__JSON_BOOL) {
-            extra_allowed = additional->value->boolean;
-            if (extra_allowed) cv->used_value = true, extra_value = "value";
-        } else {
-            bool none = false;
-            GPT2__TRY(gpt2__schema_expr(cv, *additional->value, additional->pointer, &extra_value, &none, depth + 1));
-            extra_allowed = !none;
-        }
     } else {
-        cv->used_value = true;
-        extra_value = "value";
+        GPT2__TRY(gpt2__schema_rest_expr(cv, additional, &extra_value, &extra_allowed, depth));
     }
     struct prop {
         gpt2__string name, value;
@@ -1317,14 +1321,7 @@ static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__sc
     }
     gpt2__string rest_expr;
     bool rest_allowed = true;
-    if (rest) {
-        bool none = false;
-        GPT2__TRY(gpt2__schema_expr(cv, *rest->value, rest->pointer, &rest_expr, &none, depth + 1));
-        rest_allowed = !none;
-    } else {
-        cv->used_value = true;
-        rest_expr = "value";
-    }
+    GPT2__TRY(gpt2__schema_rest_expr(cv, rest, &rest_expr, &rest_allowed, depth));
     if (!rest_allowed) hi = std::min<uint32_t>(hi, (uint32_t)k);
     if (lo > hi) {
         *impossible = true;

@@ -99,6 +99,26 @@ static void gpt2__file_close(gpt2__file* f) {
     *f = gpt2__file();
 }
 
+/* Reads the f->size bytes of an open file that is not mapped into memory of its own: read_some(into,
+   most) reads up to `most` bytes and returns how many, 0 or less when it fails. The caller closes
+   the file. */
+template <class ReadSome>
+static gpt2_result gpt2__file_read_whole(gpt2__file* f, const char* path, ReadSome read_some, gpt2_error* err) {
+    f->owned = GPT2_MALLOC(f->size);
+    if (!f->owned) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
+    size_t done = 0;
+    while (done < f->size) {
+        const int64_t got = read_some((uint8_t*)f->owned + done, f->size - done);
+        if (got <= 0) {
+            gpt2__file_close(f);
+            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
+        }
+        done += (size_t)got;
+    }
+    f->data = (const uint8_t*)f->owned;
+    return GPT2_OK;
+}
+
 /* Hands the whole pages of [p, p + bytes) of a mapped file back to the OS: the process stops
    holding them, and a later read maps them again from the file. For weights that have a copy
    of their own (the CPU's lanes). Windows keeps them until it needs the memory. */
@@ -177,25 +197,12 @@ static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* 
         if (f->mapping) CloseHandle(f->mapping); /* as on POSIX, a file that cannot be mapped is read */
         f->mapping = nullptr;
     }
-    f->owned = GPT2_MALLOC(f->size);
-    if (!f->owned) {
-        CloseHandle(h);
-        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
-    }
-    size_t done = 0;
-    while (done < f->size) {
-        const DWORD chunk = (DWORD)std::min<size_t>(f->size - done, (size_t)1 << 30);
+    const gpt2_result result = gpt2__file_read_whole(f, path, [h](uint8_t* into, size_t most) -> int64_t {
         DWORD got = 0;
-        if (!ReadFile(h, (uint8_t*)f->owned + done, chunk, &got, nullptr) || got == 0) {
-            CloseHandle(h);
-            gpt2__file_close(f);
-            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
-        }
-        done += got;
-    }
+        return ReadFile(h, into, (DWORD)std::min<size_t>(most, (size_t)1 << 30), &got, nullptr) ? (int64_t)got : -1;
+    }, err);
     CloseHandle(h);
-    f->data = (const uint8_t*)f->owned;
-    return GPT2_OK;
+    return result;
 #else
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return gpt2__fail(err, GPT2_ERROR_IO, "%s: cannot open: %s", path, std::strerror(errno));
@@ -218,24 +225,9 @@ static gpt2_result gpt2__file_open(const char* path, bool use_mmap, gpt2__file* 
             return GPT2_OK;
         }
     }
-    f->owned = GPT2_MALLOC(f->size);
-    if (!f->owned) {
-        close(fd);
-        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it", path, f->size);
-    }
-    size_t done = 0;
-    while (done < f->size) {
-        ssize_t n = read(fd, (uint8_t*)f->owned + done, f->size - done);
-        if (n <= 0) {
-            close(fd);
-            gpt2__file_close(f);
-            return gpt2__fail(err, GPT2_ERROR_IO, "%s: read failed after %zu bytes", path, done);
-        }
-        done += (size_t)n;
-    }
+    const gpt2_result result = gpt2__file_read_whole(f, path, [fd](uint8_t* into, size_t most) -> int64_t { return (int64_t)read(fd, into, most); }, err);
     close(fd);
-    f->data = (const uint8_t*)f->owned;
-    return GPT2_OK;
+    return result;
 #endif
 }
 

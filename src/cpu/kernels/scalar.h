@@ -143,11 +143,11 @@ static void gpt2__matmul_rows_scalar(const gpt2__matmul_args& a, int64_t o_begin
     gpt2__matmul_by_rows<gpt2__dot_q8_scalar, gpt2__dot_q4_scalar, gpt2__dot_row_scalar>(a, o_begin, o_end);
 }
 
-/* GPT2__FLOAT_TILES of the sets without tiles (scalar, NEON): a row that is not f32 converted to
-   floats once, into `panel` (gpt2__panel_floats), for all the prompt's tokens, instead of once a
-   token. DotRow's products of the floats are those it makes of the row in its own type, in the
-   same order, so a prompt gives the streamed rows' bits. */
-template <float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t)>
+/* GPT2__FLOAT_TILES of the sets without tiles (scalar, NEON, WebAssembly): a row that is not f32
+   converted to floats once (Widen, exact), into `panel` (gpt2__panel_floats), for all the prompt's
+   tokens, instead of once a token. DotRow's products of the floats are those it makes of the row
+   in its own type, in the same order, so a prompt gives the streamed rows' bits. */
+template <float (*DotRow)(uint32_t, const uint8_t*, const float*, int64_t), void (*Widen)(uint32_t, const uint8_t*, float*, int64_t) = gpt2__dequantize_row>
 static void gpt2__matmul_widened_rows(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
     const float *x = a.x, *bias = a.bias;
@@ -157,7 +157,7 @@ static void gpt2__matmul_widened_rows(const gpt2__matmul_args& a, int64_t o_begi
     for (int64_t o = o_begin; o < o_end; o++) {
         const uint8_t* row = W.data + (size_t)o * W.row_bytes;
         if (W.type != GPT2_TYPE_F32) {
-            gpt2__dequantize_row(W.type, row, panel, W.cols);
+            Widen(W.type, row, panel, W.cols);
             row = (const uint8_t*)panel;
         }
         for (int t = 0; t < T; t++) {

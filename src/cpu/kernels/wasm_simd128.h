@@ -146,25 +146,11 @@ static void gpt2__matmul_rows_wasm(const gpt2__matmul_args& a, int64_t o_begin, 
     (void)panel;
     gpt2__matmul_by_rows<gpt2__dot_q8_wasm, gpt2__dot_q4_scalar, gpt2__dot_row_wasm>(a, o_begin, o_end);
 }
-/* GPT2__FLOAT_TILES: widened rows. */
+/* GPT2__FLOAT_TILES: widened rows of f16, bf16 and q8_0; other types stream as in decode. */
 static void gpt2__matmul_widened_wasm(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const uint32_t type = a.W->type;
-    const bool widen = type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16 || type == GPT2_TYPE_Q8_0;
-    if (!widen) return gpt2__matmul_rows_wasm(a, o_begin, o_end, panel);
-    const gpt2__weight W = *a.W; /* copied: the stores to y may alias a's fields (gpt2__matmul_by_rows) */
-    const float *x = a.x, *bias = a.bias;
-    float* y = a.y;
-    const int T = a.T;
-    const bool accumulate = a.accumulate;
-    for (int64_t o = o_begin; o < o_end; o++) {
-        gpt2__widen_row_wasm(type, W.data + (size_t)o * W.row_bytes, panel, W.cols);
-        for (int t = 0; t < T; t++) {
-            float v = (bias ? bias[o] : 0.0f);
-            v += gpt2__dot_row16_wasm<GPT2_TYPE_F32>((const uint8_t*)panel, x + (size_t)t * W.cols, W.cols);
-            float* out = y + (size_t)t * W.rows + o;
-            *out = accumulate ? *out + v : v;
-        }
-    }
+    if (type != GPT2_TYPE_F16 && type != GPT2_TYPE_BF16 && type != GPT2_TYPE_Q8_0) return gpt2__matmul_rows_wasm(a, o_begin, o_end, panel);
+    gpt2__matmul_widened_rows<gpt2__dot_row_wasm, gpt2__widen_row_wasm>(a, o_begin, o_end, panel);
 }
 
 /* e^x as contract.h describes it (gpt2__exp_poly), four lanes; 2^n built in the exponent bits. */
