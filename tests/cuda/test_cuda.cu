@@ -186,7 +186,9 @@ TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens
     }
 }
 
-TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logits within 2e-2 of the reference forward pass") {
+// Past position 1,000 every attention split of the one-token kernel holds keys, and the 1,024th
+// position's embedding row is read; past it the window is recomputed (GPT2_CONTEXT_EXACT).
+TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logits within 2e-2 of the reference forward pass, greedy near and past 1,024 positions") {
     REQUIRE_GPU();
     const random_gguf& file = random_124m();
     LoadedFile cpu(file, gpt2_model_default_params());
@@ -215,6 +217,13 @@ TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logi
     const float step_diff = max_abs_diff(gpt2_session_logits(g), &reference[(ids.size() - 1) * 50257], 50257);
     MESSAGE("max |logit difference| after 8 one-token steps (" << std::string(gpt2__cuda_model_of(gpu.model)->persistent ? "persistent kernel" : "graph") << "): " << step_diff);
     CHECK(step_diff <= 2e-2f);
+    std::vector<int32_t> long_prompt;
+    for (int i = 0; i < 1000; i++) long_prompt.push_back((i * 7919 + 13) % 50257);
+    gaps.clear();
+    want = greedy(cpu.model, long_prompt, 30, &gaps);
+    gpt2_session_reset(g);
+    check_greedy_agrees(generate(g, long_prompt, 30, 0.0f, 0, 0), want, gaps, 2e-2f);
+    CHECK(gpt2_session_n_tokens(g) == 1024);
     gpt2_session_free(g);
 }
 
@@ -619,26 +628,6 @@ TEST_CASE("several tokens onto a non-empty GPU cache, and a discarding context's
         MESSAGE(std::string(policy == GPT2_CONTEXT_EXACT ? "EXACT" : "DISCARD") << ": max |logit difference| " << worst);
         CHECK(worst <= 2e-2f);
     }
-}
-
-// Past position 1,000 every attention split of the one-token kernel holds keys, and the 1,024th
-// position's embedding row is read; past it the window is recomputed (GPT2_CONTEXT_EXACT).
-TEST_CASE("124M-shaped random model near and past its 1,024 positions: greedy as on the CPU") {
-    REQUIRE_GPU();
-    const random_gguf& file = random_124m();
-    LoadedFile cpu(file, gpt2_model_default_params());
-    LoadedFile gpu(file, cuda_params());
-    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 1000; i++) prompt.push_back((i * 7919 + 13) % 50257);
-    std::vector<float> gaps;
-    const std::vector<int32_t> want = greedy(cpu.model, prompt, 30, &gaps);
-    gpt2_session* g = nullptr;
-    REQUIRE(gpt2_session_create(gpu.model, nullptr, &g, nullptr) == GPT2_OK);
-    check_greedy_agrees(generate(g, prompt, 30, 0.0f, 0, 0), want, gaps, 2e-2f);
-    CHECK(gpt2_session_n_tokens(g) == 1024);
-    gpt2_session_free(g);
 }
 
 // OpenAI's largest GPT-2 has 25 heads of 64 in 1,600 columns and 6,400-wide MLP rows; two of its
