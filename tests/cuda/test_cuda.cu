@@ -51,6 +51,15 @@ static const Json& reference() {
     return ref;
 }
 
+// A model file loaded on the CPU and on the GPU.
+struct OnBoth {
+    Model cpu, gpu;
+    explicit OnBoth(const std::string& path) : cpu(path), gpu(path, cuda_params()) {
+        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    }
+};
+
 // A model file held in memory, loaded on the CPU and on the GPU.
 struct LoadedFile {
     gpt2_model* model = nullptr;
@@ -146,10 +155,8 @@ TEST_CASE("a device index past the last GPU is GPT2_ERROR_DEVICE") {
 
 TEST_CASE("shakespeare_char: logits within 2e-2 of the reference forward pass, prompt pass and token by token") {
     REQUIRE_GPU();
-    Model cpu(sc_path());
-    Model gpu(sc_path(), cuda_params());
-    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    const OnBoth both(sc_path());
+    const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     float worst_prompt = 0, worst_step = 0;
     for (const Json& prompt : reference()["prompts"].array) {
@@ -171,10 +178,8 @@ TEST_CASE("shakespeare_char: logits within 2e-2 of the reference forward pass, p
 
 TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens, also past n_ctx") {
     REQUIRE_GPU();
-    Model cpu(sc_path());
-    Model gpu(sc_path(), cuda_params());
-    REQUIRE(cpu.model);
-    REQUIRE(gpu.model);
+    const OnBoth both(sc_path());
+    const Model &cpu = both.cpu, &gpu = both.gpu;
     for (const Json& prompt : reference()["prompts"].array) {
         CAPTURE(prompt["name"].string);
         std::vector<int32_t> ids = prompt["ids"].ints();
@@ -308,10 +313,8 @@ TEST_CASE("several sessions on one model in threads give the tokens of one at a 
 
 TEST_CASE("prompt log-probability on the GPU within 1e-2 of the reference forward pass's") {
     REQUIRE_GPU();
-    Model cpu(sc_path());
-    Model gpu(sc_path(), cuda_params());
-    REQUIRE(cpu.model);
-    REQUIRE(gpu.model);
+    const OnBoth both(sc_path());
+    const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     Session g(gpu);
     for (const Json& prompt : reference()["prompts"].array) {
@@ -522,10 +525,8 @@ TEST_CASE("bf16, q8_0 and q4_0 files on the GPU: logits near the reference forwa
         const std::string name = gpt2__type_name(t.type);
         CAPTURE(name);
         const std::string path = sc_as(t.type);
-        Model cpu(path);
-        Model gpu(path, cuda_params());
-        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+        const OnBoth both(path);
+        const Model &cpu = both.cpu, &gpu = both.gpu;
         const float worst = worst_prompt_logits(cpu, gpu);
         MESSAGE(name << ": max |logit difference| " << worst);
         CHECK(worst <= t.tolerance);
@@ -560,10 +561,8 @@ TEST_CASE("states move between the GPU and the CPU both ways (f16 and bf16 cache
     } files[] = {{sc_path(), 2e-2f}, {sc_as(GPT2_TYPE_BF16), 5e-2f}};
     for (const auto& f : files) {
         CAPTURE(f.path);
-        Model cpu(f.path);
-        Model gpu(f.path, cuda_params());
-        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+        const OnBoth both(f.path);
+        const Model &cpu = both.cpu, &gpu = both.gpu;
         const int V = cpu.info().n_vocab;
         std::vector<int32_t> whole = prompt;
         whole.insert(whole.end(), next.begin(), next.end());
@@ -604,10 +603,8 @@ TEST_CASE("states move between the GPU and the CPU both ways (f16 and bf16 cache
 // logits are the reference's for the tokens the session then holds.
 TEST_CASE("several tokens onto a non-empty GPU cache, and a discarding context's recompute: the reference's logits after each call") {
     REQUIRE_GPU();
-    Model cpu(sc_path());
-    Model gpu(sc_path(), cuda_params());
-    REQUIRE(cpu.model);
-    REQUIRE(gpu.model);
+    const OnBoth both(sc_path());
+    const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     const std::vector<int32_t> text = reference()["prompts"][2]["ids"].ints();
     const size_t chunks[] = {20, 13, 1, 5, 1, 1, 9, 7, 3};
@@ -702,10 +699,8 @@ static Trace generate_traced(gpt2_session* s, const char* prompt, const gpt2_gen
 // callbacks) make the GPU session hand its logits to the host's chain each step.
 TEST_CASE("the host's sampling chain on GPU logits: penalties, biases and stop strings as on the CPU; top-p draws inside the nucleus") {
     REQUIRE_GPU();
-    Model cpu(sc_path());
-    Model gpu(sc_path(), cuda_params());
-    REQUIRE(cpu.model);
-    REQUIRE(gpu.model);
+    const OnBoth both(sc_path());
+    const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     int32_t e = -1;
     size_t n_e = 0;
