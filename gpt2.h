@@ -510,11 +510,11 @@ GPT2_API gpt2_result gpt2_generate_text(gpt2_session* session, const char* promp
    Each session makes room under its own context policy and gets the logits it would get alone,
    to rounding (the products of 4 or more sessions are summed in another order; the tests bound
    the difference at 1e-4; CUDA's 16-bit batched pass at 2^-10 of the largest logit), so the
-   same tokens when sampled unless a draw falls within that rounding of a boundary. Every session and token is checked first: on an error nothing
-   changes, and the message names the session ("sessions[2]: token 0 is ..."). sessions[0]'s
-   abort_fn is polled; an aborted batch leaves every session as it was. The CPU runs the batch in
-   one pass; CUDA does when built with GPT2_CUDA_BATCH (see gpt2_cuda.cuh), else it runs the
-   sessions one after another. */
+   same tokens when sampled unless a draw falls within that rounding of a boundary. Every session
+   and token is checked first: on an error nothing changes, and the message names the session
+   ("sessions[2]: token 0 is ..."). sessions[0]'s abort_fn is polled; an aborted batch leaves
+   every session as it was. The CPU runs the batch in one pass; CUDA does when built with
+   GPT2_CUDA_BATCH (see gpt2_cuda.cuh), else it runs the sessions one after another. */
 GPT2_API gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_t* const* tokens,
                                      const size_t* n_tokens, size_t n_sessions, gpt2_error* err);
 /* Generates for every session at once, each with its own parameters (temperature, seed, stops,
