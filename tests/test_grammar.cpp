@@ -304,11 +304,8 @@ void check_mask(void* user, float* logits, int n) {
         if (t == info.eos_token) {
             expected = grammar_match(c->grammar, c->text) == GPT2_MATCH_COMPLETE;
         } else {
-            char piece[256];
-            size_t len = 0;
-            gpt2_error err;
-            REQUIRE(gpt2_detokenize(c->model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
-            expected = len > 0 && grammar_match(c->grammar, c->text + std::string(piece, len)) != GPT2_MATCH_NONE;
+            const std::string piece = token_text(c->model, t);
+            expected = !piece.empty() && grammar_match(c->grammar, c->text + piece) != GPT2_MATCH_NONE;
         }
         const bool finite = logits[t] > -INFINITY;
         c->allowed += finite;
@@ -337,10 +334,7 @@ MaskCheck generate_checking_masks(const Model& m, const gpt2_grammar* grammar, c
 
 int append_token_text(void* user, int32_t token, const char*, size_t) {
     MaskCheck* c = static_cast<MaskCheck*>(user);
-    char piece[256];
-    size_t len = 0;
-    gpt2_error err;
-    if (token >= 0 && gpt2_detokenize(c->model, &token, 1, piece, sizeof piece, &len, &err) == GPT2_OK) c->text.append(piece, len);
+    if (token >= 0) c->text += token_text(c->model, token);
     return 0;
 }
 } // namespace
@@ -565,17 +559,16 @@ std::vector<int32_t> greedy_token_by_token(const Model& m, const gpt2_grammar* g
         int32_t best = -1;
         std::string best_piece;
         for (int32_t t = 0; t < info.n_vocab; t++) {
-            char piece[256];
-            size_t len = 0;
+            std::string piece;
             if (t == info.eos_token) {
                 if (grammar_match(g, text) != GPT2_MATCH_COMPLETE) continue;
             } else {
-                REQUIRE(gpt2_detokenize(m.model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
-                if (len == 0 || grammar_match(g, text + std::string(piece, len)) == GPT2_MATCH_NONE) continue;
+                piece = token_text(m.model, t);
+                if (piece.empty() || grammar_match(g, text + piece) == GPT2_MATCH_NONE) continue;
             }
             if (best < 0 || logits[t] > logits[best]) {
                 best = t;
-                best_piece.assign(piece, t == info.eos_token ? 0 : len);
+                best_piece = piece;
             }
         }
         REQUIRE(best >= 0);
@@ -586,10 +579,9 @@ std::vector<int32_t> greedy_token_by_token(const Model& m, const gpt2_grammar* g
         if (grammar_match(g, text) == GPT2_MATCH_COMPLETE) { // a sentence nothing extends ends the generation
             bool more = false;
             for (int32_t t = 0; t < info.n_vocab && !more; t++) {
-                char piece[256];
-                size_t len = 0;
-                if (t != info.eos_token && gpt2_detokenize(m.model, &t, 1, piece, sizeof piece, &len, &err) == GPT2_OK && len > 0)
-                    more = grammar_match(g, text + std::string(piece, len)) != GPT2_MATCH_NONE;
+                if (t == info.eos_token) continue;
+                const std::string piece = token_text(m.model, t);
+                more = !piece.empty() && grammar_match(g, text + piece) != GPT2_MATCH_NONE;
             }
             if (!more) break;
         }

@@ -25,14 +25,6 @@ struct SchemaGrammar {
     SchemaGrammar& operator=(const SchemaGrammar&) = delete;
 };
 
-std::string token_text(const gpt2_model* model, int32_t token) {
-    char piece[256];
-    size_t len = 0;
-    gpt2_error err;
-    REQUIRE(gpt2_detokenize(model, &token, 1, piece, sizeof piece, &len, &err) == GPT2_OK);
-    return std::string(piece, len);
-}
-
 // Begins `m` and feeds it `text`, as gpt2_tokenize writes it, a token at a time; before each token
 // and after the last, every token's bit in the mask must say whether the text with it appended is
 // still a sentence or the start of one (the end-of-text token: whether the text is a sentence).
