@@ -12,6 +12,7 @@
 #include "../batch_helpers.h"
 #include "../../tools/gguf_write.h"
 #include <filesystem>
+#include <map>
 #include <cstdlib>
 #include <thread>
 
@@ -51,21 +52,24 @@ static const Json& reference() {
     return ref;
 }
 
-// A model file loaded on the CPU and on the GPU.
-struct OnBoth {
-    Model cpu, gpu;
-    explicit OnBoth(const std::string& path) : cpu(path), gpu(path, cuda_params()) {
-        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
-    }
-};
-
 // A model file held in memory, loaded on the CPU and on the GPU.
 struct LoadedFile {
     gpt2_model* model = nullptr;
     gpt2_error err{};
     LoadedFile(const random_gguf& file, gpt2_model_params params) { gpt2_model_load_memory(file.data, file.size, &params, &model, &err); }
     ~LoadedFile() { gpt2_model_free(model); }
+};
+
+// One model loaded on the CPU and on the GPU, both checked: from a path (Loader Model) or from
+// memory (LoadedFile).
+template <class Loader>
+struct OnBoth {
+    Loader cpu, gpu;
+    template <class Source>
+    explicit OnBoth(const Source& source) : cpu(source, gpt2_model_default_params()), gpu(source, cuda_params()) {
+        REQUIRE_MESSAGE(cpu.model, cpu.err.message);
+        REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    }
 };
 
 static const random_gguf& random_124m() {
@@ -155,7 +159,7 @@ TEST_CASE("a device index past the last GPU is GPT2_ERROR_DEVICE") {
 
 TEST_CASE("shakespeare_char: logits within 2e-2 of the reference forward pass, prompt pass and token by token") {
     REQUIRE_GPU();
-    const OnBoth both(sc_path());
+    const OnBoth<Model> both(sc_path());
     const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     float worst_prompt = 0, worst_step = 0;
@@ -178,7 +182,7 @@ TEST_CASE("shakespeare_char: logits within 2e-2 of the reference forward pass, p
 
 TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens, also past n_ctx") {
     REQUIRE_GPU();
-    const OnBoth both(sc_path());
+    const OnBoth<Model> both(sc_path());
     const Model &cpu = both.cpu, &gpu = both.gpu;
     for (const Json& prompt : reference()["prompts"].array) {
         CAPTURE(prompt["name"].string);
@@ -195,11 +199,8 @@ TEST_CASE("shakespeare_char: greedy continuations equal the CPU's for 200 tokens
 // position's embedding row is read; past it the window is recomputed (GPT2_CONTEXT_EXACT).
 TEST_CASE("124M-shaped random model (f16): greedy 200 tokens as on the CPU, logits within 2e-2 of the reference forward pass, greedy near and past 1,024 positions") {
     REQUIRE_GPU();
-    const random_gguf& file = random_124m();
-    LoadedFile cpu(file, gpt2_model_default_params());
-    LoadedFile gpu(file, cuda_params());
-    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    const OnBoth<LoadedFile> both(random_124m());
+    const LoadedFile &cpu = both.cpu, &gpu = both.gpu;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 32; i++) prompt.push_back((i * 7919 + 13) % 50257);
     std::vector<float> gaps;
@@ -313,7 +314,7 @@ TEST_CASE("several sessions on one model in threads give the tokens of one at a 
 
 TEST_CASE("prompt log-probability on the GPU within 1e-2 of the reference forward pass's") {
     REQUIRE_GPU();
-    const OnBoth both(sc_path());
+    const OnBoth<Model> both(sc_path());
     const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     Session g(gpu);
@@ -485,11 +486,13 @@ TEST_CASE("gpt2_batch_eval on the GPU: an aborted batch leaves every session as 
 // shakespeare_char rewritten in `type` by gpt2-quantize's code (gguf_quantize_file), in the
 // temporary folder.
 static std::string sc_as(uint32_t type) {
+    static std::map<uint32_t, std::string> written; /* each type once (two cases use bf16) */
+    if (written.count(type)) return written[type];
     const std::string out = (std::filesystem::temp_directory_path() / ("gpt2_cuda_sc_" + std::string(gpt2__type_name(type)) + ".gguf")).string();
     size_t bytes = 0;
     std::string error;
     REQUIRE_MESSAGE(gguf_quantize_file(sc_path().c_str(), out.c_str(), type, &bytes, &error), error);
-    return out;
+    return written[type] = out;
 }
 
 // The largest difference, over the reference prompts, between the GPU's logits and the reference
@@ -525,7 +528,7 @@ TEST_CASE("bf16, q8_0 and q4_0 files on the GPU: logits near the reference forwa
         const std::string name = gpt2__type_name(t.type);
         CAPTURE(name);
         const std::string path = sc_as(t.type);
-        const OnBoth both(path);
+        const OnBoth<Model> both(path);
         const Model &cpu = both.cpu, &gpu = both.gpu;
         const float worst = worst_prompt_logits(cpu, gpu);
         MESSAGE(name << ": max |logit difference| " << worst);
@@ -561,7 +564,7 @@ TEST_CASE("states move between the GPU and the CPU both ways (f16 and bf16 cache
     } files[] = {{sc_path(), 2e-2f}, {sc_as(GPT2_TYPE_BF16), 5e-2f}};
     for (const auto& f : files) {
         CAPTURE(f.path);
-        const OnBoth both(f.path);
+        const OnBoth<Model> both(f.path);
         const Model &cpu = both.cpu, &gpu = both.gpu;
         const int V = cpu.info().n_vocab;
         std::vector<int32_t> whole = prompt;
@@ -603,7 +606,7 @@ TEST_CASE("states move between the GPU and the CPU both ways (f16 and bf16 cache
 // logits are the reference's for the tokens the session then holds.
 TEST_CASE("several tokens onto a non-empty GPU cache, and a discarding context's recompute: the reference's logits after each call") {
     REQUIRE_GPU();
-    const OnBoth both(sc_path());
+    const OnBoth<Model> both(sc_path());
     const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     const std::vector<int32_t> text = reference()["prompts"][2]["ids"].ints();
@@ -634,10 +637,8 @@ TEST_CASE("1558M-shaped layers (1,600 columns, 25 heads): logits within 2e-2 of 
     const random_gpt2_shape shape{"1558M-layers", 2, 25, 1600, 1024, 50257};
     random_gguf file;
     REQUIRE(random_gpt2_gguf(shape, 1, 11, &file));
-    LoadedFile cpu(file, gpt2_model_default_params());
-    LoadedFile gpu(file, cuda_params());
-    REQUIRE_MESSAGE(cpu.model, cpu.err.message);
-    REQUIRE_MESSAGE(gpu.model, gpu.err.message);
+    const OnBoth<LoadedFile> both(file);
+    const LoadedFile &cpu = both.cpu, &gpu = both.gpu;
     std::vector<int32_t> ids;
     for (int i = 0; i < 24; i++) ids.push_back((i * 104729 + 5) % 50257);
     const std::vector<float> want = reference_logits(cpu.model, ids);
@@ -699,7 +700,7 @@ static Trace generate_traced(gpt2_session* s, const char* prompt, const gpt2_gen
 // callbacks) make the GPU session hand its logits to the host's chain each step.
 TEST_CASE("the host's sampling chain on GPU logits: penalties, biases and stop strings as on the CPU; top-p draws inside the nucleus") {
     REQUIRE_GPU();
-    const OnBoth both(sc_path());
+    const OnBoth<Model> both(sc_path());
     const Model &cpu = both.cpu, &gpu = both.gpu;
     const int V = cpu.info().n_vocab;
     int32_t e = -1;
