@@ -717,7 +717,8 @@ namespace Gpt2
 
         /// <summary>Appends tokens to the context and runs the model over them (gpt2_session_eval);
         /// Logits then holds the prediction after the last one. A cancelled cancellationToken (checked
-        /// between layers) throws OperationCanceledException and leaves the session as before.</summary>
+        /// between layers on the CPU, before each pass on a GPU) throws OperationCanceledException
+        /// and leaves the session as before.</summary>
         public void Eval(int[] tokens, CancellationToken cancellationToken = default(CancellationToken))
         {
             if (tokens == null) throw new ArgumentNullException("tokens");
@@ -795,8 +796,9 @@ namespace Gpt2
 
         /// <summary>Appends prompt to the context and generates (gpt2_generate_text). onToken (may be
         /// null) receives each token's text as soon as it is certain, on this thread; returns all the
-        /// generated text. A cancelled cancellationToken (checked between layers) throws
-        /// OperationCanceledException and leaves the session as it was before the call.</summary>
+        /// generated text. A cancelled cancellationToken (checked between layers on the CPU, before
+        /// each pass on a GPU) throws OperationCanceledException and leaves the session as it was
+        /// before the call.</summary>
         public string Generate(string prompt, Gpt2GenerateOptions options = null, Gpt2TokenHandler onToken = null,
                                CancellationToken cancellationToken = default(CancellationToken))
         {
