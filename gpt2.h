@@ -7875,9 +7875,10 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
 static const int gpt2__attend_block_keys = 8;
 
 /* Prefetches share h of H of the rows of the block after the one from key j0 in `cache` (rows of
-   `row` values, n_keys of them). A block's rows are read head by head, across its rows, an order
-   the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth of the
-   next block (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
+   `row` values, n_keys of them), into L2. A block's rows are read head by head, across its rows,
+   an order the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth
+   of the next block. Into L1 the same prefetches ran 1.6x slower: a core tracks fewer misses to
+   L1 than to L2 (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
    is, or GCC deletes the calls. */
 template <class KV>
 GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j0, int n_keys, size_t row, int h, int H) {
@@ -7885,7 +7886,7 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j
     if (first >= end) return;
     const char* from = (const char*)(cache + (size_t)first * row);
     const size_t lines = ((size_t)(end - first) * row * sizeof(KV) + 63) / 64;
-    for (size_t l = lines * h / H, last = lines * (h + 1) / H; l < last; l++) _mm_prefetch(from + 64 * l, _MM_HINT_T0);
+    for (size_t l = lines * h / H, last = lines * (h + 1) / H; l < last; l++) _mm_prefetch(from + 64 * l, _MM_HINT_T1);
 }
 
 /* gpt2__attend_rows_scalar in blocks of gpt2__attend_block_keys keys, each head's scores and
@@ -7902,7 +7903,8 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     for (int j0 = 0; j0 < n_keys; j0 += B) {
         const int n = std::min(B, n_keys - j0);
         for (int h = 0; h < H; h++) {
-            gpt2__prefetch_next_block(k, j0, n_keys, row, h, H);
+            if (j0 + B < n_keys) gpt2__prefetch_next_block(k, j0, n_keys, row, h, H);
+            else gpt2__prefetch_next_block(v, -B, n_keys, row, h, H); /* the last block of keys fetches the first of values */
             const float* qh = q + (size_t)h * D;
             const KV* key[B]; /* past the last key, copies of it (results unused) */
             for (int i = 0; i < B; i++) key[i] = k + (size_t)(j0 + std::min(i, n - 1)) * row + (size_t)h * D;
@@ -8616,7 +8618,8 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
    (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way
    through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
    (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
-   gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
+   gpt2__lanes_stream_ahead ahead, on past the range's end too: gpt2__parallel_for's next chunk
+   for this thread starts there. More tokens spend long enough on a panel to fetch the whole
    next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
    Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
    into L2 (docs/PERFORMANCE.md, Kernel notes). The kernel of GPT2__FLOAT16_LANES. */
@@ -8639,7 +8642,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const int j = (int)(first / gpt2__lane_rows % 2);
         const bool both = j == 0 && first + gpt2__lane_rows < o_end;
         const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
-        const size_t next_lines = first + gpt2__panel_rows < o_end ? panel_bytes / 64 : 0;
+        const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / 64 : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
             tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, next + 64 * t.from, t.to - t.from);
@@ -9481,6 +9484,13 @@ struct gpt2__pool {
     std::atomic<bool> stopping{false};
     job_fn job = nullptr;                /* published by the release of `generation` */
     void* context = nullptr;
+    /* gpt2__parallel_for's chunks still to run in each thread's region: the first in the low 32
+       bits, the end in the high 32, one word, so that its owner (from the front) and a thief
+       (from the back) each take a chunk by one compare-and-swap; a cache line each */
+    struct alignas(64) region {
+        std::atomic<uint64_t> chunks{0};
+    };
+    region* regions = nullptr; /* n_threads of them when there are workers (gpt2__pool_start) */
 };
 
 /* Spins until ready() or the spin budget is spent; true when ready. */
@@ -9531,6 +9541,7 @@ static bool gpt2__pool_start(gpt2__pool* pool, int n_threads) {
 #if defined(GPT2__SINGLE_THREADED)
     n_threads = 1;
 #endif
+    if (n_threads > 1 && !(pool->regions = new (std::nothrow) gpt2__pool::region[(size_t)n_threads])) return false;
 #if defined(__cpp_exceptions)
     try {
 #endif
@@ -9562,6 +9573,8 @@ static void gpt2__pool_stop(gpt2__pool* pool) {
     }
     for (std::thread& t : pool->workers) t.join();
     pool->workers.clear();
+    delete[] pool->regions;
+    pool->regions = nullptr;
 }
 
 /* Hands job(context, i) to every worker i (1 ..); the caller does its own share, then waits. */
@@ -9587,38 +9600,59 @@ static void gpt2__pool_wait(gpt2__pool* pool) {
 }
 
 /* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
-   thread_index) on each, the calling thread being thread 0; threads take chunks from a shared
-   counter, so a thread the OS preempts (a busy machine, a game's own threads) delays only its
-   current chunk instead of a whole 1/n share. About 8 chunks per thread keep the counter cheap.
-   The caller runs its chunks here, so a body is one call below the parallel region. */
+   thread_index) on each, the calling thread being thread 0. Each thread owns a contiguous region
+   of about 8 chunks and runs them in order, so its share of a matrix is one stream through
+   memory that the prefetchers (the hardware's, and the kernels' own, which run on past a chunk's
+   end) follow from chunk to chunk; a thread out of chunks takes the last chunk left in another's
+   region, so a thread the OS preempts (a busy machine, a game's own threads) delays only its
+   current chunk instead of a whole 1/n share. Chunks handed out from one shared counter, a
+   thread's next chunk n chunks on from its last, decoded slower (docs/PERFORMANCE.md, Kernel
+   notes). The caller runs its chunks here, so a body is one call below the parallel region. */
 template <class Body>
 static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
-        int64_t n, chunk, n_chunks;
-        std::atomic<int64_t> next{0};
-        bool take(int64_t* begin, int64_t* end) {
-            const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-            *begin = c * chunk;
-            *end = std::min(n, *begin + chunk);
-            return c < n_chunks;
+        gpt2__pool* pool;
+        int64_t n, chunk;
+        /* the next chunk of thread `index`: the first left in its region, else the last left in another's */
+        bool take(int index, int64_t* begin, int64_t* end) {
+            const int threads = pool->n_threads;
+            for (int i = 0; i < threads; i++) {
+                const bool own = i == 0;
+                std::atomic<uint64_t>& chunks = pool->regions[(index + i) % threads].chunks;
+                uint64_t left = chunks.load(std::memory_order_relaxed);
+                for (;;) {
+                    const uint64_t first = left & 0xffffffffu, last = left >> 32;
+                    if (first >= last) break;
+                    const uint64_t c = own ? first : last - 1, rest = own ? (last << 32 | (first + 1)) : ((last - 1) << 32 | first);
+                    if (chunks.compare_exchange_weak(left, rest, std::memory_order_relaxed)) {
+                        *begin = (int64_t)c * chunk;
+                        *end = std::min(n, *begin + chunk);
+                        return true;
+                    }
+                }
+            }
+            return false;
         }
         static void run(void* context, int index) {
             Job* job = (Job*)context;
-            for (int64_t begin, end; job->take(&begin, &end);) (*job->body)(begin, end, index);
+            for (int64_t begin, end; job->take(index, &begin, &end);) (*job->body)(begin, end, index);
         }
     };
+    const int threads = pool->n_threads;
     const int64_t units = (n + align - 1) / align;
-    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)pool->n_threads * 8));
-    Job job;
-    job.body = &body;
-    job.n = n;
-    job.chunk = chunk;
-    job.n_chunks = (n + chunk - 1) / chunk;
-    const bool workers = pool->n_threads > 1;
-    if (workers) gpt2__pool_begin(pool, Job::run, &job);
-    for (int64_t begin, end; job.take(&begin, &end);) body(begin, end, 0);
-    if (workers) gpt2__pool_wait(pool);
+    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)threads * 8));
+    if (threads == 1) {
+        for (int64_t begin = 0; begin < n; begin += chunk) body(begin, std::min(n, begin + chunk), 0);
+        return;
+    }
+    const int64_t n_chunks = (n + chunk - 1) / chunk; /* about 8 per thread, or n / align: far below 2^32 */
+    for (int i = 0; i < threads; i++)
+        pool->regions[i].chunks.store((uint64_t)(n_chunks * (i + 1) / threads) << 32 | (uint64_t)(n_chunks * i / threads), std::memory_order_relaxed);
+    Job job{&body, pool, n, chunk};
+    gpt2__pool_begin(pool, Job::run, &job); /* its generation's increment publishes the regions */
+    for (int64_t begin, end; job.take(0, &begin, &end);) body(begin, end, 0);
+    gpt2__pool_wait(pool);
 }
 
 /* ---- src/cpu/forward.h ---- */

@@ -36,6 +36,13 @@ struct gpt2__pool {
     std::atomic<bool> stopping{false};
     job_fn job = nullptr;                /* published by the release of `generation` */
     void* context = nullptr;
+    /* gpt2__parallel_for's chunks still to run in each thread's region: the first in the low 32
+       bits, the end in the high 32, one word, so that its owner (from the front) and a thief
+       (from the back) each take a chunk by one compare-and-swap; a cache line each */
+    struct alignas(64) region {
+        std::atomic<uint64_t> chunks{0};
+    };
+    region* regions = nullptr; /* n_threads of them when there are workers (gpt2__pool_start) */
 };
 
 /* Spins until ready() or the spin budget is spent; true when ready. */
@@ -86,6 +93,7 @@ static bool gpt2__pool_start(gpt2__pool* pool, int n_threads) {
 #if defined(GPT2__SINGLE_THREADED)
     n_threads = 1;
 #endif
+    if (n_threads > 1 && !(pool->regions = new (std::nothrow) gpt2__pool::region[(size_t)n_threads])) return false;
 #if defined(__cpp_exceptions)
     try {
 #endif
@@ -117,6 +125,8 @@ static void gpt2__pool_stop(gpt2__pool* pool) {
     }
     for (std::thread& t : pool->workers) t.join();
     pool->workers.clear();
+    delete[] pool->regions;
+    pool->regions = nullptr;
 }
 
 /* Hands job(context, i) to every worker i (1 ..); the caller does its own share, then waits. */
@@ -142,38 +152,59 @@ static void gpt2__pool_wait(gpt2__pool* pool) {
 }
 
 /* Splits [0, n) into chunks that start at multiples of `align` and calls body(begin, end,
-   thread_index) on each, the calling thread being thread 0; threads take chunks from a shared
-   counter, so a thread the OS preempts (a busy machine, a game's own threads) delays only its
-   current chunk instead of a whole 1/n share. About 8 chunks per thread keep the counter cheap.
-   The caller runs its chunks here, so a body is one call below the parallel region. */
+   thread_index) on each, the calling thread being thread 0. Each thread owns a contiguous region
+   of about 8 chunks and runs them in order, so its share of a matrix is one stream through
+   memory that the prefetchers (the hardware's, and the kernels' own, which run on past a chunk's
+   end) follow from chunk to chunk; a thread out of chunks takes the last chunk left in another's
+   region, so a thread the OS preempts (a busy machine, a game's own threads) delays only its
+   current chunk instead of a whole 1/n share. Chunks handed out from one shared counter, a
+   thread's next chunk n chunks on from its last, decoded slower (docs/PERFORMANCE.md, Kernel
+   notes). The caller runs its chunks here, so a body is one call below the parallel region. */
 template <class Body>
 static void gpt2__parallel_for(gpt2__pool* pool, int64_t n, int64_t align, const Body& body) {
     struct Job {
         const Body* body;
-        int64_t n, chunk, n_chunks;
-        std::atomic<int64_t> next{0};
-        bool take(int64_t* begin, int64_t* end) {
-            const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-            *begin = c * chunk;
-            *end = std::min(n, *begin + chunk);
-            return c < n_chunks;
+        gpt2__pool* pool;
+        int64_t n, chunk;
+        /* the next chunk of thread `index`: the first left in its region, else the last left in another's */
+        bool take(int index, int64_t* begin, int64_t* end) {
+            const int threads = pool->n_threads;
+            for (int i = 0; i < threads; i++) {
+                const bool own = i == 0;
+                std::atomic<uint64_t>& chunks = pool->regions[(index + i) % threads].chunks;
+                uint64_t left = chunks.load(std::memory_order_relaxed);
+                for (;;) {
+                    const uint64_t first = left & 0xffffffffu, last = left >> 32;
+                    if (first >= last) break;
+                    const uint64_t c = own ? first : last - 1, rest = own ? (last << 32 | (first + 1)) : ((last - 1) << 32 | first);
+                    if (chunks.compare_exchange_weak(left, rest, std::memory_order_relaxed)) {
+                        *begin = (int64_t)c * chunk;
+                        *end = std::min(n, *begin + chunk);
+                        return true;
+                    }
+                }
+            }
+            return false;
         }
         static void run(void* context, int index) {
             Job* job = (Job*)context;
-            for (int64_t begin, end; job->take(&begin, &end);) (*job->body)(begin, end, index);
+            for (int64_t begin, end; job->take(index, &begin, &end);) (*job->body)(begin, end, index);
         }
     };
+    const int threads = pool->n_threads;
     const int64_t units = (n + align - 1) / align;
-    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)pool->n_threads * 8));
-    Job job;
-    job.body = &body;
-    job.n = n;
-    job.chunk = chunk;
-    job.n_chunks = (n + chunk - 1) / chunk;
-    const bool workers = pool->n_threads > 1;
-    if (workers) gpt2__pool_begin(pool, Job::run, &job);
-    for (int64_t begin, end; job.take(&begin, &end);) body(begin, end, 0);
-    if (workers) gpt2__pool_wait(pool);
+    const int64_t chunk = align * std::max<int64_t>(1, units / ((int64_t)threads * 8));
+    if (threads == 1) {
+        for (int64_t begin = 0; begin < n; begin += chunk) body(begin, std::min(n, begin + chunk), 0);
+        return;
+    }
+    const int64_t n_chunks = (n + chunk - 1) / chunk; /* about 8 per thread, or n / align: far below 2^32 */
+    for (int i = 0; i < threads; i++)
+        pool->regions[i].chunks.store((uint64_t)(n_chunks * (i + 1) / threads) << 32 | (uint64_t)(n_chunks * i / threads), std::memory_order_relaxed);
+    Job job{&body, pool, n, chunk};
+    gpt2__pool_begin(pool, Job::run, &job); /* its generation's increment publishes the regions */
+    for (int64_t begin, end; job.take(0, &begin, &end);) body(begin, end, 0);
+    gpt2__pool_wait(pool);
 }
 
 #endif /* GPT2__PART_CPU_THREADPOOL_H */

@@ -431,9 +431,10 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
 static const int gpt2__attend_block_keys = 8;
 
 /* Prefetches share h of H of the rows of the block after the one from key j0 in `cache` (rows of
-   `row` values, n_keys of them). A block's rows are read head by head, across its rows, an order
-   the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth of the
-   next block (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
+   `row` values, n_keys of them), into L2. A block's rows are read head by head, across its rows,
+   an order the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth
+   of the next block. Into L1 the same prefetches ran 1.6x slower: a core tracks fewer misses to
+   L1 than to L2 (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
    is, or GCC deletes the calls. */
 template <class KV>
 GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j0, int n_keys, size_t row, int h, int H) {
@@ -441,7 +442,7 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j
     if (first >= end) return;
     const char* from = (const char*)(cache + (size_t)first * row);
     const size_t lines = ((size_t)(end - first) * row * sizeof(KV) + 63) / 64;
-    for (size_t l = lines * h / H, last = lines * (h + 1) / H; l < last; l++) _mm_prefetch(from + 64 * l, _MM_HINT_T0);
+    for (size_t l = lines * h / H, last = lines * (h + 1) / H; l < last; l++) _mm_prefetch(from + 64 * l, _MM_HINT_T1);
 }
 
 /* gpt2__attend_rows_scalar in blocks of gpt2__attend_block_keys keys, each head's scores and
@@ -458,7 +459,8 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     for (int j0 = 0; j0 < n_keys; j0 += B) {
         const int n = std::min(B, n_keys - j0);
         for (int h = 0; h < H; h++) {
-            gpt2__prefetch_next_block(k, j0, n_keys, row, h, H);
+            if (j0 + B < n_keys) gpt2__prefetch_next_block(k, j0, n_keys, row, h, H);
+            else gpt2__prefetch_next_block(v, -B, n_keys, row, h, H); /* the last block of keys fetches the first of values */
             const float* qh = q + (size_t)h * D;
             const KV* key[B]; /* past the last key, copies of it (results unused) */
             for (int i = 0; i < B; i++) key[i] = k + (size_t)(j0 + std::min(i, n - 1)) * row + (size_t)h * D;

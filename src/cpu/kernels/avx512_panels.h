@@ -367,7 +367,8 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
    (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way
    through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
    (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
-   gpt2__lanes_stream_ahead ahead; more tokens spend long enough on a panel to fetch the whole
+   gpt2__lanes_stream_ahead ahead, on past the range's end too: gpt2__parallel_for's next chunk
+   for this thread starts there. More tokens spend long enough on a panel to fetch the whole
    next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
    Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
    into L2 (docs/PERFORMANCE.md, Kernel notes). The kernel of GPT2__FLOAT16_LANES. */
@@ -390,7 +391,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const int j = (int)(first / gpt2__lane_rows % 2);
         const bool both = j == 0 && first + gpt2__lane_rows < o_end;
         const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
-        const size_t next_lines = first + gpt2__panel_rows < o_end ? panel_bytes / 64 : 0;
+        const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / 64 : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
             tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, next + 64 * t.from, t.to - t.from);
