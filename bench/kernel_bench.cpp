@@ -8,17 +8,52 @@
 //     every token count multiplies them, as the forward pass does; `rows` keeps the file's rows
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
+//
+//   gpt2-kernel-bench attend KEYS [KERNELS [COPIES]]
+//     one decoded token's attention in one layer of GPT-2 124M (12 heads x 64, an f32 cache) over
+//     KEYS keys, the set's attend_rows_f32, median of 2,000 calls; the keys and values rotate over
+//     COPIES copies (default: 256 MB of them, so every call reads from DRAM; 1: from cache)
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "gpt2.h"
 #include "tools/gguf_write.h"
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
+
+static int attend_bench(int argc, char** argv) {
+    const int n_keys = argc > 2 ? std::atoi(argv[2]) : 150, H = 12, D = 64, C = H * D;
+    const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();
+    const size_t floats = (size_t)std::max(n_keys, 1) * C, copies = argc > 4 ? (size_t)std::atol(argv[4]) : std::max<size_t>(1, (256u << 20) / (8 * floats));
+    if (!k || n_keys < 1 || copies < 1) {
+        std::fprintf(stderr, "usage: gpt2-kernel-bench attend KEYS [KERNELS [COPIES]]\n");
+        return 2;
+    }
+    std::vector<float> keys(floats * copies), values(floats * copies), q(C), out(C), stats(2 * H), scratch((size_t)H * n_keys);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (std::vector<float>* v : {&keys, &values, &q})
+        for (float& x : *v) x = u(rng);
+    std::vector<double> us;
+    for (int it = 0; it < 2000; it++) {
+        const size_t c = (size_t)it % copies;
+        const auto t0 = std::chrono::steady_clock::now();
+        k->attend_rows_f32(out.data(), stats.data(), q.data(), keys.data() + c * floats, values.data() + c * floats, n_keys, H, D, scratch.data());
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    const double median = us[us.size() / 2];
+    std::printf("%s attend_rows_f32, %d keys x %d heads x %d, %zu copies: median %.1f us, %.2f GB/s of keys and values\n", k->name, n_keys, H, D, copies, median,
+                2.0 * (double)floats * 4 / median / 1e3);
+    return 0;
+}
 
 int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "attend") return attend_bench(argc, argv);
     const uint32_t type = argc > 1 ? (uint32_t)std::atoi(argv[1]) : (uint32_t)GPT2_TYPE_Q8_0;
     const int T = argc > 2 ? std::atoi(argv[2]) : 1;
     const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();
