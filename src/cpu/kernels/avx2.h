@@ -97,9 +97,11 @@ GPT2__AVX2 static inline __m256i gpt2__block_dot_q4_avx2(const uint8_t* p, const
    blocks a step: two rounds of horizontal adds leave each block's two 128-bit halves summed in
    one lane of a half (block i in lanes i and 4 + i), so one conversion and one FMA with the four
    scales (weight times activation) serve the four blocks. The integer sums are exact (at most
-   16 x 127 x 128 a lane), so only the float adds' order differs from a block at a time. */
-template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*)>
-GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+   16 x 127 x 128 a lane), so only the float adds' order differs from a block at a time. With
+   `offsets`, the 4 blocks' lanes are less those (gpt2__q4_offsets_avx2), and the last blocks, one
+   at a time, take TailDot. */
+template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*), __m256i (*TailDot)(const uint8_t*, const int8_t*) = BlockDot>
+GPT2__AVX2 static float gpt2__dot_blocks_less_avx2(const uint8_t* w, const int8_t* xq, const float* xs, const int32_t* offsets, int64_t K) {
     const int B = gpt2__q8_block_values;
     static_assert(gpt2__q8_block_values == 32 && gpt2__q4_block_values == 32, "a block's values fill one 256-bit register");
     const int64_t nb = K / B;
@@ -113,13 +115,61 @@ GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq
         const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b));
         const __m256i pairs01 = _mm256_hadd_epi32(BlockDot(p, xq + B * b), BlockDot(p + BYTES, xq + B * (b + 1)));
         const __m256i pairs23 = _mm256_hadd_epi32(BlockDot(p + 2 * BYTES, xq + B * (b + 2)), BlockDot(p + 3 * BYTES, xq + B * (b + 3)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(pairs01, pairs23)), _mm256_set_m128(scales, scales), acc);
+        __m256i sums = _mm256_hadd_epi32(pairs01, pairs23);
+        if (offsets) sums = _mm256_sub_epi32(sums, _mm256_loadu_si256((const __m256i*)(offsets + 2 * b)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set_m128(scales, scales), acc);
     }
     for (; b < nb; b++) {
         const uint8_t* p = w + BYTES * b;
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(BlockDot(p, xq + B * b)), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(TailDot(p, xq + B * b)), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc);
     }
     return gpt2__hsum_avx2(acc);
+}
+template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*)>
+GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
+    return gpt2__dot_blocks_less_avx2<BYTES, BlockDot>(w, xq, xs, nullptr, K);
+}
+
+/* q4_0 decode rows with the activations' part of each block taken out: a value is nibble - 8,
+   so a block's sum is (nibbles . x) - 8 (sum of x), and the second term, the same for every row,
+   is computed once per call and token (gpt2__q4_offsets_avx2), where gpt2__block_dot_q4_avx2
+   pays a multiply-add and a subtraction per block of every row: the same exact integers, in the
+   lanes of gpt2__dot_blocks_less_avx2 (block i's values 0-15 in lane i, 16-31 in lane 4 + i), so
+   the same floats (docs/PERFORMANCE.md, Kernel notes). */
+static inline void gpt2__q4_offsets_avx2(int32_t* offsets, const int8_t* xq, int64_t nb) {
+    const int B = gpt2__q8_block_values;
+    for (int64_t g = 0; g < nb / 4; g++)
+        for (int i = 0; i < 4; i++)
+            for (int half = 0; half < 2; half++) {
+                int32_t sum = 0;
+                for (int k = 0; k < B / 2; k++) sum += xq[B * (4 * g + i) + B / 2 * half + k];
+                offsets[8 * g + 4 * half + i] = 8 * sum;
+            }
+}
+
+/* One q4_0 block's nibbles (0-15) times its 32 quantized activations, as 8 exact integer partial sums. */
+GPT2__AVX2 static inline __m256i gpt2__block_nibbles_q4_avx2(const uint8_t* p, const int8_t* xq) {
+    const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i*)xq)), _mm256_set1_epi16(1));
+}
+
+/* GPT2__STREAM_INT8 on q4_0 rows: the offsets of as many tokens as `scratch` (the panel) holds,
+   then every row's dot products with those tokens, stored as gpt2__store_out does. */
+GPT2__AVX2 static void gpt2__matmul_q4_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, int32_t* scratch) {
+    const gpt2__weight& W = *a.W;
+    const int64_t nb = W.cols / gpt2__q8_block_values;
+    const size_t per_token = std::max<size_t>((size_t)nb * 2, 1);
+    const int tokens_per_pass = (int)std::min<size_t>((size_t)a.T, gpt2__panel_floats(W.cols) / per_token);
+    for (int t0 = 0; t0 < a.T; t0 += tokens_per_pass) {
+        const int n = std::min(tokens_per_pass, a.T - t0);
+        for (int t = 0; t < n; t++) gpt2__q4_offsets_avx2(scratch + t * per_token, a.xq + (size_t)(t0 + t) * W.cols, nb);
+        for (int64_t o = o_begin; o < o_end; o++)
+            for (int t = t0; t < t0 + n; t++)
+                gpt2__store_out(a, t, o,
+                                gpt2__dot_blocks_less_avx2<gpt2__q4_block_bytes, gpt2__block_nibbles_q4_avx2, gpt2__block_dot_q4_avx2>(
+                                    W.data + (size_t)o * W.row_bytes, a.xq + (size_t)t * W.cols, a.xq_scale + (size_t)t * nb, scratch + (t - t0) * per_token, W.cols));
+    }
 }
 
 /* One q4_0 row of K weights to floats, d * (nibble - 8) as gpt2__dequantize_row. */
@@ -242,7 +292,7 @@ GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a,
     gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
 }
 GPT2__AVX2 static void gpt2__matmul_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    (void)panel;
+    if (a.strategy == GPT2__STREAM_INT8 && a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_q4_rows_avx2(a, o_begin, o_end, (int32_t*)panel);
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
