@@ -7,10 +7,14 @@
 #include "tools/gguf_write.h"
 #include <doctest/doctest.h>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 static std::vector<const gpt2__kernels*> simd_kernels() {
@@ -604,5 +608,43 @@ TEST_CASE("q4_0 and q8_0 integer dot products (scalar set) equal the float64 sum
             const float got = type == GPT2_TYPE_Q4_0 ? gpt2__dot_q4_scalar(m.w.data, xq.data(), xs.data(), cols) : gpt2__dot_q8_scalar(m.w.data, xq.data(), xs.data(), cols);
             CHECK(std::fabs(got - want) <= 1e-6 * magnitude);
         }
+    }
+}
+
+// The threads of a product share its rows through gpt2__parallel_for: each thread's region of
+// chunks in order, the last chunks of a region taken by the others when its thread falls behind.
+TEST_CASE("gpt2__parallel_for runs every index once, in chunks on multiples of align, and the other threads take a stalled thread's chunks") {
+    for (int threads : {1, 2, 3, 5}) {
+        gpt2__pool pool;
+        REQUIRE(gpt2__pool_start(&pool, threads));
+        for (int64_t n : {0, 1, 7, 16, 100, 769, 50257})
+            for (int64_t align : {1, 16, 32}) {
+                CAPTURE(threads); CAPTURE(n); CAPTURE(align);
+                std::unique_ptr<std::atomic<int>[]> runs(new std::atomic<int>[(size_t)n + 1]());
+                std::atomic<int> bad_ranges{0};
+                gpt2__parallel_for(&pool, n, align, [&](int64_t begin, int64_t end, int thread) {
+                    if (begin % align != 0 || begin >= end || end > n || thread < 0 || thread >= threads) bad_ranges++;
+                    for (int64_t i = begin; i < end; i++) runs[(size_t)i]++;
+                });
+                CHECK(bad_ranges.load() == 0);
+                int64_t not_once = 0;
+                for (int64_t i = 0; i < n; i++) not_once += runs[(size_t)i] != 1;
+                CHECK(not_once == 0);
+            }
+        if (threads > 1) { // the last worker sleeps in its first chunk: the others run the rest of its region
+            const int64_t n = 64;
+            std::unique_ptr<std::atomic<int>[]> by_thread(new std::atomic<int>[(size_t)n]());
+            std::atomic<int> stalled_chunks{0};
+            gpt2__parallel_for(&pool, n, 1, [&](int64_t begin, int64_t end, int thread) {
+                if (thread == threads - 1 && stalled_chunks++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                for (int64_t i = begin; i < end; i++) by_thread[(size_t)i] = thread + 1;
+            });
+            CAPTURE(threads);
+            CHECK(stalled_chunks.load() <= 1);
+            int64_t not_run = 0;
+            for (int64_t i = 0; i < n; i++) not_run += by_thread[(size_t)i] == 0;
+            CHECK(not_run == 0);
+        }
+        gpt2__pool_stop(&pool);
     }
 }
