@@ -241,14 +241,11 @@ static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, 
     return GPT2_OK;
 }
 
-/* The threads' shares of W's rows in a pass of `sessions` sessions over `rows` rows are multiples
-   of this: a lone session's decode rows in groups of lanes, its prompt in whole panels; a batch's
-   in two panels or more, so each share starts a panel's tiles and prefetches the next
-   (docs/PERFORMANCE.md, Kernel notes). */
-static int gpt2__share_rows(size_t sessions, int rows) {
-    if (sessions > 1) return 2 * gpt2__panel_rows;
-    return gpt2__is_decode(rows) ? gpt2__lane_rows : gpt2__panel_rows;
-}
+/* The threads' shares of W's rows in a pass of `sessions` sessions are multiples of this: a lone
+   session's in whole panels, so that no share ends half-way through a panel (in tiles of one
+   group, half the rows per activation broadcast); a batch's in two panels or more, so each share
+   starts a panel's tiles and prefetches the next (docs/PERFORMANCE.md, Kernel notes). */
+static int gpt2__share_rows(size_t sessions) { return sessions > 1 ? 2 * gpt2__panel_rows : gpt2__panel_rows; }
 
 /* The one decision of how a product multiplies (gpt2__strategy, contract.h), from W's type, what
    the kernel set has, and the T rows: a lone session's tokens, or a batch's `decode_rows` (single
@@ -330,7 +327,7 @@ static void gpt2__head(gpt2__cpu_session* s, float* logits, const float* h, int 
     head.rows = s->model->n_vocab;
     gpt2__pass_rows last;
     last.n_one = last.n_rows = n;
-    last.share_rows = gpt2__share_rows((size_t)n, n);
+    last.share_rows = gpt2__share_rows((size_t)n);
     gpt2__matmul(s, logits, h, head, nullptr, last);
 }
 
@@ -363,7 +360,7 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
             else if (kind == 1) r.n_few += T;
             if (T > 1) r.several.push_back({rows - T, T});
         }
-    r.share_rows = gpt2__share_rows(n, rows);
+    r.share_rows = gpt2__share_rows(n);
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
     for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
