@@ -97,16 +97,13 @@ GPT2__AVX2 static inline __m256i gpt2__block_dot_q4_avx2(const uint8_t* p, const
    blocks a step: two rounds of horizontal adds leave each block's two 128-bit halves summed in
    one lane of a half (block i in lanes i and 4 + i), so one conversion and one FMA with the four
    scales (weight times activation) serve the four blocks. The integer sums are exact (at most
-   16 x 127 x 128 a lane), so only the float adds' order differs from a block at a time. With
-   `offsets`, the 4 blocks' lanes are less those (gpt2__q4_offsets_avx2), and the last blocks, one
-   at a time, take TailDot. */
-template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*), __m256i (*TailDot)(const uint8_t*, const int8_t*) = BlockDot>
-GPT2__AVX2 static float gpt2__dot_blocks_less_avx2(const uint8_t* w, const int8_t* xq, const float* xs, const int32_t* offsets, int64_t K) {
+   16 x 127 x 128 a lane), so only the float adds' order differs from a block at a time; `first`
+   blocks on, the rest of the row. */
+template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*)>
+GPT2__AVX2 static __m256 gpt2__dot_blocks_from_avx2(__m256 acc, const uint8_t* w, const int8_t* xq, const float* xs, int64_t first, int64_t nb) {
     const int B = gpt2__q8_block_values;
     static_assert(gpt2__q8_block_values == 32 && gpt2__q4_block_values == 32, "a block's values fill one 256-bit register");
-    const int64_t nb = K / B;
-    __m256 acc = _mm256_setzero_ps();
-    int64_t b = 0;
+    int64_t b = first;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t* p = w + BYTES * b;
         gpt2__prefetch_decode_ahead<4 * BYTES>(p);
@@ -115,60 +112,110 @@ GPT2__AVX2 static float gpt2__dot_blocks_less_avx2(const uint8_t* w, const int8_
         const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)h)), _mm_loadu_ps(xs + b));
         const __m256i pairs01 = _mm256_hadd_epi32(BlockDot(p, xq + B * b), BlockDot(p + BYTES, xq + B * (b + 1)));
         const __m256i pairs23 = _mm256_hadd_epi32(BlockDot(p + 2 * BYTES, xq + B * (b + 2)), BlockDot(p + 3 * BYTES, xq + B * (b + 3)));
-        __m256i sums = _mm256_hadd_epi32(pairs01, pairs23);
-        if (offsets) sums = _mm256_sub_epi32(sums, _mm256_loadu_si256((const __m256i*)(offsets + 2 * b)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set_m128(scales, scales), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(pairs01, pairs23)), _mm256_set_m128(scales, scales), acc);
     }
     for (; b < nb; b++) {
         const uint8_t* p = w + BYTES * b;
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(TailDot(p, xq + B * b)), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(BlockDot(p, xq + B * b)), _mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(p)) * xs[b]), acc);
     }
-    return gpt2__hsum_avx2(acc);
+    return acc;
 }
 template <int BYTES, __m256i (*BlockDot)(const uint8_t*, const int8_t*)>
 GPT2__AVX2 static float gpt2__dot_blocks_avx2(const uint8_t* w, const int8_t* xq, const float* xs, int64_t K) {
-    return gpt2__dot_blocks_less_avx2<BYTES, BlockDot>(w, xq, xs, nullptr, K);
+    return gpt2__hsum_avx2(gpt2__dot_blocks_from_avx2<BYTES, BlockDot>(_mm256_setzero_ps(), w, xq, xs, 0, K / gpt2__q8_block_values));
 }
 
-/* q4_0 decode rows with the activations' part of each block taken out: a value is nibble - 8,
-   so a block's sum is (nibbles . x) - 8 (sum of x), and the second term, the same for every row,
-   is computed once per call and token (gpt2__q4_offsets_avx2), where gpt2__block_dot_q4_avx2
-   pays a multiply-add and a subtraction per block of every row: the same exact integers, in the
-   lanes of gpt2__dot_blocks_less_avx2 (block i's values 0-15 in lane i, 16-31 in lane 4 + i), so
-   the same floats (docs/PERFORMANCE.md, Kernel notes). */
-static inline void gpt2__q4_offsets_avx2(int32_t* offsets, const int8_t* xq, int64_t nb) {
-    const int B = gpt2__q8_block_values;
-    for (int64_t g = 0; g < nb / 4; g++)
-        for (int i = 0; i < 4; i++)
-            for (int half = 0; half < 2; half++) {
-                int32_t sum = 0;
-                for (int k = 0; k < B / 2; k++) sum += xq[B * (4 * g + i) + B / 2 * half + k];
-                offsets[8 * g + 4 * half + i] = 8 * sum;
-            }
+/* q4_0 decode rows, two blocks to a register. A block's 16 bytes hold its values 0-15 in their
+   low nibbles and 16-31 in their high ones, so two blocks' bytes side by side give, masked, the
+   low halves of both in one register and, shifted and masked, the high halves in another, with x
+   rearranged to match once per call and token (gpt2__prepare_q4_x_avx2): a shift and two masks
+   per two blocks, where a block alone takes a shift, an insert and a mask. A value is nibble - 8:
+   the nibbles are multiplied as the unsigned bytes pmaddubsw takes, and 8 times each block's sum
+   of x, the same for every row, comes off once per 8 blocks (prepared with x). Eight blocks a
+   step: three rounds of horizontal adds leave blocks 0, 2, 4, 6 in the low half's lanes and 1,
+   3, 5, 7 in the high half's, and their scales are taken in that order. Integer sums exact as
+   above (a 16-bit lane holds at most 4 x 15 x 127), so only the float adds' order differs from
+   the scalar set's; the blocks after the last 8 go as above (gpt2__dot_blocks_from_avx2). */
+static const int gpt2__q4_step_blocks = 8;
+/* Per step of 8 blocks, the prepared x: for each pair of blocks their values 0-15 side by side,
+   then their values 16-31 (64 bytes a pair), then 8 x each block's sum of x (8 int32) and the
+   blocks' activation scales (8 floats), both in the lanes' order. */
+static const size_t gpt2__q4_step_bytes = 4 * 64 + 8 * 4 + 8 * 4;
+
+GPT2__AVX2 static void gpt2__prepare_q4_x_avx2(uint8_t* dst, const int8_t* xq, const float* xs, int64_t steps) {
+    const int B = gpt2__q8_block_values, S = gpt2__q4_step_blocks;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < steps; g++, dst += gpt2__q4_step_bytes) {
+        const int8_t* x = xq + (size_t)B * S * g;
+        __m256i pair_sums[S / 2];
+        for (int pair = 0; pair < S / 2; pair++) {
+            const __m256i first = _mm256_loadu_si256((const __m256i*)(x + 2 * B * pair)), second = _mm256_loadu_si256((const __m256i*)(x + 2 * B * pair + B));
+            const __m256i low = _mm256_permute2x128_si256(first, second, 0x20), high = _mm256_permute2x128_si256(first, second, 0x31);
+            _mm256_storeu_si256((__m256i*)(dst + 64 * pair), low);
+            _mm256_storeu_si256((__m256i*)(dst + 64 * pair + 32), high);
+            /* the blocks' sums of x in the dot product's lanes: its own steps, ones for the nibbles */
+            pair_sums[pair] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(ones8, low), _mm256_maddubs_epi16(ones8, high)), ones16);
+        }
+        const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
+        _mm256_storeu_si256((__m256i*)(dst + 256), _mm256_slli_epi32(sums, 3));
+        _mm256_storeu_ps((float*)(dst + 288), _mm256_permutevar8x32_ps(_mm256_loadu_ps(xs + S * g), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)));
+    }
 }
 
-/* One q4_0 block's nibbles (0-15) times its 32 quantized activations, as 8 exact integer partial sums. */
-GPT2__AVX2 static inline __m256i gpt2__block_nibbles_q4_avx2(const uint8_t* p, const int8_t* xq) {
-    const __m128i packed = _mm_loadu_si128((const __m128i*)gpt2__q4_nibbles(p));
-    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i*)xq)), _mm256_set1_epi16(1));
+/* The f16 scales of the 8 q4_0 blocks at p as floats, in the lanes' order (blocks 0, 2, 4, 6,
+   1, 3, 5, 7). Block k's scale lies at byte 18 k: in the 32 bytes from 32 (k / 2) on, it is
+   32-bit word k / 2 of the low half when k is even (its low 16 bits), of the high half when odd
+   (its high 16 bits), so three blends of 4 loads hold all 8, and one byte shuffle and one permute
+   line them up. (From 8 scalar loads GCC assembled the words with a dozen shuffles; a gather was
+   slower still on Zen 4.) */
+GPT2__AVX2 static inline __m256 gpt2__q4_scales8_avx2(const uint8_t* p) {
+    __m256i words = _mm256_loadu_si256((const __m256i*)p);
+    words = _mm256_blend_epi32(words, _mm256_loadu_si256((const __m256i*)(p + 32)), 0x22);
+    words = _mm256_blend_epi32(words, _mm256_loadu_si256((const __m256i*)(p + 64)), 0x44);
+    words = _mm256_blend_epi32(words, _mm256_loadu_si256((const __m256i*)(p + 96)), 0x88);
+    const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i lined = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(words, pick), _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(lined));
 }
 
-/* GPT2__STREAM_INT8 on q4_0 rows: the offsets of as many tokens as `scratch` (the panel) holds,
+GPT2__AVX2 static float gpt2__dot_q4_row_avx2(const uint8_t* w, const int8_t* xq, const float* xs, const uint8_t* prepared, int64_t nb) {
+    const int S = gpt2__q4_step_blocks, BYTES = gpt2__q4_block_bytes;
+    const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + S <= nb; b += S, prepared += gpt2__q4_step_bytes) {
+        const uint8_t* p = w + BYTES * b;
+        gpt2__prefetch_decode_ahead<S * BYTES>(p);
+        __m256i pair_sums[S / 2];
+        for (int pair = 0; pair < S / 2; pair++) {
+            const uint8_t* first = p + 2 * BYTES * pair;
+            const __m256i both = _mm256_loadu2_m128i((const __m128i*)gpt2__q4_nibbles(first + BYTES), (const __m128i*)gpt2__q4_nibbles(first));
+            const __m256i x_low = _mm256_loadu_si256((const __m256i*)(prepared + 64 * pair)), x_high = _mm256_loadu_si256((const __m256i*)(prepared + 64 * pair + 32));
+            const __m256i sums16 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(both, low), x_low),
+                                                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(both, 4), low), x_high));
+            pair_sums[pair] = _mm256_madd_epi16(sums16, ones);
+        }
+        const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
+        const __m256i offsets = _mm256_loadu_si256((const __m256i*)(prepared + 256));
+        const __m256 scales = _mm256_mul_ps(gpt2__q4_scales8_avx2(p), _mm256_loadu_ps((const float*)(prepared + 288)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offsets)), scales, acc);
+    }
+    return gpt2__hsum_avx2(gpt2__dot_blocks_from_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>(acc, w, xq, xs, b, nb));
+}
+
+/* GPT2__STREAM_INT8 on q4_0 rows: x prepared for as many tokens as `scratch` (the panel) holds,
    then every row's dot products with those tokens, stored as gpt2__store_out does. */
-GPT2__AVX2 static void gpt2__matmul_q4_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, int32_t* scratch) {
+GPT2__AVX2 static void gpt2__matmul_q4_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, uint8_t* scratch) {
     const gpt2__weight& W = *a.W;
-    const int64_t nb = W.cols / gpt2__q8_block_values;
-    const size_t per_token = std::max<size_t>((size_t)nb * 2, 1);
-    const int tokens_per_pass = (int)std::min<size_t>((size_t)a.T, gpt2__panel_floats(W.cols) / per_token);
+    const int64_t nb = W.cols / gpt2__q8_block_values, steps = nb / gpt2__q4_step_blocks;
+    const size_t per_token = std::max<size_t>((size_t)steps * gpt2__q4_step_bytes, 1);
+    const int tokens_per_pass = (int)std::min<size_t>((size_t)a.T, gpt2__panel_floats(W.cols) * 4 / per_token);
     for (int t0 = 0; t0 < a.T; t0 += tokens_per_pass) {
         const int n = std::min(tokens_per_pass, a.T - t0);
-        for (int t = 0; t < n; t++) gpt2__q4_offsets_avx2(scratch + t * per_token, a.xq + (size_t)(t0 + t) * W.cols, nb);
+        for (int t = 0; t < n; t++) gpt2__prepare_q4_x_avx2(scratch + t * per_token, a.xq + (size_t)(t0 + t) * W.cols, a.xq_scale + (size_t)(t0 + t) * nb, steps);
         for (int64_t o = o_begin; o < o_end; o++)
             for (int t = t0; t < t0 + n; t++)
-                gpt2__store_out(a, t, o,
-                                gpt2__dot_blocks_less_avx2<gpt2__q4_block_bytes, gpt2__block_nibbles_q4_avx2, gpt2__block_dot_q4_avx2>(
-                                    W.data + (size_t)o * W.row_bytes, a.xq + (size_t)t * W.cols, a.xq_scale + (size_t)t * nb, scratch + (t - t0) * per_token, W.cols));
+                gpt2__store_out(a, t, o, gpt2__dot_q4_row_avx2(W.data + (size_t)o * W.row_bytes, a.xq + (size_t)t * W.cols, a.xq_scale + (size_t)t * nb, scratch + (t - t0) * per_token, nb));
     }
 }
 
@@ -292,7 +339,7 @@ GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a,
     gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
 }
 GPT2__AVX2 static void gpt2__matmul_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    if (a.strategy == GPT2__STREAM_INT8 && a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_q4_rows_avx2(a, o_begin, o_end, (int32_t*)panel);
+    if (a.strategy == GPT2__STREAM_INT8 && a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_q4_rows_avx2(a, o_begin, o_end, (uint8_t*)panel);
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2>(a, o_begin, o_end);
 }
