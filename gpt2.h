@@ -7584,25 +7584,34 @@ static const int gpt2__q4_step_blocks = 8;
 /* Per step of 8 blocks, the prepared x: for each pair of blocks their values 0-15 side by side,
    then their values 16-31 (64 bytes a pair), then 8 x each block's sum of x (8 int32) and the
    blocks' activation scales (8 floats), both in the lanes' order. */
-static const size_t gpt2__q4_step_bytes = 4 * 64 + 8 * 4 + 8 * 4;
+static const size_t gpt2__q4_step_offsets = 4 * 64, gpt2__q4_step_scales = gpt2__q4_step_offsets + 8 * 4, gpt2__q4_step_bytes = gpt2__q4_step_scales + 8 * 4;
+
+/* The int32 sums of a step's 4 pairs of blocks, each pair's low and high halves of w (unsigned
+   bytes) against the prepared x's: blocks 0, 2, 4, 6 in the low half's lanes, 1, 3, 5, 7 in the
+   high half's. The x preparation sums x through this too (w all ones), so both agree on the
+   lanes by construction. */
+GPT2__AVX2 static inline __m256i gpt2__q4_step_sums_avx2(const __m256i* w_low, const __m256i* w_high, const uint8_t* prepared) {
+    __m256i pair_sums[gpt2__q4_step_blocks / 2];
+    for (int pair = 0; pair < gpt2__q4_step_blocks / 2; pair++) {
+        const __m256i x_low = _mm256_loadu_si256((const __m256i*)(prepared + 64 * pair)), x_high = _mm256_loadu_si256((const __m256i*)(prepared + 64 * pair + 32));
+        const __m256i sums16 = _mm256_add_epi16(_mm256_maddubs_epi16(w_low[pair], x_low), _mm256_maddubs_epi16(w_high[pair], x_high));
+        pair_sums[pair] = _mm256_madd_epi16(sums16, _mm256_set1_epi16(1));
+    }
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
+}
 
 GPT2__AVX2 static void gpt2__prepare_q4_x_avx2(uint8_t* dst, const int8_t* xq, const float* xs, int64_t steps) {
     const int B = gpt2__q8_block_values, S = gpt2__q4_step_blocks;
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const __m256i ones[S / 2] = {_mm256_set1_epi8(1), _mm256_set1_epi8(1), _mm256_set1_epi8(1), _mm256_set1_epi8(1)};
     for (int64_t g = 0; g < steps; g++, dst += gpt2__q4_step_bytes) {
         const int8_t* x = xq + (size_t)B * S * g;
-        __m256i pair_sums[S / 2];
         for (int pair = 0; pair < S / 2; pair++) {
             const __m256i first = _mm256_loadu_si256((const __m256i*)(x + 2 * B * pair)), second = _mm256_loadu_si256((const __m256i*)(x + 2 * B * pair + B));
-            const __m256i low = _mm256_permute2x128_si256(first, second, 0x20), high = _mm256_permute2x128_si256(first, second, 0x31);
-            _mm256_storeu_si256((__m256i*)(dst + 64 * pair), low);
-            _mm256_storeu_si256((__m256i*)(dst + 64 * pair + 32), high);
-            /* the blocks' sums of x in the dot product's lanes: its own steps, ones for the nibbles */
-            pair_sums[pair] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(ones8, low), _mm256_maddubs_epi16(ones8, high)), ones16);
+            _mm256_storeu_si256((__m256i*)(dst + 64 * pair), _mm256_permute2x128_si256(first, second, 0x20));
+            _mm256_storeu_si256((__m256i*)(dst + 64 * pair + 32), _mm256_permute2x128_si256(first, second, 0x31));
         }
-        const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
-        _mm256_storeu_si256((__m256i*)(dst + 256), _mm256_slli_epi32(sums, 3));
-        _mm256_storeu_ps((float*)(dst + 288), _mm256_permutevar8x32_ps(_mm256_loadu_ps(xs + S * g), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)));
+        _mm256_storeu_si256((__m256i*)(dst + gpt2__q4_step_offsets), _mm256_slli_epi32(gpt2__q4_step_sums_avx2(ones, ones, dst), 3));
+        _mm256_storeu_ps((float*)(dst + gpt2__q4_step_scales), _mm256_permutevar8x32_ps(_mm256_loadu_ps(xs + S * g), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)));
     }
 }
 
@@ -7624,24 +7633,22 @@ GPT2__AVX2 static inline __m256 gpt2__q4_scales8_avx2(const uint8_t* p) {
 
 GPT2__AVX2 static float gpt2__dot_q4_row_avx2(const uint8_t* w, const int8_t* xq, const float* xs, const uint8_t* prepared, int64_t nb) {
     const int S = gpt2__q4_step_blocks, BYTES = gpt2__q4_block_bytes;
-    const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i low = _mm256_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + S <= nb; b += S, prepared += gpt2__q4_step_bytes) {
         const uint8_t* p = w + BYTES * b;
         gpt2__prefetch_decode_ahead<S * BYTES>(p);
-        __m256i pair_sums[S / 2];
+        __m256i w_low[S / 2], w_high[S / 2];
         for (int pair = 0; pair < S / 2; pair++) {
             const uint8_t* first = p + 2 * BYTES * pair;
             const __m256i both = _mm256_loadu2_m128i((const __m128i*)gpt2__q4_nibbles(first + BYTES), (const __m128i*)gpt2__q4_nibbles(first));
-            const __m256i x_low = _mm256_loadu_si256((const __m256i*)(prepared + 64 * pair)), x_high = _mm256_loadu_si256((const __m256i*)(prepared + 64 * pair + 32));
-            const __m256i sums16 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(both, low), x_low),
-                                                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(both, 4), low), x_high));
-            pair_sums[pair] = _mm256_madd_epi16(sums16, ones);
+            w_low[pair] = _mm256_and_si256(both, low);
+            w_high[pair] = _mm256_and_si256(_mm256_srli_epi16(both, 4), low);
         }
-        const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
-        const __m256i offsets = _mm256_loadu_si256((const __m256i*)(prepared + 256));
-        const __m256 scales = _mm256_mul_ps(gpt2__q4_scales8_avx2(p), _mm256_loadu_ps((const float*)(prepared + 288)));
+        const __m256i sums = gpt2__q4_step_sums_avx2(w_low, w_high, prepared);
+        const __m256i offsets = _mm256_loadu_si256((const __m256i*)(prepared + gpt2__q4_step_offsets));
+        const __m256 scales = _mm256_mul_ps(gpt2__q4_scales8_avx2(p), _mm256_loadu_ps((const float*)(prepared + gpt2__q4_step_scales)));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offsets)), scales, acc);
     }
     return gpt2__hsum_avx2(gpt2__dot_blocks_from_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>(acc, w, xq, xs, b, nb));
