@@ -7284,6 +7284,29 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 #endif
 #endif
 
+/* cpuid's EAX, EBX, ECX and EDX for a leaf and sub-leaf. */
+static inline void gpt2__cpuid(unsigned leaf, unsigned subleaf, unsigned r[4]) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    int regs[4];
+    __cpuidex(regs, (int)leaf, (int)subleaf);
+    for (int i = 0; i < 4; i++) r[i] = (unsigned)regs[i];
+#else
+    __cpuid_count(leaf, subleaf, r[0], r[1], r[2], r[3]);
+#endif
+}
+
+/* Whether the CPU is Intel's ("GenuineIntel" in leaf 0's EBX, EDX, ECX), asked once per process:
+   a few choices measured to differ between Intel's cores and AMD's follow it (docs/
+   PERFORMANCE.md, Kernel notes). */
+static bool gpt2__intel_cpu() {
+    static const bool intel = [] {
+        unsigned r[4];
+        gpt2__cpuid(0, 0, r);
+        return r[1] == 0x756e6547u && r[3] == 0x49656e69u && r[2] == 0x6c65746eu;
+    }();
+    return intel;
+}
+
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
    each time: the float tiles ran at half speed (docs/PERFORMANCE.md, Kernel notes).
@@ -7482,8 +7505,7 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
 
 /* How far ahead of its reads an int8 decode row (q8_0, q4_0) prefetches its weights. Their
    arithmetic takes most of the time their bytes take from DRAM, and the hardware prefetcher
-   alone fell behind; float rows stream at the limit without it and ran slower with it
-   (docs/PERFORMANCE.md, Kernel notes). */
+   alone fell behind (docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__decode_ahead_bytes = 4096;
 
 /* Prefetches the 64-byte lines from `at` + gpt2__decode_ahead_bytes on that cover the next BYTES. */
@@ -7493,28 +7515,41 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
     for (int line = 0; line < (BYTES + 63) / 64; line++) _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T0);
 }
 
+/* Whether float decode rows (f32, f16, bf16) prefetch gpt2__decode_ahead_bytes ahead, into L2:
+   on Intel's cores, where the hardware prefetcher alone streamed them at 0.7-0.85x the speed
+   (Emerald Rapids, one thread from DRAM: f32 14.1 -> 17 GB/s, the AVX2 set's f16 11 -> 15.7);
+   on Zen 4 they streamed at the limit without and slower with it (docs/PERFORMANCE.md, Kernel
+   notes). */
+static bool gpt2__float_rows_prefetch() { return gpt2__intel_cpu(); }
+
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
-   which the hardware prefetcher follows across row ends. */
-template <uint32_t TYPE>
+   which the hardware prefetcher follows across row ends (with Ahead, prefetched too). */
+template <uint32_t TYPE, bool Ahead>
 GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t K) {
+    constexpr int value_bytes = TYPE == GPT2_TYPE_F32 ? 4 : 2;
     __m256 acc[4];
     GPT2__UNROLL
     for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32)
+    for (; k + 32 <= K; k += 32) {
+        if constexpr (Ahead)
+            GPT2__UNROLL
+            for (int line = 0; line < value_bytes / 2; line++) _mm_prefetch((const char*)w + value_bytes * k + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T1);
         GPT2__UNROLL
         for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[i]);
+    }
     for (; k + 8 <= K; k += 8) acc[0] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k), _mm256_loadu_ps(x + k), acc[0]);
     float tail = 0.0f;
     for (; k < K; k++) tail += gpt2__w_scalar(TYPE, w, k) * x[k];
     return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
 }
 
+template <bool Ahead>
 GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, const float* x, int64_t K) {
     switch (type) {
-    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32>(row, x, K);
-    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16>(row, x, K);
-    default: return gpt2__row_avx2<GPT2_TYPE_BF16>(row, x, K);
+    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32, Ahead>(row, x, K);
+    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16, Ahead>(row, x, K);
+    default: return gpt2__row_avx2<GPT2_TYPE_BF16, Ahead>(row, x, K);
     }
 }
 
@@ -7789,10 +7824,20 @@ struct gpt2__prefill_avx2 {
 GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
 }
+/* Decode's rows streamed on both x86 sets: float rows by gpt2__row_avx2, prefetched where
+   gpt2__float_rows_prefetch says; q8_0 and q4_0 rows against int8 activations. */
+template <bool Ahead>
+static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
+                         gpt2__dot_row_avx2<Ahead>>(a, o_begin, o_end);
+}
+static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    if (gpt2__float_rows_prefetch()) return gpt2__matmul_streamed_x86<true>(a, o_begin, o_end);
+    gpt2__matmul_streamed_x86<false>(a, o_begin, o_end);
+}
 GPT2__AVX2 static void gpt2__matmul_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.strategy == GPT2__STREAM_INT8 && a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_q4_rows_avx2(a, o_begin, o_end, (uint8_t*)panel);
-    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_streamed_x86(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {
@@ -8389,6 +8434,28 @@ static const int gpt2__q8_tile_tokens = 6;
    lone token streams fastest 4 KB ahead, non-temporally (docs/PERFORMANCE.md, Kernel notes).
    More tokens prefetch the next panel (gpt2__matmul_lanes_avx512). */
 static const size_t gpt2__lanes_stream_ahead = 4096;
+
+/* What a tile prefetches of the weights ahead of it: `lines` cache lines from `at` on, spread
+   over its steps (blocks, or pairs of columns). Non-temporally, except on Intel's cores: there a
+   non-temporal prefetch fills L1 alone (nor is the line kept in L2 or the L3 after it), and
+   every tile ran at 0.4-0.5x the speed it has with prefetches into L2 (Emerald Rapids: one
+   token's q8_0 lanes from DRAM 7.6 -> 17 GB/s; docs/PERFORMANCE.md, Kernel notes). On Zen 4 and
+   5 the two hints decode alike, and non-temporal ones feed tiles of several tokens faster. */
+struct gpt2__prefetch_span {
+    const char* at;
+    size_t lines;
+    bool to_l2;
+};
+static bool gpt2__lanes_prefetch_to_l2() { return gpt2__intel_cpu(); }
+/* Lines of span s each of `steps` steps prefetches. */
+static inline size_t gpt2__prefetch_per_step(const gpt2__prefetch_span& s, int64_t steps) { return steps ? (s.lines + (size_t)steps - 1) / (size_t)steps : 0; }
+/* Step i's lines of span s, per_step of them. */
+GPT2__ALWAYS_INLINE static void gpt2__prefetch_step(const gpt2__prefetch_span& s, size_t per_step, int64_t i) {
+    for (size_t l = (size_t)i * per_step, end = std::min(s.lines, l + per_step); l < end; l++) {
+        if (s.to_l2) _mm_prefetch(s.at + 64 * l, _MM_HINT_T1);
+        else _mm_prefetch(s.at + 64 * l, _MM_HINT_NTA);
+    }
+}
 static const size_t gpt2__q8_scales_bytes = 2 * gpt2__lane_rows; /* a group's 16 f16 scales */
 /* Vectors of a group's block, and bytes of a panel's block, in the layout of TYPE. */
 template <uint32_t TYPE>
@@ -8502,11 +8569,11 @@ GPT2__AVX512 static inline void gpt2__store_group_avx512(const gpt2__matmul_args
 
 /* Tokens t0.. t0 + N - 1: V groups of a panel from group j (lane 0 of the first is row
    first_row) times N packed activation rows, the panel in the layout of LAYOUT (q8_0's, or q4_0
-   lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does. `lines` cache lines from
-   `prefetch` on are prefetched, spread over the blocks. */
+   lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does; `ahead` prefetched
+   along the blocks. */
 template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                              const char* prefetch, size_t lines) {
+                                              const gpt2__prefetch_span& ahead) {
     constexpr bool nibbles = LAYOUT == GPT2_TYPE_Q4_0;
     constexpr size_t block_bytes = gpt2__panel_block_bytes<LAYOUT>;
     const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
@@ -8526,11 +8593,9 @@ GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, cons
     for (int v = 0; v < V; v++)
         GPT2__UNROLL
         for (int t = 0; t < N; t++) f[v][t] = _mm512_setzero_ps();
-    const size_t lines_per_block = (lines + (size_t)nb - 1) / (size_t)nb;
+    const size_t lines_per_block = gpt2__prefetch_per_step(ahead, nb);
     for (int64_t b = 0; b < nb; b++) {
-        for (size_t l = (size_t)b * lines_per_block, end = std::min(lines, l + lines_per_block); l < end; l++) {
-            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
-        }
+        gpt2__prefetch_step(ahead, lines_per_block, b);
         const uint8_t* wb = w + (size_t)b * block_bytes;
         __m512i d[V][N];
         GPT2__UNROLL
@@ -8616,7 +8681,7 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
 
 template <uint32_t TYPE, int V, int N>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                   const char* prefetch, size_t lines) {
+                                                   const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
     const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
     const float* x[N];
@@ -8627,11 +8692,9 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         GPT2__UNROLL
         for (int t = 0; t < N; t++) even[v][t] = odd[v][t] = _mm512_setzero_ps();
     const int64_t pairs = K / 2;
-    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
     for (int64_t i = 0; i < pairs; i++) {
-        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
-            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
-        }
+        gpt2__prefetch_step(ahead, lines_per_pair, i);
         __m512 w0[V], w1[V];
         GPT2__UNROLL
         for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
@@ -8676,13 +8739,12 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
 static const int gpt2__bf16_unit_tile_tokens = 8;
 template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                          const char* prefetch, size_t lines);
+                                                          const gpt2__prefetch_span& ahead);
 
 /* A tile: N tokens from t0 on through V groups of the panel at p (group j alone when V is 1),
-   the outputs of rows [lo, hi) stored, prefetching `lines` cache lines from `prefetch` on along
-   its blocks. */
+   the outputs of rows [lo, hi) stored, prefetching `ahead` along its blocks. */
 typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                     const char* prefetch, size_t lines);
+                                     const gpt2__prefetch_span& ahead);
 
 /* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
    panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
@@ -8726,7 +8788,8 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
    for this thread starts there. More tokens spend long enough on a panel to fetch the whole
    next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
    Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
-   into L2 (docs/PERFORMANCE.md, Kernel notes). The kernel of GPT2__FLOAT16_LANES. */
+   into L2 (docs/PERFORMANCE.md, Kernel notes); not on Intel (gpt2__prefetch_span). The kernel of
+   GPT2__FLOAT16_LANES. */
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
@@ -8741,6 +8804,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
                                      (type == GPT2_TYPE_Q4_0 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>);
+    const bool to_l2 = gpt2__lanes_prefetch_to_l2();
     for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__lane_rows % 2);
@@ -8749,7 +8813,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / 64 : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, next + 64 * t.from, t.to - t.from);
+            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }
@@ -8765,6 +8829,7 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
     const int64_t nb = W->cols / gpt2__q8_block_values;
     const gpt2__tiles_avx512& tiles = gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
     const int n_tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
+    const bool to_l2 = gpt2__lanes_prefetch_to_l2();
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {
         const int rows = (int)std::min<int64_t>(gpt2__panel_rows, o_end - o), V = rows > gpt2__lane_rows ? 2 : 1;
@@ -8782,7 +8847,7 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__panel_rows, o_end - o - rows) * W->row_bytes / 64;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            tiles[V - 1][t.n - 1](a, w, 0, o, o, o + rows, t.t0, next + 64 * t.from, t.to - t.from);
+            tiles[V - 1][t.n - 1](a, w, 0, o, o, o + rows, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
     }
 }
@@ -8986,14 +9051,13 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
 }
 
 /* The set's matmul kernels besides the panels' and lanes' (dispatch.h). Decode streams the
-   weights row by row in their own type: float rows with the 256-bit row kernel, which Zen 4
-   feeds from DRAM faster than 512-bit loads (it splits those in two anyway), compiled here for
-   AVX-512; q8_0 and q4_0 rows with 512-bit integer dot products, gpt2__decode_rows<TYPE> at a
+   weights row by row in their own type: float rows with the AVX2 set's 256-bit row kernel
+   (gpt2__matmul_streamed_x86), which Zen 4 feeds from DRAM faster than 512-bit loads (it splits
+   those in two anyway); q8_0 and q4_0 rows with 512-bit integer dot products, gpt2__decode_rows<TYPE> at a
    time. Prefill multiplies int8 panels (avx512_panels.h) or float panels. */
 GPT2__AVX512 static void gpt2__matmul_rows_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_streamed_x86(a, o_begin, o_end);
 }
 GPT2__AVX512 static void gpt2__matmul_stream_int8_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
@@ -9022,7 +9086,7 @@ GPT2__AVX512 static void gpt2__matmul_float_tiles_avx512(const gpt2__matmul_args
 
 template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                          const char* prefetch, size_t lines) {
+                                                          const gpt2__prefetch_span& ahead) {
     const int64_t pairs = gpt2__lanes_columns(*a.W) / 2;
     const uint8_t* w = p + 64 * j;
     const uint16_t* x[N];
@@ -9032,9 +9096,9 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
     for (int v = 0; v < V; v++)
         GPT2__UNROLL
         for (int t = 0; t < N; t++) acc[v][t] = _mm512_setzero_ps();
-    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
     for (int64_t i = 0; i < pairs; i++) {
-        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA);
+        gpt2__prefetch_step(ahead, lines_per_pair, i);
         __m512bh wv[V];
         GPT2__UNROLL
         for (int v = 0; v < V; v++) wv[v] = (__m512bh)_mm512_loadu_si512(w + gpt2__f16_column_bytes * 2 * (size_t)i + 64 * v);
@@ -9444,27 +9508,13 @@ struct gpt2__x86_features {
 
 static gpt2__x86_features gpt2__detect_x86() {
     gpt2__x86_features f;
-    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0}, r7_1[4] = {0, 0, 0, 0};
-#if defined(_MSC_VER) && !defined(__clang__)
-    int regs[4];
-    __cpuidex(regs, 0, 0);
-    const unsigned max_leaf = (unsigned)regs[0];
-    __cpuidex(regs, 1, 0);
-    for (int i = 0; i < 4; i++) r1[i] = (unsigned)regs[i];
-    if (max_leaf >= 7) {
-        __cpuidex(regs, 7, 0);
-        for (int i = 0; i < 4; i++) r7[i] = (unsigned)regs[i];
-        __cpuidex(regs, 7, 1);
-        for (int i = 0; i < 4; i++) r7_1[i] = (unsigned)regs[i];
+    unsigned r0[4], r1[4], r7[4] = {0, 0, 0, 0}, r7_1[4] = {0, 0, 0, 0};
+    gpt2__cpuid(0, 0, r0);
+    gpt2__cpuid(1, 0, r1);
+    if (r0[0] >= 7) { /* the highest leaf */
+        gpt2__cpuid(7, 0, r7);
+        gpt2__cpuid(7, 1, r7_1);
     }
-#else
-    const unsigned max_leaf = __get_cpuid_max(0, nullptr);
-    __cpuid_count(1, 0, r1[0], r1[1], r1[2], r1[3]);
-    if (max_leaf >= 7) {
-        __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
-        __cpuid_count(7, 1, r7_1[0], r7_1[1], r7_1[2], r7_1[3]);
-    }
-#endif
     const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2];
     const bool osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1, fma = (ecx1 >> 12) & 1, f16c = (ecx1 >> 29) & 1;
     if (!osxsave) return f;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -610,6 +611,42 @@ TEST_CASE("q4_0 and q8_0 integer dot products (scalar set) equal the float64 sum
         }
     }
 }
+
+#if defined(GPT2__X86)
+// A few prefetch choices follow the CPU's vendor (gpt2__intel_cpu): cpuid must name it as the OS does.
+TEST_CASE("x86: the CPU's vendor from cpuid is the one /proc/cpuinfo names") {
+    std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+    if (!f) {
+        MESSAGE("no /proc/cpuinfo here: nothing to compare the vendor with");
+        return;
+    }
+    std::string vendor;
+    char line[512];
+    while (vendor.empty() && std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, "vendor_id", 9) == 0) vendor = std::string(std::strchr(line, ':') + 2).substr(0, 12);
+    std::fclose(f);
+    CAPTURE(vendor);
+    REQUIRE(!vendor.empty());
+    CHECK(gpt2__intel_cpu() == (vendor == "GenuineIntel"));
+}
+
+// Float decode rows prefetch ahead only on Intel's CPUs (gpt2__float_rows_prefetch); both forms
+// run here, wherever the tests do, and must give the same bits.
+TEST_CASE("x86: float decode rows give the same bits with their prefetches ahead and without") {
+    if (!gpt2__kernels_by_name("avx2")) return;
+    std::mt19937 rng(77);
+    for (uint32_t type : {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16})
+        for (int64_t cols : {7, 77, 768, 801}) {
+            CAPTURE(gpt2__type_name(type)); CAPTURE(cols);
+            Matrix m(rng, type, 3, cols);
+            const std::vector<float> x = random_floats(rng, (size_t)cols, 1.0f);
+            for (int64_t r = 0; r < 3; r++) {
+                const uint8_t* row = m.w.data + (size_t)r * m.w.row_bytes;
+                CHECK(gpt2__dot_row_avx2<true>(type, row, x.data(), cols) == gpt2__dot_row_avx2<false>(type, row, x.data(), cols));
+            }
+        }
+}
+#endif
 
 // The threads of a product share its rows through gpt2__parallel_for: each thread's region of
 // chunks in order, the last chunks of a region taken by the others when its thread falls behind.

@@ -47,27 +47,13 @@ struct gpt2__x86_features {
 
 static gpt2__x86_features gpt2__detect_x86() {
     gpt2__x86_features f;
-    unsigned r1[4] = {0, 0, 0, 0}, r7[4] = {0, 0, 0, 0}, r7_1[4] = {0, 0, 0, 0};
-#if defined(_MSC_VER) && !defined(__clang__)
-    int regs[4];
-    __cpuidex(regs, 0, 0);
-    const unsigned max_leaf = (unsigned)regs[0];
-    __cpuidex(regs, 1, 0);
-    for (int i = 0; i < 4; i++) r1[i] = (unsigned)regs[i];
-    if (max_leaf >= 7) {
-        __cpuidex(regs, 7, 0);
-        for (int i = 0; i < 4; i++) r7[i] = (unsigned)regs[i];
-        __cpuidex(regs, 7, 1);
-        for (int i = 0; i < 4; i++) r7_1[i] = (unsigned)regs[i];
+    unsigned r0[4], r1[4], r7[4] = {0, 0, 0, 0}, r7_1[4] = {0, 0, 0, 0};
+    gpt2__cpuid(0, 0, r0);
+    gpt2__cpuid(1, 0, r1);
+    if (r0[0] >= 7) { /* the highest leaf */
+        gpt2__cpuid(7, 0, r7);
+        gpt2__cpuid(7, 1, r7_1);
     }
-#else
-    const unsigned max_leaf = __get_cpuid_max(0, nullptr);
-    __cpuid_count(1, 0, r1[0], r1[1], r1[2], r1[3]);
-    if (max_leaf >= 7) {
-        __cpuid_count(7, 0, r7[0], r7[1], r7[2], r7[3]);
-        __cpuid_count(7, 1, r7_1[0], r7_1[1], r7_1[2], r7_1[3]);
-    }
-#endif
     const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2];
     const bool osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1, fma = (ecx1 >> 12) & 1, f16c = (ecx1 >> 29) & 1;
     if (!osxsave) return f;

@@ -38,8 +38,7 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
 
 /* How far ahead of its reads an int8 decode row (q8_0, q4_0) prefetches its weights. Their
    arithmetic takes most of the time their bytes take from DRAM, and the hardware prefetcher
-   alone fell behind; float rows stream at the limit without it and ran slower with it
-   (docs/PERFORMANCE.md, Kernel notes). */
+   alone fell behind (docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__decode_ahead_bytes = 4096;
 
 /* Prefetches the 64-byte lines from `at` + gpt2__decode_ahead_bytes on that cover the next BYTES. */
@@ -49,28 +48,41 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
     for (int line = 0; line < (BYTES + 63) / 64; line++) _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T0);
 }
 
+/* Whether float decode rows (f32, f16, bf16) prefetch gpt2__decode_ahead_bytes ahead, into L2:
+   on Intel's cores, where the hardware prefetcher alone streamed them at 0.7-0.85x the speed
+   (Emerald Rapids, one thread from DRAM: f32 14.1 -> 17 GB/s, the AVX2 set's f16 11 -> 15.7);
+   on Zen 4 they streamed at the limit without and slower with it (docs/PERFORMANCE.md, Kernel
+   notes). */
+static bool gpt2__float_rows_prefetch() { return gpt2__intel_cpu(); }
+
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
-   which the hardware prefetcher follows across row ends. */
-template <uint32_t TYPE>
+   which the hardware prefetcher follows across row ends (with Ahead, prefetched too). */
+template <uint32_t TYPE, bool Ahead>
 GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t K) {
+    constexpr int value_bytes = TYPE == GPT2_TYPE_F32 ? 4 : 2;
     __m256 acc[4];
     GPT2__UNROLL
     for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32)
+    for (; k + 32 <= K; k += 32) {
+        if constexpr (Ahead)
+            GPT2__UNROLL
+            for (int line = 0; line < value_bytes / 2; line++) _mm_prefetch((const char*)w + value_bytes * k + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T1);
         GPT2__UNROLL
         for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[i]);
+    }
     for (; k + 8 <= K; k += 8) acc[0] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k), _mm256_loadu_ps(x + k), acc[0]);
     float tail = 0.0f;
     for (; k < K; k++) tail += gpt2__w_scalar(TYPE, w, k) * x[k];
     return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
 }
 
+template <bool Ahead>
 GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, const float* x, int64_t K) {
     switch (type) {
-    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32>(row, x, K);
-    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16>(row, x, K);
-    default: return gpt2__row_avx2<GPT2_TYPE_BF16>(row, x, K);
+    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32, Ahead>(row, x, K);
+    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16, Ahead>(row, x, K);
+    default: return gpt2__row_avx2<GPT2_TYPE_BF16, Ahead>(row, x, K);
     }
 }
 
@@ -345,10 +357,20 @@ struct gpt2__prefill_avx2 {
 GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
 }
+/* Decode's rows streamed on both x86 sets: float rows by gpt2__row_avx2, prefetched where
+   gpt2__float_rows_prefetch says; q8_0 and q4_0 rows against int8 activations. */
+template <bool Ahead>
+static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
+                         gpt2__dot_row_avx2<Ahead>>(a, o_begin, o_end);
+}
+static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    if (gpt2__float_rows_prefetch()) return gpt2__matmul_streamed_x86<true>(a, o_begin, o_end);
+    gpt2__matmul_streamed_x86<false>(a, o_begin, o_end);
+}
 GPT2__AVX2 static void gpt2__matmul_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.strategy == GPT2__STREAM_INT8 && a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_q4_rows_avx2(a, o_begin, o_end, (uint8_t*)panel);
-    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_streamed_x86(a, o_begin, o_end);
 }
 
 GPT2__AVX2 static void gpt2__quantize_q8_avx2(int8_t* q, float* scale, const float* x, int64_t n) {

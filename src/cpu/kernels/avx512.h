@@ -138,14 +138,13 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
 }
 
 /* The set's matmul kernels besides the panels' and lanes' (dispatch.h). Decode streams the
-   weights row by row in their own type: float rows with the 256-bit row kernel, which Zen 4
-   feeds from DRAM faster than 512-bit loads (it splits those in two anyway), compiled here for
-   AVX-512; q8_0 and q4_0 rows with 512-bit integer dot products, gpt2__decode_rows<TYPE> at a
+   weights row by row in their own type: float rows with the AVX2 set's 256-bit row kernel
+   (gpt2__matmul_streamed_x86), which Zen 4 feeds from DRAM faster than 512-bit loads (it splits
+   those in two anyway); q8_0 and q4_0 rows with 512-bit integer dot products, gpt2__decode_rows<TYPE> at a
    time. Prefill multiplies int8 panels (avx512_panels.h) or float panels. */
 GPT2__AVX512 static void gpt2__matmul_rows_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
-    gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2>(a, o_begin, o_end);
+    gpt2__matmul_streamed_x86(a, o_begin, o_end);
 }
 GPT2__AVX512 static void gpt2__matmul_stream_int8_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_rows_avx512<GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);

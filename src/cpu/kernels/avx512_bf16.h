@@ -18,7 +18,7 @@
 
 template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                          const char* prefetch, size_t lines) {
+                                                          const gpt2__prefetch_span& ahead) {
     const int64_t pairs = gpt2__lanes_columns(*a.W) / 2;
     const uint8_t* w = p + 64 * j;
     const uint16_t* x[N];
@@ -28,9 +28,9 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
     for (int v = 0; v < V; v++)
         GPT2__UNROLL
         for (int t = 0; t < N; t++) acc[v][t] = _mm512_setzero_ps();
-    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
     for (int64_t i = 0; i < pairs; i++) {
-        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA);
+        gpt2__prefetch_step(ahead, lines_per_pair, i);
         __m512bh wv[V];
         GPT2__UNROLL
         for (int v = 0; v < V; v++) wv[v] = (__m512bh)_mm512_loadu_si512(w + gpt2__f16_column_bytes * 2 * (size_t)i + 64 * v);

@@ -34,6 +34,28 @@ static const int gpt2__q8_tile_tokens = 6;
    lone token streams fastest 4 KB ahead, non-temporally (docs/PERFORMANCE.md, Kernel notes).
    More tokens prefetch the next panel (gpt2__matmul_lanes_avx512). */
 static const size_t gpt2__lanes_stream_ahead = 4096;
+
+/* What a tile prefetches of the weights ahead of it: `lines` cache lines from `at` on, spread
+   over its steps (blocks, or pairs of columns). Non-temporally, except on Intel's cores: there a
+   non-temporal prefetch fills L1 alone (nor is the line kept in L2 or the L3 after it), and
+   every tile ran at 0.4-0.5x the speed it has with prefetches into L2 (Emerald Rapids: one
+   token's q8_0 lanes from DRAM 7.6 -> 17 GB/s; docs/PERFORMANCE.md, Kernel notes). On Zen 4 and
+   5 the two hints decode alike, and non-temporal ones feed tiles of several tokens faster. */
+struct gpt2__prefetch_span {
+    const char* at;
+    size_t lines;
+    bool to_l2;
+};
+static bool gpt2__lanes_prefetch_to_l2() { return gpt2__intel_cpu(); }
+/* Lines of span s each of `steps` steps prefetches. */
+static inline size_t gpt2__prefetch_per_step(const gpt2__prefetch_span& s, int64_t steps) { return steps ? (s.lines + (size_t)steps - 1) / (size_t)steps : 0; }
+/* Step i's lines of span s, per_step of them. */
+GPT2__ALWAYS_INLINE static void gpt2__prefetch_step(const gpt2__prefetch_span& s, size_t per_step, int64_t i) {
+    for (size_t l = (size_t)i * per_step, end = std::min(s.lines, l + per_step); l < end; l++) {
+        if (s.to_l2) _mm_prefetch(s.at + 64 * l, _MM_HINT_T1);
+        else _mm_prefetch(s.at + 64 * l, _MM_HINT_NTA);
+    }
+}
 static const size_t gpt2__q8_scales_bytes = 2 * gpt2__lane_rows; /* a group's 16 f16 scales */
 /* Vectors of a group's block, and bytes of a panel's block, in the layout of TYPE. */
 template <uint32_t TYPE>
@@ -147,11 +169,11 @@ GPT2__AVX512 static inline void gpt2__store_group_avx512(const gpt2__matmul_args
 
 /* Tokens t0.. t0 + N - 1: V groups of a panel from group j (lane 0 of the first is row
    first_row) times N packed activation rows, the panel in the layout of LAYOUT (q8_0's, or q4_0
-   lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does. `lines` cache lines from
-   `prefetch` on are prefetched, spread over the blocks. */
+   lanes'); the outputs of rows [lo, hi) stored as gpt2__store_out does; `ahead` prefetched
+   along the blocks. */
 template <uint32_t LAYOUT, int V, int N>
 GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                              const char* prefetch, size_t lines) {
+                                              const gpt2__prefetch_span& ahead) {
     constexpr bool nibbles = LAYOUT == GPT2_TYPE_Q4_0;
     constexpr size_t block_bytes = gpt2__panel_block_bytes<LAYOUT>;
     const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
@@ -171,11 +193,9 @@ GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, cons
     for (int v = 0; v < V; v++)
         GPT2__UNROLL
         for (int t = 0; t < N; t++) f[v][t] = _mm512_setzero_ps();
-    const size_t lines_per_block = (lines + (size_t)nb - 1) / (size_t)nb;
+    const size_t lines_per_block = gpt2__prefetch_per_step(ahead, nb);
     for (int64_t b = 0; b < nb; b++) {
-        for (size_t l = (size_t)b * lines_per_block, end = std::min(lines, l + lines_per_block); l < end; l++) {
-            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
-        }
+        gpt2__prefetch_step(ahead, lines_per_block, b);
         const uint8_t* wb = w + (size_t)b * block_bytes;
         __m512i d[V][N];
         GPT2__UNROLL
@@ -261,7 +281,7 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
 
 template <uint32_t TYPE, int V, int N>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                   const char* prefetch, size_t lines) {
+                                                   const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
     const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
     const float* x[N];
@@ -272,11 +292,9 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         GPT2__UNROLL
         for (int t = 0; t < N; t++) even[v][t] = odd[v][t] = _mm512_setzero_ps();
     const int64_t pairs = K / 2;
-    const size_t lines_per_pair = pairs ? (lines + (size_t)pairs - 1) / (size_t)pairs : 0;
+    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
     for (int64_t i = 0; i < pairs; i++) {
-        for (size_t l = (size_t)i * lines_per_pair, end = std::min(lines, l + lines_per_pair); l < end; l++) {
-            _mm_prefetch(prefetch + 64 * l, _MM_HINT_NTA); /* see gpt2__matmul_lanes_avx512 */
-        }
+        gpt2__prefetch_step(ahead, lines_per_pair, i);
         __m512 w0[V], w1[V];
         GPT2__UNROLL
         for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
@@ -321,13 +339,12 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
 static const int gpt2__bf16_unit_tile_tokens = 8;
 template <int V, int N>
 GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                          const char* prefetch, size_t lines);
+                                                          const gpt2__prefetch_span& ahead);
 
 /* A tile: N tokens from t0 on through V groups of the panel at p (group j alone when V is 1),
-   the outputs of rows [lo, hi) stored, prefetching `lines` cache lines from `prefetch` on along
-   its blocks. */
+   the outputs of rows [lo, hi) stored, prefetching `ahead` along its blocks. */
 typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                     const char* prefetch, size_t lines);
+                                     const gpt2__prefetch_span& ahead);
 
 /* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
    panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
@@ -371,7 +388,8 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
    for this thread starts there. More tokens spend long enough on a panel to fetch the whole
    next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
    Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
-   into L2 (docs/PERFORMANCE.md, Kernel notes). The kernel of GPT2__FLOAT16_LANES. */
+   into L2 (docs/PERFORMANCE.md, Kernel notes); not on Intel (gpt2__prefetch_span). The kernel of
+   GPT2__FLOAT16_LANES. */
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
@@ -386,6 +404,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
                                      (type == GPT2_TYPE_Q4_0 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>);
+    const bool to_l2 = gpt2__lanes_prefetch_to_l2();
     for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__lane_rows % 2);
@@ -394,7 +413,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / 64 : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, next + 64 * t.from, t.to - t.from);
+            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }
@@ -410,6 +429,7 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
     const int64_t nb = W->cols / gpt2__q8_block_values;
     const gpt2__tiles_avx512& tiles = gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
     const int n_tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
+    const bool to_l2 = gpt2__lanes_prefetch_to_l2();
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {
         const int rows = (int)std::min<int64_t>(gpt2__panel_rows, o_end - o), V = rows > gpt2__lane_rows ? 2 : 1;
@@ -427,7 +447,7 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
         const size_t next_lines = (size_t)std::min<int64_t>(gpt2__panel_rows, o_end - o - rows) * W->row_bytes / 64;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            tiles[V - 1][t.n - 1](a, w, 0, o, o, o + rows, t.t0, next + 64 * t.from, t.to - t.from);
+            tiles[V - 1][t.n - 1](a, w, 0, o, o, o + rows, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
     }
 }

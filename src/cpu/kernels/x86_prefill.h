@@ -42,6 +42,29 @@
 #endif
 #endif
 
+/* cpuid's EAX, EBX, ECX and EDX for a leaf and sub-leaf. */
+static inline void gpt2__cpuid(unsigned leaf, unsigned subleaf, unsigned r[4]) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    int regs[4];
+    __cpuidex(regs, (int)leaf, (int)subleaf);
+    for (int i = 0; i < 4; i++) r[i] = (unsigned)regs[i];
+#else
+    __cpuid_count(leaf, subleaf, r[0], r[1], r[2], r[3]);
+#endif
+}
+
+/* Whether the CPU is Intel's ("GenuineIntel" in leaf 0's EBX, EDX, ECX), asked once per process:
+   a few choices measured to differ between Intel's cores and AMD's follow it (docs/
+   PERFORMANCE.md, Kernel notes). */
+static bool gpt2__intel_cpu() {
+    static const bool intel = [] {
+        unsigned r[4];
+        gpt2__cpuid(0, 0, r);
+        return r[1] == 0x756e6547u && r[3] == 0x49656e69u && r[2] == 0x6c65746eu;
+    }();
+    return intel;
+}
+
 /* Keeps a vector that several FMAs share in a register. GCC tuned for Zen (-march=native on
    AMD, -mtune=znver3) otherwise folds its load into every FMA that uses it, loading it again
    each time: the float tiles ran at half speed (docs/PERFORMANCE.md, Kernel notes).
