@@ -49,7 +49,7 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
 }
 
 /* Whether float decode rows (f32, f16, bf16) prefetch gpt2__decode_ahead_bytes ahead, into L2:
-   on Intel's cores, where the hardware prefetcher alone streamed them at 0.7-0.85x the speed
+   on Intel's cores, where the hardware prefetcher alone streamed them at 0.65-0.85x the speed
    (Emerald Rapids, one thread from DRAM: f32 14.1 -> 17 GB/s, the AVX2 set's f16 11 -> 15.7);
    on Zen 4 they streamed at the limit without and slower with it (docs/PERFORMANCE.md, Kernel
    notes). */
