@@ -150,7 +150,7 @@ static float read_sum(const float* p, size_t n, bool ahead) {
 
 // Read bandwidth in GB/s over `n` floats split over the pool's threads: the faster of a pass of
 // plain loads and one that also prefetches 4 KB ahead into L2 (x86), as the float decode rows do
-// on Intel's CPUs, where the hardware prefetcher alone read 0.8x as fast (docs/PERFORMANCE.md).
+// on Intel's CPUs, where plain loads alone read 0.9x as fast (docs/PERFORMANCE.md).
 static double bandwidth_pass(gpt2__pool* pool, const float* buf, size_t n) {
     static volatile float sink = 0;
     double best = 0;
