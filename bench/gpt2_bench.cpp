@@ -72,10 +72,7 @@ template <bool Ahead>
 GPT2__AVX2 static float read_sum_avx2(const float* p, size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 32 <= n; i += 32) {
-        if (Ahead) {
-            _mm_prefetch((const char*)(p + i) + gpt2__decode_ahead_bytes, _MM_HINT_T1);
-            _mm_prefetch((const char*)(p + i) + gpt2__decode_ahead_bytes + 64, _MM_HINT_T1);
-        }
+        if constexpr (Ahead) gpt2__prefetch_decode_ahead<128, true>((const uint8_t*)(p + i));
         a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
         a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
         a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));

@@ -41,11 +41,15 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
    alone fell behind (docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__decode_ahead_bytes = 4096;
 
-/* Prefetches the 64-byte lines from `at` + gpt2__decode_ahead_bytes on that cover the next BYTES. */
-template <int BYTES>
+/* Prefetches the 64-byte lines from `at` + gpt2__decode_ahead_bytes on that cover the next BYTES,
+   into L1, or with IntoL2 into L2. */
+template <int BYTES, bool IntoL2 = false>
 GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
     GPT2__UNROLL
-    for (int line = 0; line < (BYTES + 63) / 64; line++) _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T0);
+    for (int line = 0; line < (BYTES + 63) / 64; line++) {
+        if constexpr (IntoL2) _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T1);
+        else _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T0);
+    }
 }
 
 /* Whether float decode rows (f32, f16, bf16) prefetch gpt2__decode_ahead_bytes ahead, into L2:
@@ -65,9 +69,7 @@ GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t
     for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
-        if constexpr (Ahead)
-            GPT2__UNROLL
-            for (int line = 0; line < value_bytes / 2; line++) _mm_prefetch((const char*)w + value_bytes * k + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T1);
+        if constexpr (Ahead) gpt2__prefetch_decode_ahead<32 * value_bytes, true>(w + value_bytes * k);
         GPT2__UNROLL
         for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[i]);
     }
