@@ -526,6 +526,63 @@ GPT2_API gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
 GPT2_API gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts,
                                          const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err);
 
+/* ---- The stage: lines asked at any time, one pass for all ------------------------------- */
+/* A game's characters do not speak at once: the guard is asked now, the merchant two seconds
+   later. A stage runs every line under way in one pass over the weights per step (continuous
+   batching): a line added between steps joins the next pass (its prompt prefilled in it beside
+   the others' single tokens), and a line that ends leaves at once, its session free again.
+
+       gpt2_stage* stage;  gpt2_stage_create(model, NULL, &stage, &err);
+       gpt2_stage_add(stage, guard, "Who goes there?", &guard_params, &err);   // any time
+       size_t n_active;                                                         // each frame:
+       gpt2_stage_step(stage, 0, &n_active, &err);   // every line one token further, on_token called
+
+   Each line's tokens and text are those gpt2_generate_text gives its session alone with the same
+   params (to the rounding of a batched pass: see gpt2_batch_eval). While a session is on the
+   stage every other call on it returns GPT2_ERROR_BUSY and changes nothing.
+   Threads: gpt2_stage_add and gpt2_stage_cancel may be called from any thread, also from a
+   line's on_token; gpt2_stage_step from one thread at a time (a second concurrent call returns
+   GPT2_ERROR_BUSY); gpt2_stage_free when no other call on the stage runs. The stage runs its
+   passes on its own worker threads (gpt2_stage_params.n_threads), not the sessions'.
+   The CPU runs the lines in one pass; CUDA runs them one after another unless built with
+   GPT2_CUDA_BATCH. */
+typedef struct gpt2_stage gpt2_stage;
+
+typedef struct gpt2_stage_params {
+    int n_threads; /* worker threads of the stage's passes; 0 = one per core */
+} gpt2_stage_params;
+
+GPT2_API gpt2_stage_params gpt2_stage_default_params(void);
+/* A stage for sessions of `model` (params may be NULL: the defaults). Free it with
+   gpt2_stage_free, before the model. */
+GPT2_API gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage_params* params, gpt2_stage** out_stage,
+                                       gpt2_error* err);
+/* Lines still on the stage end as aborted ones do (each session as before its gpt2_stage_add,
+   free for other calls; no more callbacks). NULL is ignored. */
+GPT2_API void gpt2_stage_free(gpt2_stage* stage);
+/* Queues a generation for `session` (a session of the stage's model, on no stage and in no other
+   call): `prompt` (UTF-8; NULL or "" continues the context) and params (NULL: the defaults) as
+   gpt2_generate_text's, callbacks, stops and grammar included; params' pointers (stop strings,
+   biases, grammar, grammar_match) must stay valid until the line ends. The line starts at the
+   next gpt2_stage_step. Checked here: on an error nothing changes. */
+GPT2_API gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* session, const char* prompt, const gpt2_generate_params* params,
+                                    gpt2_error* err);
+/* Ends session's line early (the player walked away): the session is left as abort_fn leaves one
+   (as before its gpt2_stage_add) and is free again once no step runs (at once when none does,
+   else when the running step returns). GPT2_ERROR_INVALID_ARGUMENT when it is not on the stage.
+   A session's own abort_fn, when set, is polled before each step: asking to stop ends its line
+   the same way. */
+GPT2_API gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* session, gpt2_error* err);
+/* Takes every line one token further in one pass (a line that has just joined: its prompt) and
+   ends the lines that are done (their stop, max_new_tokens, the grammar's sentence, on_token
+   returning nonzero). *n_active (may be NULL) receives the lines still on the stage.
+   budget_us: 0 runs a whole step; a frame budget (> 0: a step spread over calls of at most that
+   many microseconds) is not available yet and returns GPT2_ERROR_UNSUPPORTED; < 0 is refused.
+   A line that fails alone (a grammar its vocabulary cannot continue) ends with its session as
+   before its add, and the step returns that error (naming the line) after the others moved on;
+   a pass that fails (the device) ends every line so. */
+GPT2_API gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_t* n_active, gpt2_error* err);
+
 /* Draws one token from `logits` (n entries) with the given temperature/top_k; *rng_state is
    advanced. Exposed so callers can sample from gpt2_session_logits() themselves. */
 GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, int top_k, uint64_t* rng_state,
@@ -10465,13 +10522,13 @@ static const gpt2__backend* gpt2__cpu_backend() {
 }
 
 /* ---- src/generate.h ---- */
-/* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
-   (gpt2__generate) takes every unfinished session a token further per step: each picks its next
+/* The generation engine: gpt2_generate, gpt2_generate_batch and the stage after their checks.
+   One step (gpt2__lines_step) takes every unfinished line a token further: each picks its next
    token from its logits (the sampling chain of sampler.h on the host, with the grammar's mask
    when it has one, or the backend's own draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
    whole), and every picked token joins its context in one pass (gpt2__batch_append). Where the
-   grammar then allows only one text, that text's tokens join in the same pass, as a prompt's do.
-   A lone generation is a batch of one. */
+   grammar then allows only one text, that text's tokens join in the same pass, as a prompt's do,
+   and so does the prompt of a line that has just joined. A lone generation is a batch of one. */
 
 /* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
 static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
@@ -10677,59 +10734,113 @@ static void gpt2__generator_end(gpt2__generator* g) {
     }
 }
 
-/* Generates until every generator is done: a step picks each unfinished session's token,
-   delivers it, and appends the tokens to their contexts in one pass on the threads of `runner`
-   (the token that ends a generation joins its context too). Sessions that sample as nanoGPT does
-   draw together on the runner's threads where the backend can (sample_batch); the others, which
-   may run the caller's on_logits, pick on the calling thread. */
-static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generators, size_t n, gpt2_error* err) {
-    gpt2__vector<size_t> active, finished, plain;
+/* A generation on its way (gpt2_generate's, one of gpt2_generate_batch's, a line of a
+   gpt2_stage): its generator, and the prompt the next pass prefills beside the other lines'
+   tokens. A line that fails alone (its grammar's mask) ends with `result` and `error`; a pass
+   that fails fails them all (gpt2__lines_step's result). */
+struct gpt2__line {
+    gpt2__generator g;
+    gpt2__vector<int32_t> prompt; /* not in the context yet */
+    bool ends = false;            /* this step was its last */
+    gpt2_result result = GPT2_OK;
+    gpt2_error error{};
+};
+
+/* What a step reuses from one to the next. */
+struct gpt2__step_work {
+    gpt2__vector<gpt2__line*> plain;
     gpt2__vector<gpt2_session*> batch, plain_sessions;
     gpt2__vector<const int32_t*> ids;
     gpt2__vector<size_t> counts;
     gpt2__vector<int32_t> plain_tokens;
     gpt2__vector<float> temperatures;
     gpt2__vector<int> top_ks;
-    for (size_t i = 0; i < n; i++) active.push_back(i);
+};
+
+/* Sessions that sample as nanoGPT does draw together on the runner's threads where the backend
+   can (sample_batch); the others, which may run the caller's on_logits, pick on the calling
+   thread. A pick that fails ends its line alone. */
+static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lines, size_t n, size_t n_picking, gpt2__step_work* w, gpt2_error* err) {
+    w->plain.clear();
+    for (size_t i = 0; i < n; i++) {
+        gpt2__line* line = lines[i];
+        if (!line->prompt.empty()) continue;
+        if (!line->g.chain && runner->backend->sample_batch && n_picking > 1) {
+            w->plain.push_back(line);
+        } else if ((line->result = gpt2__generator_pick(&line->g, &line->error)) != GPT2_OK) {
+            line->ends = true;
+            line->g.step.clear();
+        }
+    }
+    if (w->plain.empty()) return GPT2_OK;
+    w->plain_sessions.clear();
+    w->temperatures.clear();
+    w->top_ks.clear();
+    for (gpt2__line* line : w->plain) {
+        w->plain_sessions.push_back(line->g.s);
+        w->temperatures.push_back(line->g.p.temperature);
+        w->top_ks.push_back(line->g.p.top_k);
+    }
+    w->plain_tokens.resize(w->plain.size());
+    GPT2__TRY(runner->backend->sample_batch(runner, w->plain_sessions.data(), w->plain.size(), w->temperatures.data(), w->top_ks.data(), w->plain_tokens.data(), err));
+    for (size_t j = 0; j < w->plain.size(); j++) {
+        w->plain[j]->g.step.assign(1, w->plain_tokens[j]);
+        w->plain[j]->g.step_match.clear();
+    }
+    return GPT2_OK;
+}
+
+/* One step of every line, in one pass over the weights on the threads of `runner`: a line with
+   a prompt prefills it; the others pick their next token (and any the grammar forces), deliver
+   it, and append it to their context (the token that ends a generation joins its context too;
+   forced ones after it do not). Afterwards `ends` marks the lines that are done; their
+   generators are ended. An error of the pass itself (aborted by runner's abort_fn, the device)
+   is returned, and the sessions are as gpt2__batch_append leaves them. */
+static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
+    size_t n_picking = 0;
+    for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty();
+    GPT2__TRY(gpt2__lines_pick(runner, lines, n, n_picking, w, err));
+    w->batch.clear();
+    w->ids.clear();
+    w->counts.clear();
+    for (size_t i = 0; i < n; i++) {
+        gpt2__line* line = lines[i];
+        gpt2__generator& g = line->g;
+        size_t count = line->prompt.size();
+        const int32_t* ids = line->prompt.data();
+        if (count == 0 && line->result == GPT2_OK) {
+            while (!line->ends && count < g.step.size()) line->ends = gpt2__generator_deliver(&g, count++);
+            ids = g.step.data();
+        }
+        if (count == 0) continue;
+        w->batch.push_back(g.s);
+        w->ids.push_back(ids);
+        w->counts.push_back(count);
+    }
+    if (!w->batch.empty()) GPT2__TRY(gpt2__batch_append(runner, w->batch.data(), w->ids.data(), w->counts.data(), w->batch.size(), err));
+    for (size_t i = 0; i < n; i++) {
+        lines[i]->prompt.clear();
+        if (lines[i]->ends && lines[i]->result == GPT2_OK) gpt2__generator_end(&lines[i]->g);
+    }
+    return GPT2_OK;
+}
+
+/* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The
+   first line that fails fails the call, with its message. */
+static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__line* lines, size_t n, gpt2_error* err) {
+    gpt2__vector<gpt2__line*> active;
+    for (size_t i = 0; i < n; i++) active.push_back(&lines[i]);
+    gpt2__step_work work;
     while (!active.empty()) {
-        batch.clear();
-        ids.clear();
-        finished.clear();
-        plain.clear();
-        for (size_t i : active)
-            if (!generators[i].chain && runner->backend->sample_batch && active.size() > 1) plain.push_back(i);
-            else GPT2__TRY(gpt2__generator_pick(&generators[i], err));
-        if (!plain.empty()) {
-            plain_sessions.clear();
-            temperatures.clear();
-            top_ks.clear();
-            for (size_t i : plain) {
-                plain_sessions.push_back(generators[i].s);
-                temperatures.push_back(generators[i].p.temperature);
-                top_ks.push_back(generators[i].p.top_k);
-            }
-            plain_tokens.resize(plain.size());
-            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
-            for (size_t j = 0; j < plain.size(); j++) {
-                generators[plain[j]].step.assign(1, plain_tokens[j]);
-                generators[plain[j]].step_match.clear();
-            }
-        }
+        GPT2__TRY(gpt2__lines_step(runner, active.data(), active.size(), &work, err));
         size_t kept = 0;
-        counts.clear();
-        for (size_t i : active) {
-            gpt2__generator& g = generators[i];
-            size_t delivered = 0;
-            bool ends = false;
-            while (!ends && delivered < g.step.size()) ends = gpt2__generator_deliver(&g, delivered++);
-            if (ends) finished.push_back(i);
-            else active[kept++] = i;
-            batch.push_back(g.s); /* the token that ends it joins the context too; forced ones after it do not */
-            ids.push_back(g.step.data());
-            counts.push_back(delivered);
+        for (gpt2__line* line : active) {
+            if (line->result != GPT2_OK) {
+                if (err) *err = line->error;
+                return line->result;
+            }
+            if (!line->ends) active[kept++] = line;
         }
-        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
-        for (size_t i : finished) gpt2__generator_end(&generators[i]);
         active.resize(kept);
     }
     return GPT2_OK;
@@ -11172,12 +11283,11 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     GPT2__GUARD_BEGIN
     gpt2__vector<gpt2__checkpoint> before; /* to undo the call when abort_fn stops it */
     GPT2__TRY(gpt2__checkpoints_take(&s, 1, &before, err));
-    gpt2_result res = n_prompt ? gpt2__session_append(s, prompt, n_prompt, err) : GPT2_OK;
-    if (res == GPT2_OK) {
-        gpt2__generator g;
-        gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
-        res = gpt2__generate(s, &g, 1, err);
-    }
+    GPT2__TRY(gpt2__check_tokens(s->model, prompt, n_prompt, err));
+    gpt2__line line;
+    line.prompt.assign(prompt, prompt + n_prompt);
+    gpt2__generator_begin(&line.g, s, p, out_tokens, capacity, n_generated);
+    const gpt2_result res = gpt2__generate(s, &line, 1, err);
     if (res == GPT2_OK) return gpt2__ok(err);
     if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
     return gpt2__undo_if_aborted(res, &s, 1, &before, err);
@@ -11319,26 +11429,6 @@ GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
     GPT2__GUARD_END(err)
 }
 
-/* gpt2_generate_batch after its checks: the prompts in one pass, then the sessions generate
-   together on the threads of `runner`. */
-static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* const* sessions, const gpt2__vector<gpt2__vector<int32_t>>& prompts,
-                                        const gpt2_generate_params* p, size_t n, gpt2_error* err) {
-    gpt2__vector<gpt2_session*> prompted;
-    gpt2__vector<const int32_t*> ids;
-    gpt2__vector<size_t> counts;
-    for (size_t i = 0; i < n; i++)
-        if (!prompts[i].empty()) {
-            prompted.push_back(sessions[i]);
-            ids.push_back(prompts[i].data());
-            counts.push_back(prompts[i].size());
-        }
-    if (!prompted.empty()) GPT2__TRY(gpt2__batch_append(runner, prompted.data(), ids.data(), counts.data(), prompted.size(), err));
-    gpt2__vector<gpt2__generator> generators(n);
-    for (size_t i = 0; i < n; i++) gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
-    GPT2__TRY(gpt2__generate(runner, generators.data(), n, err));
-    return gpt2__ok(err);
-}
-
 GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts, const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err) {
     GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
     GPT2__GUARD_BEGIN
@@ -11358,9 +11448,237 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
     }
     gpt2__vector<gpt2__checkpoint> before; /* to undo the call when sessions[0]'s abort_fn stops it */
     GPT2__TRY(gpt2__checkpoints_take(sessions, n_sessions, &before, err));
-    const gpt2_result res = gpt2__generate_batch(sessions[0], sessions, ids, p.data(), n_sessions, err);
+    /* the lines of one stage run by sessions[0]: the prompts prefill together in the first pass */
+    gpt2__vector<gpt2__line> lines(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        lines[i].prompt.swap(ids[i]);
+        gpt2__generator_begin(&lines[i].g, sessions[i], p[i], nullptr, 0, nullptr);
+    }
+    const gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
+    if (res == GPT2_OK) return gpt2__ok(err);
     return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
     GPT2__GUARD_END(err)
+}
+
+/* ---- src/stage.h ---- */
+/* The stage (gpt2_stage_*): lines that join and leave between steps, stepped by the engine of
+   generate.h (gpt2__lines_step) on the stage's own runner session, whose threads run the passes.
+   A line holds its session (gpt2__session_take) from gpt2_stage_add until it ends, and keeps the
+   session's state from before the add, to put back when the line is cancelled or fails. */
+
+struct gpt2__stage_line {
+    gpt2__line line;
+    gpt2__checkpoint before;
+    bool cancelled = false; /* guarded by the stage's mutex */
+};
+
+enum : uint64_t { GPT2__STAGE_TAG = 0x67707432'73746167ull, GPT2__STAGE_FREED = 0x67707432'66726565ull };
+
+struct gpt2_stage {
+    uint64_t tag = GPT2__STAGE_TAG; /* GPT2__STAGE_FREED once freed: a freed stage handed back is named as such */
+    const gpt2_model* model = nullptr;
+    gpt2_session* runner = nullptr; /* its threads and scratch run the passes; it holds no context */
+    std::mutex mutex;               /* guards `joining` and every line's `cancelled` */
+    gpt2__vector<gpt2__stage_line*> joining; /* added since the last step began */
+    gpt2__vector<gpt2__stage_line*> lines;   /* on the stage: only the stepping thread touches them */
+    gpt2__vector<gpt2_session*> members;     /* the sessions of `joining` and `lines`; guarded by `mutex` */
+    std::atomic<bool> stepping{false};       /* a step (or a cancel's clean-up) holds the lines */
+    gpt2__step_work work;
+    gpt2__vector<gpt2__line*> active;
+};
+
+static gpt2_result gpt2__stage_check(const gpt2_stage* stage, gpt2_error* err) {
+    if (!stage) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is NULL");
+    if (stage->tag == GPT2__STAGE_FREED) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage was freed (gpt2_stage_free) and cannot be used");
+    if (stage->tag != GPT2__STAGE_TAG) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is not a gpt2_stage made by gpt2_stage_create");
+    return GPT2_OK;
+}
+
+/* A line leaves the stage and its session is free; `abandoned` (cancelled, or failed): the
+   session as before gpt2_stage_add, else it keeps what it generated. The caller holds `mutex`. */
+static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, bool abandoned) {
+    gpt2_session* s = l->line.g.s;
+    if (abandoned) {
+        gpt2_error ignored;
+        gpt2__checkpoint_restore(s, &l->before, &ignored);
+    }
+    st->members.erase(std::find(st->members.begin(), st->members.end(), s));
+    gpt2__session_release(s);
+    l->~gpt2__stage_line();
+    GPT2_FREE(l);
+}
+
+/* Takes the lines that joined, and drops the cancelled ones; the caller holds `stepping`. */
+static void gpt2__stage_gather(gpt2_stage* st) {
+    std::lock_guard<std::mutex> lock(st->mutex);
+    st->lines.insert(st->lines.end(), st->joining.begin(), st->joining.end());
+    st->joining.clear();
+    size_t kept = 0;
+    for (gpt2__stage_line* l : st->lines)
+        if (l->cancelled) gpt2__stage_line_leave(st, l, true);
+        else st->lines[kept++] = l;
+    st->lines.resize(kept);
+}
+
+/* One step of the lines on the stage; the caller holds `stepping`. */
+static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
+    GPT2__GUARD_BEGIN
+    gpt2__stage_gather(st);
+    const std::thread::id stepper = std::this_thread::get_id();
+    st->active.clear();
+    for (gpt2__stage_line* l : st->lines) {
+        gpt2_session* s = l->line.g.s;
+        s->user.store(stepper); /* its callbacks, on this thread, may read their session */
+        if (gpt2__abort_requested(s)) { /* polled outside the mutex: abort_fn is the caller's code */
+            std::lock_guard<std::mutex> lock(st->mutex);
+            l->cancelled = true;
+        }
+    }
+    gpt2__stage_gather(st);
+    for (gpt2__stage_line* l : st->lines) st->active.push_back(&l->line);
+    if (st->active.empty()) return gpt2__ok(err);
+    const gpt2_result pass = gpt2__lines_step(st->runner, st->active.data(), st->active.size(), &st->work, err);
+    gpt2_result res = pass;
+    std::lock_guard<std::mutex> lock(st->mutex);
+    size_t kept = 0;
+    for (gpt2__stage_line* l : st->lines) {
+        const gpt2__line& line = l->line;
+        if (res == GPT2_OK && line.result != GPT2_OK) {
+            res = line.result;
+            gpt2__fail(err, res, "the line of a session ended (its session is as before gpt2_stage_add): %s", line.error.message);
+        }
+        if (pass != GPT2_OK || line.result != GPT2_OK) gpt2__stage_line_leave(st, l, true);
+        else if (line.ends) gpt2__stage_line_leave(st, l, false);
+        else st->lines[kept++] = l;
+    }
+    st->lines.resize(kept);
+    return res == GPT2_OK ? gpt2__ok(err) : res;
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_stage_params gpt2_stage_default_params(void) {
+    gpt2_stage_params p;
+    p.n_threads = 0;
+    return p;
+}
+
+GPT2_DEF gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage_params* params, gpt2_stage** out, gpt2_error* err) {
+    if (out) *out = nullptr;
+    if (!model || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model or out_stage is NULL");
+    const gpt2_stage_params p = params ? *params : gpt2_stage_default_params();
+    if (p.n_threads < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (one per core) or more", p.n_threads);
+    GPT2__GUARD_BEGIN
+    gpt2_session_params runner_params = gpt2_session_default_params();
+    runner_params.n_ctx = 1; /* the runner holds no context, only threads and scratch */
+    runner_params.n_threads = p.n_threads;
+    gpt2_session* runner;
+    GPT2__TRY(gpt2_session_create(model, &runner_params, &runner, err));
+    void* memory = GPT2_MALLOC(sizeof(gpt2_stage));
+    if (!memory) {
+        gpt2_session_free(runner);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    gpt2_stage* st = new (memory) gpt2_stage();
+    st->model = model;
+    st->runner = runner;
+    *out = st;
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF void gpt2_stage_free(gpt2_stage* stage) {
+    if (!stage || stage->tag != GPT2__STAGE_TAG) return;
+    gpt2__stage_gather(stage);
+    {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        for (gpt2__stage_line* l : stage->lines) gpt2__stage_line_leave(stage, l, true);
+    }
+    gpt2_session_free(stage->runner);
+    stage->~gpt2_stage();
+    stage->tag = GPT2__STAGE_FREED; /* read by a later call that is handed the freed stage, while the allocator leaves it */
+    GPT2_FREE(stage);
+}
+
+GPT2_DEF gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* s, const char* prompt, const gpt2_generate_params* params, gpt2_error* err) {
+    GPT2__TRY(gpt2__stage_check(stage, err));
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (s->model != stage->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is a session of another model than the stage's");
+    gpt2_generate_params p;
+    GPT2__TRY(gpt2__check_generate(s, params, &p, err));
+    GPT2__GUARD_BEGIN
+    gpt2__vector<int32_t> ids;
+    if (prompt && *prompt) GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
+    {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        if (std::find(stage->members.begin(), stage->members.end(), s) != stage->members.end())
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is already on this stage (a session speaks one line at a time)");
+    }
+    std::thread::id holder;
+    if (!gpt2__session_take(s, &holder)) return gpt2__busy(err, "the session");
+    gpt2_result res = GPT2_OK;
+    if (ids.empty() && s->tokens.empty())
+        res = gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
+    gpt2__stage_line* l = nullptr;
+    if (res == GPT2_OK) {
+        void* memory = GPT2_MALLOC(sizeof(gpt2__stage_line));
+        if (memory) l = new (memory) gpt2__stage_line();
+        else res = gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (res == GPT2_OK) res = gpt2__checkpoint_take(s, &l->before, err);
+    if (res != GPT2_OK) {
+        if (l) {
+            l->~gpt2__stage_line();
+            GPT2_FREE(l);
+        }
+        gpt2__session_release(s);
+        return res;
+    }
+    l->line.prompt.swap(ids);
+    gpt2__generator_begin(&l->line.g, s, p, nullptr, 0, nullptr);
+    std::lock_guard<std::mutex> lock(stage->mutex);
+    stage->joining.push_back(l);
+    stage->members.push_back(s);
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_error* err) {
+    GPT2__TRY(gpt2__stage_check(stage, err));
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    bool found = false;
+    {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        for (const gpt2__vector<gpt2__stage_line*>* lines : {&stage->joining, &stage->lines})
+            for (gpt2__stage_line* l : *lines)
+                if (l->line.g.s == s) {
+                    l->cancelled = true;
+                    found = true;
+                }
+    }
+    if (!found) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is not on this stage (its line may have ended already)");
+    bool idle = false;
+    if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now */
+        gpt2__stage_gather(stage);
+        stage->stepping.store(false);
+    }
+    return gpt2__ok(err);
+}
+
+GPT2_DEF gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_t* n_active, gpt2_error* err) {
+    if (n_active) *n_active = 0;
+    GPT2__TRY(gpt2__stage_check(stage, err));
+    if (budget_us < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "budget_us is %lld; expected 0 (a whole step) or more", (long long)budget_us);
+    if (budget_us > 0)
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "budget_us is %lld: a step spread over frames is not available yet; pass 0 (a whole step)", (long long)budget_us);
+    bool idle = false;
+    if (!stage->stepping.compare_exchange_strong(idle, true)) return gpt2__busy(err, "the stage (another thread is stepping it)");
+    const gpt2_result res = gpt2__stage_advance(stage, err);
+    if (n_active) {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        *n_active = stage->members.size();
+    }
+    stage->stepping.store(false);
+    return res;
 }
 
 /* ---- src/choose.h ---- */

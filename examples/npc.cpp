@@ -7,11 +7,13 @@
 // held by a JSON Schema (gpt2_grammar_from_json_schema), which the game reads into its own
 // struct; a model whose vocabulary cannot write JSON (the shipped one learned plays: no braces
 // or quotes) says so, and the rest runs as before. One model is loaded and shared. The scene (what the player said) is evaluated once and forked
-// into each character's session (gpt2_session_copy), so no character reads it again. The worker
-// generates all characters' speeches in one batch (gpt2_generate_batch: one pass over the
-// weights per token of every character, so five cost little more than one), each session with
-// n_threads = 1, so the game keeps its other cores; text reaches the main thread through a locked
-// queue. After the first speeches the game saves ROMEO (gpt2_session_save, as into a save game)
+// into each character's session (gpt2_session_copy), so no character reads it again. The
+// characters are asked one after another, a few tokens apart, as a game asks them: each line
+// joins a stage (gpt2_stage_add) that the worker steps (gpt2_stage_step: one pass over the
+// weights per token of every character speaking, so five cost little more than one, and a line
+// asked later joins the next pass instead of waiting for the others), on one thread
+// (n_threads = 1), so the game keeps its other cores; text reaches the main thread through a
+// locked queue. After the first speeches the game saves ROMEO (gpt2_session_save, as into a save game)
 // and asks him once more; at the end it loads him into a new session (gpt2_session_load) and
 // checks that he says the same. At the end it reports what a game developer watches: how long
 // each line took to be ready (whole, on the main thread) from when it was asked for, and the
@@ -36,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 struct Queue { // waiting for the next frame
     std::mutex mutex;
     std::vector<std::pair<int, std::string>> items;
-    Clock::time_point asked; // when the player asked Romeo again
+    std::vector<Clock::time_point> asked; // when each line was asked for
 };
 struct Speech { // one line of the play: what the worker thread wrote, and the queue it went through
     int line;
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
     size_t n_scene = 0;
     if (!ok(gpt2_tokenize(model, scene, std::strlen(scene), 0, scene_tokens.data(), scene_tokens.size(), &n_scene, &err), err)) return 1;
     gpt2_session_params sp = gpt2_session_default_params();
-    sp.n_threads = 1; // the batch runs on sessions[0]'s threads: the worker thread alone
+    sp.n_threads = 1; // gpt2_choose and the states' batch run on the session's threads: the worker thread alone
     sp.kv_f16 = 1;    // half the memory, and half the save game
     sp.context_policy = GPT2_CONTEXT_DISCARD;
     sp.n_keep = (int)n_scene;
@@ -187,6 +189,7 @@ int main(int argc, char** argv) {
     gpt2_session_free(shared);
 
     Queue queue;
+    queue.asked.resize(n + 1);
     std::vector<Speech> lines; // a line per character, then Romeo's answer to the player
     for (size_t i = 0; i <= n; i++) lines.push_back({(int)i, &queue, {}, GPT2_MATCH_NONE, {}});
     Queue unshown; // the states are read when the scene is over, not shown as they come
@@ -197,21 +200,36 @@ int main(int argc, char** argv) {
     const char* ask = "PLAYER:\nAnd what of Juliet?\n\nROMEO:\n"; // what the player says to him next
     std::string ask_prompt;
     std::atomic<bool> running{true};
-    const auto t_scene = Clock::now(); // the player spoke: every character's line is asked for
     double choose_ms = 0, batch_s = 0; // the first actions and speeches, all characters
     std::thread worker([&] {
         gpt2_error e;
         std::vector<std::string> then(n); // each character's action and line break, its speech's prompt
         std::vector<const char*> prompts;
         std::vector<gpt2_generate_params> params;
-        const auto t_choose = Clock::now();
-        bool spoke = true;
-        for (size_t i = 0; i < n && spoke; i++) spoke = pick_action(model, sessions[i], cast[i] + ":\n", actions[i], &lines[i], &then[i], &e);
-        choose_ms = ms_since(t_choose);
-        for (size_t i = 0; i < n; i++) prompts.push_back(then[i].c_str()), params.push_back(speech_params(1000 + i, line, &lines[i]));
+        for (size_t i = 0; i < n; i++) params.push_back(speech_params(1000 + i, line, &lines[i]));
+        // The stage runs its passes on its own thread pool: one thread, the worker's share.
+        gpt2_stage_params stp = gpt2_stage_default_params();
+        stp.n_threads = 1;
+        gpt2_stage* stage = nullptr;
+        bool spoke = ok(gpt2_stage_create(model, &stp, &stage, &e), e);
         const auto t0 = Clock::now();
-        spoke = spoke && ok(gpt2_generate_batch(sessions.data(), prompts.data(), params.data(), n, &e), e);
-        batch_s = ms_since(t0) / 1e3;
+        size_t n_asked = 0, n_active = 0;
+        for (int step = 0; spoke && (n_asked < n || n_active > 0); step++) {
+            if (n_asked < n && step % 6 == 0) { // the next character is asked: it joins the next pass
+                const size_t i = n_asked++;
+                {
+                    std::lock_guard<std::mutex> lock(queue.mutex);
+                    queue.asked[i] = Clock::now();
+                }
+                const auto t_choose = Clock::now();
+                spoke = pick_action(model, sessions[i], cast[i] + ":\n", actions[i], &lines[i], &then[i], &e) &&
+                        ok(gpt2_stage_add(stage, sessions[i], then[i].c_str(), &params[i], &e), e);
+                choose_ms += ms_since(t_choose);
+            }
+            spoke = spoke && ok(gpt2_stage_step(stage, 0, &n_active, &e), e);
+        }
+        batch_s = (ms_since(t0) - choose_ms) / 1e3;
+        gpt2_stage_free(stage);
         // The game saves Romeo (to memory here; a game writes the bytes to its save file).
         size_t bytes = 0;
         gpt2_session_save(sessions[0], nullptr, 0, &bytes, &e);
@@ -222,7 +240,7 @@ int main(int argc, char** argv) {
             gpt2_generate_params gp = speech_params(2000, line, &lines[n]);
             {
                 std::lock_guard<std::mutex> lock(queue.mutex);
-                queue.asked = Clock::now();
+                queue.asked[n] = Clock::now();
             }
             std::string again;
             if (pick_action(model, sessions[0], ask_prompt, actions[0], &lines[n], &again, &e)) ok(gpt2_generate_text(sessions[0], again.c_str(), &gp, &e), e);
@@ -232,7 +250,6 @@ int main(int argc, char** argv) {
         // Each character's state after the scene, in one batch: a JSON object the schema holds.
         if (spoke && state) {
             std::vector<std::string> asked(n);
-            prompts.clear();
             params.clear();
             for (size_t i = 0; i < n; i++) {
                 const Speech& last = lines[i == 0 ? n : i]; // Romeo spoke last to the player
@@ -259,7 +276,7 @@ int main(int argc, char** argv) {
             said[line] += item.second;
             const std::string& text = said[line];
             if (ready_ms[line] < 0 && text.size() >= 2 && text.compare(text.size() - 2, 2, "\n\n") == 0)
-                ready_ms[line] = ms_since(line < n ? t_scene : queue.asked);
+                ready_ms[line] = ms_since(queue.asked[line]);
         }
         queue.items.clear();
     };
@@ -313,7 +330,7 @@ int main(int argc, char** argv) {
 
     size_t tokens = 0;
     for (size_t i = 0; i < n; i++) tokens += lines[i].tokens.size();
-    std::printf("%zu characters' actions chosen (gpt2_choose) in %.0f ms, then their lines in one batch on one worker thread: %zu tokens in %.2f s, %.0f tokens/s together\n",
+    std::printf("%zu characters' actions chosen (gpt2_choose) in %.0f ms, their lines on one stage on one worker thread, each joining when asked: %zu tokens in %.2f s, %.0f tokens/s together\n",
                 n, choose_ms, tokens, batch_s, batch_s > 0 ? tokens / batch_s : 0.0);
     std::printf("Lines ready (whole, on the main thread), from when each was asked for:\n ");
     for (size_t i = 0; i <= n; i++) {

@@ -525,6 +525,63 @@ GPT2_API gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
 GPT2_API gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts,
                                          const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err);
 
+/* ---- The stage: lines asked at any time, one pass for all ------------------------------- */
+/* A game's characters do not speak at once: the guard is asked now, the merchant two seconds
+   later. A stage runs every line under way in one pass over the weights per step (continuous
+   batching): a line added between steps joins the next pass (its prompt prefilled in it beside
+   the others' single tokens), and a line that ends leaves at once, its session free again.
+
+       gpt2_stage* stage;  gpt2_stage_create(model, NULL, &stage, &err);
+       gpt2_stage_add(stage, guard, "Who goes there?", &guard_params, &err);   // any time
+       size_t n_active;                                                         // each frame:
+       gpt2_stage_step(stage, 0, &n_active, &err);   // every line one token further, on_token called
+
+   Each line's tokens and text are those gpt2_generate_text gives its session alone with the same
+   params (to the rounding of a batched pass: see gpt2_batch_eval). While a session is on the
+   stage every other call on it returns GPT2_ERROR_BUSY and changes nothing.
+   Threads: gpt2_stage_add and gpt2_stage_cancel may be called from any thread, also from a
+   line's on_token; gpt2_stage_step from one thread at a time (a second concurrent call returns
+   GPT2_ERROR_BUSY); gpt2_stage_free when no other call on the stage runs. The stage runs its
+   passes on its own worker threads (gpt2_stage_params.n_threads), not the sessions'.
+   The CPU runs the lines in one pass; CUDA runs them one after another unless built with
+   GPT2_CUDA_BATCH. */
+typedef struct gpt2_stage gpt2_stage;
+
+typedef struct gpt2_stage_params {
+    int n_threads; /* worker threads of the stage's passes; 0 = one per core */
+} gpt2_stage_params;
+
+GPT2_API gpt2_stage_params gpt2_stage_default_params(void);
+/* A stage for sessions of `model` (params may be NULL: the defaults). Free it with
+   gpt2_stage_free, before the model. */
+GPT2_API gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage_params* params, gpt2_stage** out_stage,
+                                       gpt2_error* err);
+/* Lines still on the stage end as aborted ones do (each session as before its gpt2_stage_add,
+   free for other calls; no more callbacks). NULL is ignored. */
+GPT2_API void gpt2_stage_free(gpt2_stage* stage);
+/* Queues a generation for `session` (a session of the stage's model, on no stage and in no other
+   call): `prompt` (UTF-8; NULL or "" continues the context) and params (NULL: the defaults) as
+   gpt2_generate_text's, callbacks, stops and grammar included; params' pointers (stop strings,
+   biases, grammar, grammar_match) must stay valid until the line ends. The line starts at the
+   next gpt2_stage_step. Checked here: on an error nothing changes. */
+GPT2_API gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* session, const char* prompt, const gpt2_generate_params* params,
+                                    gpt2_error* err);
+/* Ends session's line early (the player walked away): the session is left as abort_fn leaves one
+   (as before its gpt2_stage_add) and is free again once no step runs (at once when none does,
+   else when the running step returns). GPT2_ERROR_INVALID_ARGUMENT when it is not on the stage.
+   A session's own abort_fn, when set, is polled before each step: asking to stop ends its line
+   the same way. */
+GPT2_API gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* session, gpt2_error* err);
+/* Takes every line one token further in one pass (a line that has just joined: its prompt) and
+   ends the lines that are done (their stop, max_new_tokens, the grammar's sentence, on_token
+   returning nonzero). *n_active (may be NULL) receives the lines still on the stage.
+   budget_us: 0 runs a whole step; a frame budget (> 0: a step spread over calls of at most that
+   many microseconds) is not available yet and returns GPT2_ERROR_UNSUPPORTED; < 0 is refused.
+   A line that fails alone (a grammar its vocabulary cannot continue) ends with its session as
+   before its add, and the step returns that error (naming the line) after the others moved on;
+   a pass that fails (the device) ends every line so. */
+GPT2_API gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_t* n_active, gpt2_error* err);
+
 /* Draws one token from `logits` (n entries) with the given temperature/top_k; *rng_state is
    advanced. Exposed so callers can sample from gpt2_session_logits() themselves. */
 GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, int top_k, uint64_t* rng_state,

@@ -441,12 +441,11 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     GPT2__GUARD_BEGIN
     gpt2__vector<gpt2__checkpoint> before; /* to undo the call when abort_fn stops it */
     GPT2__TRY(gpt2__checkpoints_take(&s, 1, &before, err));
-    gpt2_result res = n_prompt ? gpt2__session_append(s, prompt, n_prompt, err) : GPT2_OK;
-    if (res == GPT2_OK) {
-        gpt2__generator g;
-        gpt2__generator_begin(&g, s, p, out_tokens, capacity, n_generated);
-        res = gpt2__generate(s, &g, 1, err);
-    }
+    GPT2__TRY(gpt2__check_tokens(s->model, prompt, n_prompt, err));
+    gpt2__line line;
+    line.prompt.assign(prompt, prompt + n_prompt);
+    gpt2__generator_begin(&line.g, s, p, out_tokens, capacity, n_generated);
+    const gpt2_result res = gpt2__generate(s, &line, 1, err);
     if (res == GPT2_OK) return gpt2__ok(err);
     if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
     return gpt2__undo_if_aborted(res, &s, 1, &before, err);
@@ -588,26 +587,6 @@ GPT2_DEF gpt2_result gpt2_batch_eval(gpt2_session* const* sessions, const int32_
     GPT2__GUARD_END(err)
 }
 
-/* gpt2_generate_batch after its checks: the prompts in one pass, then the sessions generate
-   together on the threads of `runner`. */
-static gpt2_result gpt2__generate_batch(gpt2_session* runner, gpt2_session* const* sessions, const gpt2__vector<gpt2__vector<int32_t>>& prompts,
-                                        const gpt2_generate_params* p, size_t n, gpt2_error* err) {
-    gpt2__vector<gpt2_session*> prompted;
-    gpt2__vector<const int32_t*> ids;
-    gpt2__vector<size_t> counts;
-    for (size_t i = 0; i < n; i++)
-        if (!prompts[i].empty()) {
-            prompted.push_back(sessions[i]);
-            ids.push_back(prompts[i].data());
-            counts.push_back(prompts[i].size());
-        }
-    if (!prompted.empty()) GPT2__TRY(gpt2__batch_append(runner, prompted.data(), ids.data(), counts.data(), prompted.size(), err));
-    gpt2__vector<gpt2__generator> generators(n);
-    for (size_t i = 0; i < n; i++) gpt2__generator_begin(&generators[i], sessions[i], p[i], nullptr, 0, nullptr);
-    GPT2__TRY(gpt2__generate(runner, generators.data(), n, err));
-    return gpt2__ok(err);
-}
-
 GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const char* const* prompts, const gpt2_generate_params* params, size_t n_sessions, gpt2_error* err) {
     GPT2__TRY(gpt2__check_batch(sessions, n_sessions, err));
     GPT2__GUARD_BEGIN
@@ -627,7 +606,14 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
     }
     gpt2__vector<gpt2__checkpoint> before; /* to undo the call when sessions[0]'s abort_fn stops it */
     GPT2__TRY(gpt2__checkpoints_take(sessions, n_sessions, &before, err));
-    const gpt2_result res = gpt2__generate_batch(sessions[0], sessions, ids, p.data(), n_sessions, err);
+    /* the lines of one stage run by sessions[0]: the prompts prefill together in the first pass */
+    gpt2__vector<gpt2__line> lines(n_sessions);
+    for (size_t i = 0; i < n_sessions; i++) {
+        lines[i].prompt.swap(ids[i]);
+        gpt2__generator_begin(&lines[i].g, sessions[i], p[i], nullptr, 0, nullptr);
+    }
+    const gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
+    if (res == GPT2_OK) return gpt2__ok(err);
     return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
     GPT2__GUARD_END(err)
 }

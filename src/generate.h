@@ -3,13 +3,13 @@
 #include "session.h"
 #include "grammar/matcher.h"
 
-/* The generation engine: gpt2_generate and gpt2_generate_batch after their checks. One loop
-   (gpt2__generate) takes every unfinished session a token further per step: each picks its next
+/* The generation engine: gpt2_generate, gpt2_generate_batch and the stage after their checks.
+   One step (gpt2__lines_step) takes every unfinished line a token further: each picks its next
    token from its logits (the sampling chain of sampler.h on the host, with the grammar's mask
    when it has one, or the backend's own draw), delivers its text (stop strings held back until they are sure, UTF-8 characters
    whole), and every picked token joins its context in one pass (gpt2__batch_append). Where the
-   grammar then allows only one text, that text's tokens join in the same pass, as a prompt's do.
-   A lone generation is a batch of one. */
+   grammar then allows only one text, that text's tokens join in the same pass, as a prompt's do,
+   and so does the prompt of a line that has just joined. A lone generation is a batch of one. */
 
 /* Where the first stop string in `text` starts (the earliest, when several are there), or npos. */
 static size_t gpt2__find_stop(std::string_view text, const gpt2_generate_params& p) {
@@ -215,59 +215,113 @@ static void gpt2__generator_end(gpt2__generator* g) {
     }
 }
 
-/* Generates until every generator is done: a step picks each unfinished session's token,
-   delivers it, and appends the tokens to their contexts in one pass on the threads of `runner`
-   (the token that ends a generation joins its context too). Sessions that sample as nanoGPT does
-   draw together on the runner's threads where the backend can (sample_batch); the others, which
-   may run the caller's on_logits, pick on the calling thread. */
-static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__generator* generators, size_t n, gpt2_error* err) {
-    gpt2__vector<size_t> active, finished, plain;
+/* A generation on its way (gpt2_generate's, one of gpt2_generate_batch's, a line of a
+   gpt2_stage): its generator, and the prompt the next pass prefills beside the other lines'
+   tokens. A line that fails alone (its grammar's mask) ends with `result` and `error`; a pass
+   that fails fails them all (gpt2__lines_step's result). */
+struct gpt2__line {
+    gpt2__generator g;
+    gpt2__vector<int32_t> prompt; /* not in the context yet */
+    bool ends = false;            /* this step was its last */
+    gpt2_result result = GPT2_OK;
+    gpt2_error error{};
+};
+
+/* What a step reuses from one to the next. */
+struct gpt2__step_work {
+    gpt2__vector<gpt2__line*> plain;
     gpt2__vector<gpt2_session*> batch, plain_sessions;
     gpt2__vector<const int32_t*> ids;
     gpt2__vector<size_t> counts;
     gpt2__vector<int32_t> plain_tokens;
     gpt2__vector<float> temperatures;
     gpt2__vector<int> top_ks;
-    for (size_t i = 0; i < n; i++) active.push_back(i);
+};
+
+/* Sessions that sample as nanoGPT does draw together on the runner's threads where the backend
+   can (sample_batch); the others, which may run the caller's on_logits, pick on the calling
+   thread. A pick that fails ends its line alone. */
+static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lines, size_t n, size_t n_picking, gpt2__step_work* w, gpt2_error* err) {
+    w->plain.clear();
+    for (size_t i = 0; i < n; i++) {
+        gpt2__line* line = lines[i];
+        if (!line->prompt.empty()) continue;
+        if (!line->g.chain && runner->backend->sample_batch && n_picking > 1) {
+            w->plain.push_back(line);
+        } else if ((line->result = gpt2__generator_pick(&line->g, &line->error)) != GPT2_OK) {
+            line->ends = true;
+            line->g.step.clear();
+        }
+    }
+    if (w->plain.empty()) return GPT2_OK;
+    w->plain_sessions.clear();
+    w->temperatures.clear();
+    w->top_ks.clear();
+    for (gpt2__line* line : w->plain) {
+        w->plain_sessions.push_back(line->g.s);
+        w->temperatures.push_back(line->g.p.temperature);
+        w->top_ks.push_back(line->g.p.top_k);
+    }
+    w->plain_tokens.resize(w->plain.size());
+    GPT2__TRY(runner->backend->sample_batch(runner, w->plain_sessions.data(), w->plain.size(), w->temperatures.data(), w->top_ks.data(), w->plain_tokens.data(), err));
+    for (size_t j = 0; j < w->plain.size(); j++) {
+        w->plain[j]->g.step.assign(1, w->plain_tokens[j]);
+        w->plain[j]->g.step_match.clear();
+    }
+    return GPT2_OK;
+}
+
+/* One step of every line, in one pass over the weights on the threads of `runner`: a line with
+   a prompt prefills it; the others pick their next token (and any the grammar forces), deliver
+   it, and append it to their context (the token that ends a generation joins its context too;
+   forced ones after it do not). Afterwards `ends` marks the lines that are done; their
+   generators are ended. An error of the pass itself (aborted by runner's abort_fn, the device)
+   is returned, and the sessions are as gpt2__batch_append leaves them. */
+static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
+    size_t n_picking = 0;
+    for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty();
+    GPT2__TRY(gpt2__lines_pick(runner, lines, n, n_picking, w, err));
+    w->batch.clear();
+    w->ids.clear();
+    w->counts.clear();
+    for (size_t i = 0; i < n; i++) {
+        gpt2__line* line = lines[i];
+        gpt2__generator& g = line->g;
+        size_t count = line->prompt.size();
+        const int32_t* ids = line->prompt.data();
+        if (count == 0 && line->result == GPT2_OK) {
+            while (!line->ends && count < g.step.size()) line->ends = gpt2__generator_deliver(&g, count++);
+            ids = g.step.data();
+        }
+        if (count == 0) continue;
+        w->batch.push_back(g.s);
+        w->ids.push_back(ids);
+        w->counts.push_back(count);
+    }
+    if (!w->batch.empty()) GPT2__TRY(gpt2__batch_append(runner, w->batch.data(), w->ids.data(), w->counts.data(), w->batch.size(), err));
+    for (size_t i = 0; i < n; i++) {
+        lines[i]->prompt.clear();
+        if (lines[i]->ends && lines[i]->result == GPT2_OK) gpt2__generator_end(&lines[i]->g);
+    }
+    return GPT2_OK;
+}
+
+/* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The
+   first line that fails fails the call, with its message. */
+static gpt2_result gpt2__generate(gpt2_session* runner, gpt2__line* lines, size_t n, gpt2_error* err) {
+    gpt2__vector<gpt2__line*> active;
+    for (size_t i = 0; i < n; i++) active.push_back(&lines[i]);
+    gpt2__step_work work;
     while (!active.empty()) {
-        batch.clear();
-        ids.clear();
-        finished.clear();
-        plain.clear();
-        for (size_t i : active)
-            if (!generators[i].chain && runner->backend->sample_batch && active.size() > 1) plain.push_back(i);
-            else GPT2__TRY(gpt2__generator_pick(&generators[i], err));
-        if (!plain.empty()) {
-            plain_sessions.clear();
-            temperatures.clear();
-            top_ks.clear();
-            for (size_t i : plain) {
-                plain_sessions.push_back(generators[i].s);
-                temperatures.push_back(generators[i].p.temperature);
-                top_ks.push_back(generators[i].p.top_k);
-            }
-            plain_tokens.resize(plain.size());
-            GPT2__TRY(runner->backend->sample_batch(runner, plain_sessions.data(), plain.size(), temperatures.data(), top_ks.data(), plain_tokens.data(), err));
-            for (size_t j = 0; j < plain.size(); j++) {
-                generators[plain[j]].step.assign(1, plain_tokens[j]);
-                generators[plain[j]].step_match.clear();
-            }
-        }
+        GPT2__TRY(gpt2__lines_step(runner, active.data(), active.size(), &work, err));
         size_t kept = 0;
-        counts.clear();
-        for (size_t i : active) {
-            gpt2__generator& g = generators[i];
-            size_t delivered = 0;
-            bool ends = false;
-            while (!ends && delivered < g.step.size()) ends = gpt2__generator_deliver(&g, delivered++);
-            if (ends) finished.push_back(i);
-            else active[kept++] = i;
-            batch.push_back(g.s); /* the token that ends it joins the context too; forced ones after it do not */
-            ids.push_back(g.step.data());
-            counts.push_back(delivered);
+        for (gpt2__line* line : active) {
+            if (line->result != GPT2_OK) {
+                if (err) *err = line->error;
+                return line->result;
+            }
+            if (!line->ends) active[kept++] = line;
         }
-        GPT2__TRY(gpt2__batch_append(runner, batch.data(), ids.data(), counts.data(), batch.size(), err));
-        for (size_t i : finished) gpt2__generator_end(&generators[i]);
         active.resize(kept);
     }
     return GPT2_OK;

@@ -65,3 +65,16 @@ inline float compare_rounds(const std::vector<gpt2_session*>& batched, const std
     return worst;
 }
 
+// What on_token saw, for a session generating alone, in a batch or on a stage.
+struct Heard {
+    std::vector<int32_t> tokens;
+    std::string text;
+    int stop_after = -1; // return 1 (stop) once this many tokens have been heard
+};
+
+inline int hear(void* user, int32_t token, const char* text, size_t len) {
+    Heard* h = (Heard*)user;
+    if (token >= 0) h->tokens.push_back(token);
+    h->text.append(text ? text : "", len);
+    return h->stop_after >= 0 && (int)h->tokens.size() >= h->stop_after;
+}

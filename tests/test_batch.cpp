@@ -94,20 +94,6 @@ TEST_CASE("sessions reaching their context limit mid-batch follow their own poli
     }
 }
 
-// What on_token saw, for a session generating alone or in a batch.
-struct Heard {
-    std::vector<int32_t> tokens;
-    std::string text;
-    int stop_after = -1; // return 1 (stop) once this many tokens have been heard
-};
-
-static int hear(void* user, int32_t token, const char* text, size_t len) {
-    Heard* h = (Heard*)user;
-    if (token >= 0) h->tokens.push_back(token);
-    h->text.append(text ? text : "", len);
-    return h->stop_after >= 0 && (int)h->tokens.size() >= h->stop_after;
-}
-
 TEST_CASE("gpt2_generate_batch gives each session the tokens and text it generates alone, with its own parameters") {
     for (const auto& t : weight_types) {
         CAPTURE(std::string(t.name));

@@ -54,6 +54,7 @@ OUTPUTS = {
         "src/cpu/backend_cpu.h",         # the CPU's backend table
         "src/generate.h",                # the generation engine: sampling, stop strings, one loop for one session or many
         "src/capi.h",                    # the C API: argument checks, then calls into the above
+        "src/stage.h",                   # gpt2_stage: lines that join and leave between steps, one pass for all
         "src/choose.h",                  # gpt2_choose: options scored as continuations, their shared prefixes once
         "src/end.h",                     # closes the implementation; license
     ],

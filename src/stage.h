@@ -1,0 +1,225 @@
+#ifndef GPT2__PART_STAGE_H
+#define GPT2__PART_STAGE_H
+#include "capi.h"
+
+/* The stage (gpt2_stage_*): lines that join and leave between steps, stepped by the engine of
+   generate.h (gpt2__lines_step) on the stage's own runner session, whose threads run the passes.
+   A line holds its session (gpt2__session_take) from gpt2_stage_add until it ends, and keeps the
+   session's state from before the add, to put back when the line is cancelled or fails. */
+
+struct gpt2__stage_line {
+    gpt2__line line;
+    gpt2__checkpoint before;
+    bool cancelled = false; /* guarded by the stage's mutex */
+};
+
+enum : uint64_t { GPT2__STAGE_TAG = 0x67707432'73746167ull, GPT2__STAGE_FREED = 0x67707432'66726565ull };
+
+struct gpt2_stage {
+    uint64_t tag = GPT2__STAGE_TAG; /* GPT2__STAGE_FREED once freed: a freed stage handed back is named as such */
+    const gpt2_model* model = nullptr;
+    gpt2_session* runner = nullptr; /* its threads and scratch run the passes; it holds no context */
+    std::mutex mutex;               /* guards `joining` and every line's `cancelled` */
+    gpt2__vector<gpt2__stage_line*> joining; /* added since the last step began */
+    gpt2__vector<gpt2__stage_line*> lines;   /* on the stage: only the stepping thread touches them */
+    gpt2__vector<gpt2_session*> members;     /* the sessions of `joining` and `lines`; guarded by `mutex` */
+    std::atomic<bool> stepping{false};       /* a step (or a cancel's clean-up) holds the lines */
+    gpt2__step_work work;
+    gpt2__vector<gpt2__line*> active;
+};
+
+static gpt2_result gpt2__stage_check(const gpt2_stage* stage, gpt2_error* err) {
+    if (!stage) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is NULL");
+    if (stage->tag == GPT2__STAGE_FREED) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage was freed (gpt2_stage_free) and cannot be used");
+    if (stage->tag != GPT2__STAGE_TAG) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is not a gpt2_stage made by gpt2_stage_create");
+    return GPT2_OK;
+}
+
+/* A line leaves the stage and its session is free; `abandoned` (cancelled, or failed): the
+   session as before gpt2_stage_add, else it keeps what it generated. The caller holds `mutex`. */
+static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, bool abandoned) {
+    gpt2_session* s = l->line.g.s;
+    if (abandoned) {
+        gpt2_error ignored;
+        gpt2__checkpoint_restore(s, &l->before, &ignored);
+    }
+    st->members.erase(std::find(st->members.begin(), st->members.end(), s));
+    gpt2__session_release(s);
+    l->~gpt2__stage_line();
+    GPT2_FREE(l);
+}
+
+/* Takes the lines that joined, and drops the cancelled ones; the caller holds `stepping`. */
+static void gpt2__stage_gather(gpt2_stage* st) {
+    std::lock_guard<std::mutex> lock(st->mutex);
+    st->lines.insert(st->lines.end(), st->joining.begin(), st->joining.end());
+    st->joining.clear();
+    size_t kept = 0;
+    for (gpt2__stage_line* l : st->lines)
+        if (l->cancelled) gpt2__stage_line_leave(st, l, true);
+        else st->lines[kept++] = l;
+    st->lines.resize(kept);
+}
+
+/* One step of the lines on the stage; the caller holds `stepping`. */
+static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
+    GPT2__GUARD_BEGIN
+    gpt2__stage_gather(st);
+    const std::thread::id stepper = std::this_thread::get_id();
+    st->active.clear();
+    for (gpt2__stage_line* l : st->lines) {
+        gpt2_session* s = l->line.g.s;
+        s->user.store(stepper); /* its callbacks, on this thread, may read their session */
+        if (gpt2__abort_requested(s)) { /* polled outside the mutex: abort_fn is the caller's code */
+            std::lock_guard<std::mutex> lock(st->mutex);
+            l->cancelled = true;
+        }
+    }
+    gpt2__stage_gather(st);
+    for (gpt2__stage_line* l : st->lines) st->active.push_back(&l->line);
+    if (st->active.empty()) return gpt2__ok(err);
+    const gpt2_result pass = gpt2__lines_step(st->runner, st->active.data(), st->active.size(), &st->work, err);
+    gpt2_result res = pass;
+    std::lock_guard<std::mutex> lock(st->mutex);
+    size_t kept = 0;
+    for (gpt2__stage_line* l : st->lines) {
+        const gpt2__line& line = l->line;
+        if (res == GPT2_OK && line.result != GPT2_OK) {
+            res = line.result;
+            gpt2__fail(err, res, "the line of a session ended (its session is as before gpt2_stage_add): %s", line.error.message);
+        }
+        if (pass != GPT2_OK || line.result != GPT2_OK) gpt2__stage_line_leave(st, l, true);
+        else if (line.ends) gpt2__stage_line_leave(st, l, false);
+        else st->lines[kept++] = l;
+    }
+    st->lines.resize(kept);
+    return res == GPT2_OK ? gpt2__ok(err) : res;
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_stage_params gpt2_stage_default_params(void) {
+    gpt2_stage_params p;
+    p.n_threads = 0;
+    return p;
+}
+
+GPT2_DEF gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage_params* params, gpt2_stage** out, gpt2_error* err) {
+    if (out) *out = nullptr;
+    if (!model || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model or out_stage is NULL");
+    const gpt2_stage_params p = params ? *params : gpt2_stage_default_params();
+    if (p.n_threads < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (one per core) or more", p.n_threads);
+    GPT2__GUARD_BEGIN
+    gpt2_session_params runner_params = gpt2_session_default_params();
+    runner_params.n_ctx = 1; /* the runner holds no context, only threads and scratch */
+    runner_params.n_threads = p.n_threads;
+    gpt2_session* runner;
+    GPT2__TRY(gpt2_session_create(model, &runner_params, &runner, err));
+    void* memory = GPT2_MALLOC(sizeof(gpt2_stage));
+    if (!memory) {
+        gpt2_session_free(runner);
+        return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    gpt2_stage* st = new (memory) gpt2_stage();
+    st->model = model;
+    st->runner = runner;
+    *out = st;
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF void gpt2_stage_free(gpt2_stage* stage) {
+    if (!stage || stage->tag != GPT2__STAGE_TAG) return;
+    gpt2__stage_gather(stage);
+    {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        for (gpt2__stage_line* l : stage->lines) gpt2__stage_line_leave(stage, l, true);
+    }
+    gpt2_session_free(stage->runner);
+    stage->~gpt2_stage();
+    stage->tag = GPT2__STAGE_FREED; /* read by a later call that is handed the freed stage, while the allocator leaves it */
+    GPT2_FREE(stage);
+}
+
+GPT2_DEF gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* s, const char* prompt, const gpt2_generate_params* params, gpt2_error* err) {
+    GPT2__TRY(gpt2__stage_check(stage, err));
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    if (s->model != stage->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is a session of another model than the stage's");
+    gpt2_generate_params p;
+    GPT2__TRY(gpt2__check_generate(s, params, &p, err));
+    GPT2__GUARD_BEGIN
+    gpt2__vector<int32_t> ids;
+    if (prompt && *prompt) GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
+    {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        if (std::find(stage->members.begin(), stage->members.end(), s) != stage->members.end())
+            return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is already on this stage (a session speaks one line at a time)");
+    }
+    std::thread::id holder;
+    if (!gpt2__session_take(s, &holder)) return gpt2__busy(err, "the session");
+    gpt2_result res = GPT2_OK;
+    if (ids.empty() && s->tokens.empty())
+        res = gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "empty prompt: generation needs at least one token of context");
+    gpt2__stage_line* l = nullptr;
+    if (res == GPT2_OK) {
+        void* memory = GPT2_MALLOC(sizeof(gpt2__stage_line));
+        if (memory) l = new (memory) gpt2__stage_line();
+        else res = gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (res == GPT2_OK) res = gpt2__checkpoint_take(s, &l->before, err);
+    if (res != GPT2_OK) {
+        if (l) {
+            l->~gpt2__stage_line();
+            GPT2_FREE(l);
+        }
+        gpt2__session_release(s);
+        return res;
+    }
+    l->line.prompt.swap(ids);
+    gpt2__generator_begin(&l->line.g, s, p, nullptr, 0, nullptr);
+    std::lock_guard<std::mutex> lock(stage->mutex);
+    stage->joining.push_back(l);
+    stage->members.push_back(s);
+    return gpt2__ok(err);
+    GPT2__GUARD_END(err)
+}
+
+GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_error* err) {
+    GPT2__TRY(gpt2__stage_check(stage, err));
+    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    bool found = false;
+    {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        for (const gpt2__vector<gpt2__stage_line*>* lines : {&stage->joining, &stage->lines})
+            for (gpt2__stage_line* l : *lines)
+                if (l->line.g.s == s) {
+                    l->cancelled = true;
+                    found = true;
+                }
+    }
+    if (!found) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is not on this stage (its line may have ended already)");
+    bool idle = false;
+    if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now */
+        gpt2__stage_gather(stage);
+        stage->stepping.store(false);
+    }
+    return gpt2__ok(err);
+}
+
+GPT2_DEF gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_t* n_active, gpt2_error* err) {
+    if (n_active) *n_active = 0;
+    GPT2__TRY(gpt2__stage_check(stage, err));
+    if (budget_us < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "budget_us is %lld; expected 0 (a whole step) or more", (long long)budget_us);
+    if (budget_us > 0)
+        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "budget_us is %lld: a step spread over frames is not available yet; pass 0 (a whole step)", (long long)budget_us);
+    bool idle = false;
+    if (!stage->stepping.compare_exchange_strong(idle, true)) return gpt2__busy(err, "the stage (another thread is stepping it)");
+    const gpt2_result res = gpt2__stage_advance(stage, err);
+    if (n_active) {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        *n_active = stage->members.size();
+    }
+    stage->stepping.store(false);
+    return res;
+}
+
+#endif /* GPT2__PART_STAGE_H */
