@@ -540,6 +540,8 @@ GPT2_API gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
    Each line's tokens and text are those gpt2_generate_text gives its session alone with the same
    params (to the rounding of a batched pass: see gpt2_batch_eval). While a session is on the
    stage every other call on it returns GPT2_ERROR_BUSY and changes nothing.
+   Without a thread to spare (a page without Workers, a game's one script thread), step with a
+   frame budget: gpt2_stage_step(stage, 4000, ...) each frame does at most ~4 ms of the work.
    Threads: gpt2_stage_add and gpt2_stage_cancel may be called from any thread, also from a
    line's on_token; gpt2_stage_step from one thread at a time (a second concurrent call returns
    GPT2_ERROR_BUSY); gpt2_stage_free when no other call on the stage runs. The stage runs its
@@ -575,9 +577,13 @@ GPT2_API gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* session, co
 GPT2_API gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* session, gpt2_error* err);
 /* Takes every line one token further in one pass (a line that has just joined: its prompt) and
    ends the lines that are done (their stop, max_new_tokens, the grammar's sentence, on_token
-   returning nonzero). *n_active (may be NULL) receives the lines still on the stage.
-   budget_us: 0 runs a whole step; a frame budget (> 0: a step spread over calls of at most that
-   many microseconds) is not available yet and returns GPT2_ERROR_UNSUPPORTED; < 0 is refused.
+   returning nonzero). *n_active (may be NULL) receives the lines on the stage after the call.
+   budget_us, a frame budget: 0 runs the whole step on the stage's threads. > 0 runs it on the
+   calling thread alone, a slice at a time, and returns once about budget_us microseconds are
+   spent (a slice past the budget is one row panel of a product or one attention task: well
+   under a millisecond for GPT-2 124M's decode); the next call goes on where it stopped, and a
+   step's tokens reach on_token when it begins. The tokens do not depend on the budget (the
+   same bits as whole steps). On CUDA a budgeted step runs its pass whole. < 0 is refused.
    A line that fails alone (a grammar its vocabulary cannot continue) ends with its session as
    before its add, and the step returns that error (naming the line) after the others moved on;
    a pass that fails (the device) ends every line so. */
@@ -6220,7 +6226,17 @@ struct gpt2__backend {
        the device resources of `runner`. */
     gpt2_result (*sample_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, const float* temperature, const int* top_k, int32_t* tokens,
                                 gpt2_error* err);
+    /* Optional (NULL: a pass always runs whole): with budget_us > 0, runner's next run_batch runs
+       on the calling thread and returns GPT2__PAUSED once about budget_us microseconds are spent,
+       the sessions' logits unchanged; the next run_batch on the same sessions (nothing else run
+       on runner between) goes on where it stopped, with the budget then set (0: on runner's
+       threads, to the end). The results are the same bits as an unpaused pass's. */
+    void (*set_budget)(gpt2_session* runner, int64_t budget_us);
 };
+
+/* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
+   and never returned by the C API. */
+static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
 
 enum { GPT2__MAX_DEVICES = 8 };
 
@@ -6477,6 +6493,47 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
     return res;
 }
 
+/* gpt2__batch_append's three parts, apart for the stage, whose pass may pause (set_budget) and
+   go on at a later call: the tokens appended (`undo` as gpt2__append_begin keeps it, per
+   session), the pass run, and its result on the sessions. */
+static void gpt2__batch_append_begin(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions,
+                                     gpt2__vector<gpt2__append_undo>* undo) {
+    undo->assign(n_sessions, gpt2__append_undo());
+    for (size_t i = 0; i < n_sessions; i++) gpt2__append_begin(sessions[i], ids[i], n[i], runner->abort_fn != nullptr, &(*undo)[i]);
+}
+
+/* The pass: the backend's run_batch, or where it has none, the sessions one after another through
+   run, with runner's abort_fn (an aborted one puts back the logits the runs before replaced). */
+static gpt2_result gpt2__batch_run(gpt2_session* runner, gpt2_session* const* sessions, size_t n_sessions, gpt2_error* err) {
+    if (runner->backend->run_batch) return runner->backend->run_batch(runner, sessions, n_sessions, err);
+    const bool abortable = runner->abort_fn != nullptr;
+    gpt2_result res = GPT2_OK;
+    size_t ran = 0;
+    gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* the logits a finished run replaced */
+    for (; ran < n_sessions && res == GPT2_OK; ran++) {
+        gpt2_session* s = sessions[ran];
+        if (abortable && s->has_logits && ran + 1 < n_sessions) { /* kept only where a later session's abort needs them */
+            const float* logits = s->backend->logits(s);
+            if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
+        }
+        int (*abort_fn)(void*) = s->abort_fn;
+        void* abort_user = s->abort_user;
+        s->abort_fn = runner->abort_fn;
+        s->abort_user = runner->abort_user;
+        res = s->backend->run(s, err);
+        s->abort_fn = abort_fn;
+        s->abort_user = abort_user;
+    }
+    if (res == GPT2_ERROR_ABORTED)
+        for (size_t i = 0; i + 1 < ran; i++)
+            if (!replaced[i].empty()) sessions[i]->backend->load_cache(sessions[i], 0, nullptr, replaced[i].data(), nullptr);
+    return res;
+}
+
+static void gpt2__batch_append_end(gpt2_session* const* sessions, size_t n_sessions, gpt2_result res, gpt2__vector<gpt2__append_undo>* undo) {
+    for (size_t i = 0; i < n_sessions; i++) gpt2__append_end(sessions[i], res, &(*undo)[i]);
+}
+
 /* gpt2__session_append for several sessions at once (gpt2_batch_eval; the caller has checked
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
@@ -6484,35 +6541,10 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    way. An aborted pass leaves every session as it was; a pass that fails otherwise leaves every
    context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
-    const bool abortable = runner->abort_fn != nullptr;
-    gpt2__vector<gpt2__append_undo> undo(n_sessions);
-    for (size_t i = 0; i < n_sessions; i++) gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i]);
-    gpt2_result res = GPT2_OK;
-    size_t ran = 0; /* without run_batch: the sessions run */
-    gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
-    if (runner->backend->run_batch) {
-        res = runner->backend->run_batch(runner, sessions, n_sessions, err);
-    } else {
-        for (; ran < n_sessions && res == GPT2_OK; ran++) {
-            gpt2_session* s = sessions[ran];
-            if (abortable && s->has_logits && ran + 1 < n_sessions) { /* kept only where a later session's abort needs them */
-                const float* logits = s->backend->logits(s);
-                if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
-            }
-            int (*abort_fn)(void*) = s->abort_fn;
-            void* abort_user = s->abort_user;
-            s->abort_fn = runner->abort_fn;
-            s->abort_user = runner->abort_user;
-            res = s->backend->run(s, err);
-            s->abort_fn = abort_fn;
-            s->abort_user = abort_user;
-        }
-    }
-    for (size_t i = 0; i < n_sessions; i++) {
-        gpt2_session* s = sessions[i];
-        if (res == GPT2_ERROR_ABORTED && i + 1 < ran && !replaced[i].empty()) s->backend->load_cache(s, 0, nullptr, replaced[i].data(), nullptr);
-        gpt2__append_end(s, res, &undo[i]);
-    }
+    gpt2__vector<gpt2__append_undo> undo;
+    gpt2__batch_append_begin(runner, sessions, ids, n, n_sessions, &undo);
+    const gpt2_result res = gpt2__batch_run(runner, sessions, n_sessions, err);
+    gpt2__batch_append_end(sessions, n_sessions, res, &undo);
     return res;
 }
 
@@ -9930,6 +9962,24 @@ struct gpt2__pass_plan {
     gpt2__vector<gpt2__matmul_args> parts;     /* the current product's parts (gpt2__matmul) */
 };
 
+/* The executor of a pass: the pass is a sequence of steps (a parallel loop over rows, tasks or
+   tokens, or a short serial piece) that runs either on the runner's threads, or, with a budget
+   (gpt2__cpu_set_budget), a slice at a time on the calling thread, pausing once the budget is
+   spent (gpt2__pass returns GPT2__PAUSED) and resuming where it stopped at the next call. A
+   resumed pass runs its code from the top again: the steps already done are skipped (only their
+   set-up, which writes nothing a step reads, runs again), and the step it paused in goes on at
+   its next slice. Slices are whole shares of the loop (`align`), so every output is computed
+   as one call computes it: the same bits whatever the budget and the thread count. */
+struct gpt2__executor {
+    bool budgeted = false; /* the next passes run on the calling thread until `deadline` */
+    std::chrono::steady_clock::time_point deadline;
+    bool in_flight = false; /* a pass paused: the next resumes it */
+    int step = 0;           /* the steps met so far in this call of the pass */
+    int done = 0;           /* the steps finished, in this call or earlier ones */
+    int64_t done_items = 0; /* of step `done`: the items finished */
+    bool paused = false;    /* this call's budget is spent: the rest of the pass is skipped */
+};
+
 /* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
@@ -9941,9 +9991,46 @@ struct gpt2__cpu_session : gpt2_session {
     float* probs = nullptr;   /* (V) sampling scratch */
     gpt2__activations act;    /* the passes run on this session's threads: its own, and batches it runs */
     gpt2__pass_plan plan;     /* and their plans */
+    gpt2__executor exec;      /* and the steps of the one under way */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
+
+/* A step of the pass begins: false when it is to be skipped (done in an earlier call, or this
+   call has paused). Every step calls it once, then gpt2__step_for or gpt2__step_end. */
+static bool gpt2__step_begin(gpt2__executor* ex) { return !ex->paused && ex->step++ >= ex->done; }
+
+/* The step has finished; with a budget, the pass pauses here when the budget is spent. */
+static void gpt2__step_end(gpt2__executor* ex) {
+    ex->done = ex->step;
+    ex->done_items = 0;
+    if (ex->budgeted && std::chrono::steady_clock::now() >= ex->deadline) ex->paused = true;
+}
+
+/* The step's loop over items [0, n) in chunks of `align` (gpt2__parallel_for's contract), from
+   where an earlier call paused: on the threads, or with a budget a chunk at a time on this
+   thread (as thread 0), pausing between two chunks once the budget is spent. */
+template <class Body>
+static void gpt2__step_for(gpt2__cpu_session* s, int64_t n, int64_t align, const Body& body) {
+    gpt2__executor* ex = &s->exec;
+    const int64_t first = ex->done_items;
+    if (!ex->budgeted) {
+        if (first == 0) gpt2__parallel_for(&s->pool, n, align, body);
+        else gpt2__parallel_for(&s->pool, n - first, align, [&](int64_t begin, int64_t end, int thread) { body(first + begin, first + end, thread); });
+    } else {
+        for (int64_t begin = first; begin < n;) {
+            const int64_t end = std::min(n, begin + align);
+            body(begin, end, 0);
+            begin = end;
+            if (begin < n && std::chrono::steady_clock::now() >= ex->deadline) {
+                ex->done_items = begin;
+                ex->paused = true;
+                return;
+            }
+        }
+    }
+    gpt2__step_end(ex);
+}
 
 /* Decode attention (gpt2__is_decode) takes all heads of a query at once (gpt2__attend_rows_scalar)
    and splits its keys into up to gpt2__max_key_ranges ranges of at least gpt2__min_key_range
@@ -9977,25 +10064,27 @@ static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
 static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
     const int C = s->model->n_embd;
     const float eps = s->model->layer_norm_eps;
+    if (!gpt2__step_begin(&s->exec)) return;
     if (gpt2__is_decode(T)) { /* not worth waking the workers */
         for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        gpt2__step_end(&s->exec);
         return;
     }
-    gpt2__parallel_for(&s->pool, T, 1, [&](int64_t begin, int64_t end, int) {
+    gpt2__step_for(s, T, 1, [&](int64_t begin, int64_t end, int) {
         for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
 
-/* Writes the job's keys and values to the cache and counts its tasks. */
+/* Writes the job's keys and values to the cache. */
 template <class KV>
-static void gpt2__attention_plan(gpt2__attention_job* j) {
-    gpt2__cpu_session* s = j->s;
+static void gpt2__attention_store(const gpt2__attention_job& j) {
+    gpt2__cpu_session* s = j.s;
     const int C = s->model->n_embd;
-    KV* k_cache = (KV*)s->k_cache + (size_t)j->layer * s->n_ctx * C;
-    KV* v_cache = (KV*)s->v_cache + (size_t)j->layer * s->n_ctx * C;
-    for (int t = 0; t < j->T; t++) {
-        const float* row = j->qkv + (size_t)t * 3 * C;
-        const size_t at = (size_t)(j->pos0 + t) * C;
+    KV* k_cache = (KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
+    KV* v_cache = (KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
+    for (int t = 0; t < j.T; t++) {
+        const float* row = j.qkv + (size_t)t * 3 * C;
+        const size_t at = (size_t)(j.pos0 + t) * C;
         if constexpr (sizeof(KV) == 4) {
             std::memcpy(k_cache + at, row + C, (size_t)C * 4);
             std::memcpy(v_cache + at, row + 2 * C, (size_t)C * 4);
@@ -10004,10 +10093,15 @@ static void gpt2__attention_plan(gpt2__attention_job* j) {
             s->kernels->to_f16(v_cache + at, row + 2 * C, (size_t)C);
         }
     }
+}
+
+/* Counts the job's tasks (and, in decode, each query's key ranges); writes nothing a pass reads
+   but the job itself, so a resumed pass may plan a layer again. */
+static void gpt2__attention_plan(gpt2__attention_job* j) {
     if (!gpt2__is_decode(j->T)) {
         /* a task per (head, block of queries), as later queries have more keys; head by head, so
            consecutive tasks read the same head's keys and values, from L2 */
-        j->tasks = (j->T + gpt2__query_block - 1) / gpt2__query_block * s->model->n_head;
+        j->tasks = (j->T + gpt2__query_block - 1) / gpt2__query_block * j->s->model->n_head;
         return;
     }
     j->tasks = 0;
@@ -10043,9 +10137,9 @@ static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* 
     attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
 }
 
-static void gpt2__attention_plan(gpt2__attention_job* j) {
-    if (j->s->kv_f16) gpt2__attention_plan<uint16_t>(j);
-    else gpt2__attention_plan<float>(j);
+static void gpt2__attention_store(const gpt2__attention_job& j) {
+    if (j.s->kv_f16) gpt2__attention_store<uint16_t>(j);
+    else gpt2__attention_store<float>(j);
 }
 
 static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
@@ -10145,6 +10239,7 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
    parallel region for all of it. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__pass_rows& r,
                          bool accumulate = false, bool gelu = false) {
+    if (!gpt2__step_begin(&s->exec)) return;
     const gpt2__kernels* kernels = s->kernels;
     gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
@@ -10178,7 +10273,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     if (first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
-    gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
+    gpt2__step_for(s, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
         for (const gpt2__matmul_args& a : parts) kernels->matmul[a.strategy](a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
@@ -10226,15 +10321,26 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
             if (T > 1) r.several.push_back({rows - T, T});
         }
     r.share_rows = gpt2__share_rows(n);
+    gpt2__executor* ex = &runner->exec;
+    /* a lone session's logits go straight to it unless the pass may pause (a paused pass leaves
+       every session's logits as they were) */
+    const bool direct = n == 1 && !ex->budgeted && !ex->in_flight;
+    if (!ex->in_flight) ex->done = 0, ex->done_items = 0;
+    ex->step = 0;
+    ex->paused = false;
+    ex->in_flight = false; /* until it pauses again */
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
-    for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
-        for (int t = 0; t < it.T; t++) {
-            float* x = w->x + (size_t)(it.row + t) * C;
-            gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
-            gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
-            gpt2__add(x, w->att, (size_t)C);
-        }
+    if (gpt2__step_begin(ex)) {
+        for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
+            for (int t = 0; t < it.T; t++) {
+                float* x = w->x + (size_t)(it.row + t) * C;
+                gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
+                gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
+                gpt2__add(x, w->att, (size_t)C);
+            }
+        gpt2__step_end(ex);
+    }
     gpt2__vector<gpt2__attention_job>& jobs = plan.jobs;
     gpt2__vector<int>& first_task = plan.first_task;
     jobs.resize(items.size());
@@ -10253,14 +10359,22 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
             gpt2__attention_plan(&jobs[i]);
             first_task[i + 1] = first_task[i] + jobs[i].tasks;
         }
-        gpt2__parallel_for(&runner->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
-            size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
-            for (int64_t task = begin; task < end; task++) {
-                while (task >= first_task[i + 1]) i++;
-                gpt2__attention_task(jobs[i], (int)task - first_task[i], w->scores + (size_t)thread * scratch);
-            }
-        });
-        for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
+        if (gpt2__step_begin(ex)) {
+            for (const gpt2__attention_job& j : jobs) gpt2__attention_store(j);
+            gpt2__step_end(ex);
+        }
+        if (gpt2__step_begin(ex))
+            gpt2__step_for(runner, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
+                size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
+                for (int64_t task = begin; task < end; task++) {
+                    while (task >= first_task[i + 1]) i++;
+                    gpt2__attention_task(jobs[i], (int)task - first_task[i], w->scores + (size_t)thread * scratch);
+                }
+            });
+        if (gpt2__step_begin(ex)) {
+            for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
+            gpt2__step_end(ex);
+        }
         gpt2__matmul(runner, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
         /* x = x + mlp(ln_2(x)) */
         gpt2__layer_norm_rows(runner, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
@@ -10268,12 +10382,20 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
         gpt2__matmul(runner, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
     }
     gpt2__layer_norm_rows(runner, w->xn, w->x, m->ln_f_weight, m->ln_f_bias, rows);
-    /* the head over each session's last row, gathered into att; a lone session's logits go
-       straight to it */
-    for (size_t i = 0; i < items.size(); i++) std::memcpy(w->att + i * C, w->xn + (size_t)(items[i].row + items[i].T - 1) * C, (size_t)C * 4);
-    gpt2__head(runner, n == 1 ? items[0].s->logits : w->logits, w->att, (int)items.size());
-    if (n > 1)
+    /* the head over each session's last row, gathered into att */
+    if (gpt2__step_begin(ex)) {
+        for (size_t i = 0; i < items.size(); i++) std::memcpy(w->att + i * C, w->xn + (size_t)(items[i].row + items[i].T - 1) * C, (size_t)C * 4);
+        gpt2__step_end(ex);
+    }
+    gpt2__head(runner, direct ? items[0].s->logits : w->logits, w->att, (int)items.size());
+    if (!direct && gpt2__step_begin(ex)) {
         for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
+        gpt2__step_end(ex);
+    }
+    if (ex->paused) {
+        ex->in_flight = true;
+        return GPT2__PAUSED;
+    }
     return GPT2_OK;
 }
 
@@ -10514,10 +10636,16 @@ static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
 }
 static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->device_weights); }
 
+static void gpt2__cpu_set_budget(gpt2_session* runner, int64_t budget_us) {
+    gpt2__executor* ex = &gpt2__cpu(runner)->exec;
+    ex->budgeted = budget_us > 0;
+    ex->deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
+}
+
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch};
+                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget};
     return &table;
 }
 
@@ -10755,6 +10883,7 @@ struct gpt2__step_work {
     gpt2__vector<int32_t> plain_tokens;
     gpt2__vector<float> temperatures;
     gpt2__vector<int> top_ks;
+    gpt2__vector<gpt2__append_undo> undo; /* the pass's, between its begin and its end */
 };
 
 /* Sessions that sample as nanoGPT does draw together on the runner's threads where the backend
@@ -10795,8 +10924,9 @@ static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lin
    it, and append it to their context (the token that ends a generation joins its context too;
    forced ones after it do not). Afterwards `ends` marks the lines that are done; their
    generators are ended. An error of the pass itself (aborted by runner's abort_fn, the device)
-   is returned, and the sessions are as gpt2__batch_append leaves them. */
-static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
+   is returned, and the sessions are as gpt2__batch_append leaves them. In three parts for the
+   stage, whose pass may pause between its begin and its end (gpt2__batch_run, GPT2__PAUSED). */
+static gpt2_result gpt2__lines_step_begin(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
     size_t n_picking = 0;
     for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty();
     GPT2__TRY(gpt2__lines_pick(runner, lines, n, n_picking, w, err));
@@ -10817,12 +10947,26 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
         w->ids.push_back(ids);
         w->counts.push_back(count);
     }
-    if (!w->batch.empty()) GPT2__TRY(gpt2__batch_append(runner, w->batch.data(), w->ids.data(), w->counts.data(), w->batch.size(), err));
+    gpt2__batch_append_begin(runner, w->batch.data(), w->ids.data(), w->counts.data(), w->batch.size(), &w->undo);
+    return GPT2_OK;
+}
+
+/* The pass's result `res` on the sessions; when it ran, the prompts are in and the lines that
+   ended are ended. */
+static void gpt2__lines_step_end(gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_result res) {
+    gpt2__batch_append_end(w->batch.data(), w->batch.size(), res, &w->undo);
+    if (res != GPT2_OK) return;
     for (size_t i = 0; i < n; i++) {
         lines[i]->prompt.clear();
         if (lines[i]->ends && lines[i]->result == GPT2_OK) gpt2__generator_end(&lines[i]->g);
     }
-    return GPT2_OK;
+}
+
+static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
+    GPT2__TRY(gpt2__lines_step_begin(runner, lines, n, w, err));
+    const gpt2_result res = w->batch.empty() ? GPT2_OK : gpt2__batch_run(runner, w->batch.data(), w->batch.size(), err);
+    gpt2__lines_step_end(lines, n, w, res);
+    return res;
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The
@@ -11483,8 +11627,9 @@ struct gpt2_stage {
     gpt2__vector<gpt2__stage_line*> lines;   /* on the stage: only the stepping thread touches them */
     gpt2__vector<gpt2_session*> members;     /* the sessions of `joining` and `lines`; guarded by `mutex` */
     std::atomic<bool> stepping{false};       /* a step (or a cancel's clean-up) holds the lines */
+    bool in_flight = false;                  /* a budgeted step's pass paused: the lines are in it */
     gpt2__step_work work;
-    gpt2__vector<gpt2__line*> active;
+    gpt2__vector<gpt2__line*> active;        /* the lines of the step under way */
 };
 
 static gpt2_result gpt2__stage_check(const gpt2_stage* stage, gpt2_error* err) {
@@ -11520,12 +11665,11 @@ static void gpt2__stage_gather(gpt2_stage* st) {
     st->lines.resize(kept);
 }
 
-/* One step of the lines on the stage; the caller holds `stepping`. */
-static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
-    GPT2__GUARD_BEGIN
+/* A step begins: the lines that joined come in, those cancelled or whose session's abort_fn asks
+   go, and the others pick and append their tokens (gpt2__lines_step_begin). */
+static gpt2_result gpt2__stage_step_begin(gpt2_stage* st, gpt2_error* err) {
     gpt2__stage_gather(st);
     const std::thread::id stepper = std::this_thread::get_id();
-    st->active.clear();
     for (gpt2__stage_line* l : st->lines) {
         gpt2_session* s = l->line.g.s;
         s->user.store(stepper); /* its callbacks, on this thread, may read their session */
@@ -11535,9 +11679,16 @@ static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
         }
     }
     gpt2__stage_gather(st);
+    st->active.clear();
     for (gpt2__stage_line* l : st->lines) st->active.push_back(&l->line);
-    if (st->active.empty()) return gpt2__ok(err);
-    const gpt2_result pass = gpt2__lines_step(st->runner, st->active.data(), st->active.size(), &st->work, err);
+    if (st->active.empty()) return GPT2_OK;
+    return gpt2__lines_step_begin(st->runner, st->active.data(), st->active.size(), &st->work, err);
+}
+
+/* The step's end: the pass's result `pass` on the sessions, and the lines that ended or failed
+   leave (a failed pass: every line). */
+static gpt2_result gpt2__stage_step_end(gpt2_stage* st, gpt2_result pass, gpt2_error* err) {
+    gpt2__lines_step_end(st->active.data(), st->active.size(), &st->work, pass);
     gpt2_result res = pass;
     std::lock_guard<std::mutex> lock(st->mutex);
     size_t kept = 0;
@@ -11552,6 +11703,26 @@ static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
         else st->lines[kept++] = l;
     }
     st->lines.resize(kept);
+    return res;
+}
+
+/* One step of the lines on the stage, or, with a budget, as much of it as the budget allows
+   (the pass paused in between: in_flight); the caller holds `stepping`. */
+static gpt2_result gpt2__stage_advance(gpt2_stage* st, int64_t budget_us, gpt2_error* err) {
+    GPT2__GUARD_BEGIN
+    gpt2_session* runner = st->runner;
+    gpt2__step_work& w = st->work;
+    if (runner->backend->set_budget) runner->backend->set_budget(runner, budget_us); /* the picks count too */
+    if (!st->in_flight) {
+        const gpt2_result begun = gpt2__stage_step_begin(st, err);
+        if (st->active.empty()) return gpt2__ok(err);
+        if (begun != GPT2_OK) return gpt2__stage_step_end(st, begun, err);
+    }
+    const gpt2_result pass = w.batch.empty() ? GPT2_OK : gpt2__batch_run(runner, w.batch.data(), w.batch.size(), err);
+    if (runner->backend->set_budget) runner->backend->set_budget(runner, 0);
+    st->in_flight = pass == GPT2__PAUSED;
+    if (st->in_flight) return gpt2__ok(err);
+    const gpt2_result res = gpt2__stage_step_end(st, pass, err);
     return res == GPT2_OK ? gpt2__ok(err) : res;
     GPT2__GUARD_END(err)
 }
@@ -11657,8 +11828,8 @@ GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_
     }
     if (!found) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is not on this stage (its line may have ended already)");
     bool idle = false;
-    if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now */
-        gpt2__stage_gather(stage);
+    if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now, unless a paused pass holds it */
+        if (!stage->in_flight) gpt2__stage_gather(stage);
         stage->stepping.store(false);
     }
     return gpt2__ok(err);
@@ -11668,11 +11839,9 @@ GPT2_DEF gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_
     if (n_active) *n_active = 0;
     GPT2__TRY(gpt2__stage_check(stage, err));
     if (budget_us < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "budget_us is %lld; expected 0 (a whole step) or more", (long long)budget_us);
-    if (budget_us > 0)
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "budget_us is %lld: a step spread over frames is not available yet; pass 0 (a whole step)", (long long)budget_us);
     bool idle = false;
     if (!stage->stepping.compare_exchange_strong(idle, true)) return gpt2__busy(err, "the stage (another thread is stepping it)");
-    const gpt2_result res = gpt2__stage_advance(stage, err);
+    const gpt2_result res = gpt2__stage_advance(stage, budget_us, err);
     if (n_active) {
         std::lock_guard<std::mutex> lock(stage->mutex);
         *n_active = stage->members.size();

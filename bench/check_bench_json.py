@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs gpt2-bench on a tiny random model for about a second and checks its --json keys, and
-that a bad option value is refused with a message naming it; then --grammar on a random model of
+that a bad option value is refused with a message naming it; then --grammar and --stage on a random model of
 GPT-2's 124M shape, which carries GPT-2's vocabulary (a few seconds).
 
     python3 bench/check_bench_json.py path/to/gpt2-bench
@@ -16,6 +16,8 @@ KEYS = ["type", "threads", "prompt_tokens", "prefill_tok_s", "decode_ms_per_toke
 GRAMMAR_KEYS = ["grammar_mask_us_p50", "grammar_mask_us_p99", "grammar_mask_us_max", "grammar_compile_ms",
                 "constrained_decode_ms_per_token", "forced_tokens_share", "sampled_decode_ms_per_token",
                 "constrained_overhead_pct", "grammar_mask_steps"]
+STAGE_KEYS = ["stage_tok_s", "stage_ttft_ms_p50", "stage_ttft_ms_p99", "stage_kv_bytes", "stage_rss_bytes",
+              "frame_overrun_us_p99", "frame_overrun_us_max", "budget_tok_s", "budget_vs_whole_tok_s"]
 BATCH_KEYS = ["batch", "decode_tok_s", "decode_ms_per_step", "decode_pct_of_fma_limit", "batch_limit_unit", "batch_limit_gops"]
 
 
@@ -73,6 +75,19 @@ def main():
         sys.exit(f"missing keys {missing} in {run}")
     if run["grammar_mask_steps"] != 8 or run["constrained_decode_ms_per_token"] <= 0:
         sys.exit(f"expected 8 masks (warm-up and one round of 4 tokens) in {run}")
+    print(json.dumps(run))
+    # --stage: a scene of 3 characters on a stage, stepped whole and under a frame budget
+    cmd = [sys.argv[1], "--random", "124M", "--type", "q8_0", "-t", "2", "--stage", "3", "--scene-tokens", "8",
+           "--answer-tokens", "3", "--arrival-ms", "1", "--stage-budget", "2000", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()}")
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    missing = [k for k in STAGE_KEYS if k not in run]
+    if missing:
+        sys.exit(f"missing keys {missing} in {run}")
+    if run["stage_tokens"] != 9 or run["budget_tokens"] != 9 or run["stage_kv_bytes"] <= 0:
+        sys.exit(f"expected 3 answers of 3 tokens, whole and budgeted, in {run}")
     print(json.dumps(run))
     bad = [sys.argv[1], "--random", "124M", "--vocab", os.path.join(os.path.dirname(grammar), "no-such-folder")]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=60)

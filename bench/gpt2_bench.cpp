@@ -25,7 +25,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
@@ -64,6 +66,8 @@ static double peak_rss_mb() {
     return 0.0;
 #endif
 }
+
+#include "bench/stage_scene.h"
 
 // ---- Machine limits -----------------------------------------------------------------------
 
@@ -508,7 +512,17 @@ static void usage() {
         "  --save PATH               instead: write the random model as a GGUF file and exit (with GPT-2's\n"
         "                            vocabulary when it has 50,257 tokens: llama.cpp loads it)\n"
         "  --accuracy N              instead: f16/bf16/q8_0/q4_0 against f32 on the random shape over N\n"
-        "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)");
+        "                            teacher-forced greedy steps (logit difference, agreement, cross-entropy)\n"
+        "  --stage N                 instead: a game's scene on a gpt2_stage (bench/stage_scene.h): N characters\n"
+        "                            forked from one scene (--scene-tokens, default 400), the player's ~20-token\n"
+        "                            lines at Poisson times (--arrival-ms apart on average, default 100; 0: all\n"
+        "                            at once; --seed S), each answered with --answer-tokens (default 40) tokens\n"
+        "                            on -t threads. JSON keys: stage_tok_s, stage_ttft_ms_p50, stage_ttft_ms_p99,\n"
+        "                            stage_kv_bytes, stage_rss_bytes (resident memory the forks and the scene\n"
+        "                            added), stage_steps, stage_calls, stage_tokens, frame_overrun_us_p99/max\n"
+        "  --stage-budget US         with --stage: the same scene stepped whole, then under a frame budget of US\n"
+        "                            microseconds on the calling thread (keys prefixed budget_, and\n"
+        "                            budget_vs_whole_tok_s: the ratio)");
 }
 
 int main(int argc, char** argv) {
@@ -524,6 +538,8 @@ int main(int argc, char** argv) {
     const char* grammar_path = nullptr;
     bool json_schema = false; // grammar_path holds a JSON Schema (--json-schema), not GBNF
     const char* vocab_dir = nullptr;
+    StageScene scene;
+    int64_t stage_budget_us = 0;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -548,12 +564,22 @@ int main(int argc, char** argv) {
         else if (a == "--save" && has_value) save = argv[++i];
         else if ((a == "--grammar" || a == "--json-schema") && has_value) grammar_path = argv[++i], json_schema = a == "--json-schema";
         else if (a == "--vocab" && has_value) vocab_dir = argv[++i];
+        else if (a == "--stage" && has_value) scene.characters = std::atoi(argv[++i]);
+        else if (a == "--stage-budget" && has_value) stage_budget_us = std::atoll(argv[++i]);
+        else if (a == "--scene-tokens" && has_value) scene.scene_tokens = std::atoi(argv[++i]);
+        else if (a == "--answer-tokens" && has_value) scene.answer_tokens = std::atoi(argv[++i]);
+        else if (a == "--arrival-ms" && has_value) scene.arrival_ms = std::atof(argv[++i]);
+        else if (a == "--seed" && has_value) scene.seed = (uint64_t)std::atoll(argv[++i]);
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { std::fprintf(stderr, "gpt2-bench: unknown or incomplete option '%s' (see --help)\n", a.c_str()); return 2; }
     }
     if (!random == !path) { usage(); return 2; }
     if (threads < 1 || threads > 64 || prompt < 1 || gen < 1 || repeat < 1 || bandwidth_mb < 1) { std::fprintf(stderr, "gpt2-bench: threads 1..64; prompt, gen, repeat and bandwidth-mb >= 1\n"); return 2; }
     if (context < prompt) context = prompt;
+    if (scene.characters < 0 || scene.characters > 4096 || scene.scene_tokens < 1 || scene.answer_tokens < 1 || scene.arrival_ms < 0 || stage_budget_us < 0) {
+        std::fprintf(stderr, "gpt2-bench: --stage 0..4096, --scene-tokens and --answer-tokens >= 1, --arrival-ms and --stage-budget >= 0\n");
+        return 2;
+    }
 
     gpt2_error err;
     gpt2_model* model = nullptr;
@@ -588,6 +614,45 @@ int main(int argc, char** argv) {
         return 1;
     }
     const gpt2_model_info info = gpt2_model_get_info(model);
+    if (scene.characters > 0) {
+        if (info.tokenizer == GPT2_TOKENIZER_NONE) { std::fprintf(stderr, "gpt2-bench: --stage: the player's lines are text; the model needs a vocabulary (--random 124M and up have GPT-2's)\n"); return 2; }
+        if (kernels_name && *kernels_name && !(scene.kernels = gpt2__kernels_by_name(kernels_name))) {
+            std::fprintf(stderr, "gpt2-bench: kernels '%s' are not available on this CPU/build\n", kernels_name);
+            return 2;
+        }
+        scene.threads = stage_budget_us > 0 ? 1 : threads; // a frame budget is for a host without a thread to spare
+        scene.kv_f16 = 1;
+        StageResult whole, budgeted;
+        if (!run_stage_scene(model, scene, 0, &whole, &err) || (stage_budget_us > 0 && !run_stage_scene(model, scene, stage_budget_us, &budgeted, &err))) {
+            std::fprintf(stderr, "gpt2-bench: --stage: %s\n", err.message);
+            return 1;
+        }
+        const std::string name = random ? std::string("random-") + random : std::string(path);
+        if (json) {
+            std::printf("{\"model\": \"%s\", \"characters\": %d, \"threads\": %d, \"scene_tokens\": %d, \"answer_tokens\": %d, \"arrival_ms\": %.1f, \"kernels\": \"%s\", ",
+                        name.c_str(), scene.characters, scene.threads, scene.scene_tokens, scene.answer_tokens, scene.arrival_ms,
+                        scene.kernels ? scene.kernels->name : gpt2__cpu_kernels().name);
+            print_stage("stage_", whole, true);
+            if (stage_budget_us > 0) {
+                std::printf(", \"budget_us\": %lld, ", (long long)stage_budget_us);
+                print_stage("budget_", budgeted, true);
+                std::printf(", \"budget_vs_whole_tok_s\": %.3f", budgeted.tok_s / std::max(1e-9, whole.tok_s));
+            }
+            std::printf("}\n");
+        } else {
+            std::printf("%s: %d characters, %d thread(s), a %d-token scene, answers of %d tokens, a line every %.0f ms on average\n", name.c_str(), scene.characters,
+                        scene.threads, scene.scene_tokens, scene.answer_tokens, scene.arrival_ms);
+            print_stage("whole steps: ", whole, false);
+            if (stage_budget_us > 0) {
+                std::printf("budget %lld us: ", (long long)stage_budget_us);
+                print_stage("", budgeted, false);
+                std::printf("tokens/s under the budget: %.2fx the whole steps'\n", budgeted.tok_s / std::max(1e-9, whole.tok_s));
+            }
+        }
+        gpt2_model_free(model);
+        free_pages(buffer);
+        return 0;
+    }
     gpt2_grammar* grammar = nullptr;
     double grammar_first_ms = 0, grammar_compile_ms = 0;
     if (grammar_path) {

@@ -539,6 +539,8 @@ GPT2_API gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
    Each line's tokens and text are those gpt2_generate_text gives its session alone with the same
    params (to the rounding of a batched pass: see gpt2_batch_eval). While a session is on the
    stage every other call on it returns GPT2_ERROR_BUSY and changes nothing.
+   Without a thread to spare (a page without Workers, a game's one script thread), step with a
+   frame budget: gpt2_stage_step(stage, 4000, ...) each frame does at most ~4 ms of the work.
    Threads: gpt2_stage_add and gpt2_stage_cancel may be called from any thread, also from a
    line's on_token; gpt2_stage_step from one thread at a time (a second concurrent call returns
    GPT2_ERROR_BUSY); gpt2_stage_free when no other call on the stage runs. The stage runs its
@@ -574,9 +576,13 @@ GPT2_API gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* session, co
 GPT2_API gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* session, gpt2_error* err);
 /* Takes every line one token further in one pass (a line that has just joined: its prompt) and
    ends the lines that are done (their stop, max_new_tokens, the grammar's sentence, on_token
-   returning nonzero). *n_active (may be NULL) receives the lines still on the stage.
-   budget_us: 0 runs a whole step; a frame budget (> 0: a step spread over calls of at most that
-   many microseconds) is not available yet and returns GPT2_ERROR_UNSUPPORTED; < 0 is refused.
+   returning nonzero). *n_active (may be NULL) receives the lines on the stage after the call.
+   budget_us, a frame budget: 0 runs the whole step on the stage's threads. > 0 runs it on the
+   calling thread alone, a slice at a time, and returns once about budget_us microseconds are
+   spent (a slice past the budget is one row panel of a product or one attention task: well
+   under a millisecond for GPT-2 124M's decode); the next call goes on where it stopped, and a
+   step's tokens reach on_token when it begins. The tokens do not depend on the budget (the
+   same bits as whole steps). On CUDA a budgeted step runs its pass whole. < 0 is refused.
    A line that fails alone (a grammar its vocabulary cannot continue) ends with its session as
    before its add, and the step returns that error (naming the line) after the others moved on;
    a pass that fails (the device) ends every line so. */

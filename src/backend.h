@@ -43,7 +43,17 @@ struct gpt2__backend {
        the device resources of `runner`. */
     gpt2_result (*sample_batch)(gpt2_session* runner, gpt2_session* const* sessions, size_t n, const float* temperature, const int* top_k, int32_t* tokens,
                                 gpt2_error* err);
+    /* Optional (NULL: a pass always runs whole): with budget_us > 0, runner's next run_batch runs
+       on the calling thread and returns GPT2__PAUSED once about budget_us microseconds are spent,
+       the sessions' logits unchanged; the next run_batch on the same sessions (nothing else run
+       on runner between) goes on where it stopped, with the budget then set (0: on runner's
+       threads, to the end). The results are the same bits as an unpaused pass's. */
+    void (*set_budget)(gpt2_session* runner, int64_t budget_us);
 };
+
+/* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
+   and never returned by the C API. */
+static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
 
 enum { GPT2__MAX_DEVICES = 8 };
 

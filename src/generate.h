@@ -236,6 +236,7 @@ struct gpt2__step_work {
     gpt2__vector<int32_t> plain_tokens;
     gpt2__vector<float> temperatures;
     gpt2__vector<int> top_ks;
+    gpt2__vector<gpt2__append_undo> undo; /* the pass's, between its begin and its end */
 };
 
 /* Sessions that sample as nanoGPT does draw together on the runner's threads where the backend
@@ -276,8 +277,9 @@ static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lin
    it, and append it to their context (the token that ends a generation joins its context too;
    forced ones after it do not). Afterwards `ends` marks the lines that are done; their
    generators are ended. An error of the pass itself (aborted by runner's abort_fn, the device)
-   is returned, and the sessions are as gpt2__batch_append leaves them. */
-static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
+   is returned, and the sessions are as gpt2__batch_append leaves them. In three parts for the
+   stage, whose pass may pause between its begin and its end (gpt2__batch_run, GPT2__PAUSED). */
+static gpt2_result gpt2__lines_step_begin(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
     size_t n_picking = 0;
     for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty();
     GPT2__TRY(gpt2__lines_pick(runner, lines, n, n_picking, w, err));
@@ -298,12 +300,26 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
         w->ids.push_back(ids);
         w->counts.push_back(count);
     }
-    if (!w->batch.empty()) GPT2__TRY(gpt2__batch_append(runner, w->batch.data(), w->ids.data(), w->counts.data(), w->batch.size(), err));
+    gpt2__batch_append_begin(runner, w->batch.data(), w->ids.data(), w->counts.data(), w->batch.size(), &w->undo);
+    return GPT2_OK;
+}
+
+/* The pass's result `res` on the sessions; when it ran, the prompts are in and the lines that
+   ended are ended. */
+static void gpt2__lines_step_end(gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_result res) {
+    gpt2__batch_append_end(w->batch.data(), w->batch.size(), res, &w->undo);
+    if (res != GPT2_OK) return;
     for (size_t i = 0; i < n; i++) {
         lines[i]->prompt.clear();
         if (lines[i]->ends && lines[i]->result == GPT2_OK) gpt2__generator_end(&lines[i]->g);
     }
-    return GPT2_OK;
+}
+
+static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
+    GPT2__TRY(gpt2__lines_step_begin(runner, lines, n, w, err));
+    const gpt2_result res = w->batch.empty() ? GPT2_OK : gpt2__batch_run(runner, w->batch.data(), w->batch.size(), err);
+    gpt2__lines_step_end(lines, n, w, res);
+    return res;
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The

@@ -237,6 +237,47 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
     return res;
 }
 
+/* gpt2__batch_append's three parts, apart for the stage, whose pass may pause (set_budget) and
+   go on at a later call: the tokens appended (`undo` as gpt2__append_begin keeps it, per
+   session), the pass run, and its result on the sessions. */
+static void gpt2__batch_append_begin(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions,
+                                     gpt2__vector<gpt2__append_undo>* undo) {
+    undo->assign(n_sessions, gpt2__append_undo());
+    for (size_t i = 0; i < n_sessions; i++) gpt2__append_begin(sessions[i], ids[i], n[i], runner->abort_fn != nullptr, &(*undo)[i]);
+}
+
+/* The pass: the backend's run_batch, or where it has none, the sessions one after another through
+   run, with runner's abort_fn (an aborted one puts back the logits the runs before replaced). */
+static gpt2_result gpt2__batch_run(gpt2_session* runner, gpt2_session* const* sessions, size_t n_sessions, gpt2_error* err) {
+    if (runner->backend->run_batch) return runner->backend->run_batch(runner, sessions, n_sessions, err);
+    const bool abortable = runner->abort_fn != nullptr;
+    gpt2_result res = GPT2_OK;
+    size_t ran = 0;
+    gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* the logits a finished run replaced */
+    for (; ran < n_sessions && res == GPT2_OK; ran++) {
+        gpt2_session* s = sessions[ran];
+        if (abortable && s->has_logits && ran + 1 < n_sessions) { /* kept only where a later session's abort needs them */
+            const float* logits = s->backend->logits(s);
+            if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
+        }
+        int (*abort_fn)(void*) = s->abort_fn;
+        void* abort_user = s->abort_user;
+        s->abort_fn = runner->abort_fn;
+        s->abort_user = runner->abort_user;
+        res = s->backend->run(s, err);
+        s->abort_fn = abort_fn;
+        s->abort_user = abort_user;
+    }
+    if (res == GPT2_ERROR_ABORTED)
+        for (size_t i = 0; i + 1 < ran; i++)
+            if (!replaced[i].empty()) sessions[i]->backend->load_cache(sessions[i], 0, nullptr, replaced[i].data(), nullptr);
+    return res;
+}
+
+static void gpt2__batch_append_end(gpt2_session* const* sessions, size_t n_sessions, gpt2_result res, gpt2__vector<gpt2__append_undo>* undo) {
+    for (size_t i = 0; i < n_sessions; i++) gpt2__append_end(sessions[i], res, &(*undo)[i]);
+}
+
 /* gpt2__session_append for several sessions at once (gpt2_batch_eval; the caller has checked
    the sessions and the tokens): each makes room under its own context policy, then one pass
    through the backend's run_batch on runner's threads, or, where it has none, the sessions one
@@ -244,35 +285,10 @@ static gpt2_result gpt2__in_batch(gpt2_result res, size_t i, gpt2_error* err) {
    way. An aborted pass leaves every session as it was; a pass that fails otherwise leaves every
    context empty. */
 static gpt2_result gpt2__batch_append(gpt2_session* runner, gpt2_session* const* sessions, const int32_t* const* ids, const size_t* n, size_t n_sessions, gpt2_error* err) {
-    const bool abortable = runner->abort_fn != nullptr;
-    gpt2__vector<gpt2__append_undo> undo(n_sessions);
-    for (size_t i = 0; i < n_sessions; i++) gpt2__append_begin(sessions[i], ids[i], n[i], abortable, &undo[i]);
-    gpt2_result res = GPT2_OK;
-    size_t ran = 0; /* without run_batch: the sessions run */
-    gpt2__vector<gpt2__vector<float>> replaced(n_sessions); /* without run_batch: the logits a finished run replaced */
-    if (runner->backend->run_batch) {
-        res = runner->backend->run_batch(runner, sessions, n_sessions, err);
-    } else {
-        for (; ran < n_sessions && res == GPT2_OK; ran++) {
-            gpt2_session* s = sessions[ran];
-            if (abortable && s->has_logits && ran + 1 < n_sessions) { /* kept only where a later session's abort needs them */
-                const float* logits = s->backend->logits(s);
-                if (logits) replaced[ran].assign(logits, logits + s->model->n_vocab);
-            }
-            int (*abort_fn)(void*) = s->abort_fn;
-            void* abort_user = s->abort_user;
-            s->abort_fn = runner->abort_fn;
-            s->abort_user = runner->abort_user;
-            res = s->backend->run(s, err);
-            s->abort_fn = abort_fn;
-            s->abort_user = abort_user;
-        }
-    }
-    for (size_t i = 0; i < n_sessions; i++) {
-        gpt2_session* s = sessions[i];
-        if (res == GPT2_ERROR_ABORTED && i + 1 < ran && !replaced[i].empty()) s->backend->load_cache(s, 0, nullptr, replaced[i].data(), nullptr);
-        gpt2__append_end(s, res, &undo[i]);
-    }
+    gpt2__vector<gpt2__append_undo> undo;
+    gpt2__batch_append_begin(runner, sessions, ids, n, n_sessions, &undo);
+    const gpt2_result res = gpt2__batch_run(runner, sessions, n_sessions, err);
+    gpt2__batch_append_end(sessions, n_sessions, res, &undo);
     return res;
 }
 

@@ -24,8 +24,9 @@ struct gpt2_stage {
     gpt2__vector<gpt2__stage_line*> lines;   /* on the stage: only the stepping thread touches them */
     gpt2__vector<gpt2_session*> members;     /* the sessions of `joining` and `lines`; guarded by `mutex` */
     std::atomic<bool> stepping{false};       /* a step (or a cancel's clean-up) holds the lines */
+    bool in_flight = false;                  /* a budgeted step's pass paused: the lines are in it */
     gpt2__step_work work;
-    gpt2__vector<gpt2__line*> active;
+    gpt2__vector<gpt2__line*> active;        /* the lines of the step under way */
 };
 
 static gpt2_result gpt2__stage_check(const gpt2_stage* stage, gpt2_error* err) {
@@ -61,12 +62,11 @@ static void gpt2__stage_gather(gpt2_stage* st) {
     st->lines.resize(kept);
 }
 
-/* One step of the lines on the stage; the caller holds `stepping`. */
-static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
-    GPT2__GUARD_BEGIN
+/* A step begins: the lines that joined come in, those cancelled or whose session's abort_fn asks
+   go, and the others pick and append their tokens (gpt2__lines_step_begin). */
+static gpt2_result gpt2__stage_step_begin(gpt2_stage* st, gpt2_error* err) {
     gpt2__stage_gather(st);
     const std::thread::id stepper = std::this_thread::get_id();
-    st->active.clear();
     for (gpt2__stage_line* l : st->lines) {
         gpt2_session* s = l->line.g.s;
         s->user.store(stepper); /* its callbacks, on this thread, may read their session */
@@ -76,9 +76,16 @@ static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
         }
     }
     gpt2__stage_gather(st);
+    st->active.clear();
     for (gpt2__stage_line* l : st->lines) st->active.push_back(&l->line);
-    if (st->active.empty()) return gpt2__ok(err);
-    const gpt2_result pass = gpt2__lines_step(st->runner, st->active.data(), st->active.size(), &st->work, err);
+    if (st->active.empty()) return GPT2_OK;
+    return gpt2__lines_step_begin(st->runner, st->active.data(), st->active.size(), &st->work, err);
+}
+
+/* The step's end: the pass's result `pass` on the sessions, and the lines that ended or failed
+   leave (a failed pass: every line). */
+static gpt2_result gpt2__stage_step_end(gpt2_stage* st, gpt2_result pass, gpt2_error* err) {
+    gpt2__lines_step_end(st->active.data(), st->active.size(), &st->work, pass);
     gpt2_result res = pass;
     std::lock_guard<std::mutex> lock(st->mutex);
     size_t kept = 0;
@@ -93,6 +100,26 @@ static gpt2_result gpt2__stage_advance(gpt2_stage* st, gpt2_error* err) {
         else st->lines[kept++] = l;
     }
     st->lines.resize(kept);
+    return res;
+}
+
+/* One step of the lines on the stage, or, with a budget, as much of it as the budget allows
+   (the pass paused in between: in_flight); the caller holds `stepping`. */
+static gpt2_result gpt2__stage_advance(gpt2_stage* st, int64_t budget_us, gpt2_error* err) {
+    GPT2__GUARD_BEGIN
+    gpt2_session* runner = st->runner;
+    gpt2__step_work& w = st->work;
+    if (runner->backend->set_budget) runner->backend->set_budget(runner, budget_us); /* the picks count too */
+    if (!st->in_flight) {
+        const gpt2_result begun = gpt2__stage_step_begin(st, err);
+        if (st->active.empty()) return gpt2__ok(err);
+        if (begun != GPT2_OK) return gpt2__stage_step_end(st, begun, err);
+    }
+    const gpt2_result pass = w.batch.empty() ? GPT2_OK : gpt2__batch_run(runner, w.batch.data(), w.batch.size(), err);
+    if (runner->backend->set_budget) runner->backend->set_budget(runner, 0);
+    st->in_flight = pass == GPT2__PAUSED;
+    if (st->in_flight) return gpt2__ok(err);
+    const gpt2_result res = gpt2__stage_step_end(st, pass, err);
     return res == GPT2_OK ? gpt2__ok(err) : res;
     GPT2__GUARD_END(err)
 }
@@ -198,8 +225,8 @@ GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_
     }
     if (!found) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is not on this stage (its line may have ended already)");
     bool idle = false;
-    if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now */
-        gpt2__stage_gather(stage);
+    if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now, unless a paused pass holds it */
+        if (!stage->in_flight) gpt2__stage_gather(stage);
         stage->stepping.store(false);
     }
     return gpt2__ok(err);
@@ -209,11 +236,9 @@ GPT2_DEF gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_
     if (n_active) *n_active = 0;
     GPT2__TRY(gpt2__stage_check(stage, err));
     if (budget_us < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "budget_us is %lld; expected 0 (a whole step) or more", (long long)budget_us);
-    if (budget_us > 0)
-        return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "budget_us is %lld: a step spread over frames is not available yet; pass 0 (a whole step)", (long long)budget_us);
     bool idle = false;
     if (!stage->stepping.compare_exchange_strong(idle, true)) return gpt2__busy(err, "the stage (another thread is stepping it)");
-    const gpt2_result res = gpt2__stage_advance(stage, err);
+    const gpt2_result res = gpt2__stage_advance(stage, budget_us, err);
     if (n_active) {
         std::lock_guard<std::mutex> lock(stage->mutex);
         *n_active = stage->members.size();

@@ -131,10 +131,16 @@ static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
 }
 static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->device_weights); }
 
+static void gpt2__cpu_set_budget(gpt2_session* runner, int64_t budget_us) {
+    gpt2__executor* ex = &gpt2__cpu(runner)->exec;
+    ex->budgeted = budget_us > 0;
+    ex->deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
+}
+
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch};
+                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget};
     return &table;
 }
 

@@ -65,6 +65,24 @@ struct gpt2__pass_plan {
     gpt2__vector<gpt2__matmul_args> parts;     /* the current product's parts (gpt2__matmul) */
 };
 
+/* The executor of a pass: the pass is a sequence of steps (a parallel loop over rows, tasks or
+   tokens, or a short serial piece) that runs either on the runner's threads, or, with a budget
+   (gpt2__cpu_set_budget), a slice at a time on the calling thread, pausing once the budget is
+   spent (gpt2__pass returns GPT2__PAUSED) and resuming where it stopped at the next call. A
+   resumed pass runs its code from the top again: the steps already done are skipped (only their
+   set-up, which writes nothing a step reads, runs again), and the step it paused in goes on at
+   its next slice. Slices are whole shares of the loop (`align`), so every output is computed
+   as one call computes it: the same bits whatever the budget and the thread count. */
+struct gpt2__executor {
+    bool budgeted = false; /* the next passes run on the calling thread until `deadline` */
+    std::chrono::steady_clock::time_point deadline;
+    bool in_flight = false; /* a pass paused: the next resumes it */
+    int step = 0;           /* the steps met so far in this call of the pass */
+    int done = 0;           /* the steps finished, in this call or earlier ones */
+    int64_t done_items = 0; /* of step `done`: the items finished */
+    bool paused = false;    /* this call's budget is spent: the rest of the pass is skipped */
+};
+
 /* A CPU session: the shared part, plus the KV cache, the activations of a pass and the threads. */
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
@@ -76,9 +94,46 @@ struct gpt2__cpu_session : gpt2_session {
     float* probs = nullptr;   /* (V) sampling scratch */
     gpt2__activations act;    /* the passes run on this session's threads: its own, and batches it runs */
     gpt2__pass_plan plan;     /* and their plans */
+    gpt2__executor exec;      /* and the steps of the one under way */
 };
 
 static gpt2__cpu_session* gpt2__cpu(gpt2_session* s) { return static_cast<gpt2__cpu_session*>(s); }
+
+/* A step of the pass begins: false when it is to be skipped (done in an earlier call, or this
+   call has paused). Every step calls it once, then gpt2__step_for or gpt2__step_end. */
+static bool gpt2__step_begin(gpt2__executor* ex) { return !ex->paused && ex->step++ >= ex->done; }
+
+/* The step has finished; with a budget, the pass pauses here when the budget is spent. */
+static void gpt2__step_end(gpt2__executor* ex) {
+    ex->done = ex->step;
+    ex->done_items = 0;
+    if (ex->budgeted && std::chrono::steady_clock::now() >= ex->deadline) ex->paused = true;
+}
+
+/* The step's loop over items [0, n) in chunks of `align` (gpt2__parallel_for's contract), from
+   where an earlier call paused: on the threads, or with a budget a chunk at a time on this
+   thread (as thread 0), pausing between two chunks once the budget is spent. */
+template <class Body>
+static void gpt2__step_for(gpt2__cpu_session* s, int64_t n, int64_t align, const Body& body) {
+    gpt2__executor* ex = &s->exec;
+    const int64_t first = ex->done_items;
+    if (!ex->budgeted) {
+        if (first == 0) gpt2__parallel_for(&s->pool, n, align, body);
+        else gpt2__parallel_for(&s->pool, n - first, align, [&](int64_t begin, int64_t end, int thread) { body(first + begin, first + end, thread); });
+    } else {
+        for (int64_t begin = first; begin < n;) {
+            const int64_t end = std::min(n, begin + align);
+            body(begin, end, 0);
+            begin = end;
+            if (begin < n && std::chrono::steady_clock::now() >= ex->deadline) {
+                ex->done_items = begin;
+                ex->paused = true;
+                return;
+            }
+        }
+    }
+    gpt2__step_end(ex);
+}
 
 /* Decode attention (gpt2__is_decode) takes all heads of a query at once (gpt2__attend_rows_scalar)
    and splits its keys into up to gpt2__max_key_ranges ranges of at least gpt2__min_key_range
@@ -112,25 +167,27 @@ static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
 static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float* x, const float* weight, const float* bias, int T) {
     const int C = s->model->n_embd;
     const float eps = s->model->layer_norm_eps;
+    if (!gpt2__step_begin(&s->exec)) return;
     if (gpt2__is_decode(T)) { /* not worth waking the workers */
         for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        gpt2__step_end(&s->exec);
         return;
     }
-    gpt2__parallel_for(&s->pool, T, 1, [&](int64_t begin, int64_t end, int) {
+    gpt2__step_for(s, T, 1, [&](int64_t begin, int64_t end, int) {
         for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
 
-/* Writes the job's keys and values to the cache and counts its tasks. */
+/* Writes the job's keys and values to the cache. */
 template <class KV>
-static void gpt2__attention_plan(gpt2__attention_job* j) {
-    gpt2__cpu_session* s = j->s;
+static void gpt2__attention_store(const gpt2__attention_job& j) {
+    gpt2__cpu_session* s = j.s;
     const int C = s->model->n_embd;
-    KV* k_cache = (KV*)s->k_cache + (size_t)j->layer * s->n_ctx * C;
-    KV* v_cache = (KV*)s->v_cache + (size_t)j->layer * s->n_ctx * C;
-    for (int t = 0; t < j->T; t++) {
-        const float* row = j->qkv + (size_t)t * 3 * C;
-        const size_t at = (size_t)(j->pos0 + t) * C;
+    KV* k_cache = (KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
+    KV* v_cache = (KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
+    for (int t = 0; t < j.T; t++) {
+        const float* row = j.qkv + (size_t)t * 3 * C;
+        const size_t at = (size_t)(j.pos0 + t) * C;
         if constexpr (sizeof(KV) == 4) {
             std::memcpy(k_cache + at, row + C, (size_t)C * 4);
             std::memcpy(v_cache + at, row + 2 * C, (size_t)C * 4);
@@ -139,10 +196,15 @@ static void gpt2__attention_plan(gpt2__attention_job* j) {
             s->kernels->to_f16(v_cache + at, row + 2 * C, (size_t)C);
         }
     }
+}
+
+/* Counts the job's tasks (and, in decode, each query's key ranges); writes nothing a pass reads
+   but the job itself, so a resumed pass may plan a layer again. */
+static void gpt2__attention_plan(gpt2__attention_job* j) {
     if (!gpt2__is_decode(j->T)) {
         /* a task per (head, block of queries), as later queries have more keys; head by head, so
            consecutive tasks read the same head's keys and values, from L2 */
-        j->tasks = (j->T + gpt2__query_block - 1) / gpt2__query_block * s->model->n_head;
+        j->tasks = (j->T + gpt2__query_block - 1) / gpt2__query_block * j->s->model->n_head;
         return;
     }
     j->tasks = 0;
@@ -178,9 +240,9 @@ static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* 
     attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
 }
 
-static void gpt2__attention_plan(gpt2__attention_job* j) {
-    if (j->s->kv_f16) gpt2__attention_plan<uint16_t>(j);
-    else gpt2__attention_plan<float>(j);
+static void gpt2__attention_store(const gpt2__attention_job& j) {
+    if (j.s->kv_f16) gpt2__attention_store<uint16_t>(j);
+    else gpt2__attention_store<float>(j);
 }
 
 static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
@@ -280,6 +342,7 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
    parallel region for all of it. */
 static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const gpt2__weight& W, const float* bias, const gpt2__pass_rows& r,
                          bool accumulate = false, bool gelu = false) {
+    if (!gpt2__step_begin(&s->exec)) return;
     const gpt2__kernels* kernels = s->kernels;
     gpt2__activations* w = &s->act;
     const int n_streamed = gpt2__int8_weights(W.type) ? r.n_one : r.n_one + r.n_few;
@@ -313,7 +376,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
     if (first_packed < r.n_rows) kernels->quantize_q8_packed(w->xq_packed + first_packed * ldx, x + (size_t)first_packed * W.cols, r.n_rows - first_packed, W.cols);
     const size_t panel = gpt2__panel_floats(std::max(s->model->n_embd, s->model->n_ff));
     const bool gelu_tanh = s->model->gelu_tanh;
-    gpt2__parallel_for(&s->pool, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
+    gpt2__step_for(s, W.rows, r.share_rows, [&](int64_t begin, int64_t end, int thread) {
         for (const gpt2__matmul_args& a : parts) kernels->matmul[a.strategy](a, begin, end, s->panel + (size_t)thread * panel);
         if (gelu)
             for (int t = 0; t < r.n_rows; t++) kernels->gelu(y + (size_t)t * W.rows + begin, (size_t)(end - begin), gelu_tanh);
@@ -361,15 +424,26 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
             if (T > 1) r.several.push_back({rows - T, T});
         }
     r.share_rows = gpt2__share_rows(n);
+    gpt2__executor* ex = &runner->exec;
+    /* a lone session's logits go straight to it unless the pass may pause (a paused pass leaves
+       every session's logits as they were) */
+    const bool direct = n == 1 && !ex->budgeted && !ex->in_flight;
+    if (!ex->in_flight) ex->done = 0, ex->done_items = 0;
+    ex->step = 0;
+    ex->paused = false;
+    ex->in_flight = false; /* until it pauses again */
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
     gpt2__activations* w = &runner->act;
-    for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
-        for (int t = 0; t < it.T; t++) {
-            float* x = w->x + (size_t)(it.row + t) * C;
-            gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
-            gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
-            gpt2__add(x, w->att, (size_t)C);
-        }
+    if (gpt2__step_begin(ex)) {
+        for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
+            for (int t = 0; t < it.T; t++) {
+                float* x = w->x + (size_t)(it.row + t) * C;
+                gpt2__dequantize_row(m->wte.type, m->wte.data + (size_t)it.s->tokens[(size_t)(it.pos0 + t)] * m->wte.row_bytes, x, C);
+                gpt2__dequantize_row(m->wpe.type, m->wpe.data + (size_t)(it.pos0 + t) * m->wpe.row_bytes, w->att, C);
+                gpt2__add(x, w->att, (size_t)C);
+            }
+        gpt2__step_end(ex);
+    }
     gpt2__vector<gpt2__attention_job>& jobs = plan.jobs;
     gpt2__vector<int>& first_task = plan.first_task;
     jobs.resize(items.size());
@@ -388,14 +462,22 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
             gpt2__attention_plan(&jobs[i]);
             first_task[i + 1] = first_task[i] + jobs[i].tasks;
         }
-        gpt2__parallel_for(&runner->pool, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
-            size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
-            for (int64_t task = begin; task < end; task++) {
-                while (task >= first_task[i + 1]) i++;
-                gpt2__attention_task(jobs[i], (int)task - first_task[i], w->scores + (size_t)thread * scratch);
-            }
-        });
-        for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
+        if (gpt2__step_begin(ex)) {
+            for (const gpt2__attention_job& j : jobs) gpt2__attention_store(j);
+            gpt2__step_end(ex);
+        }
+        if (gpt2__step_begin(ex))
+            gpt2__step_for(runner, first_task.back(), 1, [&](int64_t begin, int64_t end, int thread) {
+                size_t i = (size_t)(std::upper_bound(first_task.begin(), first_task.end(), (int)begin) - first_task.begin()) - 1;
+                for (int64_t task = begin; task < end; task++) {
+                    while (task >= first_task[i + 1]) i++;
+                    gpt2__attention_task(jobs[i], (int)task - first_task[i], w->scores + (size_t)thread * scratch);
+                }
+            });
+        if (gpt2__step_begin(ex)) {
+            for (const gpt2__attention_job& j : jobs) gpt2__attention_merge(j);
+            gpt2__step_end(ex);
+        }
         gpt2__matmul(runner, w->x, w->att, L.c_proj, L.c_proj_bias, r, true);
         /* x = x + mlp(ln_2(x)) */
         gpt2__layer_norm_rows(runner, w->xn, w->x, L.ln_2_weight, L.ln_2_bias, rows);
@@ -403,12 +485,20 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
         gpt2__matmul(runner, w->x, w->fc, L.mlp_proj, L.mlp_proj_bias, r, true);
     }
     gpt2__layer_norm_rows(runner, w->xn, w->x, m->ln_f_weight, m->ln_f_bias, rows);
-    /* the head over each session's last row, gathered into att; a lone session's logits go
-       straight to it */
-    for (size_t i = 0; i < items.size(); i++) std::memcpy(w->att + i * C, w->xn + (size_t)(items[i].row + items[i].T - 1) * C, (size_t)C * 4);
-    gpt2__head(runner, n == 1 ? items[0].s->logits : w->logits, w->att, (int)items.size());
-    if (n > 1)
+    /* the head over each session's last row, gathered into att */
+    if (gpt2__step_begin(ex)) {
+        for (size_t i = 0; i < items.size(); i++) std::memcpy(w->att + i * C, w->xn + (size_t)(items[i].row + items[i].T - 1) * C, (size_t)C * 4);
+        gpt2__step_end(ex);
+    }
+    gpt2__head(runner, direct ? items[0].s->logits : w->logits, w->att, (int)items.size());
+    if (!direct && gpt2__step_begin(ex)) {
         for (size_t i = 0; i < items.size(); i++) std::memcpy(items[i].s->logits, w->logits + i * V, (size_t)V * 4);
+        gpt2__step_end(ex);
+    }
+    if (ex->paused) {
+        ex->in_flight = true;
+        return GPT2__PAUSED;
+    }
     return GPT2_OK;
 }
 
