@@ -1728,7 +1728,8 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
 #else
                                                  nullptr,
 #endif
-                                                 nullptr}; /* sample_batch: each session samples on the GPU in turn */
+                                                 nullptr,  /* sample_batch: each session samples on the GPU in turn */
+                                                 nullptr}; /* set_budget: a GPU's pass runs whole (the host only waits on it) */
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 /* ---- src/cuda/end.cuh ---- */
