@@ -17,6 +17,7 @@ const GPT2_SETTINGS = {
   choose: {id: 'options'},  // with run=1: score these options (| between them) instead of generating
   model: {},  // the URL of another GGUF file
   run: {},    // 1: start at once
+  thread: {}, // page: generate on the page's own thread, a frame budget at a time (no Worker)
 };
 const GPT2_INT_MAX = 2147483647; // the C API's int (top_k, max_new_tokens); a seed up to 2^53, JavaScript's exact integers
 
@@ -25,6 +26,7 @@ const GPT2_INT_MAX = 2147483647; // the C API's int (top_k, max_new_tokens); a s
 function gpt2CheckSetting(key, text) {
   const s = GPT2_SETTINGS[key];
   if (key === 'run') return text === '1' || text === '0' ? '' : 'run=1 starts at once, run=0 waits';
+  if (key === 'thread') return text === 'page' || text === 'worker' ? '' : "thread=page writes on the page's own thread, thread=worker (the default) in a Web Worker";
   if (!s || s.min === undefined) return '';
   const max = key === 'seed' ? Number.MAX_SAFE_INTEGER : GPT2_INT_MAX;
   const v = String(text).trim() === '' ? NaN : Number(text);

@@ -1,7 +1,8 @@
 // gpt2_web.cpp - the C API made callable from JavaScript (built by examples/web/build.sh with
-// Emscripten). One model and one session per module instance; the page's Web Worker and the Node
-// driver (examples/web/node_generate.js) are its two users. Each generated token's text goes to
-// the JavaScript function Module.onToken(id, text) as soon as it is sampled.
+// Emscripten). One model and one session per module instance; the page (in its Web Worker, or on
+// its own thread a frame budget at a time: web_stage_start) and the Node driver
+// (examples/web/node_generate.js) are its users. Each generated token's text goes to the
+// JavaScript function Module.onToken(id, text) as soon as it is sampled.
 #define GPT2_IMPLEMENTATION
 #include "gpt2.h"
 #include "examples/cli.h"
@@ -26,6 +27,8 @@ EM_JS(void, web_emit_option, (int index, const char* text, double logprob), {
 
 static gpt2_model* web_model;
 static gpt2_session* web_session;
+static gpt2_stage* web_stage;          // the page-thread mode's: web_session's line, stepped under a frame budget
+static gpt2_grammar* web_line_grammar; // the grammar of the line on the stage, freed when it ends
 static void* web_model_bytes; // gpt2_model_load_memory reads the weights in place: kept while the model lives
 static gpt2_error web_error;
 
@@ -37,6 +40,34 @@ static int web_on_token(void*, int32_t id, const char* text, size_t len) {
 static int web_no_model() {
     gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "no model loaded: call web_load_model first");
     return GPT2_ERROR_INVALID_ARGUMENT;
+}
+
+// Ends the line on the stage, if any (its session as before it), and frees its grammar.
+static void web_stage_end() {
+    if (web_stage) gpt2_stage_cancel(web_stage, web_session, nullptr); // not on it: nothing to do
+    gpt2_grammar_free(web_line_grammar);
+    web_line_grammar = nullptr;
+}
+
+// web_generate's parameters, checked, with the grammar made for them (*made; the caller frees it).
+static gpt2_result web_params(int n_tokens, float temperature, int top_k, double seed, const char* grammar, const char* json_schema,
+                              gpt2_generate_params* p, gpt2_grammar** made) {
+    *made = nullptr;
+    const bool has_grammar = grammar && *grammar, has_schema = json_schema && *json_schema;
+    if (has_grammar && has_schema) return gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "give a grammar or a JSON Schema, not both");
+    *p = gpt2_generate_default_params();
+    p->max_new_tokens = n_tokens;
+    p->temperature = temperature;
+    p->top_k = top_k;
+    p->seed = (uint64_t)seed;
+    p->on_token = web_on_token;
+    if (has_grammar || has_schema) {
+        const gpt2_result r = has_grammar ? gpt2_grammar_from_gbnf(web_model, grammar, nullptr, made, &web_error)
+                                          : gpt2_grammar_from_json_schema(web_model, json_schema, std::strlen(json_schema), nullptr, made, &web_error);
+        if (r != GPT2_OK) return r;
+        p->grammar = *made;
+    }
+    return GPT2_OK;
 }
 
 extern "C" {
@@ -51,6 +82,9 @@ EMSCRIPTEN_KEEPALIVE const char* web_kernels(void) { return gpt2__cpu_kernels().
 // Takes ownership of `bytes` (a GGUF file, allocated with malloc by the caller) and loads the
 // model from it with one session, replacing any loaded before. Returns a gpt2_result.
 EMSCRIPTEN_KEEPALIVE int web_load_model(void* bytes, size_t size) {
+    web_stage_end();
+    gpt2_stage_free(web_stage);
+    web_stage = nullptr;
     gpt2_session_free(web_session);
     gpt2_model_free(web_model);
     std::free(web_model_bytes);
@@ -76,29 +110,53 @@ EMSCRIPTEN_KEEPALIVE int web_load_model(void* bytes, size_t size) {
 EMSCRIPTEN_KEEPALIVE int web_generate(const char* prompt, int n_tokens, float temperature, int top_k, double seed,
                                       const char* grammar, const char* json_schema) {
     if (!web_session) return web_no_model();
-    const bool has_grammar = grammar && *grammar, has_schema = json_schema && *json_schema;
-    if (has_grammar && has_schema) {
-        gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "give a grammar or a JSON Schema, not both");
-        return GPT2_ERROR_INVALID_ARGUMENT;
-    }
+    web_stage_end();
     gpt2_session_reset(web_session);
-    gpt2_generate_params p = gpt2_generate_default_params();
-    p.max_new_tokens = n_tokens;
-    p.temperature = temperature;
-    p.top_k = top_k;
-    p.seed = (uint64_t)seed;
-    p.on_token = web_on_token;
-    gpt2_grammar* made = nullptr;
-    if (has_grammar || has_schema) {
-        const gpt2_result r = has_grammar ? gpt2_grammar_from_gbnf(web_model, grammar, nullptr, &made, &web_error)
-                                          : gpt2_grammar_from_json_schema(web_model, json_schema, std::strlen(json_schema), nullptr, &made, &web_error);
-        if (r != GPT2_OK) return r;
-        p.grammar = made;
-    }
-    const gpt2_result r = gpt2_generate_text(web_session, prompt, &p, &web_error);
+    gpt2_generate_params p;
+    gpt2_grammar* made;
+    gpt2_result r = web_params(n_tokens, temperature, top_k, seed, grammar, json_schema, &p, &made);
+    if (r == GPT2_OK) r = gpt2_generate_text(web_session, prompt, &p, &web_error);
     gpt2_grammar_free(made);
     return r;
 }
+
+// web_generate for a page without a Worker: starts the same generation on a stage and returns at
+// once; the page then calls web_stage_step once a frame until it returns 0. The same tokens as
+// web_generate's. Returns a gpt2_result.
+EMSCRIPTEN_KEEPALIVE int web_stage_start(const char* prompt, int n_tokens, float temperature, int top_k, double seed,
+                                         const char* grammar, const char* json_schema) {
+    if (!web_session) return web_no_model();
+    web_stage_end();
+    gpt2_session_reset(web_session);
+    gpt2_stage_params sp = gpt2_stage_default_params();
+    sp.n_threads = 1; // the page's own thread: WebAssembly here has no others
+    gpt2_generate_params p;
+    gpt2_result r = web_stage ? GPT2_OK : gpt2_stage_create(web_model, &sp, &web_stage, &web_error);
+    if (r == GPT2_OK) r = web_params(n_tokens, temperature, top_k, seed, grammar, json_schema, &p, &web_line_grammar);
+    if (r == GPT2_OK) r = gpt2_stage_add(web_stage, web_session, prompt, &p, &web_error);
+    if (r != GPT2_OK) web_stage_end();
+    return r;
+}
+
+// Runs at most about budget_us microseconds of the line's generation (tokens reach
+// Module.onToken), then returns: 1 while the line goes on, 0 once it has ended, -1 on failure
+// (web_last_error() says why).
+EMSCRIPTEN_KEEPALIVE int web_stage_step(double budget_us) {
+    if (!web_stage) {
+        gpt2__fail(&web_error, GPT2_ERROR_INVALID_ARGUMENT, "no generation started: call web_stage_start first");
+        return -1;
+    }
+    size_t n_active = 0;
+    if (gpt2_stage_step(web_stage, (int64_t)budget_us, &n_active, &web_error) != GPT2_OK) {
+        web_stage_end();
+        return -1;
+    }
+    if (n_active == 0) web_stage_end();
+    return n_active > 0;
+}
+
+// Stops the line on the stage (the page's Stop button): the conversation as before it started.
+EMSCRIPTEN_KEEPALIVE void web_stage_stop(void) { web_stage_end(); }
 
 // Forgets the conversation, reads `prompt`, and scores each of `options` (split at '|' by the
 // CLI's cli_split_options) as its continuation (gpt2_choose): Module.onOption(index, text, logprob)

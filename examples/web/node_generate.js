@@ -5,6 +5,8 @@
 //   node examples/web/node_generate.js MODEL.gguf PROMPT N TEMPERATURE TOP_K SEED [--grammar GBNF | --json-schema SCHEMA]
 //   node examples/web/node_generate.js MODEL.gguf PROMPT --choose "A|B|C"
 // GPT2_WEB_MODULE=PATH loads another build of the module (build.sh's GPT2_WASM_OUT).
+// GPT2_WEB_BUDGET_US=N generates as the page does without a Worker (?thread=page): on a stage,
+// web_stage_step(N) at a time, and adds the number of calls, "steps".
 const fs = require('fs');
 const path = require('path');
 // Emscripten 3.1.6's loader fetches the .wasm by its file path when Node has fetch (Node 18+),
@@ -44,8 +46,17 @@ createGpt2().then((gpt2) => {
     let text = '';
     gpt2.onToken = (id, piece) => { ids.push(id); text += piece; };
     const start = process.hrtime.bigint();
-    if (gpt2.ccall('web_generate', 'number', ['string', 'number', 'number', 'number', 'number', 'string', 'string'],
-                  [prompt, +n, +temperature, +topK, +seed, grammar, jsonSchema]) !== 0) fail('generate');
+    const budget = process.env.GPT2_WEB_BUDGET_US;
+    const values = [prompt, +n, +temperature, +topK, +seed, grammar, jsonSchema];
+    const types = ['string', 'number', 'number', 'number', 'number', 'string', 'string'];
+    let steps = 0, running = 1;
+    if (!budget) {
+        if (gpt2.ccall('web_generate', 'number', types, values) !== 0) fail('generate');
+    } else {
+        if (gpt2.ccall('web_stage_start', 'number', types, values) !== 0) fail('generate');
+        for (; running > 0; steps++) running = gpt2._web_stage_step(+budget);
+        if (running < 0) fail('generate');
+    }
     const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-    console.log(JSON.stringify({kernels, ids, text, tokens: ids.length, seconds}));
+    console.log(JSON.stringify({kernels, ids, text, tokens: ids.length, seconds, ...(budget ? {steps} : {})}));
 });

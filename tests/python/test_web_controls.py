@@ -30,17 +30,19 @@ class WebSettings(unittest.TestCase):
     def test_the_documented_addresses_have_no_problems(self):
         for query in ["prompt=JULIET:&temp=0.8&topk=200&seed=7&n=200&run=1",  # README, web_test.sh
                       "prompt=ROMEO:&temp=0&topk=0&seed=0&n=1&run=0&model=x.gguf&grammar=root%20::=%20%22a%22",
-                      "prompt=ROMEO:&choose=%20I%20will|%20Thou%20art&run=1&schema=%7B%22type%22:%22object%22%7D"]:
+                      "prompt=ROMEO:&choose=%20I%20will|%20Thou%20art&run=1&schema=%7B%22type%22:%22object%22%7D",
+                      "prompt=ROMEO:&seed=7&n=200&run=1&thread=page"]:
             with self.subTest(query=query):
                 self.assertEqual(self.call("gpt2CheckQuery", query), [])
 
     def test_each_bad_value_and_unknown_key_is_named(self):
-        self.assertEqual(self.call("gpt2CheckQuery", "temperature=0.5&topk=1.5&seed=x&n=0&run=yes&temp=nan&n=3000000000"), [
-            "'temperature' is not a setting (prompt, temp, topk, seed, n, grammar, schema, choose, model, run)",
+        self.assertEqual(self.call("gpt2CheckQuery", "temperature=0.5&topk=1.5&seed=x&n=0&run=yes&thread=main&temp=nan&n=3000000000"), [
+            "'temperature' is not a setting (prompt, temp, topk, seed, n, grammar, schema, choose, model, run, thread)",
             "topk=1.5: top-k must be an integer from 0 to 2147483647 (0 = all tokens)",
             "seed=x: seed must be an integer from 0 to 9007199254740991",
             "n=0: tokens must be an integer from 1 to 2147483647",
             "run=yes: run=1 starts at once, run=0 waits",
+            "thread=main: thread=page writes on the page's own thread, thread=worker (the default) in a Web Worker",
             "temp=nan: temperature must be a number >= 0 (0 = always the most likely token)",
             "n=3000000000: tokens must be an integer from 1 to 2147483647",
         ])
