@@ -1,60 +1,95 @@
 #!/usr/bin/env bash
-# Builds everything and runs all tests (CTest: doctest cases, converter tests, tool checks),
-# the Windows (Wine) and aarch64 (qemu) cross builds' tests (tools/cross_test.sh), the doctest
-# suite built with -march=native, then the reliability checks (docs/RELIABILITY.md): the tests
-# under ASan+UBSan, TSan and valgrind (tools/sanitize.sh), and short fuzzing runs of the loader,
-# the tokenizer and the converter. GPT2_TEST_FAST=1 skips the cross builds and the reliability checks; GPT2_FUZZ_SECONDS (default 30)
-# sets how long each fuzzer runs.
+# Runs gpt2.h's tests.
+#
+#   bash tools/test.sh          the library, the tools, the examples, the shared library and the C#
+#                               binding, built and tested on this host (CTest: the doctest cases,
+#                               the Python tests of the tools and examples, C and C# over the
+#                               shared library). The command a contributor runs.
+#   bash tools/test.sh --full   also the WebAssembly build under Node and Chromium, the Windows
+#                               (Wine) and aarch64 (qemu) cross builds, the CUDA dry run, the
+#                               doctest suite built with -march=native, then ASan+UBSan, TSan,
+#                               valgrind and short fuzzing (docs/RELIABILITY.md). What CI runs.
+#
+# Each stage prints its name when it starts and its time when it ends; the last line says which
+# stages passed. GPT2_FUZZ_SECONDS (default 30) sets how long each fuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fast="${GPT2_TEST_FAST:-0}"
-# mono-mcs (with the Mono runtime it depends on) compiles and runs the C# binding's tests.
-if [ "$fast" = 1 ]; then bash tools/install_deps.sh mono-mcs; else bash tools/install_deps.sh mono-mcs clang libclang-rt-dev valgrind; fi
-# The shared library and its tests (tests/shared/: C programs and the C# binding) ride along.
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DGPT2_BUILD_SHARED=ON >/dev/null
-cmake --build build-test -j"$(nproc)"
-ctest --test-dir build-test --output-on-failure -j"$(nproc)"
+full=0
+case "${1:-}" in
+    --full) full=1 ;;
+    "") ;;
+    *) echo "usage: bash tools/test.sh [--full]" >&2; exit 2 ;;
+esac
 
-# ---- WebAssembly (examples/web/): the Emscripten build of the library (SIMD128 kernels) and of the
-# doctest suite, the suite under Node, and the web page in headless Chromium, each generating the
-# native program's tokens for the same seed (tools/web_test.sh; about 4 min on 2 cores) ----
-bash tools/install_deps.sh emscripten chromium
-GPT2_NATIVE_CLI=build-test/examples/gpt2 bash tools/web_test.sh
+passed=()
+started=$SECONDS
+stage() { # stage NAME COMMAND...: runs COMMAND, timed; a failure ends the script naming the stage
+    local name="$1" begin=$SECONDS
+    shift
+    echo "==== test.sh: $name ..."
+    if ! "$@"; then
+        echo "==== test.sh: $name FAILED after $((SECONDS - begin)) s (passed before it: ${passed[*]:-none})"
+        exit 1
+    fi
+    echo "==== test.sh: $name passed in $((SECONDS - begin)) s"
+    passed+=("$name ($((SECONDS - begin)) s)")
+}
 
-# ---- Windows and ARM (tools/cross_test.sh): MinGW-w64 builds run under Wine and aarch64 builds
-# under qemu-user must pass the doctest suite (qemu: its instruction-set-dependent part) and print
-# the native build's token ids with every kernel set, NEON included. 17 min on 2 cores in CI's run
-# of 2026-12-03, 12 of them building (README, Platforms, has each part's time). ----
-if [ "$fast" != 1 ]; then
-    bash tools/install_deps.sh g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user
-    GPT2_NATIVE_BUILD=build-test bash tools/cross_test.sh
-fi
+host_tests() {
+    # The shared library and its tests (tests/shared/: C programs and the C# binding) ride along.
+    cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DGPT2_BUILD_SHARED=ON >/dev/null
+    cmake --build build-test -j"$(nproc)"
+    ctest --test-dir build-test --output-on-failure -j"$(nproc)"
+}
 
-# ---- the CUDA path, wherever nvcc is: the device run's every step up to the first GPU call
-# (tests/cuda/device_run.sh --dry-run builds the benchmark and the CUDA tests for sm_90 and makes
-# their models), then the CUDA tests, which skip their GPU cases without a GPU; the header for
-# every target GPU is compiled by the CTest case cuda_header_compiles ----
-if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+cuda_dry_run() {
+    # The device run's every step up to the first GPU call (tests/cuda/device_run.sh --dry-run builds
+    # the benchmark and the CUDA tests for sm_90 and makes their models), then the CUDA tests, which
+    # skip their GPU cases without a GPU.
     OUT=build-device/out bash tests/cuda/device_run.sh --dry-run
     GPT2_SC_GGUF="$PWD/build-device/models/shakespeare_char.gguf" ./build-device/tests/cuda/gpt2-cuda-tests
-fi
+}
 
-# ---- the doctest suite built as an embedder may build the header, with -march=native: AVX-512 and
-# FMA contraction in all the code, and GCC's tuning for this CPU in the kernels (docs/PERFORMANCE.md,
-# What runs); about 75 s on 2 cores ----
-if [ "$fast" != 1 ]; then
+native_suite() {
+    # The doctest suite built as an embedder may build the header, with -march=native: AVX-512 and
+    # FMA contraction in all the code, and GCC's tuning for this CPU in the kernels
+    # (docs/PERFORMANCE.md, What runs).
     cmake -S . -B build-native -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=native -DCMAKE_C_FLAGS=-march=native >/dev/null
     cmake --build build-native -j"$(nproc)" --target gpt2-tests
     mkdir -p build-native/tests/generated
     python3 tests/make_test_models.py build-native/tests/generated >/dev/null
     build-native/tests/gpt2-tests
-fi
+}
 
-# ---- reliability: sanitizers and fuzzing ----
-if [ "$fast" != 1 ]; then
-    bash tools/sanitize.sh asan tsan valgrind
+fuzzing() {
     bash tests/fuzz/run_fuzz.sh "${GPT2_FUZZ_SECONDS:-30}"
     # A fixed seed and count: CI tries the same mutated checkpoints every run (random seeds are for
     # longer runs by hand, docs/RELIABILITY.md).
     python3 tests/fuzz/fuzz_convert.py --seed "${GPT2_FUZZ_SEED:-1}" --iterations 300 --seconds 300
+}
+
+# mono-mcs (with the Mono runtime it depends on) compiles and runs the C# binding's tests.
+if [ "$full" = 1 ]; then
+    stage "install packages" bash tools/install_deps.sh mono-mcs clang libclang-rt-dev valgrind emscripten chromium \
+        g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user
+else
+    stage "install packages" bash tools/install_deps.sh mono-mcs
 fi
+stage "build and CTest" host_tests
+if [ "$full" = 1 ]; then
+    # The Emscripten build of the library (SIMD128 kernels) and of the doctest suite, the suite
+    # under Node, and the web page in headless Chromium, each generating the native program's
+    # tokens for the same seed.
+    stage "WebAssembly (tools/web_test.sh)" env GPT2_NATIVE_CLI=build-test/examples/gpt2 bash tools/web_test.sh
+    # MinGW-w64 builds run under Wine and aarch64 builds under qemu-user must pass the doctest suite
+    # (qemu: its instruction-set-dependent part) and print the native build's token ids with every
+    # kernel set, NEON included.
+    stage "Windows and aarch64 (tools/cross_test.sh)" env GPT2_NATIVE_BUILD=build-test bash tools/cross_test.sh
+    if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+        stage "CUDA dry run" cuda_dry_run
+    fi
+    stage "doctest suite with -march=native" native_suite
+    stage "sanitizers (tools/sanitize.sh)" bash tools/sanitize.sh asan tsan valgrind
+    stage "fuzzing" fuzzing
+fi
+echo "==== test.sh$([ "$full" = 1 ] && echo " --full"): every stage passed in $(((SECONDS - started) / 60)) min $(((SECONDS - started) % 60)) s: ${passed[*]}"
