@@ -199,24 +199,102 @@ namespace Gpt2
         }
     }
 
+    // A native object's pointer and the calls that hold it, so that Dispose on one thread (Unity's
+    // OnDestroy, a scene change) never frees what a call on another thread (a GenerateAsync's task)
+    // still uses: Dispose marks the object, and whoever lets go of it last frees it, Dispose itself
+    // when no call holds it, otherwise the last call to end. A model is held by its sessions and
+    // grammars, a grammar by the calls that generate with it, a session by its own calls.
+    sealed class NativeLease
+    {
+        readonly object gate = new object();
+        readonly string owner;
+        readonly Action<IntPtr> free;
+        IntPtr handle;
+        int holders;
+        bool disposed;
+
+        public NativeLease(string owner, Action<IntPtr> free)
+        {
+            this.owner = owner;
+            this.free = free;
+        }
+
+        // The native object, once made.
+        public void Set(IntPtr made) { handle = made; }
+
+        public bool IsDisposed { get { lock (gate) return disposed; } }
+
+        // The pointer without holding it (for Handle): valid only while nothing disposes the object.
+        public IntPtr Peek()
+        {
+            lock (gate)
+            {
+                if (disposed) throw new ObjectDisposedException(owner);
+                return handle;
+            }
+        }
+
+        // The pointer, held until Exit; ObjectDisposedException once the object is disposed.
+        public IntPtr Enter()
+        {
+            lock (gate)
+            {
+                if (disposed) throw new ObjectDisposedException(owner);
+                holders++;
+                return handle;
+            }
+        }
+
+        public void Exit()
+        {
+            IntPtr last = IntPtr.Zero;
+            lock (gate)
+            {
+                holders--;
+                if (disposed && holders == 0) last = TakeHandle();
+            }
+            if (last != IntPtr.Zero) free(last);
+        }
+
+        // True when this call disposed it (a second Dispose does nothing).
+        public bool Dispose()
+        {
+            IntPtr last;
+            lock (gate)
+            {
+                if (disposed) return false;
+                disposed = true;
+                if (holders > 0) return true;
+                last = TakeHandle();
+            }
+            if (last != IntPtr.Zero) free(last);
+            return true;
+        }
+
+        IntPtr TakeHandle()
+        {
+            IntPtr taken = handle;
+            handle = IntPtr.Zero;
+            return taken;
+        }
+    }
+
     /// <summary>Weights and vocabulary, immutable: share one between sessions and threads.</summary>
     public sealed class Gpt2Model : IDisposable
     {
         static readonly Gpt2Native.gpt2_log_fn LogThunk = OnLog;
         static readonly IntPtr LogThunkPointer = Marshal.GetFunctionPointerForDelegate(LogThunk);
 
-        IntPtr handle;
         GCHandle logHandle;
         IntPtr buffer; // a byte[] model's copy, 64-byte aligned (the library then uses it in place): freed with the model
-        // The native model outlives this object's Dispose while sessions use it (Unity does not
-        // order OnDestroy): it is freed with the last of them.
-        readonly object gate = new object();
-        int liveSessions;
-        bool disposed;
+        // The native model outlives this object's Dispose while sessions and grammars use it (Unity
+        // does not order OnDestroy): it is freed with the last of them.
+        readonly NativeLease lease;
 
         /// <summary>Loads a GGUF file. log (may be null) receives the library's messages, on the loading thread.</summary>
         public Gpt2Model(string path, Action<Gpt2LogLevel, string> log = null, bool noMmap = false)
         {
+            lease = new NativeLease("Gpt2Model", FreeNative);
             if (path == null) throw new ArgumentNullException("path");
             Load(log, (ref Gpt2Native.gpt2_model_params p, out IntPtr model, out Gpt2Native.gpt2_error err) => {
                 p.no_mmap = noMmap ? 1 : 0;
@@ -229,6 +307,7 @@ namespace Gpt2
         /// memory the model keeps; the array may be dropped or reused afterwards.</summary>
         public Gpt2Model(byte[] gguf, Action<Gpt2LogLevel, string> log = null)
         {
+            lease = new NativeLease("Gpt2Model", FreeNative);
             if (gguf == null) throw new ArgumentNullException("gguf");
             Load(log, (ref Gpt2Native.gpt2_model_params p, out IntPtr model, out Gpt2Native.gpt2_error err) => {
                 buffer = Marshal.AllocHGlobal(gguf.Length + 63);
@@ -251,7 +330,9 @@ namespace Gpt2
                 p.log_user = GCHandle.ToIntPtr(logHandle);
             }
             Gpt2Native.gpt2_error err;
+            IntPtr handle;
             gpt2_result result = load(ref p, out handle, out err);
+            lease.Set(handle);
             if (result != gpt2_result.GPT2_OK)
             {
                 if (logHandle.IsAllocated) logHandle.Free();
@@ -261,86 +342,92 @@ namespace Gpt2
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
-        public IntPtr Handle
-        {
-            get
-            {
-                if (disposed) throw new ObjectDisposedException("Gpt2Model");
-                return handle;
-            }
-        }
+        /// <summary>The native gpt2_model*, for calls of your own into Gpt2Native; not held: valid
+        /// while this model is not disposed. ObjectDisposedException once it is.</summary>
+        public IntPtr Handle { get { return lease.Peek(); } }
 
-        // A session's or a grammar's hold on the native model: taken when it is made, released when it is disposed.
-        internal IntPtr Acquire()
-        {
-            lock (gate)
-            {
-                if (disposed) throw new ObjectDisposedException("Gpt2Model");
-                liveSessions++;
-                return handle;
-            }
-        }
+        // A session's or a grammar's hold on the native model (taken when it is made, released when
+        // it is freed), or one call's.
+        internal IntPtr Acquire() { return lease.Enter(); }
 
-        internal void Release()
-        {
-            lock (gate)
-            {
-                liveSessions--;
-                if (disposed && liveSessions == 0) FreeNative();
-            }
-        }
+        internal void Release() { lease.Exit(); }
 
-        void FreeNative()
+        void FreeNative(IntPtr handle)
         {
             Gpt2Native.gpt2_model_free(handle);
-            handle = IntPtr.Zero;
             if (logHandle.IsAllocated) logHandle.Free();
             if (buffer != IntPtr.Zero) Marshal.FreeHGlobal(buffer);
             buffer = IntPtr.Zero;
         }
 
-        public Gpt2Native.gpt2_model_info Info { get { return Gpt2Native.gpt2_model_get_info(Handle); } }
+        public Gpt2Native.gpt2_model_info Info
+        {
+            get
+            {
+                IntPtr model = Acquire();
+                try
+                {
+                    return Gpt2Native.gpt2_model_get_info(model);
+                }
+                finally
+                {
+                    Release();
+                }
+            }
+        }
         public string Name { get { return Gpt2Native.FromUtf8z(Info.name); } }
 
+        /// <summary>The token ids of text in the model's vocabulary (gpt2_tokenize).</summary>
         public int[] Tokenize(string text, bool allowSpecial = false)
         {
+            if (text == null) throw new ArgumentNullException("text");
             byte[] bytes = Encoding.UTF8.GetBytes(text);
-            Gpt2Native.gpt2_error err;
-            UIntPtr needed;
-            gpt2_result result = Gpt2Native.gpt2_tokenize(Handle, bytes, (UIntPtr)bytes.Length, allowSpecial ? 1 : 0,
-                                                          null, UIntPtr.Zero, out needed, out err);
-            Gpt2Exception.ThrowIfFailed(result, ref err);
-            int[] tokens = new int[(int)needed];
-            result = Gpt2Native.gpt2_tokenize(Handle, bytes, (UIntPtr)bytes.Length, allowSpecial ? 1 : 0,
-                                              tokens, (UIntPtr)tokens.Length, out needed, out err);
-            Gpt2Exception.ThrowIfFailed(result, ref err);
-            return tokens;
+            IntPtr model = Acquire();
+            try
+            {
+                Gpt2Native.gpt2_error err;
+                UIntPtr needed;
+                gpt2_result result = Gpt2Native.gpt2_tokenize(model, bytes, (UIntPtr)bytes.Length, allowSpecial ? 1 : 0,
+                                                              null, UIntPtr.Zero, out needed, out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                int[] tokens = new int[(int)needed];
+                result = Gpt2Native.gpt2_tokenize(model, bytes, (UIntPtr)bytes.Length, allowSpecial ? 1 : 0,
+                                                  tokens, (UIntPtr)tokens.Length, out needed, out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                return tokens;
+            }
+            finally
+            {
+                Release();
+            }
         }
 
+        /// <summary>The text of token ids (gpt2_detokenize).</summary>
         public string Detokenize(int[] tokens)
         {
-            Gpt2Native.gpt2_error err;
-            UIntPtr needed;
-            gpt2_result result = Gpt2Native.gpt2_detokenize(Handle, tokens, (UIntPtr)tokens.Length, null, UIntPtr.Zero, out needed, out err);
-            Gpt2Exception.ThrowIfFailed(result, ref err);
-            byte[] text = new byte[(int)needed];
-            result = Gpt2Native.gpt2_detokenize(Handle, tokens, (UIntPtr)tokens.Length, text, (UIntPtr)text.Length, out needed, out err);
-            Gpt2Exception.ThrowIfFailed(result, ref err);
-            return Encoding.UTF8.GetString(text);
+            if (tokens == null) throw new ArgumentNullException("tokens");
+            IntPtr model = Acquire();
+            try
+            {
+                Gpt2Native.gpt2_error err;
+                UIntPtr needed;
+                gpt2_result result = Gpt2Native.gpt2_detokenize(model, tokens, (UIntPtr)tokens.Length, null, UIntPtr.Zero, out needed, out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                byte[] text = new byte[(int)needed];
+                result = Gpt2Native.gpt2_detokenize(model, tokens, (UIntPtr)tokens.Length, text, (UIntPtr)text.Length, out needed, out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                return Encoding.UTF8.GetString(text);
+            }
+            finally
+            {
+                Release();
+            }
         }
 
         /// <summary>Frees the model, or, while sessions of it live, lets the last of them free it: they
         /// keep working, and this object's own members throw ObjectDisposedException from now on.
         /// No finalizer: a forgotten model leaks rather than being freed under a session.</summary>
-        public void Dispose()
-        {
-            lock (gate)
-            {
-                if (disposed) return;
-                disposed = true;
-                if (liveSessions == 0) FreeNative();
-            }
-        }
+        public void Dispose() { lease.Dispose(); }
 
         [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_log_fn))]
         static void OnLog(IntPtr user, gpt2_log_level level, IntPtr message)
@@ -408,16 +495,19 @@ namespace Gpt2
     /// <summary>A grammar in llama.cpp's GBNF (docs/GRAMMARS.md), or made from a JSON Schema
     /// (FromJsonSchema), for one model's vocabulary: set it as Gpt2GenerateOptions.Grammar and the
     /// generated text follows it. Immutable: share it between sessions and threads. It keeps its
-    /// model's native memory alive until it is disposed.</summary>
+    /// model's native memory alive until it is freed, and a call generating with it (one of
+    /// GenerateAsync's tasks too, from the moment it is asked) keeps the grammar alive: Dispose
+    /// during such a call frees it when the call ends.</summary>
     public sealed class Gpt2Grammar : IDisposable
     {
-        IntPtr handle;
         readonly Gpt2Model model;
+        readonly NativeLease lease;
 
         Gpt2Grammar(Gpt2Model model, IntPtr handle)
         {
             this.model = model;
-            this.handle = handle;
+            lease = new NativeLease("Gpt2Grammar", FreeNative);
+            lease.Set(handle);
         }
 
         /// <summary>The grammar of the JSON values a JSON Schema accepts (docs/GRAMMARS.md lists the
@@ -449,20 +539,29 @@ namespace Gpt2
             if (gbnf == null) throw new ArgumentNullException("gbnf");
             IntPtr modelHandle = model.Acquire();
             Gpt2Native.gpt2_error err;
+            IntPtr handle;
             gpt2_result result = Gpt2Native.gpt2_grammar_from_gbnf(modelHandle, Gpt2Native.Utf8z(gbnf), root == null ? null : Gpt2Native.Utf8z(root),
                                                                    out handle, out err);
             if (result != gpt2_result.GPT2_OK) model.Release();
             Gpt2Exception.ThrowIfFailed(result, ref err);
             this.model = model;
+            lease = new NativeLease("Gpt2Grammar", FreeNative);
+            lease.Set(handle);
         }
 
-        public IntPtr Handle
+        /// <summary>The native gpt2_grammar*, for calls of your own into Gpt2Native; not held: valid
+        /// while this grammar is not disposed. ObjectDisposedException once it is.</summary>
+        public IntPtr Handle { get { return lease.Peek(); } }
+
+        // A call's hold on the native grammar, released with Release when the call ends.
+        internal IntPtr Acquire() { return lease.Enter(); }
+
+        internal void Release() { lease.Exit(); }
+
+        void FreeNative(IntPtr handle)
         {
-            get
-            {
-                if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Grammar");
-                return handle;
-            }
+            Gpt2Native.gpt2_grammar_free(handle);
+            model.Release();
         }
 
         /// <summary>Whether text is a whole sentence of the grammar, the beginning of one, or neither.</summary>
@@ -471,18 +570,23 @@ namespace Gpt2
             byte[] bytes = Encoding.UTF8.GetBytes(text ?? "");
             Gpt2Native.gpt2_error err;
             gpt2_match match;
-            gpt2_result result = Gpt2Native.gpt2_grammar_match(Handle, bytes, (UIntPtr)bytes.Length, out match, out err);
+            gpt2_result result;
+            IntPtr grammar = Acquire();
+            try
+            {
+                result = Gpt2Native.gpt2_grammar_match(grammar, bytes, (UIntPtr)bytes.Length, out match, out err);
+            }
+            finally
+            {
+                Release();
+            }
             Gpt2Exception.ThrowIfFailed(result, ref err);
             return (Gpt2Match)match;
         }
 
-        public void Dispose()
-        {
-            if (handle == IntPtr.Zero) return;
-            Gpt2Native.gpt2_grammar_free(handle);
-            handle = IntPtr.Zero;
-            model.Release();
-        }
+        /// <summary>Frees the grammar, or, while calls generate with it, lets the last of them free it.
+        /// Its members throw ObjectDisposedException from now on.</summary>
+        public void Dispose() { lease.Dispose(); }
     }
 
     /// <summary>What Gpt2Session.Choose found: the most likely option's index and text, and every
@@ -618,8 +722,8 @@ namespace Gpt2
         // thread, so a token reaches its own call only, never another thread's call on the same session.
         [ThreadStatic] static CancellationToken callCancellation;
 
-        IntPtr handle;
-        readonly Gpt2Model model; // its native model lives until this session is disposed
+        readonly NativeLease lease; // held by each call; Dispose during one frees the session when it ends
+        readonly Gpt2Model model; // its native model lives until this session is freed
         readonly int nVocab;
         readonly AbortState abort = new AbortState();
         GCHandle abortHandle; // abort_user: the library polls OnAbort with it for the session's life
@@ -637,13 +741,16 @@ namespace Gpt2
             if (model == null) throw new ArgumentNullException("model");
             if (p.abort_fn != IntPtr.Zero) throw new ArgumentException("set Gpt2Session.ShouldAbort instead of abort_fn");
             this.model = model;
+            lease = new NativeLease("Gpt2Session", FreeNative);
             IntPtr modelHandle = model.Acquire();
             nVocab = Gpt2Native.gpt2_model_get_info(modelHandle).n_vocab;
             abortHandle = GCHandle.Alloc(abort);
             p.abort_fn = AbortThunkPointer;
             p.abort_user = GCHandle.ToIntPtr(abortHandle);
             Gpt2Native.gpt2_error err;
+            IntPtr handle;
             gpt2_result result = Gpt2Native.gpt2_session_create(modelHandle, ref p, out handle, out err);
+            lease.Set(handle);
             if (result != gpt2_result.GPT2_OK)
             {
                 abortHandle.Free();
@@ -664,54 +771,74 @@ namespace Gpt2
             set { abort.ShouldAbort = value; }
         }
 
-        public IntPtr Handle
-        {
-            get
-            {
-                if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Session");
-                return handle;
-            }
-        }
+        /// <summary>The native gpt2_session*, for calls of your own into Gpt2Native; not held: valid
+        /// while this session is not disposed. ObjectDisposedException once it is.</summary>
+        public IntPtr Handle { get { return lease.Peek(); } }
 
         public Gpt2Model Model { get { return model; } }
+
+        // Runs call with the native session held, so that a Dispose meanwhile frees it only after.
+        T Held<T>(Func<IntPtr, T> call)
+        {
+            IntPtr session = lease.Enter();
+            try
+            {
+                return call(session);
+            }
+            finally
+            {
+                lease.Exit();
+            }
+        }
 
         /// <summary>The ids in context, oldest first.</summary>
         public int[] Tokens
         {
             get
             {
-                int n = (int)Gpt2Native.gpt2_session_n_tokens(Handle);
-                int[] tokens = new int[n];
-                if (n > 0) Marshal.Copy(Gpt2Native.gpt2_session_tokens(Handle), tokens, 0, n);
-                return tokens;
+                return Held(session => {
+                    int n = (int)Gpt2Native.gpt2_session_n_tokens(session);
+                    int[] tokens = new int[n];
+                    if (n > 0) Marshal.Copy(Gpt2Native.gpt2_session_tokens(session), tokens, 0, n);
+                    return tokens;
+                });
             }
         }
 
-        public void Reset() { Gpt2Native.gpt2_session_reset(Handle); }
+        /// <summary>Forgets the context (gpt2_session_reset).</summary>
+        public void Reset() { Held(session => { Gpt2Native.gpt2_session_reset(session); return 0; }); }
 
+        /// <summary>Keeps the first nTokens of the context (gpt2_session_truncate).</summary>
         public void Truncate(int nTokens)
         {
-            Gpt2Native.gpt2_error err;
-            gpt2_result result = Gpt2Native.gpt2_session_truncate(Handle, (UIntPtr)nTokens, out err);
+            if (nTokens < 0) throw new ArgumentOutOfRangeException("nTokens", "a token count cannot be negative");
+            var err = default(Gpt2Native.gpt2_error);
+            gpt2_result result = Held(session => Gpt2Native.gpt2_session_truncate(session, (UIntPtr)nTokens, out err));
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
+        /// <summary>The conversation as bytes for a save game (gpt2_session_save).</summary>
         public byte[] SaveState()
         {
-            Gpt2Native.gpt2_error err;
-            UIntPtr needed;
-            gpt2_result result = Gpt2Native.gpt2_session_save(Handle, null, UIntPtr.Zero, out needed, out err);
-            Gpt2Exception.ThrowIfFailed(result, ref err);
-            byte[] state = new byte[(int)needed];
-            result = Gpt2Native.gpt2_session_save(Handle, state, (UIntPtr)state.Length, out needed, out err);
-            Gpt2Exception.ThrowIfFailed(result, ref err);
-            return state;
+            return Held(session => {
+                Gpt2Native.gpt2_error err;
+                UIntPtr needed;
+                gpt2_result result = Gpt2Native.gpt2_session_save(session, null, UIntPtr.Zero, out needed, out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                byte[] state = new byte[(int)needed];
+                result = Gpt2Native.gpt2_session_save(session, state, (UIntPtr)state.Length, out needed, out err);
+                Gpt2Exception.ThrowIfFailed(result, ref err);
+                return state;
+            });
         }
 
+        /// <summary>Continues a conversation SaveState saved (gpt2_session_load); a damaged or foreign
+        /// state throws and leaves the session as it was.</summary>
         public void LoadState(byte[] state)
         {
-            Gpt2Native.gpt2_error err;
-            gpt2_result result = Gpt2Native.gpt2_session_load(Handle, state, (UIntPtr)state.Length, out err);
+            if (state == null) throw new ArgumentNullException("state");
+            var err = default(Gpt2Native.gpt2_error);
+            gpt2_result result = Held(session => Gpt2Native.gpt2_session_load(session, state, (UIntPtr)state.Length, out err));
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
@@ -722,23 +849,32 @@ namespace Gpt2
         public void Eval(int[] tokens, CancellationToken cancellationToken = default(CancellationToken))
         {
             if (tokens == null) throw new ArgumentNullException("tokens");
-            IntPtr session = Handle;
             cancellationToken.ThrowIfCancellationRequested();
             Gpt2Native.gpt2_error err;
             gpt2_result result;
             CancellationToken outer = callCancellation;
             callCancellation = cancellationToken;
+            IntPtr session = lease.Enter();
             try
             {
                 result = Gpt2Native.gpt2_session_eval(session, tokens, (UIntPtr)tokens.Length, out err);
             }
             finally
             {
+                lease.Exit();
                 callCancellation = outer;
             }
             abort.RethrowFailure();
+            ThrowIfDisposedDuring(result);
             ThrowIfCancelled(result, cancellationToken);
             Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        // A call that Dispose stopped (its abort poll said so) throws ObjectDisposedException.
+        void ThrowIfDisposedDuring(gpt2_result result)
+        {
+            if (result == gpt2_result.GPT2_ERROR_ABORTED && abort.Disposed)
+                throw new ObjectDisposedException("Gpt2Session", "the session was disposed during the call, which stopped there");
         }
 
         static void ThrowIfCancelled(gpt2_result result, CancellationToken cancellationToken)
@@ -754,12 +890,12 @@ namespace Gpt2
         public Gpt2Choice Choose(params string[] options)
         {
             if (options == null) throw new ArgumentNullException("options");
-            IntPtr session = Handle;
             var pointers = new IntPtr[options.Length];
             var logprobs = new float[options.Length];
             UIntPtr best;
             Gpt2Native.gpt2_error err;
             gpt2_result result;
+            IntPtr session = lease.Enter();
             try
             {
                 for (int i = 0; i < options.Length; i++)
@@ -773,10 +909,12 @@ namespace Gpt2
             }
             finally
             {
+                lease.Exit();
                 foreach (IntPtr p in pointers)
                     if (p != IntPtr.Zero) Marshal.FreeHGlobal(p);
             }
             abort.RethrowFailure();
+            ThrowIfDisposedDuring(result);
             Gpt2Exception.ThrowIfFailed(result, ref err);
             return new Gpt2Choice((int)best, options[(int)best], logprobs);
         }
@@ -786,11 +924,13 @@ namespace Gpt2
         {
             get
             {
-                IntPtr logits = Gpt2Native.gpt2_session_logits(Handle);
-                if (logits == IntPtr.Zero) return null;
-                float[] copy = new float[nVocab];
-                Marshal.Copy(logits, copy, 0, copy.Length);
-                return copy;
+                return Held(session => {
+                    IntPtr logits = Gpt2Native.gpt2_session_logits(session);
+                    if (logits == IntPtr.Zero) return null;
+                    float[] copy = new float[nVocab];
+                    Marshal.Copy(logits, copy, 0, copy.Length);
+                    return copy;
+                });
             }
         }
 
@@ -803,30 +943,41 @@ namespace Gpt2
                                CancellationToken cancellationToken = default(CancellationToken))
         {
             if (prompt == null) throw new ArgumentNullException("prompt");
-            IntPtr session = Handle;
             cancellationToken.ThrowIfCancellationRequested();
-            GenerateCall call;
+            IntPtr session = lease.Enter();
+            try
+            {
+                using (var p = new GenerateCallParams(options, onToken))
+                    return GenerateHeld(session, prompt, p, cancellationToken);
+            }
+            finally
+            {
+                lease.Exit();
+            }
+        }
+
+        // Generate with the session and the params' grammar held by the caller.
+        string GenerateHeld(IntPtr session, string prompt, GenerateCallParams p, CancellationToken cancellationToken)
+        {
+            cancellationToken.ThrowIfCancellationRequested();
             gpt2_result result;
             Gpt2Native.gpt2_error err;
             CancellationToken outer = callCancellation;
             callCancellation = cancellationToken;
             try
             {
-                using (var p = new GenerateCallParams(options, onToken))
-                {
-                    call = p.Call;
-                    result = Gpt2Native.gpt2_generate_text(session, Gpt2Native.Utf8z(prompt), ref p.Native, out err);
-                }
+                result = Gpt2Native.gpt2_generate_text(session, Gpt2Native.Utf8z(prompt), ref p.Native, out err);
             }
             finally
             {
                 callCancellation = outer;
             }
             abort.RethrowFailure();
-            if (call.Failure != null) call.Failure.Throw();
+            if (p.Call.Failure != null) p.Call.Failure.Throw();
+            ThrowIfDisposedDuring(result);
             ThrowIfCancelled(result, cancellationToken);
             Gpt2Exception.ThrowIfFailed(result, ref err);
-            return call.Text.ToString();
+            return p.Call.Text.ToString();
         }
 
         /// <summary>Generate on a thread-pool thread, for a caller that must not wait (a game's main
@@ -834,7 +985,9 @@ namespace Gpt2
         /// piece as it is made, for the main thread to take in Update (Gpt2TokenQueue.TryDequeue).
         /// Cancelling cancellationToken before the task starts or while it runs ends the task Canceled
         /// and leaves the session as before the call. The options are copied now: change them freely
-        /// afterwards. Until the task ends, other calls on this session throw Gpt2Result.Busy.
+        /// afterwards. Until the task ends, other calls on this session throw Gpt2Result.Busy. The task
+        /// holds the session and the options' grammar from now on: disposing either before it ends
+        /// stops it (ObjectDisposedException for the session; a grammar is freed after the task).
         ///     var queue = new Gpt2TokenQueue();
         ///     Task&lt;string&gt; line = session.GenerateAsync("ROMEO:", options, queue, cts.Token);
         ///     // in Update: string piece; while (queue.TryDequeue(out piece)) label.text += piece;
@@ -843,10 +996,25 @@ namespace Gpt2
                                           CancellationToken cancellationToken = default(CancellationToken))
         {
             if (prompt == null) throw new ArgumentNullException("prompt");
-            if (handle == IntPtr.Zero) throw new ObjectDisposedException("Gpt2Session");
-            Gpt2GenerateOptions copy = options == null ? null : options.Copy();
             Gpt2TokenHandler onToken = tokens == null ? null : new Gpt2TokenHandler(tokens.Add);
-            return Task.Run(() => Generate(prompt, copy, onToken, cancellationToken), cancellationToken);
+            IntPtr session = lease.Enter();
+            GenerateCallParams p;
+            try
+            {
+                p = new GenerateCallParams(options == null ? null : options.Copy(), onToken); // the options' values now
+            }
+            catch
+            {
+                lease.Exit();
+                throw;
+            }
+            Task<string> task = Task.Run(() => GenerateHeld(session, prompt, p, cancellationToken), cancellationToken);
+            // also when the task is cancelled before it starts
+            task.ContinueWith(ended => {
+                p.Dispose();
+                lease.Exit();
+            }, TaskScheduler.Default);
+            return task;
         }
 
         /// <summary>Appends tokens[i] to sessions[i] for every i in one pass over the weights
@@ -859,7 +1027,7 @@ namespace Gpt2
             if (tokens == null) throw new ArgumentNullException("tokens");
             if (tokens.Length != sessions.Length) throw new ArgumentException("one token array per session: " + tokens.Length + " for " + sessions.Length + " sessions");
             int n = sessions.Length;
-            IntPtr[] handles = Handles(sessions);
+            IntPtr[] handles = EnterAll(sessions);
             var pins = new GCHandle[n];
             var pointers = new IntPtr[n];
             var counts = new UIntPtr[n];
@@ -878,10 +1046,12 @@ namespace Gpt2
             }
             finally
             {
+                ExitAll(sessions);
                 foreach (GCHandle pin in pins)
                     if (pin.IsAllocated) pin.Free();
             }
             if (n > 0) sessions[0].abort.RethrowFailure();
+            foreach (Gpt2Session session in sessions) session.ThrowIfDisposedDuring(result);
             Gpt2Exception.ThrowIfFailed(result, ref err);
         }
 
@@ -897,7 +1067,7 @@ namespace Gpt2
             if (prompts != null && prompts.Length != n) throw new ArgumentException("one prompt per session: " + prompts.Length + " for " + n + " sessions");
             if (options != null && options.Length != n) throw new ArgumentException("one options per session: " + options.Length + " for " + n + " sessions");
             if (onToken != null && onToken.Length != n) throw new ArgumentException("one onToken per session: " + onToken.Length + " for " + n + " sessions");
-            IntPtr[] handles = Handles(sessions);
+            IntPtr[] handles = EnterAll(sessions);
             var calls = new GenerateCallParams[n];
             var nativeParams = new Gpt2Native.gpt2_generate_params[n];
             var promptPointers = new IntPtr[n];
@@ -918,12 +1088,14 @@ namespace Gpt2
             }
             finally
             {
+                ExitAll(sessions);
                 foreach (GenerateCallParams call in calls)
                     if (call != null) call.Dispose();
                 foreach (IntPtr prompt in promptPointers)
                     if (prompt != IntPtr.Zero) Marshal.FreeHGlobal(prompt);
             }
             foreach (Gpt2Session session in sessions) session.abort.RethrowFailure();
+            foreach (Gpt2Session session in sessions) session.ThrowIfDisposedDuring(result);
             var texts = new string[n];
             for (int i = 0; i < n; i++)
             {
@@ -934,33 +1106,57 @@ namespace Gpt2
             return texts;
         }
 
-        static IntPtr[] Handles(Gpt2Session[] sessions)
+        // Every session held for one batch call (ExitAll lets them go); none is held if one throws.
+        static IntPtr[] EnterAll(Gpt2Session[] sessions)
         {
             var handles = new IntPtr[sessions.Length];
-            for (int i = 0; i < sessions.Length; i++)
+            int held = 0;
+            try
             {
-                if (sessions[i] == null) throw new ArgumentNullException("sessions[" + i + "]");
-                handles[i] = sessions[i].Handle;
+                for (; held < sessions.Length; held++)
+                {
+                    if (sessions[held] == null) throw new ArgumentNullException("sessions[" + held + "]");
+                    handles[held] = sessions[held].lease.Enter();
+                }
+            }
+            catch
+            {
+                for (int i = 0; i < held; i++) sessions[i].lease.Exit();
+                throw;
             }
             return handles;
         }
 
-        /// <summary>Frees the session (and its model, when the model was disposed before it). Not while a
-        /// call runs (a GenerateAsync's task included): wait for it, or cancel it and wait.</summary>
+        static void ExitAll(Gpt2Session[] sessions)
+        {
+            foreach (Gpt2Session session in sessions) session.lease.Exit();
+        }
+
+        /// <summary>Frees the session (and its model, when the model was disposed before it). During a
+        /// call on it (a GenerateAsync's task, a batch, Choose, on another thread) it stops the call at
+        /// its next poll (between layers on the CPU), the call throws ObjectDisposedException, and the
+        /// session is freed when the call has ended. Its members throw ObjectDisposedException from
+        /// now on.</summary>
         public void Dispose()
         {
-            if (handle == IntPtr.Zero) return;
+            abort.Disposed = true; // before the lease: a call that holds the session stops at its next poll
+            lease.Dispose();
+        }
+
+        void FreeNative(IntPtr handle)
+        {
             Gpt2Native.gpt2_session_free(handle);
-            handle = IntPtr.Zero;
             if (abortHandle.IsAllocated) abortHandle.Free();
             model.Release();
         }
 
-        // What OnAbort needs: the caller's predicate, and an exception it threw, to rethrow.
+        // What OnAbort needs: the caller's predicate, an exception it threw, to rethrow, and whether
+        // the session was disposed during the call.
         sealed class AbortState
         {
             public Func<bool> ShouldAbort;
             public ExceptionDispatchInfo Failure;
+            public volatile bool Disposed;
 
             public void RethrowFailure()
             {
@@ -978,6 +1174,7 @@ namespace Gpt2
             public readonly GenerateCall Call;
             GCHandle callHandle, biasHandle, stopHandle;
             readonly List<IntPtr> stopStrings = new List<IntPtr>();
+            Gpt2Grammar grammar; // held until Dispose
 
             public GenerateCallParams(Gpt2GenerateOptions options, Gpt2TokenHandler onToken)
             {
@@ -998,7 +1195,11 @@ namespace Gpt2
                     Native.presence_penalty = options.PresencePenalty;
                     Native.frequency_penalty = options.FrequencyPenalty;
                     Native.stop_at_eos = options.StopAtEos ? 1 : 0;
-                    if (options.Grammar != null) Native.grammar = options.Grammar.Handle;
+                    if (options.Grammar != null)
+                    {
+                        Native.grammar = options.Grammar.Acquire();
+                        grammar = options.Grammar;
+                    }
                     Native.on_token = TokenThunkPointer;
                     Native.user = GCHandle.ToIntPtr(callHandle);
                     if (options.OnLogits != null) Native.on_logits = LogitsThunkPointer;
@@ -1032,6 +1233,8 @@ namespace Gpt2
 
             public void Dispose()
             {
+                if (grammar != null) grammar.Release();
+                grammar = null;
                 if (callHandle.IsAllocated) callHandle.Free();
                 if (biasHandle.IsAllocated) biasHandle.Free();
                 if (stopHandle.IsAllocated) stopHandle.Free();
@@ -1079,7 +1282,7 @@ namespace Gpt2
         {
             if (callCancellation.IsCancellationRequested) return 1;
             var state = (AbortState)GCHandle.FromIntPtr(user).Target;
-            if (state.Failure != null) return 1;
+            if (state.Failure != null || state.Disposed) return 1;
             Func<bool> shouldAbort = state.ShouldAbort;
             if (shouldAbort == null) return 0;
             try

@@ -341,6 +341,7 @@ static class BindingTest
             }
         }
         Unity(path);
+        DisposeDuringCalls(path);
         Console.WriteLine(failures == 0 ? "passed" : failures + " FAILED");
         return failures == 0 ? 0 : 1;
     }
@@ -545,6 +546,180 @@ static class BindingTest
                       tokens.Length + " tokens");
             }
         }
+    }
+
+    const string ActionGrammar = "root ::= \"ACTION: \" (\"wave\" | \"flee\") \"\\n\" [a-z ]{1,20} \".\"";
+
+    // Runs call on a worker thread and holds it at its poll-th abort poll (between two layers of a
+    // pass) while dispose runs on this thread, as Unity's OnDestroy runs while a task generates;
+    // returns how the call ended: null when it returned, else its exception. False in reached: the
+    // call ended before that poll.
+    static Exception HeldAt(Gpt2Session session, int poll, Action call, Action dispose, out bool reached)
+    {
+        var atPoll = new ManualResetEventSlim();
+        var go = new ManualResetEventSlim();
+        int polls = 0;
+        session.ShouldAbort = () => {
+            if (++polls == poll)
+            {
+                atPoll.Set();
+                go.Wait(10000);
+            }
+            return false;
+        };
+        Task worker = Task.Run(call);
+        reached = WaitHandle.WaitAny(new[] { atPoll.WaitHandle, ((IAsyncResult)worker).AsyncWaitHandle }, 30000) == 0;
+        if (reached) dispose();
+        go.Set();
+        try
+        {
+            worker.Wait();
+            return null;
+        }
+        catch (AggregateException e)
+        {
+            return e.InnerException;
+        }
+    }
+
+    // Every object disposed at every point of a running call, in every order that matters: the
+    // call either finishes as it would have (what it holds stays alive until it ends) or throws
+    // ObjectDisposedException (its session was disposed), and nothing crashes; what is left works.
+    static void DisposeDuringCalls(string path)
+    {
+        string expected;
+        using (var model = new Gpt2Model(path))
+        using (var grammar = new Gpt2Grammar(model, ActionGrammar))
+        using (var session = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 }))
+        {
+            var options = Options(30, 3);
+            options.Grammar = grammar;
+            expected = session.Generate("ROMEO:", options);
+        }
+        string[] kinds = { "grammar", "model", "session", "model, grammar, session", "session, grammar, model" };
+        int runs = 0, heldRuns = 0;
+        bool grammarKept = true, modelKept = true, sessionStopped = true, afterwardsWorks = true;
+        string detail = "";
+        foreach (string kind in kinds)
+        {
+            for (int poll = 1; ; poll += poll < 8 ? 1 : 5)
+            {
+                var model = new Gpt2Model(path);
+                var grammar = new Gpt2Grammar(model, ActionGrammar);
+                var session = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+                var options = Options(30, 3);
+                options.Grammar = grammar;
+                string text = null;
+                bool reached;
+                Exception ended = HeldAt(session, poll, () => { text = session.Generate("ROMEO:", options); }, () => {
+                    foreach (string name in kind.Split(new[] { ", " }, StringSplitOptions.None))
+                    {
+                        if (name == "grammar") grammar.Dispose();
+                        if (name == "model") model.Dispose();
+                        if (name == "session") session.Dispose();
+                    }
+                }, out reached);
+                runs++;
+                if (!reached)
+                {
+                    session.Dispose();
+                    grammar.Dispose();
+                    model.Dispose();
+                    break;
+                }
+                heldRuns++;
+                if (kind.Contains("session"))
+                {
+                    if (!(ended is ObjectDisposedException))
+                    {
+                        sessionStopped = false;
+                        detail += kind + " at poll " + poll + ": " + (ended == null ? "returned" : ended.GetType().Name) + "; ";
+                    }
+                }
+                else
+                {
+                    bool same = ended == null && text == expected;
+                    if (kind == "grammar") grammarKept &= same;
+                    else modelKept &= same;
+                    if (!same) detail += kind + " at poll " + poll + ": " + (ended == null ? "[" + text + "]" : ended.Message) + "; ";
+                    try
+                    {
+                        grammar.Match("ACTION: wave");
+                        if (kind == "grammar") afterwardsWorks = false;
+                    }
+                    catch (ObjectDisposedException)
+                    {
+                    }
+                    // the session still runs, on a model disposed under it
+                    if (kind == "model" && session.Generate("ROMEO:", Options(10, 3)).Length != 10) afterwardsWorks = false;
+                }
+                session.Dispose();
+                grammar.Dispose();
+                model.Dispose();
+            }
+        }
+        Check("a grammar disposed during Generate stays alive until the call ends: the same text", grammarKept, detail);
+        Check("a model disposed during Generate stays alive for its session: the same text", modelKept, detail);
+        Check("a session disposed during Generate stops the call with ObjectDisposedException", sessionStopped, detail);
+        Check("after a disposal during a call, the disposed objects throw and the others work", afterwardsWorks);
+        Check("the disposals reached every layer of the prompt and of the tokens (" + heldRuns + " of " + runs + " runs held)", heldRuns > 5 * 20, heldRuns.ToString());
+
+        // GenerateAsync: the task holds its session and grammar from the moment it is asked.
+        bool asyncSafe = true;
+        for (int i = 0; i < 20; i++)
+        {
+            var model = new Gpt2Model(path);
+            var grammar = new Gpt2Grammar(model, ActionGrammar);
+            var session = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+            var options = Options(30, 3);
+            options.Grammar = grammar;
+            Task<string> task = session.GenerateAsync("ROMEO:", options);
+            if (i % 2 == 0) Thread.Sleep(i); // before the task starts, or while it runs
+            grammar.Dispose();
+            if (i % 4 < 2) session.Dispose();
+            model.Dispose();
+            try
+            {
+                string text = task.Result;
+                asyncSafe &= i % 4 >= 2 && text == expected;
+            }
+            catch (AggregateException e)
+            {
+                asyncSafe &= i % 4 < 2 && e.InnerException is ObjectDisposedException;
+            }
+            session.Dispose();
+        }
+        Check("GenerateAsync with its grammar, session and model disposed at once: the same text, or ObjectDisposedException when its session went", asyncSafe);
+
+        // The other calls that run passes: Choose, Eval, GenerateBatch.
+        bool othersSafe = true;
+        string othersDetail = "";
+        for (int poll = 1; poll < 40; poll += 3)
+        {
+            var model = new Gpt2Model(path);
+            var a = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+            var b = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+            var grammar = new Gpt2Grammar(model, ActionGrammar);
+            bool reached;
+            Exception chose = HeldAt(a, poll, () => a.Choose("wave", "flee", "fight"), () => a.Dispose(), out reached);
+            if (reached && !(chose is ObjectDisposedException)) { othersSafe = false; othersDetail += "Choose " + chose + "; "; }
+            a = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+            Exception evaluated = HeldAt(a, poll, () => a.Eval(model.Tokenize("ROMEO: what light through yonder window breaks")), () => a.Dispose(), out reached);
+            if (reached && !(evaluated is ObjectDisposedException)) { othersSafe = false; othersDetail += "Eval " + evaluated + "; "; }
+            a = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+            var options = Options(20, 3);
+            options.Grammar = grammar;
+            // sessions[0]'s ShouldAbort is the batch's: disposing the other session and the grammar
+            // lets the batch finish; disposing sessions[0] stops it
+            Exception batched = HeldAt(a, poll, () => Gpt2Session.GenerateBatch(new[] { a, b }, new[] { "ROMEO:", "JULIET:" }, new[] { options, options }),
+                                       () => { b.Dispose(); grammar.Dispose(); }, out reached);
+            if (reached && batched != null) { othersSafe = false; othersDetail += "GenerateBatch " + batched + "; "; }
+            a.Dispose();
+            b.Dispose();
+            grammar.Dispose();
+            model.Dispose();
+        }
+        Check("Choose, Eval and GenerateBatch with their objects disposed during them: ObjectDisposedException or done, never a crash", othersSafe, othersDetail);
     }
 
     static bool Canceled(Task task)
