@@ -160,7 +160,7 @@ extern "C" {
 #endif
 
 #define GPT2_VERSION_MAJOR 0
-#define GPT2_VERSION_MINOR 1
+#define GPT2_VERSION_MINOR 2
 #define GPT2_VERSION_PATCH 0
 
 typedef enum gpt2_result {
@@ -351,6 +351,10 @@ GPT2_API gpt2_result gpt2_session_truncate(gpt2_session* session, size_t n_token
    tokens may be given; see gpt2_session_params). */
 GPT2_API gpt2_result gpt2_session_eval(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
                                        gpt2_error* err);
+/* The same with text in the model's vocabulary (a persona, a scene, the player's line before the
+   answer is asked for): tokenized as gpt2_generate_text tokenizes a prompt, then evaluated. An
+   empty text is refused; a model without a vocabulary gives GPT2_ERROR_NO_VOCABULARY. */
+GPT2_API gpt2_result gpt2_session_eval_text(gpt2_session* session, const char* text, gpt2_error* err);
 /* n_vocab logits of the last evaluated position; NULL before the first eval. */
 GPT2_API const float* gpt2_session_logits(const gpt2_session* session);
 
@@ -454,8 +458,22 @@ GPT2_API gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
                                                    const gpt2_json_schema_params* params, gpt2_grammar** out_grammar,
                                                    gpt2_error* err);
 
+/* Why a generation ended (gpt2_generate_params.end). */
+typedef enum gpt2_end {
+    GPT2_END_MAX_TOKENS = 0, /* max_new_tokens tokens were generated (with 0: the prompt was evaluated) */
+    GPT2_END_GRAMMAR = 1,    /* the grammar's sentence is whole and nothing may extend it */
+    GPT2_END_STOP = 2,       /* the text contains one of the stop strings */
+    GPT2_END_EOS = 3,        /* the end-of-text token, with stop_at_eos */
+    GPT2_END_CALLBACK = 4,   /* on_token returned nonzero */
+    GPT2_END_ABORTED = 5     /* abort_fn asked to stop, or the line was cancelled on a stage: the
+                                session is as it was before the call */
+} gpt2_end;
+
+/* The name of an end ("max_tokens", "grammar", "stop", "eos", "callback", "aborted"). */
+GPT2_API const char* gpt2_end_string(gpt2_end end);
+
 typedef struct gpt2_generate_params {
-    int max_new_tokens;  /* 0 = the default, 256 */
+    int max_new_tokens;  /* tokens to generate, default 256; 0 = none: the prompt is only evaluated */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
     uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
@@ -487,6 +505,9 @@ typedef struct gpt2_generate_params {
                                     top_k: top_k then keeps the k most likely of the allowed tokens */
     gpt2_match* grammar_match;   /* may be NULL; with a grammar, receives COMPLETE when the generated
                                     text is a whole sentence, PREFIX when generation ended before */
+    gpt2_end* end;               /* may be NULL; receives why generation ended. A grammar's answer
+                                    cut by max_new_tokens (GPT2_END_MAX_TOKENS, grammar_match PREFIX)
+                                    is incomplete: not yet a sentence of the grammar */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);
@@ -10681,13 +10702,19 @@ static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params&
 }
 
 /* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
-   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
-   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
-   the end-of-text token with stop_at_eos (its text is not delivered). */
-static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
+   not delivered yet, waiting on the stop strings. True when generation ends here, and *why says
+   why: the token completes a stop string (*at_stop, and what follows it is dropped), on_token
+   asks to, or it is the end-of-text token with stop_at_eos or a grammar, whose sentence ends
+   there (its text is not delivered). */
+static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop, gpt2_end* why) {
     const gpt2__tokenizer& tok = s->model->tokenizer;
     const bool at_eos = (p.stop_at_eos || p.grammar) && token == tok.eos; /* a grammar's sentence ends there */
-    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
+    const gpt2_end eos_end = p.grammar ? GPT2_END_GRAMMAR : GPT2_END_EOS;
+    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) {
+        const bool caller_stops = p.on_token && p.on_token(p.user, token, nullptr, 0) != 0;
+        *why = caller_stops ? GPT2_END_CALLBACK : eos_end;
+        return caller_stops || at_eos;
+    }
     size_t release = 0;
     if (!at_eos) {
         gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
@@ -10702,6 +10729,7 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
         s->stream = gpt2__utf8_stream();
     }
     const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+    *why = *at_stop ? GPT2_END_STOP : caller_stops ? GPT2_END_CALLBACK : eos_end;
     return caller_stops || at_eos || *at_stop;
 }
 
@@ -10743,6 +10771,7 @@ struct gpt2__generator {
     gpt2__vector<int32_t> forced_ids;
     gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
     bool at_stop = false;
+    gpt2_end end = GPT2_END_MAX_TOKENS; /* why it ended, once it has */
     int n_new = 0;     /* tokens delivered */
     int32_t* out_tokens = nullptr;
     size_t capacity = 0;
@@ -10845,13 +10874,16 @@ static bool gpt2__generator_deliver(gpt2__generator* g, size_t k) {
         g->complete = g->step_match[k] & GPT2__STEP_COMPLETE;
         sentence_ends = g->step_match[k] & GPT2__STEP_FINISHED;
     }
-    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens || sentence_ends;
+    if (gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop, &g->end)) return true;
+    g->end = sentence_ends ? GPT2_END_GRAMMAR : GPT2_END_MAX_TOKENS;
+    return g->n_new >= g->p.max_new_tokens || sentence_ends;
 }
 
 static void gpt2__generator_end(gpt2__generator* g) {
     gpt2_session* s = g->s;
     const gpt2_generate_params& p = g->p;
     if (p.grammar && p.grammar_match) *p.grammar_match = g->complete ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
+    if (p.end) *p.end = g->end;
     if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
     /* what is still held: bytes that never formed a character, text that did not become a stop string */
     gpt2__utf8_stream_flush(&s->stream, &g->held);
@@ -10893,7 +10925,7 @@ static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lin
     w->plain.clear();
     for (size_t i = 0; i < n; i++) {
         gpt2__line* line = lines[i];
-        if (!line->prompt.empty()) continue;
+        if (!line->prompt.empty() || line->g.p.max_new_tokens == 0) continue;
         if (!line->g.chain && runner->backend->sample_batch && n_picking > 1) {
             w->plain.push_back(line);
         } else if ((line->result = gpt2__generator_pick(&line->g, &line->error)) != GPT2_OK) {
@@ -10928,7 +10960,7 @@ static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lin
    stage, whose pass may pause between its begin and its end (gpt2__batch_run, GPT2__PAUSED). */
 static gpt2_result gpt2__lines_step_begin(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
     size_t n_picking = 0;
-    for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty();
+    for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty() && lines[i]->g.p.max_new_tokens > 0;
     GPT2__TRY(gpt2__lines_pick(runner, lines, n, n_picking, w, err));
     w->batch.clear();
     w->ids.clear();
@@ -10938,6 +10970,7 @@ static gpt2_result gpt2__lines_step_begin(gpt2_session* runner, gpt2__line* cons
         gpt2__generator& g = line->g;
         size_t count = line->prompt.size();
         const int32_t* ids = line->prompt.data();
+        if (g.p.max_new_tokens == 0) line->ends = true; /* its prompt, if any, is all this step does */
         if (count == 0 && line->result == GPT2_OK) {
             while (!line->ends && count < g.step.size()) line->ends = gpt2__generator_deliver(&g, count++);
             ids = g.step.data();
@@ -10967,6 +11000,12 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
     const gpt2_result res = w->batch.empty() ? GPT2_OK : gpt2__batch_run(runner, w->batch.data(), w->batch.size(), err);
     gpt2__lines_step_end(lines, n, w, res);
     return res;
+}
+
+/* Lines that an abort undid: their end says so. */
+static void gpt2__lines_aborted(gpt2__line* lines, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (lines[i].g.p.end) *lines[i].g.p.end = GPT2_END_ABORTED;
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The
@@ -11025,6 +11064,18 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
     }
     return "unknown result";
+}
+
+GPT2_DEF const char* gpt2_end_string(gpt2_end end) {
+    switch (end) {
+    case GPT2_END_MAX_TOKENS: return "max_tokens";
+    case GPT2_END_GRAMMAR: return "grammar";
+    case GPT2_END_STOP: return "stop";
+    case GPT2_END_EOS: return "eos";
+    case GPT2_END_CALLBACK: return "callback";
+    case GPT2_END_ABORTED: return "aborted";
+    }
+    return "unknown end";
 }
 
 #define GPT2__STRINGIFY2(x) #x
@@ -11347,6 +11398,16 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     GPT2__GUARD_END(err)
 }
 
+GPT2_DEF gpt2_result gpt2_session_eval_text(gpt2_session* s, const char* text, gpt2_error* err) {
+    if (!s || !text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or text is NULL");
+    if (!*text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is empty: nothing to evaluate");
+    GPT2__GUARD_BEGIN
+    gpt2__vector<int32_t> ids;
+    GPT2__TRY(gpt2__tokenize(s->model, text, std::strlen(text), false, &ids, err));
+    return gpt2_session_eval(s, ids.data(), ids.size(), err);
+    GPT2__GUARD_END(err)
+}
+
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
     /* const for the caller; a device session may copy its logits into host memory here */
     if (!s) return nullptr;
@@ -11407,9 +11468,8 @@ static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_genera
     if (p.grammar && p.grammar->model != s->model)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model than the session's (a grammar knows its model's vocabulary)");
     if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
-                          gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
-    if (p.max_new_tokens == 0) p.max_new_tokens = gpt2_generate_default_params().max_new_tokens;
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (only evaluate the prompt) to %d", p.max_new_tokens,
+                          (int)GPT2__MAX_NEW_TOKENS);
     *out = p;
     return GPT2_OK;
 }
@@ -11433,6 +11493,7 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     gpt2__generator_begin(&line.g, s, p, out_tokens, capacity, n_generated);
     const gpt2_result res = gpt2__generate(s, &line, 1, err);
     if (res == GPT2_OK) return gpt2__ok(err);
+    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(&line, 1);
     if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
     return gpt2__undo_if_aborted(res, &s, 1, &before, err);
     GPT2__GUARD_END(err)
@@ -11600,6 +11661,7 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
     }
     const gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
     if (res == GPT2_OK) return gpt2__ok(err);
+    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(lines.data(), n_sessions);
     return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
     GPT2__GUARD_END(err)
 }
@@ -11646,6 +11708,7 @@ static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, bool aba
     if (abandoned) {
         gpt2_error ignored;
         gpt2__checkpoint_restore(s, &l->before, &ignored);
+        if (l->line.result == GPT2_OK) gpt2__lines_aborted(&l->line, 1);
     }
     st->members.erase(std::find(st->members.begin(), st->members.end(), s));
     gpt2__session_release(s);

@@ -3,12 +3,14 @@
 #include "gpt2.h"
 #include "default_model.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -39,9 +41,11 @@ struct CliGrammar {
 
 enum class CliGrammarKind { gbnf, json_schema };
 
-// Makes *out (freed first) from a GBNF grammar or a JSON Schema (`kind`): the text, or the file
-// at `path` when text is NULL; returns "" or what went wrong (*out unchanged then).
-inline std::string cli_make_grammar(const gpt2_model* model, CliGrammarKind kind, const char* text, const std::string& path, gpt2_grammar** out) {
+// Makes *out (freed first) from a GBNF grammar or a JSON Schema (`kind`; `compact`: no whitespace
+// between JSON's tokens): the text, or the file at `path` when text is NULL; returns "" or what
+// went wrong (*out unchanged then).
+inline std::string cli_make_grammar(const gpt2_model* model, CliGrammarKind kind, const char* text, const std::string& path, gpt2_grammar** out,
+                                    bool compact = false) {
     std::string source;
     if (text) {
         source = text;
@@ -54,8 +58,10 @@ inline std::string cli_make_grammar(const gpt2_model* model, CliGrammarKind kind
     }
     gpt2_grammar* grammar = nullptr;
     gpt2_error err;
+    gpt2_json_schema_params schema = gpt2_json_schema_default_params();
+    schema.compact = compact;
     const gpt2_result made = kind == CliGrammarKind::gbnf ? gpt2_grammar_from_gbnf(model, source.c_str(), nullptr, &grammar, &err)
-                                                          : gpt2_grammar_from_json_schema(model, source.data(), source.size(), nullptr, &grammar, &err);
+                                                          : gpt2_grammar_from_json_schema(model, source.data(), source.size(), &schema, &grammar, &err);
     if (made != GPT2_OK) return (text ? "" : path + ": ") + err.message;
     gpt2_grammar_free(*out);
     *out = grammar;
@@ -219,6 +225,19 @@ inline std::string cli_load_state(gpt2_session* session, const std::string& path
 }
 
 inline bool cli_stdin_is_terminal() { return cli_isatty(cli_fileno(stdin)) != 0; }
+
+// The names of the .gguf files in folder `dir`, sorted; false when it cannot be read.
+inline bool cli_list_gguf(const std::string& dir, std::vector<std::string>* names) {
+    std::error_code error;
+    std::filesystem::directory_iterator it(dir, error), end;
+    if (error) return false;
+    for (; it != end; it.increment(error)) {
+        if (error) return false;
+        if (it->path().extension() == ".gguf") names->push_back(it->path().filename().string());
+    }
+    std::sort(names->begin(), names->end());
+    return true;
+}
 
 // n_ctx: the session's context (--ctx, or the model's).
 int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params, int n_ctx);

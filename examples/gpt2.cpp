@@ -45,6 +45,7 @@ static const char* usage =
     "  --grammar-text GBNF  the same with the grammar given inline\n"
     "  --json-schema FILE   the text must be JSON that the JSON Schema in FILE accepts\n"
     "                       (docs/GRAMMARS.md lists the keywords enforced; others are refused)\n"
+    "  --json-compact       with --json-schema: no whitespace between JSON's tokens\n"
     "  --choose \"A|B|C\"     instead of generating, print the option (split at |) the model finds\n"
     "                       the most likely continuation of the prompt (gpt2_choose); with\n"
     "                       --json: prompt_ids, options, logprobs, best, choice\n"
@@ -61,15 +62,22 @@ static const char* usage =
     "                       -p or --prompt-ids, generation continues it (greedy: exactly as if never\n"
     "                       interrupted; sampling restarts from --seed). Give the same --ctx and\n"
     "                       --context-policy as when it was saved\n"
-    "  --json               print one JSON object: prompt_ids, ids, text, last_logits\n"
+    "  --json               print one JSON object: prompt_ids, ids, text, end (why generation\n"
+    "                       ended: max_tokens, grammar, stop, eos, callback), last_logits; with a\n"
+    "                       grammar also grammar_complete\n"
     "  --tokenize TEXT      print the token ids of TEXT as a JSON array\n"
     "  --tokenize-file P    print the token ids of the bytes of file P as a JSON array\n"
     "  -h, --help           this help\n"
     "\n"
-    "nanoGPT's sample.py flags work too, as --flag VALUE or --flag=VALUE: --start TEXT (or\n"
-    "FILE:path, the prompt read from a file), --num_samples N (N samples, each from the prompt,\n"
+    "Exit status: 0, 1 on an error (the message says what), 3 when a grammar's answer was cut\n"
+    "by -n before it was a whole sentence of the grammar (the text printed is incomplete).\n"
+    "\n"
+    "nanoGPT's sample.py flags work too, as --flag VALUE or --flag=VALUE: --out_dir DIR (the model\n"
+    "converted from DIR/ckpt.pt: a .gguf file in DIR), --start TEXT (or FILE:path, the prompt read\n"
+    "from a file; default \"\\n\", as sample.py's), --num_samples N (N samples, each from the prompt,\n"
     "sample i with seed + i, each followed by a line of dashes), --max_new_tokens N, --temperature T,\n"
-    "--top_k K, --seed S. Without a prompt, a prompt piped to stdin is read.\n";
+    "--top_k K, --seed S; --init_from resume, --device, --dtype and --compile are accepted (a note\n"
+    "says what applies). Without a prompt, a prompt piped to stdin is read.\n";
 
 struct Options {
     std::string model, prompt, prompt_ids, tokenize_text, tokenize_file;
@@ -82,6 +90,9 @@ struct Options {
     std::vector<std::string> stops;
     bool stop_at_eos = false;
     std::string grammar_file, grammar_text, json_schema_file;
+    bool json_compact = false;
+    bool sample_py = false;  // a flag only sample.py has: sample, never the REPL
+    std::string out_dir;     // sample.py's --out_dir
     std::string choose; // --choose's options, '|' between them
     bool has_choose = false;
     std::string save_state, load_state, context_policy; // context_policy "": the mode's default
@@ -100,6 +111,31 @@ static std::string read_start(const std::string& start, Options* o) {
     }
     o->has_prompt = true;
     return "";
+}
+
+// sample.py's --device, --dtype and --compile: accepted, with a note of what applies here.
+static void sample_py_note(const std::string& flag, const std::string& value) {
+    if (flag == "--device")
+        std::fprintf(stderr, "gpt2: --device %s: this program runs on the CPU (the library's CUDA path is for programs built with gpt2_cuda.cuh)\n", value.c_str());
+    else if (flag == "--dtype")
+        std::fprintf(stderr, "gpt2: --dtype %s: the weights run in the model file's type (convert with --dtype, or gpt2-quantize)\n", value.c_str());
+    else
+        std::fprintf(stderr, "gpt2: --compile %s: nothing to compile, the kernels are built in\n", value.c_str());
+}
+
+// sample.py's --out_dir: the .gguf beside DIR/ckpt.pt (ckpt.gguf first), or what to do.
+static std::string model_in_out_dir(const std::string& dir, std::string* model) {
+    std::vector<std::string> found;
+    if (!cli_list_gguf(dir, &found)) return "--out_dir " + dir + ": cannot read the folder";
+    for (const std::string& name : found)
+        if (name == "ckpt.gguf") found = {name};
+    if (found.size() == 1) {
+        *model = dir + "/" + found[0];
+        return "";
+    }
+    if (found.size() > 1) return "--out_dir " + dir + " holds several .gguf files; choose one with -m";
+    if (std::ifstream(dir + "/ckpt.pt")) return "--out_dir " + dir + " has ckpt.pt but no model file: convert it first with\n    python3 tools/convert.py " + dir + "/ckpt.pt -o " + dir + "/ckpt.gguf";
+    return "--out_dir " + dir + " has no ckpt.pt and no .gguf file";
 }
 
 static int fail(const std::string& message) {
@@ -126,12 +162,16 @@ static std::string parse_options(int argc, char** argv, Options* o) {
         std::string v;
         if (a == "-h" || a == "--help") { std::fputs(usage, stdout); std::exit(0); }
         else if (a == "--json") o->json = true;
+        else if (a == "--json-compact") o->json_compact = true;
         else if (a == "--stop-at-eos") o->stop_at_eos = true;
         else if (!value(&v)) return "unknown option '" + a + "' or missing value (see --help)";
         else if (a == "-m" || a == "--model") o->model = v;
         else if (a == "-p" || a == "--prompt") { o->prompt = v; o->has_prompt = true; }
         else if (a == "--start") { const std::string complaint = read_start(v, o); if (!complaint.empty()) return complaint; }
-        else if (a == "--num_samples") { if (!cli_parse_int(v, 1, 1 << 20, &o->num_samples)) return "--num_samples expects an integer >= 1, got '" + v + "'"; }
+        else if (a == "--num_samples") { if (!cli_parse_int(v, 1, 1 << 20, &o->num_samples)) return "--num_samples expects an integer >= 1, got '" + v + "'"; o->sample_py = true; }
+        else if (a == "--out_dir") { o->out_dir = v; o->sample_py = true; }
+        else if (a == "--init_from") { if (v != "resume") return "--init_from " + v + ": only resume (a checkpoint in --out_dir) applies; for OpenAI's GPT-2 sizes convert a Hugging Face folder with tools/convert.py and give it with -m"; o->sample_py = true; }
+        else if (a == "--device" || a == "--dtype" || a == "--compile") { sample_py_note(a, v); o->sample_py = true; }
         else if (a == "--prompt-ids") { o->prompt_ids = v; o->has_prompt_ids = true; }
         else if (a == "--tokenize") { o->tokenize_text = v; o->has_tokenize = true; }
         else if (a == "--tokenize-file") { o->tokenize_file = v; o->has_tokenize_file = true; }
@@ -161,6 +201,8 @@ static std::string parse_options(int argc, char** argv, Options* o) {
     if (o->has_prompt && o->has_prompt_ids) return "give -p (or --start) or --prompt-ids, not both";
     if (o->num_samples && o->json) return "--num_samples prints text; give it without --json";
     if (!o->grammar_file.empty() + !o->grammar_text.empty() + !o->json_schema_file.empty() > 1) return "give one of --grammar, --grammar-text and --json-schema";
+    if (o->json_compact && o->json_schema_file.empty()) return "--json-compact shapes the JSON of --json-schema; give it with --json-schema";
+    if (!o->out_dir.empty() && !o->model.empty()) return "give -m or --out_dir, not both";
     if (o->has_choose && (o->num_samples || !o->grammar_file.empty() || !o->grammar_text.empty() || !o->json_schema_file.empty()))
         return "--choose scores the options instead of generating; give it without --num_samples, --grammar, --grammar-text or --json-schema";
     return "";
@@ -244,6 +286,10 @@ int main(int argc, char** argv) {
     Options o;
     std::string complaint = parse_options(argc, argv, &o);
     if (!complaint.empty()) return fail(complaint);
+    if (!o.out_dir.empty()) {
+        complaint = model_in_out_dir(o.out_dir, &o.model);
+        if (!complaint.empty()) return fail(complaint);
+    }
     if (o.model.empty()) o.model = cli_default_model(argv[0]);
     if (o.model.empty()) return fail("no model given and the shipped model was not found; use -m MODEL");
 
@@ -266,6 +312,11 @@ int main(int argc, char** argv) {
     if (!o.has_prompt && !o.has_prompt_ids && o.load_state.empty() && !cli_stdin_is_terminal()) {
         char buffer[4096];
         for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, stdin)) > 0;) o.prompt.append(buffer, n);
+        o.has_prompt = !o.prompt.empty();
+    }
+    // Nothing to start from where sample.py would sample (its flags, or nothing piped): its "\n".
+    if (!o.has_prompt && !o.has_prompt_ids && o.load_state.empty() && (o.sample_py || !cli_stdin_is_terminal())) {
+        o.prompt = "\n";
         o.has_prompt = true;
     }
     const bool repl = !o.has_prompt && !o.has_prompt_ids && o.load_state.empty();
@@ -303,11 +354,13 @@ int main(int argc, char** argv) {
     if (!o.grammar_file.empty() || !o.grammar_text.empty())
         complaint = cli_make_grammar(model, CliGrammarKind::gbnf, o.grammar_text.empty() ? nullptr : o.grammar_text.c_str(), o.grammar_file, &grammar.grammar);
     else if (!o.json_schema_file.empty())
-        complaint = cli_make_grammar(model, CliGrammarKind::json_schema, nullptr, o.json_schema_file, &grammar.grammar);
+        complaint = cli_make_grammar(model, CliGrammarKind::json_schema, nullptr, o.json_schema_file, &grammar.grammar, o.json_compact);
     if (!complaint.empty()) return fail(complaint);
     gp.grammar = grammar.grammar;
     gpt2_match grammar_match = GPT2_MATCH_NONE;
     gp.grammar_match = &grammar_match;
+    gpt2_end end = GPT2_END_MAX_TOKENS;
+    gp.end = &end;
 
     if (repl) return cli_repl(model, session, gp, o.ctx > 0 ? o.ctx : gpt2_model_get_info(model).n_ctx);
     if (!o.load_state.empty()) {
@@ -345,7 +398,7 @@ int main(int argc, char** argv) {
     gp.user = &printer;
     std::vector<int32_t> ids((size_t)o.n_tokens);
     size_t produced = 0;
-    if (o.n_tokens > 0) { // -n 0: the prompt only (max_new_tokens 0 would mean the default)
+    if (o.n_tokens > 0) { // -n 0: the prompt only, evaluated above
         if (gpt2_generate(session, nullptr, 0, &gp, ids.data(), ids.size(), &produced, &err) != GPT2_OK) return fail(err.message);
     } else if (printer.echo) {
         std::fputs(printer.prefix.c_str(), stdout);
@@ -355,15 +408,19 @@ int main(int argc, char** argv) {
         complaint = cli_save_state(session, o.save_state);
         if (!complaint.empty()) return fail(complaint);
     }
-
+    // A grammar's answer that -n cut is not one the caller can parse: say so, and exit 3.
+    const bool incomplete = gp.grammar && o.n_tokens > 0 && grammar_match != GPT2_MATCH_COMPLETE;
     if (!o.json) {
         std::printf("\n");
-        return 0;
+    } else {
+        std::string out = "{\"prompt_ids\":" + cli_json_ints(prompt) + ",\"ids\":" + cli_json_ints(ids);
+        if (info.tokenizer != GPT2_TOKENIZER_NONE) out += ",\"text\":" + cli_json_string(printer.text);
+        out += std::string(",\"end\":\"") + gpt2_end_string(end) + "\"";
+        if (gp.grammar) out += std::string(",\"grammar_complete\":") + (grammar_match == GPT2_MATCH_COMPLETE ? "true" : "false");
+        out += ",\"last_logits\":" + cli_json_floats(last_logits) + "}";
+        std::printf("%s\n", out.c_str());
     }
-    std::string out = "{\"prompt_ids\":" + cli_json_ints(prompt) + ",\"ids\":" + cli_json_ints(ids);
-    if (info.tokenizer != GPT2_TOKENIZER_NONE) out += ",\"text\":" + cli_json_string(printer.text);
-    if (gp.grammar) out += std::string(",\"grammar_complete\":") + (grammar_match == GPT2_MATCH_COMPLETE ? "true" : "false");
-    out += ",\"last_logits\":" + cli_json_floats(last_logits) + "}";
-    std::printf("%s\n", out.c_str());
-    return 0;
+    if (!incomplete) return 0;
+    std::fprintf(stderr, "gpt2: the answer is incomplete: -n %d tokens ended it before it was a whole sentence of the grammar (give a larger -n)\n", o.n_tokens);
+    return 3;
 }

@@ -36,13 +36,11 @@ static void catch_interrupts() {
 struct Stream {
     std::chrono::steady_clock::time_point start, first_token;
     int n_tokens = 0;
-    int32_t last_token = -1;
 };
 
 static int stream_token(void* user, int32_t token, const char* text, size_t len) {
     Stream* s = (Stream*)user;
     if (token >= 0 && s->n_tokens++ == 0) s->first_token = std::chrono::steady_clock::now();
-    if (token >= 0) s->last_token = token;
     if (text) std::fwrite(text, 1, len, stdout);
     else std::printf(" %d", (int)token);
     std::fflush(stdout);
@@ -64,6 +62,7 @@ static const char* repl_help =
     "  /stop STR  end answers where STR appears, STR not shown (\\n: a newline); /stop alone: none\n"
     "  /grammar FILE  answers follow the GBNF grammar in FILE (docs/GRAMMARS.md); /grammar alone: none\n"
     "  /json FILE answers are JSON that the JSON Schema in FILE accepts; /json alone: none\n"
+    "  /json-compact FILE  the same, with no whitespace between JSON's tokens\n"
     "  /quit      leave (also Ctrl-D)           Ctrl-C    stop the current answer\n"
     "Line editing: left/right, Home/End, Backspace/Delete, up/down for history, Ctrl-U clears.\n";
 
@@ -202,7 +201,7 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
         std::string list;
         for (const std::string& s : stop_strings) list += (list.empty() ? "" : ", ") + show(s);
         std::printf("(%s)\n", list.empty() ? "no stop strings" : ("answers stop at " + list).c_str());
-    } else if (name == "/grammar" || name == "/json") {
+    } else if (name == "/grammar" || name == "/json" || name == "/json-compact") {
         if (arg.empty()) {
             gpt2_grammar_free(repl_grammar.grammar);
             repl_grammar.grammar = nullptr;
@@ -210,8 +209,9 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
             std::printf("(no grammar: answers are free text)\n");
             return true;
         }
-        const bool schema = name == "/json";
-        const std::string complaint = cli_make_grammar(model, schema ? CliGrammarKind::json_schema : CliGrammarKind::gbnf, nullptr, arg, &repl_grammar.grammar);
+        const bool schema = name != "/grammar";
+        const std::string complaint = cli_make_grammar(model, schema ? CliGrammarKind::json_schema : CliGrammarKind::gbnf, nullptr, arg, &repl_grammar.grammar,
+                                                       name == "/json-compact");
         if (!complaint.empty()) {
             std::printf("%s (the grammar is unchanged)\n", complaint.c_str());
             return true;
@@ -225,6 +225,19 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
         std::printf("unknown command '%s'; /help lists them\n", name.c_str());
     }
     return true;
+}
+
+// How an answer ended, for the line after it ("" when it ran to /n tokens of free text).
+static std::string turn_end(gpt2_end why, bool grammar_incomplete, int max_new_tokens) {
+    switch (why) {
+    case GPT2_END_GRAMMAR: return ", the grammar's sentence is whole";
+    case GPT2_END_STOP: return ", stopped at a stop string";
+    case GPT2_END_EOS: return ", ended at <|endoftext|>";
+    case GPT2_END_CALLBACK: case GPT2_END_ABORTED: return ", stopped";
+    case GPT2_END_MAX_TOKENS: break;
+    }
+    if (!grammar_incomplete) return "";
+    return ", cut at /n " + std::to_string(max_new_tokens) + " tokens: not yet a whole sentence of the grammar (incomplete)";
 }
 
 int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params params, int n_ctx) {
@@ -263,6 +276,10 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         Stream stream;
         params.on_token = stream_token;
         params.user = &stream;
+        gpt2_end why = GPT2_END_MAX_TOKENS;
+        gpt2_match match = GPT2_MATCH_NONE;
+        params.end = &why;
+        params.grammar_match = &match;
         std::fputs(line.c_str(), stdout); // the prompt, then its continuation
         stream.start = std::chrono::steady_clock::now();
         Turn turn = begin_turn(session, (size_t)n_ctx, ids.size(), params.max_new_tokens);
@@ -280,11 +297,9 @@ int cli_repl(gpt2_model* model, gpt2_session* session, gpt2_generate_params para
         history.push(std::move(turn));
         const double ttft_ms = std::chrono::duration<double, std::milli>(stream.first_token - stream.start).count();
         const double decode_s = std::chrono::duration<double>(end - stream.first_token).count();
-        const char* ended = interrupted ? ", stopped by Ctrl-C" : "";
-        if (!interrupted && stream.n_tokens < params.max_new_tokens)
-            ended = stream.last_token == info.eos_token ? ", ended at <|endoftext|>" : ", stopped at a stop string";
+        const std::string ended = interrupted ? ", stopped by Ctrl-C" : turn_end(why, params.grammar && match != GPT2_MATCH_COMPLETE, params.max_new_tokens);
         std::printf("\n[%d tokens, %.1f tokens/s, first token after %.0f ms%s]\n", stream.n_tokens,
                     stream.n_tokens > 1 && decode_s > 0 ? (stream.n_tokens - 1) / decode_s : 0.0,
-                    stream.n_tokens ? ttft_ms : 0.0, ended);
+                    stream.n_tokens ? ttft_ms : 0.0, ended.c_str());
     }
 }

@@ -159,7 +159,7 @@ extern "C" {
 #endif
 
 #define GPT2_VERSION_MAJOR 0
-#define GPT2_VERSION_MINOR 1
+#define GPT2_VERSION_MINOR 2
 #define GPT2_VERSION_PATCH 0
 
 typedef enum gpt2_result {
@@ -350,6 +350,10 @@ GPT2_API gpt2_result gpt2_session_truncate(gpt2_session* session, size_t n_token
    tokens may be given; see gpt2_session_params). */
 GPT2_API gpt2_result gpt2_session_eval(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
                                        gpt2_error* err);
+/* The same with text in the model's vocabulary (a persona, a scene, the player's line before the
+   answer is asked for): tokenized as gpt2_generate_text tokenizes a prompt, then evaluated. An
+   empty text is refused; a model without a vocabulary gives GPT2_ERROR_NO_VOCABULARY. */
+GPT2_API gpt2_result gpt2_session_eval_text(gpt2_session* session, const char* text, gpt2_error* err);
 /* n_vocab logits of the last evaluated position; NULL before the first eval. */
 GPT2_API const float* gpt2_session_logits(const gpt2_session* session);
 
@@ -453,8 +457,22 @@ GPT2_API gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
                                                    const gpt2_json_schema_params* params, gpt2_grammar** out_grammar,
                                                    gpt2_error* err);
 
+/* Why a generation ended (gpt2_generate_params.end). */
+typedef enum gpt2_end {
+    GPT2_END_MAX_TOKENS = 0, /* max_new_tokens tokens were generated (with 0: the prompt was evaluated) */
+    GPT2_END_GRAMMAR = 1,    /* the grammar's sentence is whole and nothing may extend it */
+    GPT2_END_STOP = 2,       /* the text contains one of the stop strings */
+    GPT2_END_EOS = 3,        /* the end-of-text token, with stop_at_eos */
+    GPT2_END_CALLBACK = 4,   /* on_token returned nonzero */
+    GPT2_END_ABORTED = 5     /* abort_fn asked to stop, or the line was cancelled on a stage: the
+                                session is as it was before the call */
+} gpt2_end;
+
+/* The name of an end ("max_tokens", "grammar", "stop", "eos", "callback", "aborted"). */
+GPT2_API const char* gpt2_end_string(gpt2_end end);
+
 typedef struct gpt2_generate_params {
-    int max_new_tokens;  /* 0 = the default, 256 */
+    int max_new_tokens;  /* tokens to generate, default 256; 0 = none: the prompt is only evaluated */
     float temperature;   /* 0 = greedy (argmax); default 0.8 */
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
     uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
@@ -486,6 +504,9 @@ typedef struct gpt2_generate_params {
                                     top_k: top_k then keeps the k most likely of the allowed tokens */
     gpt2_match* grammar_match;   /* may be NULL; with a grammar, receives COMPLETE when the generated
                                     text is a whole sentence, PREFIX when generation ended before */
+    gpt2_end* end;               /* may be NULL; receives why generation ended. A grammar's answer
+                                    cut by max_new_tokens (GPT2_END_MAX_TOKENS, grammar_match PREFIX)
+                                    is incomplete: not yet a sentence of the grammar */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);

@@ -41,6 +41,18 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     return "unknown result";
 }
 
+GPT2_DEF const char* gpt2_end_string(gpt2_end end) {
+    switch (end) {
+    case GPT2_END_MAX_TOKENS: return "max_tokens";
+    case GPT2_END_GRAMMAR: return "grammar";
+    case GPT2_END_STOP: return "stop";
+    case GPT2_END_EOS: return "eos";
+    case GPT2_END_CALLBACK: return "callback";
+    case GPT2_END_ABORTED: return "aborted";
+    }
+    return "unknown end";
+}
+
 #define GPT2__STRINGIFY2(x) #x
 #define GPT2__STRINGIFY(x) GPT2__STRINGIFY2(x)
 
@@ -361,6 +373,16 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
     GPT2__GUARD_END(err)
 }
 
+GPT2_DEF gpt2_result gpt2_session_eval_text(gpt2_session* s, const char* text, gpt2_error* err) {
+    if (!s || !text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or text is NULL");
+    if (!*text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is empty: nothing to evaluate");
+    GPT2__GUARD_BEGIN
+    gpt2__vector<int32_t> ids;
+    GPT2__TRY(gpt2__tokenize(s->model, text, std::strlen(text), false, &ids, err));
+    return gpt2_session_eval(s, ids.data(), ids.size(), err);
+    GPT2__GUARD_END(err)
+}
+
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
     /* const for the caller; a device session may copy its logits into host memory here */
     if (!s) return nullptr;
@@ -421,9 +443,8 @@ static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_genera
     if (p.grammar && p.grammar->model != s->model)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model than the session's (a grammar knows its model's vocabulary)");
     if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
-        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (the default, %d) to %d", p.max_new_tokens,
-                          gpt2_generate_default_params().max_new_tokens, (int)GPT2__MAX_NEW_TOKENS);
-    if (p.max_new_tokens == 0) p.max_new_tokens = gpt2_generate_default_params().max_new_tokens;
+        return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_new_tokens is %d; expected 0 (only evaluate the prompt) to %d", p.max_new_tokens,
+                          (int)GPT2__MAX_NEW_TOKENS);
     *out = p;
     return GPT2_OK;
 }
@@ -447,6 +468,7 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     gpt2__generator_begin(&line.g, s, p, out_tokens, capacity, n_generated);
     const gpt2_result res = gpt2__generate(s, &line, 1, err);
     if (res == GPT2_OK) return gpt2__ok(err);
+    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(&line, 1);
     if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
     return gpt2__undo_if_aborted(res, &s, 1, &before, err);
     GPT2__GUARD_END(err)
@@ -614,6 +636,7 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
     }
     const gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
     if (res == GPT2_OK) return gpt2__ok(err);
+    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(lines.data(), n_sessions);
     return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
     GPT2__GUARD_END(err)
 }

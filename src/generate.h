@@ -34,13 +34,19 @@ static size_t gpt2__stop_tail(std::string_view text, const gpt2_generate_params&
 }
 
 /* Hands on_token the text that `token` releases (gpt2_token_fn says which). `held` is the text
-   not delivered yet, waiting on the stop strings. True when generation ends here: on_token asks
-   to, the token completes a stop string (*at_stop, and what follows it is dropped), or it is
-   the end-of-text token with stop_at_eos (its text is not delivered). */
-static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop) {
+   not delivered yet, waiting on the stop strings. True when generation ends here, and *why says
+   why: the token completes a stop string (*at_stop, and what follows it is dropped), on_token
+   asks to, or it is the end-of-text token with stop_at_eos or a grammar, whose sentence ends
+   there (its text is not delivered). */
+static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_t token, gpt2__string* held, bool* at_stop, gpt2_end* why) {
     const gpt2__tokenizer& tok = s->model->tokenizer;
     const bool at_eos = (p.stop_at_eos || p.grammar) && token == tok.eos; /* a grammar's sentence ends there */
-    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) return (p.on_token && p.on_token(p.user, token, nullptr, 0) != 0) || at_eos;
+    const gpt2_end eos_end = p.grammar ? GPT2_END_GRAMMAR : GPT2_END_EOS;
+    if (tok.kind == GPT2_TOKENIZER_NONE || (!p.on_token && p.n_stop == 0)) {
+        const bool caller_stops = p.on_token && p.on_token(p.user, token, nullptr, 0) != 0;
+        *why = caller_stops ? GPT2_END_CALLBACK : eos_end;
+        return caller_stops || at_eos;
+    }
     size_t release = 0;
     if (!at_eos) {
         gpt2__utf8_stream_push(&s->stream, gpt2__tokenizer_token_bytes(&tok, token), held);
@@ -55,6 +61,7 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
         s->stream = gpt2__utf8_stream();
     }
     const bool caller_stops = p.on_token && p.on_token(p.user, token, s->text.c_str(), s->text.size()) != 0;
+    *why = *at_stop ? GPT2_END_STOP : caller_stops ? GPT2_END_CALLBACK : eos_end;
     return caller_stops || at_eos || *at_stop;
 }
 
@@ -96,6 +103,7 @@ struct gpt2__generator {
     gpt2__vector<int32_t> forced_ids;
     gpt2__string held; /* text not delivered yet: see gpt2_token_fn */
     bool at_stop = false;
+    gpt2_end end = GPT2_END_MAX_TOKENS; /* why it ended, once it has */
     int n_new = 0;     /* tokens delivered */
     int32_t* out_tokens = nullptr;
     size_t capacity = 0;
@@ -198,13 +206,16 @@ static bool gpt2__generator_deliver(gpt2__generator* g, size_t k) {
         g->complete = g->step_match[k] & GPT2__STEP_COMPLETE;
         sentence_ends = g->step_match[k] & GPT2__STEP_FINISHED;
     }
-    return gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop) || g->n_new >= g->p.max_new_tokens || sentence_ends;
+    if (gpt2__deliver(g->s, g->p, token, &g->held, &g->at_stop, &g->end)) return true;
+    g->end = sentence_ends ? GPT2_END_GRAMMAR : GPT2_END_MAX_TOKENS;
+    return g->n_new >= g->p.max_new_tokens || sentence_ends;
 }
 
 static void gpt2__generator_end(gpt2__generator* g) {
     gpt2_session* s = g->s;
     const gpt2_generate_params& p = g->p;
     if (p.grammar && p.grammar_match) *p.grammar_match = g->complete ? GPT2_MATCH_COMPLETE : GPT2_MATCH_PREFIX;
+    if (p.end) *p.end = g->end;
     if (s->model->tokenizer.kind == GPT2_TOKENIZER_NONE || g->at_stop) return;
     /* what is still held: bytes that never formed a character, text that did not become a stop string */
     gpt2__utf8_stream_flush(&s->stream, &g->held);
@@ -246,7 +257,7 @@ static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lin
     w->plain.clear();
     for (size_t i = 0; i < n; i++) {
         gpt2__line* line = lines[i];
-        if (!line->prompt.empty()) continue;
+        if (!line->prompt.empty() || line->g.p.max_new_tokens == 0) continue;
         if (!line->g.chain && runner->backend->sample_batch && n_picking > 1) {
             w->plain.push_back(line);
         } else if ((line->result = gpt2__generator_pick(&line->g, &line->error)) != GPT2_OK) {
@@ -281,7 +292,7 @@ static gpt2_result gpt2__lines_pick(gpt2_session* runner, gpt2__line* const* lin
    stage, whose pass may pause between its begin and its end (gpt2__batch_run, GPT2__PAUSED). */
 static gpt2_result gpt2__lines_step_begin(gpt2_session* runner, gpt2__line* const* lines, size_t n, gpt2__step_work* w, gpt2_error* err) {
     size_t n_picking = 0;
-    for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty();
+    for (size_t i = 0; i < n; i++) n_picking += lines[i]->prompt.empty() && lines[i]->g.p.max_new_tokens > 0;
     GPT2__TRY(gpt2__lines_pick(runner, lines, n, n_picking, w, err));
     w->batch.clear();
     w->ids.clear();
@@ -291,6 +302,7 @@ static gpt2_result gpt2__lines_step_begin(gpt2_session* runner, gpt2__line* cons
         gpt2__generator& g = line->g;
         size_t count = line->prompt.size();
         const int32_t* ids = line->prompt.data();
+        if (g.p.max_new_tokens == 0) line->ends = true; /* its prompt, if any, is all this step does */
         if (count == 0 && line->result == GPT2_OK) {
             while (!line->ends && count < g.step.size()) line->ends = gpt2__generator_deliver(&g, count++);
             ids = g.step.data();
@@ -320,6 +332,12 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
     const gpt2_result res = w->batch.empty() ? GPT2_OK : gpt2__batch_run(runner, w->batch.data(), w->batch.size(), err);
     gpt2__lines_step_end(lines, n, w, res);
     return res;
+}
+
+/* Lines that an abort undid: their end says so. */
+static void gpt2__lines_aborted(gpt2__line* lines, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (lines[i].g.p.end) *lines[i].g.p.end = GPT2_END_ABORTED;
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The

@@ -43,6 +43,7 @@ static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, bool aba
     if (abandoned) {
         gpt2_error ignored;
         gpt2__checkpoint_restore(s, &l->before, &ignored);
+        if (l->line.result == GPT2_OK) gpt2__lines_aborted(&l->line, 1);
     }
     st->members.erase(std::find(st->members.begin(), st->members.end(), s));
     gpt2__session_release(s);

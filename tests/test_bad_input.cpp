@@ -588,7 +588,7 @@ TEST_CASE("a negative max_new_tokens or one beyond the limit is an invalid argum
         const int32_t prompt[] = {1};
         gpt2_error e{};
         CHECK(gpt2_generate(t.session, prompt, 1, &p, nullptr, 0, nullptr, &e) == GPT2_ERROR_INVALID_ARGUMENT);
-        CHECK_ERROR(e, GPT2_ERROR_INVALID_ARGUMENT, ("max_new_tokens is " + std::to_string(n) + "; expected 0 (the default, 256) to 16777216").c_str());
+        CHECK_ERROR(e, GPT2_ERROR_INVALID_ARGUMENT, ("max_new_tokens is " + std::to_string(n) + "; expected 0 (only evaluate the prompt) to 16777216").c_str());
     }
     CHECK(gpt2_session_n_tokens(t.session) == 0);
 }

@@ -113,7 +113,7 @@ TEST_CASE("a model without vocabulary refuses text with a message naming the fix
     CHECK(std::string(err.message).find("--vocab") != std::string::npos);
 }
 
-TEST_CASE("zero-initialised params are valid: mapped file, all cores, model context, greedy 256 tokens") {
+TEST_CASE("zero-initialised params are valid: mapped file, all cores, model context; generate evaluates the prompt only") {
     gpt2_model_params mp{};
     gpt2_model* model = nullptr;
     REQUIRE(gpt2_model_load_file(test_model("shakespeare_char.gguf").c_str(), &mp, &model, nullptr) == GPT2_OK);
@@ -123,20 +123,96 @@ TEST_CASE("zero-initialised params are valid: mapped file, all cores, model cont
     REQUIRE(gpt2_session_create(model, nullptr, &defaults, nullptr) == GPT2_OK);
     const int32_t prompt[] = {1, 2, 3};
     gpt2_generate_params gp{};
+    Collected c;
+    gp.on_token = collect;
+    gp.user = &c;
     std::vector<int32_t> from_zero(300);
-    size_t n_zero = 0;
+    size_t n_zero = 99;
     REQUIRE(gpt2_generate(zero, prompt, 3, &gp, from_zero.data(), from_zero.size(), &n_zero, nullptr) == GPT2_OK);
-    CHECK(n_zero == (size_t)gpt2_generate_default_params().max_new_tokens);
+    CHECK(n_zero == 0);
+    CHECK(c.piece_ends.empty());
+    CHECK(gpt2_session_n_tokens(zero) == 3);
+    REQUIRE(gpt2_session_eval(defaults, prompt, 3, nullptr) == GPT2_OK);
+    const int V = gpt2_model_get_info(model).n_vocab;
+    CHECK(std::vector<float>(gpt2_session_logits(zero), gpt2_session_logits(zero) + V) ==
+          std::vector<float>(gpt2_session_logits(defaults), gpt2_session_logits(defaults) + V));
+    // with a token count, zero sampling fields are greedy over every token, as the defaults' with them at zero
+    gp.max_new_tokens = 40;
+    REQUIRE(gpt2_generate(zero, nullptr, 0, &gp, from_zero.data(), from_zero.size(), &n_zero, nullptr) == GPT2_OK);
     from_zero.resize(n_zero);
-    // the same as the default params with the sampling fields at zero: greedy over every token
-    gpt2_generate_params greedy = gpt2_generate_default_params();
-    greedy.temperature = 0.0f;
-    greedy.top_k = 0;
-    CHECK(generate(defaults, std::vector<int32_t>(prompt, prompt + 3), greedy.max_new_tokens, greedy.temperature, greedy.top_k, 0) == from_zero);
-    CHECK(gpt2_session_n_tokens(zero) == std::min<size_t>(3 + n_zero, (size_t)gpt2_model_get_info(model).n_ctx));
+    CHECK(n_zero == 40);
+    gpt2_session_reset(defaults);
+    CHECK(generate(defaults, std::vector<int32_t>(prompt, prompt + 3), 40, 0.0f, 0, 0) == from_zero);
     gpt2_session_free(zero);
     gpt2_session_free(defaults);
     gpt2_model_free(model);
+}
+
+TEST_CASE("max_new_tokens 0 evaluates the prompt only, alone, in a batch and on a stage; with no prompt it changes nothing") {
+    Model m(test_model("shakespeare_char.gguf"));
+    REQUIRE(m.model);
+    Session alone(m), batched(m), staged(m), evaluated(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = 0;
+    Collected c;
+    p.on_token = collect;
+    p.user = &c;
+    REQUIRE(gpt2_generate_text(alone.session, "ROMEO:", &p, nullptr) == GPT2_OK);
+    gpt2_session* both[] = {batched.session, evaluated.session};
+    const char* prompts[] = {"ROMEO:", "ROMEO:"};
+    gpt2_generate_params params[] = {p, gpt2_generate_default_params()};
+    params[1].max_new_tokens = 5;
+    REQUIRE(gpt2_generate_batch(both, prompts, params, 2, nullptr) == GPT2_OK);
+    CHECK(gpt2_session_n_tokens(evaluated.session) == 6 + 5); // its neighbour in the batch generated
+    gpt2_stage* stage = nullptr;
+    REQUIRE(gpt2_stage_create(m.model, nullptr, &stage, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_stage_add(stage, staged.session, "ROMEO:", &p, nullptr) == GPT2_OK);
+    size_t n_active = 1;
+    REQUIRE(gpt2_stage_step(stage, 0, &n_active, nullptr) == GPT2_OK);
+    CHECK(n_active == 0);
+    gpt2_stage_free(stage);
+    CHECK(c.piece_ends.empty());
+    const int V = m.info().n_vocab;
+    std::vector<float> expected;
+    for (gpt2_session* s : {alone.session, batched.session, staged.session}) {
+        CAPTURE(gpt2_session_n_tokens(s));
+        CHECK(gpt2_session_n_tokens(s) == 6);
+        std::vector<float> logits(gpt2_session_logits(s), gpt2_session_logits(s) + V);
+        if (expected.empty()) expected = logits;
+        for (int v = 0; v < V; v++) CHECK(logits[(size_t)v] == doctest::Approx(expected[(size_t)v]).epsilon(1e-4));
+    }
+    // nothing to evaluate and nothing to generate: the session as it was
+    REQUIRE(gpt2_generate(alone.session, nullptr, 0, &p, nullptr, 0, nullptr, nullptr) == GPT2_OK);
+    CHECK(gpt2_session_n_tokens(alone.session) == 6);
+    CHECK(c.piece_ends.empty());
+}
+
+TEST_CASE("session_eval_text evaluates text as tokenize and session_eval do; empty, NULL and vocabulary-less text are refused") {
+    Model m(test_model("shakespeare_char.gguf"));
+    REQUIRE(m.model);
+    Session by_text(m), by_ids(m);
+    gpt2_error e{};
+    REQUIRE(gpt2_session_eval_text(by_text.session, "ROMEO: a persona.\n", &e) == GPT2_OK);
+    int32_t ids[32];
+    size_t n = 0;
+    REQUIRE(gpt2_tokenize(m.model, "ROMEO: a persona.\n", 18, 0, ids, 32, &n, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_eval(by_ids.session, ids, n, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_n_tokens(by_text.session) == n);
+    CHECK(std::equal(ids, ids + n, gpt2_session_tokens(by_text.session)));
+    const int V = m.info().n_vocab;
+    CHECK(std::vector<float>(gpt2_session_logits(by_text.session), gpt2_session_logits(by_text.session) + V) ==
+          std::vector<float>(gpt2_session_logits(by_ids.session), gpt2_session_logits(by_ids.session) + V));
+    // then a generation continues from it as from the ids
+    CHECK(generate(by_text.session, {}, 20, 0.0f, 0, 0) == generate(by_ids.session, {}, 20, 0.0f, 0, 0));
+    CHECK(gpt2_session_eval_text(by_text.session, "", &e) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(e.message) == "text is empty: nothing to evaluate");
+    CHECK(gpt2_session_eval_text(by_text.session, nullptr, &e) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(gpt2_session_eval_text(nullptr, "x", &e) == GPT2_ERROR_INVALID_ARGUMENT);
+    CHECK(gpt2_session_n_tokens(by_text.session) == n + 20);
+    Model none(test_model("nobias.gguf"));
+    Session s(none);
+    CHECK(gpt2_session_eval_text(s.session, "hi", &e) == GPT2_ERROR_NO_VOCABULARY);
+    CHECK(gpt2_session_n_tokens(s.session) == 0);
 }
 
 TEST_CASE("every result code has its own name") {

@@ -621,6 +621,8 @@ struct Run {
     std::vector<std::pair<int32_t, std::string>> calls; // on_token's (token, text), in order
     gpt2_result result = GPT2_OK;
     size_t n_generated = 0;
+    gpt2_end end = GPT2_END_ABORTED; // as no generation would leave it
+    int stop_after = 0;              // > 0: on_token returns nonzero at that call
     std::string text() const {
         std::string all;
         for (const auto& c : calls) all += c.second;
@@ -636,8 +638,9 @@ void force_script(void* user, float* logits, int n) {
 }
 
 int record(void* user, int32_t token, const char* text, size_t len) {
-    ((Run*)user)->calls.emplace_back(token, std::string(text ? text : "", len));
-    return 0;
+    Run* r = (Run*)user;
+    r->calls.emplace_back(token, std::string(text ? text : "", len));
+    return r->stop_after > 0 && (int)r->calls.size() == r->stop_after;
 }
 
 void run_script(gpt2_session* s, Run* r, const std::vector<const char*>& stops, int stop_at_eos = 0) {
@@ -650,6 +653,7 @@ void run_script(gpt2_session* s, Run* r, const std::vector<const char*>& stops, 
     p.stop = stops.data();
     p.n_stop = stops.size();
     p.stop_at_eos = stop_at_eos;
+    p.end = &r->end;
     const int32_t prompt[] = {1};
     r->result = gpt2_generate(s, prompt, 1, &p, nullptr, 0, &r->n_generated, nullptr);
 }
@@ -924,4 +928,83 @@ TEST_CASE("stop_at_eos ends at the end-of-text token without delivering its text
     held.step = 0;
     run_script(s.session, &held, {"Hi!"}, 1);
     CHECK(held.calls == Calls{{r.script[0], " "}, {eos, ""}, {-1, "Hi"}});
+}
+
+TEST_CASE("end says why a generation ended: max_new_tokens, a stop string, end-of-text, on_token, the grammar, an abort") {
+    TestModel m("padded_gpt2.gguf");
+    REQUIRE(m.model);
+    TestSession s(m);
+    const int32_t eos = gpt2_model_get_info(m.model).eos_token;
+    const int32_t hi = tokenize(m.model, " Hi").at(0), there = tokenize(m.model, " there").at(0);
+    Run ran;
+    ran.script = {hi, there, hi};
+    run_script(s.session, &ran, {});
+    CHECK(ran.end == GPT2_END_MAX_TOKENS);
+    CHECK(std::string(gpt2_end_string(ran.end)) == "max_tokens");
+    Run stopped;
+    stopped.script = {hi, there, hi};
+    run_script(s.session, &stopped, {"there"});
+    CHECK(stopped.end == GPT2_END_STOP);
+    Run at_eos;
+    at_eos.script = {hi, eos, there};
+    run_script(s.session, &at_eos, {}, 1);
+    CHECK(at_eos.end == GPT2_END_EOS);
+    Run called;
+    called.script = {hi, there, hi};
+    called.stop_after = 2;
+    run_script(s.session, &called, {});
+    CHECK(called.end == GPT2_END_CALLBACK);
+    CHECK(called.n_generated == 2);
+    Run none;
+    none.script = {};
+    run_script(s.session, &none, {}); // max_new_tokens 0: the prompt only
+    CHECK(none.end == GPT2_END_MAX_TOKENS);
+    CHECK(none.n_generated == 0);
+
+    gpt2_grammar* yes_no = nullptr;
+    REQUIRE(gpt2_grammar_from_gbnf(m.model, "root ::= \" yes\" | \" no\"", nullptr, &yes_no, nullptr) == GPT2_OK);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    gpt2_end end = GPT2_END_ABORTED;
+    gpt2_match match = GPT2_MATCH_NONE;
+    p.grammar = yes_no;
+    p.end = &end;
+    p.grammar_match = &match;
+    gpt2_session_reset(s.session);
+    REQUIRE(gpt2_generate_text(s.session, "Answer:", &p, nullptr) == GPT2_OK);
+    CHECK(end == GPT2_END_GRAMMAR);
+    CHECK(match == GPT2_MATCH_COMPLETE);
+    gpt2_grammar_free(yes_no);
+}
+
+namespace {
+int abort_now(void*) { return 1; }
+} // namespace
+
+TEST_CASE("end is GPT2_END_ABORTED when abort_fn stops a generation or a stage's line is cancelled") {
+    TestModel m("shakespeare_char.gguf");
+    REQUIRE(m.model);
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.abort_fn = abort_now;
+    gpt2_session* aborting = nullptr;
+    REQUIRE(gpt2_session_create(m.model, &sp, &aborting, nullptr) == GPT2_OK);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    gpt2_end end = GPT2_END_MAX_TOKENS;
+    p.end = &end;
+    CHECK(gpt2_generate_text(aborting, "ROMEO:", &p, nullptr) == GPT2_ERROR_ABORTED);
+    CHECK(end == GPT2_END_ABORTED);
+    gpt2_session_free(aborting);
+
+    TestSession s(m);
+    gpt2_stage* stage = nullptr;
+    REQUIRE(gpt2_stage_create(m.model, nullptr, &stage, nullptr) == GPT2_OK);
+    end = GPT2_END_MAX_TOKENS;
+    p.max_new_tokens = 50;
+    REQUIRE(gpt2_stage_add(stage, s.session, "ROMEO:", &p, nullptr) == GPT2_OK);
+    size_t n_active = 0;
+    REQUIRE(gpt2_stage_step(stage, 0, &n_active, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_stage_cancel(stage, s.session, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_stage_step(stage, 0, &n_active, nullptr) == GPT2_OK);
+    CHECK(end == GPT2_END_ABORTED);
+    CHECK(gpt2_session_n_tokens(s.session) == 0);
+    gpt2_stage_free(stage);
 }

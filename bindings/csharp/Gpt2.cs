@@ -53,6 +53,23 @@ namespace Gpt2
         BadGrammar
     }
 
+    /// <summary>gpt2_end: why a generation ended (Gpt2Session.LastEnd).</summary>
+    public enum Gpt2End
+    {
+        /// <summary>MaxNewTokens tokens were generated (with a grammar: see LastComplete).</summary>
+        MaxTokens = 0,
+        /// <summary>The grammar's sentence is whole and nothing may extend it.</summary>
+        Grammar,
+        /// <summary>The text contains one of the Stop strings.</summary>
+        Stop,
+        /// <summary>The end-of-text token, with StopAtEos.</summary>
+        Eos,
+        /// <summary>onToken returned false.</summary>
+        Callback,
+        /// <summary>ShouldAbort or the call's CancellationToken stopped it: the session is as before the call.</summary>
+        Aborted
+    }
+
     /// <summary>gpt2_match: whether a text is a whole sentence of a grammar, the start of one, or neither.</summary>
     public enum Gpt2Match { None = 0, Prefix = 1, Complete = 2 }
 
@@ -777,6 +794,20 @@ namespace Gpt2
 
         public Gpt2Model Model { get { return model; } }
 
+        /// <summary>Why the last generation on this session ended (Generate, GenerateAsync once its
+        /// task has ended, GenerateBatch).</summary>
+        public Gpt2End LastEnd { get; private set; }
+
+        /// <summary>Whether the last generation's text is whole: with a grammar, a whole sentence of
+        /// it (false: MaxNewTokens cut it, the text is incomplete); without one, true.</summary>
+        public bool LastComplete { get; private set; }
+
+        void NoteEnd(GenerateCallParams p, gpt2_result result)
+        {
+            LastEnd = result == gpt2_result.GPT2_ERROR_ABORTED ? Gpt2End.Aborted : p.End;
+            LastComplete = p.Complete;
+        }
+
         // Runs call with the native session held, so that a Dispose meanwhile frees it only after.
         T Held<T>(Func<IntPtr, T> call)
         {
@@ -858,6 +889,33 @@ namespace Gpt2
             try
             {
                 result = Gpt2Native.gpt2_session_eval(session, tokens, (UIntPtr)tokens.Length, out err);
+            }
+            finally
+            {
+                lease.Exit();
+                callCancellation = outer;
+            }
+            abort.RethrowFailure();
+            ThrowIfDisposedDuring(result);
+            ThrowIfCancelled(result, cancellationToken);
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        /// <summary>Appends text to the context and runs the model over it without generating
+        /// (gpt2_session_eval_text): a persona, a scene, the player's line before the answer is
+        /// asked for. Cancellation as in Eval(int[]); an empty text throws Gpt2Exception.</summary>
+        public void Eval(string text, CancellationToken cancellationToken = default(CancellationToken))
+        {
+            if (text == null) throw new ArgumentNullException("text");
+            cancellationToken.ThrowIfCancellationRequested();
+            Gpt2Native.gpt2_error err;
+            gpt2_result result;
+            CancellationToken outer = callCancellation;
+            callCancellation = cancellationToken;
+            IntPtr session = lease.Enter();
+            try
+            {
+                result = Gpt2Native.gpt2_session_eval_text(session, Gpt2Native.Utf8z(text), out err);
             }
             finally
             {
@@ -972,6 +1030,7 @@ namespace Gpt2
             {
                 callCancellation = outer;
             }
+            NoteEnd(p, result);
             abort.RethrowFailure();
             if (p.Call.Failure != null) p.Call.Failure.Throw();
             ThrowIfDisposedDuring(result);
@@ -1094,6 +1153,7 @@ namespace Gpt2
                 foreach (IntPtr prompt in promptPointers)
                     if (prompt != IntPtr.Zero) Marshal.FreeHGlobal(prompt);
             }
+            for (int i = 0; i < n; i++) sessions[i].NoteEnd(calls[i], result);
             foreach (Gpt2Session session in sessions) session.abort.RethrowFailure();
             foreach (Gpt2Session session in sessions) session.ThrowIfDisposedDuring(result);
             var texts = new string[n];
@@ -1175,6 +1235,21 @@ namespace Gpt2
             GCHandle callHandle, biasHandle, stopHandle;
             readonly List<IntPtr> stopStrings = new List<IntPtr>();
             Gpt2Grammar grammar; // held until Dispose
+            IntPtr ends; // the call's gpt2_end, then its gpt2_match: two ints the library writes
+            readonly bool hasGrammar;
+
+            Gpt2End endAfter;       // what `ends` held at Dispose
+            gpt2_match matchAfter;
+
+            public Gpt2End End { get { return ends != IntPtr.Zero ? (Gpt2End)Marshal.ReadInt32(ends) : endAfter; } }
+            public bool Complete
+            {
+                get
+                {
+                    gpt2_match match = ends != IntPtr.Zero ? (gpt2_match)Marshal.ReadInt32(ends, 4) : matchAfter;
+                    return !hasGrammar || match == gpt2_match.GPT2_MATCH_COMPLETE;
+                }
+            }
 
             public GenerateCallParams(Gpt2GenerateOptions options, Gpt2TokenHandler onToken)
             {
@@ -1199,7 +1274,13 @@ namespace Gpt2
                     {
                         Native.grammar = options.Grammar.Acquire();
                         grammar = options.Grammar;
+                        hasGrammar = true;
                     }
+                    ends = Marshal.AllocHGlobal(8);
+                    Marshal.WriteInt32(ends, 0);
+                    Marshal.WriteInt32(ends, 4, 0);
+                    Native.end = ends;
+                    Native.grammar_match = ends + 4;
                     Native.on_token = TokenThunkPointer;
                     Native.user = GCHandle.ToIntPtr(callHandle);
                     if (options.OnLogits != null) Native.on_logits = LogitsThunkPointer;
@@ -1235,6 +1316,13 @@ namespace Gpt2
             {
                 if (grammar != null) grammar.Release();
                 grammar = null;
+                if (ends != IntPtr.Zero)
+                {
+                    endAfter = (Gpt2End)Marshal.ReadInt32(ends);
+                    matchAfter = (gpt2_match)Marshal.ReadInt32(ends, 4);
+                    Marshal.FreeHGlobal(ends);
+                }
+                ends = IntPtr.Zero;
                 if (callHandle.IsAllocated) callHandle.Free();
                 if (biasHandle.IsAllocated) biasHandle.Free();
                 if (stopHandle.IsAllocated) stopHandle.Free();

@@ -41,7 +41,7 @@ namespace Gpt2
     {
         // The version of api.h these declarations mirror (GPT2_VERSION).
         public const int GPT2_VERSION_MAJOR = 0;
-        public const int GPT2_VERSION_MINOR = 1;
+        public const int GPT2_VERSION_MINOR = 2;
         public const int GPT2_VERSION_PATCH = 0;
         public const int GPT2_VERSION = GPT2_VERSION_MAJOR * 10000 + GPT2_VERSION_MINOR * 100 + GPT2_VERSION_PATCH;
 
@@ -150,6 +150,7 @@ namespace Gpt2
             public int stop_at_eos;
             public IntPtr grammar;       // const gpt2_grammar*
             public IntPtr grammar_match; // gpt2_match*
+            public IntPtr end;           // gpt2_end*
         }
 
         // ---- Version and ABI ----
@@ -206,6 +207,8 @@ namespace Gpt2
         public static extern gpt2_result gpt2_session_truncate(IntPtr session, UIntPtr n_tokens, out gpt2_error err);
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_session_eval(IntPtr session, int[] tokens, UIntPtr n_tokens, out gpt2_error err);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_session_eval_text(IntPtr session, byte[] text, out gpt2_error err);
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern IntPtr gpt2_session_logits(IntPtr session); // const float*, owned by the session
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]

@@ -33,10 +33,16 @@ def run(*args, model=MODEL):
 
 
 def generate(grammar_args, seed, n=300, model=MODEL):
+    """The JSON of one generation; the exit status is 3 exactly when the answer is incomplete."""
     out = run("-p", "ROMEO:", "-n", str(n), "--seed", str(seed), "--json", *grammar_args, model=model)
-    if out.returncode != 0:
+    if out.returncode not in (0, 3):
         raise AssertionError(out.stderr)
-    return json.loads(out.stdout)
+    result = json.loads(out.stdout)
+    if (out.returncode == 3) != (not result["grammar_complete"]):
+        raise AssertionError("exit status %d with grammar_complete %s" % (out.returncode, result["grammar_complete"]))
+    if out.returncode == 3 and "the answer is incomplete" not in out.stderr:
+        raise AssertionError(out.stderr)
+    return result
 
 
 class CliGrammar(unittest.TestCase):
@@ -65,6 +71,23 @@ class CliGrammar(unittest.TestCase):
         result = generate(["--grammar-text", 'root ::= "Yea" | "Nay"'], 4)
         self.assertIn(result["text"], ("Yea", "Nay"))
         self.assertTrue(result["grammar_complete"])
+        self.assertEqual(result["end"], "grammar")
+
+    def test_an_answer_cut_by_n_is_reported_incomplete(self):
+        grammar = ["--grammar-text", 'root ::= "ACTION: " ("wave" | "flee") "." [a-z ]{1,30} "."']
+        cut = run("-p", "ROMEO:", "-n", "4", "--seed", "1", "--json", *grammar)
+        self.assertEqual(cut.returncode, 3, cut.stderr)
+        self.assertIn("the answer is incomplete: -n 4 tokens", cut.stderr)
+        result = json.loads(cut.stdout)
+        self.assertEqual((result["end"], result["grammar_complete"]), ("max_tokens", False))
+        plain = run("-p", "ROMEO:", "-n", "4", "--seed", "1", *grammar)
+        self.assertEqual(plain.returncode, 3)
+        self.assertEqual(plain.stdout, "ROMEO:ACTI\n")
+        free = run("-p", "ROMEO:", "-n", "4", "--json")
+        self.assertEqual(free.returncode, 0, free.stderr)
+        self.assertEqual(json.loads(free.stdout)["end"], "max_tokens")
+        stopped = run("-p", "ROMEO:", "-n", "200", "--stop", "\n", "--json")
+        self.assertEqual(json.loads(stopped.stdout)["end"], "stop")
 
     def test_bad_grammar_is_refused_with_line_and_column(self):
         out = run("-p", "ROMEO:", "--grammar-text", 'root ::= "open')
@@ -96,6 +119,23 @@ class CliGrammar(unittest.TestCase):
                 self.assertIsInstance(state["say"], str)
                 self.assertLessEqual(len(state["say"]), 60)
         self.assertGreater(complete, 0)
+
+    def test_json_compact_leaves_out_whitespace(self):
+        if not os.path.exists(BPE_MODEL):
+            self.skipTest("needs " + BPE_MODEL + " (ctest -R convert_fixture_models makes it)")
+        schema = os.path.join(GRAMMARS, "npc_state.schema.json")
+        complete = 0
+        for seed in (1, 2, 3, 4):
+            result = generate(["--json-schema", schema, "--json-compact"], seed, n=120, model=BPE_MODEL)
+            if not result["grammar_complete"]:
+                continue
+            complete += 1
+            text = result["text"]
+            self.assertEqual(text, json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False), text)
+        self.assertGreater(complete, 0)
+        out = run("-p", "x", "--json-compact")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--json-compact shapes the JSON of --json-schema", out.stderr)
 
     def test_bad_json_schema_is_refused_naming_where(self):
         out = run("-p", "x", "--json-schema", os.path.join(GRAMMARS, "missing.schema.json"))

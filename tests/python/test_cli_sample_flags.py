@@ -60,6 +60,38 @@ class SampleFlags(unittest.TestCase):
         self.assertEqual(piped.returncode, 0, piped.stderr)
         self.assertEqual(piped.stdout, given.stdout)
 
+    def test_out_dir_finds_the_converted_checkpoint_and_says_how_to_convert(self):
+        with tempfile.TemporaryDirectory() as out_dir:
+            missing = subprocess.run([PROGRAM, "--out_dir", out_dir], capture_output=True, text=True, timeout=60)
+            self.assertEqual(missing.returncode, 1)
+            self.assertIn("has no ckpt.pt and no .gguf file", missing.stderr)
+            open(os.path.join(out_dir, "ckpt.pt"), "wb").close()
+            unconverted = subprocess.run([PROGRAM, "--out_dir", out_dir], capture_output=True, text=True, timeout=60)
+            self.assertEqual(unconverted.returncode, 1)
+            self.assertIn("python3 tools/convert.py " + out_dir + "/ckpt.pt -o " + out_dir + "/ckpt.gguf", unconverted.stderr)
+            os.symlink(MODEL, os.path.join(out_dir, "ckpt.gguf"))
+            theirs = subprocess.run([PROGRAM, "--out_dir", out_dir, "--init_from", "resume", "--start", "ROMEO:", "--device", "cuda",
+                                     "--dtype", "bfloat16", "--compile", "True", "--max_new_tokens", "30", "--seed", "3", "-t", "1"],
+                                    capture_output=True, text=True, timeout=300)
+            ours = run("-p", "ROMEO:", "-n", "30", "--seed", "3")
+            self.assertEqual(theirs.returncode, 0, theirs.stderr)
+            self.assertEqual(theirs.stdout, ours.stdout)
+            for note in ("--device cuda: this program runs on the CPU", "--dtype bfloat16: the weights run in the model file's type",
+                         "--compile True: nothing to compile"):
+                self.assertIn(note, theirs.stderr)
+        other = run("--init_from", "gpt2-xl")
+        self.assertEqual(other.returncode, 1)
+        self.assertIn("only resume", other.stderr)
+
+    def test_without_start_sampling_begins_from_a_newline_as_sample_py_does(self):
+        theirs = run("--num_samples", "1", "--max_new_tokens", "20", "--seed", "4")
+        ours = run("-p", "\n", "-n", "20", "--seed", "4")
+        self.assertEqual(theirs.returncode, 0, theirs.stderr)
+        self.assertEqual(theirs.stdout, ours.stdout + DASHES + "\n")
+        nothing_piped = run("-n", "20", "--seed", "4", stdin="")
+        self.assertEqual(nothing_piped.returncode, 0, nothing_piped.stderr)
+        self.assertEqual(nothing_piped.stdout, ours.stdout)
+
     def test_bad_values_are_named(self):
         out = run("--top_k=-3")
         self.assertNotEqual(out.returncode, 0)

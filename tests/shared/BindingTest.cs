@@ -72,6 +72,22 @@ static class BindingTest
             Check("the context holds prompt and tokens", session.Tokens.Length == 66, session.Tokens.Length.ToString());
 
             session.Reset();
+            session.Eval("ROMEO:");
+            Check("Eval(text) puts text in the context without generating; Generate then continues as from the prompt",
+                  session.Tokens.Length == 6 && session.Generate("", Options(60, 7)) == plain, session.Tokens.Length.ToString());
+            session.Reset();
+            Check("MaxNewTokens = 0 evaluates the prompt only", session.Generate("ROMEO:", Options(0, 7)) == "" && session.Tokens.Length == 6);
+            try
+            {
+                session.Eval("");
+                Check("Eval(\"\") throws", false);
+            }
+            catch (Gpt2Exception e)
+            {
+                Check("Eval(\"\") throws Gpt2Exception: nothing to evaluate", e.Code == Gpt2Result.InvalidArgument && e.Message.Contains("empty"), e.Message);
+            }
+
+            session.Reset();
             var pieces = new List<string>();
             string streamed = session.Generate("ROMEO:", Options(60, 7), (token, text) => { pieces.Add(text); return true; });
             Check("the same seed gives the same text; the streamed pieces make it", streamed == plain && string.Concat(pieces) == plain);
@@ -80,6 +96,7 @@ static class BindingTest
             int calls = 0;
             session.Generate("ROMEO:", Options(60, 7), (token, text) => ++calls < 5);
             Check("returning false stops generation", calls == 5 && session.Tokens.Length == 6 + 5, calls + " calls");
+            Check("LastEnd says onToken stopped it", session.LastEnd == Gpt2End.Callback && session.LastComplete, session.LastEnd.ToString());
 
             // A stop string: the text up to it, never the string itself.
             int cut = plain.IndexOf('\n', 1);
@@ -87,6 +104,10 @@ static class BindingTest
             session.Reset();
             string stopped = session.Generate("ROMEO:", new Gpt2GenerateOptions { MaxNewTokens = 60, Seed = 7, Stop = new[] { "zzz", stop } });
             Check("a stop string ends the text before it", stopped == plain.Substring(0, plain.IndexOf(stop)), "[" + stopped + "]");
+            Check("LastEnd says a stop string ended it", session.LastEnd == Gpt2End.Stop, session.LastEnd.ToString());
+            session.Reset();
+            session.Generate("ROMEO:", Options(20, 7));
+            Check("LastEnd says MaxNewTokens ended it", session.LastEnd == Gpt2End.MaxTokens && session.LastComplete, session.LastEnd.ToString());
 
             // Banning every character that greedy decoding picks, by logit_bias and by on_logits.
             session.Reset();
@@ -252,6 +273,13 @@ static class BindingTest
             options.Grammar = grammar;
             string answer = session.Generate("ROMEO:", options);
             Check("generated text is a whole sentence of the grammar", grammar.Match(answer) == Gpt2Match.Complete, "[" + answer + "]");
+            Check("LastEnd says the grammar's sentence ended it, and it is complete", session.LastEnd == Gpt2End.Grammar && session.LastComplete,
+                  session.LastEnd + " " + session.LastComplete);
+            var cutOptions = Options(5, 3);
+            cutOptions.Grammar = grammar;
+            string cutAnswer = session.Generate("ROMEO:", cutOptions);
+            Check("a grammar's answer cut by MaxNewTokens: LastEnd MaxTokens, LastComplete false",
+                  session.LastEnd == Gpt2End.MaxTokens && !session.LastComplete && grammar.Match(cutAnswer) == Gpt2Match.Prefix, "[" + cutAnswer + "]");
             Check("Match tells a prefix from a sentence and from neither",
                   grammar.Match("ACTION: wa") == Gpt2Match.Prefix && grammar.Match("ACTION: run") == Gpt2Match.None);
             try
