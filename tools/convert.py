@@ -488,7 +488,11 @@ def convert(ckpt_path, out_path, meta=None, vocab=None, dtype="f32", gelu=None, 
     except BaseException:
         os.unlink(tmp)
         raise
-    if kind == "none":
+    if kind == "none" and n_vocab < GPT2_VOCAB_SIZE:  # nanoGPT's prepare.py wrote a character vocabulary
+        log(f"convert.py: note: no vocabulary given, so the model works on token ids only; its {n_vocab} tokens "
+            "look like a character vocabulary: pass --meta PATH/meta.pkl (written by nanoGPT's prepare.py, "
+            "in the data folder) to get its text tokenizer")
+    elif kind == "none":
         log("convert.py: note: no vocabulary given, so the model works on token ids only; pass "
             "--vocab DIR (a folder with encoder.json + vocab.bpe) to get a GPT-2 text tokenizer")
     return {"n_vocab": n_vocab, "tokenizer": kind, "tied": tied, "rows": rows,

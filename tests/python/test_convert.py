@@ -487,6 +487,16 @@ def run_main(*args):
 
 
 class UserMistakes(unittest.TestCase):
+    def test_a_character_checkpoint_without_its_meta_pkl_is_told_to_give_meta(self):
+        folder = scratch()
+        shutil.copy(os.path.join(DATA, "shakespeare_char", "ckpt_slim.pt"), folder)  # no meta.pkl beside it
+        notes = []
+        convert.convert(os.path.join(folder, "ckpt_slim.pt"), os.path.join(folder, "m.gguf"), log=notes.append)
+        note = [n for n in notes if "no vocabulary given" in n]
+        self.assertEqual(len(note), 1, notes)
+        self.assertIn("--meta PATH/meta.pkl", note[0])
+        self.assertNotIn("--vocab", note[0])
+
     def setUp(self):
         self.out = scratch()
         self.target = os.path.join(self.out, "model.gguf")
