@@ -948,12 +948,42 @@ namespace Gpt2
         public Gpt2Choice Choose(params string[] options)
         {
             if (options == null) throw new ArgumentNullException("options");
+            IntPtr session = lease.Enter();
+            try
+            {
+                return ChooseHeld(session, options, default(CancellationToken));
+            }
+            finally
+            {
+                lease.Exit();
+            }
+        }
+
+        /// <summary>Choose on a thread-pool thread, for a caller that must not wait (a game's main
+        /// thread): the task's result is what Choose gives. Cancelling cancellationToken before the
+        /// task ends (checked between layers on the CPU) ends it Canceled, the session as it was.
+        /// The task holds the session from now on, as GenerateAsync's does.</summary>
+        public Task<Gpt2Choice> ChooseAsync(string[] options, CancellationToken cancellationToken = default(CancellationToken))
+        {
+            if (options == null) throw new ArgumentNullException("options");
+            var copy = (string[])options.Clone();
+            IntPtr session = lease.Enter();
+            Task<Gpt2Choice> task = Task.Run(() => ChooseHeld(session, copy, cancellationToken), cancellationToken);
+            task.ContinueWith(ended => lease.Exit(), TaskScheduler.Default); // also when cancelled before it starts
+            return task;
+        }
+
+        // Choose with the session held by the caller.
+        Gpt2Choice ChooseHeld(IntPtr session, string[] options, CancellationToken cancellationToken)
+        {
+            cancellationToken.ThrowIfCancellationRequested();
             var pointers = new IntPtr[options.Length];
             var logprobs = new float[options.Length];
             UIntPtr best;
             Gpt2Native.gpt2_error err;
             gpt2_result result;
-            IntPtr session = lease.Enter();
+            CancellationToken outer = callCancellation;
+            callCancellation = cancellationToken;
             try
             {
                 for (int i = 0; i < options.Length; i++)
@@ -967,12 +997,13 @@ namespace Gpt2
             }
             finally
             {
-                lease.Exit();
+                callCancellation = outer;
                 foreach (IntPtr p in pointers)
                     if (p != IntPtr.Zero) Marshal.FreeHGlobal(p);
             }
             abort.RethrowFailure();
             ThrowIfDisposedDuring(result);
+            ThrowIfCancelled(result, cancellationToken);
             Gpt2Exception.ThrowIfFailed(result, ref err);
             return new Gpt2Choice((int)best, options[(int)best], logprobs);
         }

@@ -172,6 +172,13 @@ static class BindingTest
                   Math.Abs(choice.Logprobs[3] - (lastLogits[bang] - logZ)) < 1e-4 && choice.Best == argmax && choice.Choice == options[argmax] &&
                   Same(session.SaveState(), beforeChoose),
                   string.Join(",", choice.Logprobs) + " best " + choice.Best);
+            Gpt2Choice later = session.ChooseAsync(options).Result;
+            Check("ChooseAsync's task gives what Choose gives, the session unchanged",
+                  later.Best == choice.Best && Same(later.Logprobs, choice.Logprobs) && Same(session.SaveState(), beforeChoose));
+            var cancelled = new CancellationTokenSource();
+            cancelled.Cancel();
+            Check("ChooseAsync with a cancelled token ends Canceled, the session unchanged",
+                  Canceled(session.ChooseAsync(options, cancelled.Token)) && Same(session.SaveState(), beforeChoose));
             try
             {
                 session.Choose("a", "");

@@ -1,7 +1,7 @@
 // Sample.cs - the C# binding's console sample: loads a model, generates 100 tokens with seed 7
 // from "ROMEO:" and streams them to stdout. It prints what tests/shared/sample.c prints (CTest
 // csharp_sample_same_text_as_c checks that).
-//     mcs -out:Sample.exe Gpt2Native.cs Gpt2.cs Sample.cs
+//     mcs -out:Sample.exe ../../Gpt2Native.cs ../../Gpt2.cs Sample.cs
 //     LD_LIBRARY_PATH=path/to/libgpt2.so's/folder mono Sample.exe models/shakespeare_char_medium.gguf
 using System;
 using System.IO;
