@@ -1,4 +1,4 @@
-/* sample.c - the C twin of bindings/csharp/Sample.cs, through the shared library: the same calls
+/* sample.c - the C twin of bindings/csharp/Samples~/Console/Sample.cs, through the shared library: the same calls
    (the ABI check, load, session, generate_text with seed 7) print the same text.
        sample MODEL.gguf [N_TOKENS [SEED]]        (defaults: 100 tokens, seed 7) */
 #include "gpt2.h"
