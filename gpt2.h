@@ -359,7 +359,9 @@ GPT2_API gpt2_result gpt2_session_eval_text(gpt2_session* session, const char* t
 GPT2_API const float* gpt2_session_logits(const gpt2_session* session);
 
 /* Log-probability (natural log) of tokens[1..n-1], each given the ones before it; the first
-   token is not scored. Evaluated from an empty context; the session is reset afterwards.
+   token is not scored. Evaluated from an empty context, as nanoGPT scores a sequence (so the
+   score does not depend on what the session held); the session is reset afterwards. To score
+   continuations of a context and keep it, use gpt2_choose, which leaves the session as it was.
    Sequences longer than n_ctx use nanoGPT's sliding window. */
 GPT2_API gpt2_result gpt2_score(gpt2_session* session, const int32_t* tokens, size_t n_tokens,
                                 double* out_logprob_sum, gpt2_error* err);
