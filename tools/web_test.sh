@@ -79,14 +79,16 @@ if r["steps"] <= r["tokens"]:
 EOF
 step "on a stage under a frame budget, Node generates the same tokens"
 grammar='root ::= "ACTION: " ("wave" | "flee") "\n" [A-Z] [^\n]{1,60} "."'
-native_json=$("$native" -m "$model" -p "ROMEO:" -n 100 --temp 0.8 --top-k 200 --seed 7 -t 1 --context-policy discard --json --grammar-text "$grammar")
+# The native program exits 3 when -n cuts a grammar's answer (incomplete): its output still counts.
+cut_is_fine() { "$@" || [ $? -eq 3 ]; }
+native_json=$(cut_is_fine "$native" -m "$model" -p "ROMEO:" -n 100 --temp 0.8 --top-k 200 --seed 7 -t 1 --context-policy discard --json --grammar-text "$grammar")
 wasm_json=$(node examples/web/node_generate.js "$model" "ROMEO:" 100 0.8 200 7 --grammar "$grammar")
 same_fields "with a grammar, Node" ids,text "$native_json" "$wasm_json"
 # The Shakespeare model's characters hold no '{' or '"': a JSON Schema needs GPT-2's vocabulary, here
 # a small random model with it (made for the doctest suite by build.sh).
 schema=examples/grammars/npc_state.schema.json
 gpt2_vocab_model=build-wasm/tests/generated/padded_gpt2.gguf
-native_json=$("$native" -m "$gpt2_vocab_model" -p "The guard:" -n 60 --temp 0.8 --top-k 40 --seed 11 -t 1 --context-policy discard --json --json-schema "$schema" | json_pick ids,text)
+native_json=$(cut_is_fine "$native" -m "$gpt2_vocab_model" -p "The guard:" -n 60 --temp 0.8 --top-k 40 --seed 11 -t 1 --context-policy discard --json --json-schema "$schema" | json_pick ids,text)
 wasm_json=$(node examples/web/node_generate.js "$gpt2_vocab_model" "The guard:" 60 0.8 40 11 --json-schema "$(cat "$schema")")
 same_fields "with a JSON Schema, Node" ids,text "$native_json" "$wasm_json"
 options=" I will| Thou art| Go hence|zz"
