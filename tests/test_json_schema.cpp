@@ -596,9 +596,9 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
     CHECK(refusal(R"(false)") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
     CHECK(refusal(R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})") ==
           "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
-    const std::string ref_loop = R"(json schema: a $ref leads back to its own schema before any text is written (as {"$ref": "#"} does), so no grammar can hold it)";
-    CHECK(refusal(R"({"$ref":"#"})") == ref_loop);
-    CHECK(refusal(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})") == ref_loop);
+    // a $ref that is its own first step: only its other ways out are values
+    CHECK(refusal(R"({"$ref":"#"})") == "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
+    check_case({R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})", {"null"}, {"1", "[]"}});
     // a $id below the root moves where the refs under it point: refused where there are refs
     CHECK(refusal(R"({"$defs":{"a":{"$id":"http://x/a.json","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})") ==
           "json schema: /$defs/a/$id: an $id below the root changes where the $refs under it point, and $refs are read against the document's root only (not enforced)");
