@@ -525,6 +525,8 @@ GPT2_DEF gpt2_json_schema_params gpt2_json_schema_default_params(void) {
     gpt2_json_schema_params p;
     p.compact = 0;
     p.max_whitespace = 20;
+    p.any_order = 0;
+    p.integer_fraction = 0;
     return p;
 }
 
@@ -539,7 +541,7 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
     if (p.max_whitespace > GPT2__GRAMMAR_MAX_REPEAT)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_whitespace is %u, at most %d", (unsigned)p.max_whitespace, (int)GPT2__GRAMMAR_MAX_REPEAT);
     gpt2__string gbnf;
-    GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p.compact != 0, p.max_whitespace ? p.max_whitespace : 20, &gbnf, err));
+    GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p, &gbnf, err));
     const gpt2_result res = gpt2__grammar_from_gbnf(model, gbnf.c_str(), "root", out, "json schema", err);
     if (res == GPT2_ERROR_BAD_GRAMMAR && err && std::strncmp(err->message, "json schema:", 12) != 0) {
         /* the schema's grammar is ours, and its rule names mean nothing to the caller: too large */
