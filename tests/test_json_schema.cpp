@@ -400,12 +400,15 @@ bool rfc_ipv6(const std::string& s) {
     return gap == std::string::npos ? groups == 8 : groups <= 7;
 }
 // RFC 1034/1123: labels of 1-63 letters, digits and hyphens, not starting or ending with one;
-// 253 characters at most; the top-level label not all digits.
+// 253 characters at most; the top-level label not all digits. RFC 5891: "--" at a label's third
+// and fourth characters is an IDNA A-label ("xn--") or reserved, whose Punycode a strict validator
+// checks: none is taken.
 bool rfc_hostname(const std::string& s) {
     if (s.empty() || s.size() > 253) return false;
     const auto labels = split(s, '.');
     for (const auto& l : labels) {
         if (l.empty() || l.size() > 63 || l.front() == '-' || l.back() == '-') return false;
+        if (l.size() >= 4 && l[2] == '-' && l[3] == '-') return false;
         for (char c : l)
             if (!is_alnum(c) && c != '-') return false;
     }
@@ -509,8 +512,8 @@ TEST_CASE("json schema: formats ipv4, ipv6, hostname, email, uri and uri-referen
                  R"("::1:2:3:4:5:6:7")", R"("::ffff:192.0.2.1")", R"("1:2:3:4:5:6:1.2.3.4")", R"("64:ff9b::10.0.0.1")"},
                 {R"("1:2:3:4:5:6:7")", R"("12345:0:0:0:0:0:0:1")", R"("1::2::3")", R"(":::")", R"("1:2:3:4:5:6:7:8::")", R"("::1:2:3:4:5:6:7:8")",
                  R"("1:2:3:4:5:6:7:1.2.3.4")", R"("::1.2.3.256")", R"("1.2.3.4::")", R"(":1::")", R"("1:")"}});
-    check_case({R"({"format":"hostname"})", {R"("localhost")", R"("www.example.com")", R"("a-1.b2")"},
-                {R"("-a.com")", R"("a-.com")", R"("a..com")", R"("example.123")", R"("a_b.com")", R"("")"}});
+    check_case({R"({"format":"hostname"})", {R"("localhost")", R"("www.example.com")", R"("a-1.b2")", R"("a--b.com")", R"("abc-d.e--f")"},
+                {R"("-a.com")", R"("a-.com")", R"("a..com")", R"("example.123")", R"("a_b.com")", R"("")", R"("xn--x.com")", R"("ab--c.org")", R"("www.XN--aa-b")"}});
     check_case({R"({"type":"string","format":"email"})", {R"("ann@example.com")", R"("first.last+tag@mail.example.org")", R"("o'neil!#$@x.io")"},
                 {R"("ann")", R"("ann@localhost")", R"("ann@@x.com")", R"(".ann@x.com")", R"("ann.@x.com")", R"("a..b@x.com")", R"("ann@x.123")"}});
     check_case({R"({"format":"uri"})",
@@ -811,6 +814,23 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
           "json schema: /$defs/a/$id: where this $id points the $refs under it depends on the draft (draft 7 ignores an $id beside a $ref, draft 4 calls it \"id\"): name the draft with \"$schema\"");
     check_case({R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$defs":{"a":{"$id":"http://x/a.json","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})",
                 {"1"}, {R"("x")"}});
+    // the applicators' pathological forms: an error naming the limit, not a hang or a stack overflow
+    std::string deep_if, deep_not;
+    for (int i = 0; i < 10000; i++) deep_if += R"({"if":)";
+    deep_if += "true" + std::string(10000, '}');
+    CHECK(refusal(deep_if).find("nested deeper than 256") != std::string::npos);
+    for (int i = 0; i < 250; i++) deep_not += R"({"not":)";
+    deep_not += R"({"type":"integer"})" + std::string(250, '}');
+    {
+        SchemaGrammar g(deep_not, true); // not 250 times: the integers, or refused as too deep
+        CAPTURE(g.err.message);
+        CHECK((g.result == GPT2_OK ? grammar_match(g.grammar, "7") == GPT2_MATCH_COMPLETE && grammar_match(g.grammar, "\"x\"") == GPT2_MATCH_NONE
+                                   : std::string(g.err.message).find("deep") != std::string::npos));
+    }
+    std::string ranges = R"({"oneOf":[)";
+    for (int i = 0; i < 12; i++) ranges += (i ? "," : "") + std::string(R"({"minimum":)") + std::to_string(2 * i) + R"(,"maximum":)" + std::to_string(2 * i + 1) + "}";
+    ranges += "]}";
+    CHECK(refusal(ranges).find("make more than 4096 branches in all") != std::string::npos);
     // 10,000-deep nesting: refused, not a stack overflow
     const std::string deep = std::string(10000, '[') + std::string(10000, ']');
     CHECK(refusal(deep).find("nested deeper than 256") != std::string::npos);

@@ -651,7 +651,7 @@ static gpt2__string gpt2__uri_remove_dots(std::string_view in) {
 static gpt2__string gpt2__uri_resolve(std::string_view base_text, std::string_view ref_text) {
     const gpt2__uri base = gpt2__uri_split(base_text), ref = gpt2__uri_split(ref_text);
     gpt2__string scheme, authority, path, query;
-    bool has_authority, has_query;
+    bool has_authority = false, has_query = false;
     if (ref.has_scheme) {
         scheme = ref.scheme, has_authority = ref.has_authority, authority = ref.authority, path = gpt2__uri_remove_dots(ref.path);
         has_query = ref.has_query, query = ref.query;
@@ -955,7 +955,7 @@ static gpt2_result gpt2__schema_count(gpt2__schema_converter* cv, const gpt2__sc
                                       const gpt2__schema_kw** which = nullptr) {
     *present = false;
     for (const gpt2__schema_kw* kw : gpt2__schema_all(view, key)) {
-        uint32_t x;
+        uint32_t x = 0;
         GPT2__TRY(gpt2__schema_uint(cv, *kw, &x));
         if (!*present || (at_least ? x > *v : x < *v)) {
             *v = x;
@@ -1404,7 +1404,7 @@ static bool gpt2__schema_enumerate_multiples(const gpt2__schema_multiple& m, con
    GPT2__KW_NOT_MULTIPLE and GPT2__KW_FRACTION). */
 static gpt2_result gpt2__schema_numeric(gpt2__schema_converter* cv, const gpt2__schema_view& view, std::string_view pointer, bool integers, gpt2__string* out, bool* impossible) {
     gpt2__schema_multiple m, not_m;
-    bool multiple, not_multiple;
+    bool multiple = false, not_multiple = false;
     GPT2__TRY(gpt2__schema_multiple_of(cv, view, "multipleOf", &m, &multiple));
     GPT2__TRY(gpt2__schema_multiple_of(cv, view, GPT2__KW_NOT_MULTIPLE, &not_m, &not_multiple));
     const gpt2__schema_kw* fraction = gpt2__schema_find(view, GPT2__KW_FRACTION);
@@ -1497,8 +1497,12 @@ static void gpt2__schema_format_helpers(unsigned used, gpt2__string* gbnf) {
     }
     if (used & GPT2__FORMAT_HOST) {
         *gbnf += "fbyte ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]" "\n";
-        *gbnf += "flabel ::= [A-Za-z0-9] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?" "\n";
-        *gbnf += "ftld ::= [A-Za-z] ([A-Za-z0-9-]{0,60} [A-Za-z0-9])?" "\n";
+        /* a label of 1 to 62 characters, not "--" at its third and fourth (an IDNA A-label, "xn--",
+           or a reserved prefix: left out, as a validator may check its Punycode) */
+        *gbnf += "flabel ::= [A-Za-z0-9] flabelrest" "\n";
+        *gbnf += "ftld ::= [A-Za-z] flabelrest" "\n";
+        *gbnf += "flabelrest ::= ([A-Za-z0-9] | [A-Za-z0-9-] [A-Za-z0-9] | [A-Za-z0-9-] [A-Za-z0-9-] [A-Za-z0-9] | "
+                 "[A-Za-z0-9-] ([A-Za-z0-9] [A-Za-z0-9-] | \"-\" [A-Za-z0-9]) [A-Za-z0-9-]{0,57} [A-Za-z0-9])?" "\n";
     }
     if (used & GPT2__FORMAT_IPV6) {
         *gbnf += "fh16 ::= [0-9a-fA-F]{1,4}" "\n";
@@ -1561,7 +1565,7 @@ static gpt2_result gpt2__schema_single(gpt2__schema_converter* cv, const gpt2__s
 
 static gpt2_result gpt2__schema_string(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible) {
     uint32_t lo = 0, hi = 0;
-    bool has_lo, has_hi;
+    bool has_lo = false, has_hi = false;
     const gpt2__schema_kw *min_kw = nullptr, *max_kw = nullptr, *format, *pattern;
     GPT2__TRY(gpt2__schema_count(cv, view, "minLength", true, &lo, &has_lo, &min_kw));
     GPT2__TRY(gpt2__schema_count(cv, view, "maxLength", false, &hi, &has_hi, &max_kw));
@@ -1955,7 +1959,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         }
     }
     uint32_t min_count = 0, max_count = UINT32_MAX;
-    bool has_min, has_max;
+    bool has_min = false, has_max = false;
     const gpt2__schema_kw *min_kw = nullptr, *max_kw = nullptr;
     GPT2__TRY(gpt2__schema_count(cv, view, "minProperties", true, &min_count, &has_min, &min_kw));
     GPT2__TRY(gpt2__schema_count(cv, view, "maxProperties", false, &max_count, &has_max, &max_kw));
@@ -2095,7 +2099,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
                 if (!(own && own->kind == GPT2__JSON_OBJECT && own->get(name))) parts.push_back({a->value, a->pointer, a->evaluates, a->made});
             }
             if (unevaluated && !evaluated) parts.push_back(unevaluated_part);
-            bool allowed;
+            bool allowed = false;
             GPT2__TRY(key_allowed(name, &allowed));
             gpt2__string value;
             bool none = !allowed;
@@ -2117,7 +2121,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         }
     for (const auto& r : req) {
         if (std::find(names.begin(), names.end(), r) != names.end()) continue;
-        bool allowed;
+        bool allowed = false;
         GPT2__TRY(key_allowed(r, &allowed));
         if (!extra_allowed || !allowed) {
             *impossible = true;
@@ -2159,7 +2163,8 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt2__json& schema, const gpt2__string& pointer, bool made, int depth, gpt2__vector<gpt2__schema_part>* out);
+static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt2__json& schema, const gpt2__string& pointer, bool made, int depth, gpt2__vector<gpt2__schema_part>* out,
+                                           unsigned within = GPT2__T_ALL);
 static const gpt2__json* gpt2__schema_made_any_of(gpt2__schema_converter* cv, const gpt2__vector<gpt2__schema_part>& branches);
 
 /* An array's items: each position meets the schemas every schema of the view gives it (its
@@ -2168,7 +2173,7 @@ static const gpt2__json* gpt2__schema_made_any_of(gpt2__schema_converter* cv, co
    maxContains) and unevaluatedItems. */
 static gpt2_result gpt2__schema_array(gpt2__schema_converter* cv, const gpt2__schema_view& view, gpt2__string* out, bool* impossible, int depth) {
     uint32_t lo = 0, hi = UINT32_MAX;
-    bool has_lo, has_hi;
+    bool has_lo = false, has_hi = false;
     const gpt2__schema_kw* max_kw = nullptr;
     GPT2__TRY(gpt2__schema_count(cv, view, "minItems", true, &lo, &has_lo));
     GPT2__TRY(gpt2__schema_count(cv, view, "maxItems", false, &hi, &has_hi, &max_kw));
@@ -2421,12 +2426,68 @@ static gpt2_result gpt2__schema_view_types(gpt2__schema_converter* cv, const gpt
     *types = GPT2__T_ALL;
     for (const auto& kw : view)
         if (kw.key == "type") {
-            unsigned t;
+            unsigned t = 0;
             GPT2__TRY(gpt2__schema_types(cv, kw, &t));
             if (t & GPT2__T_NUMBER) t |= GPT2__T_INTEGER;
             *types &= t;
         }
     return GPT2_OK;
+}
+
+/* The types a view's values can have: its `type` keywords', and its enum's or const's values'
+   (through a lone $ref, a few targets deep). For complements, which need only those. */
+static unsigned gpt2__schema_possible_types(gpt2__schema_converter* cv, const gpt2__schema_view& view, int hops = 0) {
+    if (view.size() == 1 && gpt2__schema_is_ref(view[0].key) && hops < 8) {
+        const gpt2__json* target;
+        gpt2__string target_pointer;
+        gpt2_error quiet{};
+        gpt2_error* err = cv->err;
+        cv->err = &quiet; /* a $ref that does not resolve is reported where it is converted */
+        const gpt2_result res = gpt2__schema_resolve(cv, view[0], &target, &target_pointer);
+        cv->err = err;
+        if (res != GPT2_OK) return GPT2__T_ALL;
+        if (target->kind == GPT2__JSON_BOOL) return target->boolean ? (unsigned)GPT2__T_ALL : 0u;
+        if (target->kind != GPT2__JSON_OBJECT) return GPT2__T_ALL;
+        gpt2__schema_view v;
+        gpt2__schema_view_of(*target, target_pointer, &v);
+        return gpt2__schema_possible_types(cv, v, hops + 1);
+    }
+    unsigned types = GPT2__T_ALL;
+    for (const auto& kw : view) {
+        unsigned t = GPT2__T_ALL;
+        if (kw.key == "type") {
+            gpt2_error quiet{};
+            gpt2_error* err = cv->err;
+            cv->err = &quiet;
+            if (gpt2__schema_types(cv, kw, &t) != GPT2_OK) t = GPT2__T_ALL;
+            cv->err = err;
+        } else if (kw.key == "const") {
+            t = gpt2__json_types(*kw.value);
+        } else if (kw.key == "enum" && kw.value->kind == GPT2__JSON_ARRAY) {
+            t = 0;
+            for (const auto& v : kw.value->items) t |= gpt2__json_types(v);
+        }
+        if (t & (GPT2__T_INTEGER | GPT2__T_NUMBER)) t |= GPT2__T_INTEGER | GPT2__T_NUMBER;
+        types &= t;
+    }
+    return types;
+}
+
+/* The types a schema merged with `rest` can have (its allOf and $refs merged in). */
+static unsigned gpt2__schema_types_with(gpt2__schema_converter* cv, const gpt2__json& schema, const gpt2__string& pointer, bool made, const gpt2__schema_view& rest) {
+    if (schema.kind == GPT2__JSON_BOOL) return schema.boolean ? gpt2__schema_possible_types(cv, rest) : 0u;
+    if (schema.kind != GPT2__JSON_OBJECT) return GPT2__T_ALL;
+    gpt2__schema_view v;
+    gpt2__schema_view_of(schema, pointer, &v, 1, true, made);
+    v.insert(v.end(), rest.begin(), rest.end());
+    bool none = false;
+    gpt2_error quiet{};
+    gpt2_error* err = cv->err;
+    cv->err = &quiet;
+    const gpt2_result res = gpt2__schema_normalize(cv, &v, &none);
+    cv->err = err;
+    if (res != GPT2_OK) return GPT2__T_ALL;
+    return none ? 0 : gpt2__schema_possible_types(cv, v);
 }
 
 /* The type a keyword constrains (the others pass it), or 0 for every type. */
@@ -2560,8 +2621,10 @@ static void gpt2__schema_not_value(const gpt2__json& v, gpt2__vector<gpt2__json>
    types that are none of them, numbers as the intervals between). A keyword whose complement a
    grammar cannot write is refused (a pattern, a format, uniqueItems). Where the exact complement
    would cost much, a part of it is written (numbers with an exponent): fewer values, never more.
-   Complements' keywords evaluate nothing. */
-static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt2__json& schema, const gpt2__string& pointer, bool made_schema, int depth, gpt2__vector<gpt2__schema_part>* out) {
+   Complements' keywords evaluate nothing. `within`: the types the caller will keep (those of the
+   schema the complement meets): a keyword of other types is not complemented (nor refused). */
+static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt2__json& schema, const gpt2__string& pointer, bool made_schema, int depth, gpt2__vector<gpt2__schema_part>* out,
+                                           unsigned within) {
     if (depth > 32) return gpt2__schema_refuse(cv, pointer, "complements (not, if, oneOf) nest too deep (32 levels at most)");
     auto emit = [&](gpt2__json&& made) { out->push_back({gpt2__schema_keep(cv, std::move(made)), pointer, false, true}); };
     if (schema.kind == GPT2__JSON_BOOL) {
@@ -2581,10 +2644,11 @@ static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt
         const gpt2__json* target;
         gpt2__string target_pointer;
         GPT2__TRY(gpt2__schema_resolve(cv, view[0], &target, &target_pointer));
-        return gpt2__schema_complement(cv, *target, target_pointer, false, depth + 1, out);
+        return gpt2__schema_complement(cv, *target, target_pointer, false, depth + 1, out, within);
     }
-    unsigned types;
+    unsigned types = 0;
     GPT2__TRY(gpt2__schema_view_types(cv, view, &types));
+    if (within & (GPT2__T_INTEGER | GPT2__T_NUMBER)) within |= GPT2__T_INTEGER | GPT2__T_NUMBER;
     /* with a type: the complement of each keyword among the allowed types it constrains */
     auto typed = [&](unsigned t) {
         gpt2__json made;
@@ -2592,15 +2656,15 @@ static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt
         else made.kind = GPT2__JSON_OBJECT;
         return made;
     };
-    unsigned others = GPT2__T_ALL & ~types;
-    if ((types & GPT2__T_INTEGER) && !(types & GPT2__T_NUMBER)) { /* the numbers that are no integers (written without an exponent) */
+    unsigned others = GPT2__T_ALL & ~types & within;
+    if ((types & GPT2__T_INTEGER) && !(types & GPT2__T_NUMBER) && (within & GPT2__T_NUMBER)) { /* the numbers that are no integers (written without an exponent) */
         others &= ~(GPT2__T_INTEGER | GPT2__T_NUMBER);
         gpt2__json made = typed(GPT2__T_NUMBER);
         gpt2__json_put(&made, GPT2__KW_FRACTION, gpt2__json_scalar(GPT2__JSON_BOOL, "", true));
         emit(std::move(made));
     }
     if (others) emit(typed(others));
-    const unsigned numbers = types & (GPT2__T_INTEGER | GPT2__T_NUMBER);
+    const unsigned numbers = types & within & (GPT2__T_INTEGER | GPT2__T_NUMBER);
     gpt2__schema_end lower, upper;
     GPT2__TRY(gpt2__schema_bounds(cv, view, &lower, &upper));
     for (const gpt2__schema_end* end : {&lower, &upper})
@@ -2613,8 +2677,8 @@ static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt
         }
     for (const gpt2__schema_kw& kw : view) {
         const std::string_view k = kw.key;
-        const unsigned applies = gpt2__schema_keyword_types(k) ? gpt2__schema_keyword_types(k) & types : types;
-        if (!applies || k == "type" || gpt2__schema_is_bound(k)) continue;
+        const unsigned applies = (gpt2__schema_keyword_types(k) ? gpt2__schema_keyword_types(k) & types : types) & within;
+        if (!applies || k == "type" || gpt2__schema_is_bound(k)) continue; /* no value of the types asked for fails it */
         char why[160];
         std::snprintf(why, sizeof why, "the complement of '%.*s' (inside not, if or oneOf) is not enforced", (int)k.size(), k.data());
         if (k == "multipleOf" || k == GPT2__KW_NOT_MULTIPLE) {
@@ -2624,7 +2688,7 @@ static gpt2_result gpt2__schema_complement(gpt2__schema_converter* cv, const gpt
         } else if (k == GPT2__KW_FRACTION) {
             emit(typed(GPT2__T_INTEGER));
         } else if (k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems" || k == "minProperties" || k == "maxProperties") {
-            uint32_t n;
+            uint32_t n = 0;
             GPT2__TRY(gpt2__schema_uint(cv, kw, &n));
             const bool at_least = k.substr(0, 3) == "min";
             if (at_least && n == 0) continue; /* every value has at least 0 */
@@ -2842,7 +2906,7 @@ static gpt2_result gpt2__schema_keeps(gpt2__schema_converter* cv, const gpt2__sc
     const std::string_view k = kw.key;
     *keep = true;
     if (k == "type") {
-        unsigned t;
+        unsigned t = 0;
         GPT2__TRY(gpt2__schema_types(cv, kw, &t));
         if (t & GPT2__T_NUMBER) t |= GPT2__T_INTEGER;
         const unsigned vt = gpt2__json_types(v);
@@ -2855,7 +2919,7 @@ static gpt2_result gpt2__schema_keeps(gpt2__schema_converter* cv, const gpt2__sc
     } else if (k == GPT2__KW_NOT_IN) {
         for (size_t i = 0; kw.value->kind == GPT2__JSON_ARRAY && i < kw.value->items.size(); i++) *keep = *keep && !gpt2__json_equal(kw.value->items[i], v);
     } else if (k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems" || k == "minProperties" || k == "maxProperties") {
-        uint32_t n;
+        uint32_t n = 0;
         GPT2__TRY(gpt2__schema_uint(cv, kw, &n));
         const gpt2__json_kind kind = k.find("Length") != std::string_view::npos ? GPT2__JSON_STRING : k.find("Items") != std::string_view::npos ? GPT2__JSON_ARRAY : GPT2__JSON_OBJECT;
         if (v.kind == kind) {
@@ -2876,7 +2940,7 @@ static gpt2_result gpt2__schema_keeps(gpt2__schema_converter* cv, const gpt2__sc
         } else {
             gpt2__schema_view one(1, kw);
             gpt2__schema_multiple m;
-            bool present;
+            bool present = false;
             GPT2__TRY(gpt2__schema_multiple_of(cv, one, gpt2__string(k).c_str(), &m, &present));
             *keep = gpt2__schema_is_multiple(d, m) == (k == "multipleOf");
         }
@@ -2989,38 +3053,40 @@ static gpt2_result gpt2__schema_expand(gpt2__schema_converter* cv, gpt2__schema_
         if (kw.value->kind != GPT2__JSON_ARRAY || kw.value->items.empty()) return gpt2__schema_refuse(cv, kw.pointer, "expected a non-empty array of schemas");
         const size_t n = kw.value->items.size();
         if (kw.key == "oneOf" && !gpt2__schema_one_of_disjoint(cv, kw)) {
-            /* exactly one: branch i and the complement of every other */
-            gpt2__vector<gpt2__vector<gpt2__schema_part>> complements(n);
-            for (size_t j = 0; j < n; j++) {
-                std::snprintf(index, sizeof index, "/%zu", j);
-                gpt2_error quiet{};
-                gpt2_error* err = cv->err;
-                cv->err = &quiet;
-                const gpt2_result res = gpt2__schema_complement(cv, kw.value->items[j], kw.pointer + index, kw.made, 0, &complements[j]);
-                cv->err = err;
-                if (res != GPT2_OK) {
-                    char why[sizeof quiet.message + 200];
-                    std::snprintf(why, sizeof why, "'oneOf' is enforced where its branches cannot overlap (types, values, a tag property) or each branch's complement can be written (%s)",
-                                  quiet.message);
-                    return gpt2__schema_refuse(cv, kw.pointer, why);
-                }
-            }
+            /* exactly one: branch i and the complement of every other, among the types branch i
+               allows (a branch of other types needs none) */
             for (size_t i = 0; i < n; i++) {
                 std::snprintf(index, sizeof index, "/%zu", i);
                 gpt2__vector<gpt2__schema_view> with;
                 GPT2__TRY(gpt2__schema_branch(cv, rest, kw.value->items[i], kw.pointer + index, kw, true, kw.made, &with));
-                bool dead = with.empty();
+                if (with.empty()) continue;
+                const unsigned types_i = gpt2__schema_types_with(cv, kw.value->items[i], kw.pointer + index, kw.made, rest);
+                bool dead = types_i == 0;
                 for (size_t j = 0; j < n && !dead; j++) {
                     if (j == i) continue;
-                    if (complements[j].empty()) dead = true; /* branch j takes every value: i never holds alone */
-                    else {
-                        std::snprintf(index, sizeof index, "/%zu", j);
-                        gpt2__json list;
-                        list.kind = GPT2__JSON_ARRAY;
-                        for (const auto& p : complements[j]) list.items.push_back(gpt2__schema_part_json(p));
-                        const gpt2__schema_kw not_j{"anyOf", gpt2__schema_keep(cv, std::move(list)), kw.pointer + index, nullptr, (uint16_t)(kw.level + 1), false, true};
-                        with[0].push_back(not_j);
+                    std::snprintf(index, sizeof index, "/%zu", j);
+                    if (!(gpt2__schema_types_with(cv, kw.value->items[j], kw.pointer + index, kw.made, gpt2__schema_view()) & types_i)) continue;
+                    gpt2__vector<gpt2__schema_part> complement;
+                    gpt2_error quiet{};
+                    gpt2_error* err = cv->err;
+                    cv->err = &quiet;
+                    const gpt2_result res = gpt2__schema_complement(cv, kw.value->items[j], kw.pointer + index, kw.made, 0, &complement, types_i);
+                    cv->err = err;
+                    if (res != GPT2_OK) {
+                        char why[sizeof quiet.message + 200];
+                        std::snprintf(why, sizeof why, "'oneOf' is enforced where its branches cannot overlap (types, values, a tag property) or each branch's complement can be written (%s)",
+                                      quiet.message);
+                        return gpt2__schema_refuse(cv, kw.pointer, why);
                     }
+                    if (complement.empty()) { /* branch j takes every value branch i does: i never holds alone */
+                        dead = true;
+                        continue;
+                    }
+                    gpt2__json list;
+                    list.kind = GPT2__JSON_ARRAY;
+                    for (const auto& p : complement) list.items.push_back(gpt2__schema_part_json(p));
+                    const gpt2__schema_kw not_j{"anyOf", gpt2__schema_keep(cv, std::move(list)), kw.pointer + index, nullptr, (uint16_t)(kw.level + 1), false, true};
+                    with[0].push_back(not_j);
                 }
                 if (!dead) branches.push_back(std::move(with[0]));
             }
@@ -3032,7 +3098,7 @@ static gpt2_result gpt2__schema_expand(gpt2__schema_converter* cv, gpt2__schema_
         }
     } else if (kw.key == "not") {
         gpt2__vector<gpt2__schema_part> c;
-        GPT2__TRY(gpt2__schema_complement(cv, *kw.value, kw.pointer, kw.made, 0, &c));
+        GPT2__TRY(gpt2__schema_complement(cv, *kw.value, kw.pointer, kw.made, 0, &c, gpt2__schema_possible_types(cv, rest)));
         for (const auto& p : c) GPT2__TRY(gpt2__schema_branch(cv, rest, *p.schema, p.pointer, kw, false, p.made, &branches));
     } else if (kw.key == "if") {
         const gpt2__json* then_schema = kw.owner ? kw.owner->get("then") : nullptr;
@@ -3048,7 +3114,7 @@ static gpt2_result gpt2__schema_expand(gpt2__schema_converter* cv, gpt2__schema_
             GPT2__TRY(gpt2__schema_branch(cv, rest, *kw.value, kw.pointer, kw, true, kw.made, &with_if));
             for (auto& v : with_if) GPT2__TRY(gpt2__schema_branch(cv, v, *then_schema, owner_pointer + "/then", kw, true, kw.made, &branches));
             gpt2__vector<gpt2__schema_part> c;
-            GPT2__TRY(gpt2__schema_complement(cv, *kw.value, kw.pointer, kw.made, 0, &c));
+            GPT2__TRY(gpt2__schema_complement(cv, *kw.value, kw.pointer, kw.made, 0, &c, gpt2__schema_possible_types(cv, rest)));
             for (const auto& p : c) {
                 gpt2__vector<gpt2__schema_view> with_not_if;
                 GPT2__TRY(gpt2__schema_branch(cv, rest, *p.schema, p.pointer, kw, false, p.made, &with_not_if));
@@ -3129,7 +3195,7 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
         if (k == "anyOf" || k == "oneOf" || k == "not" || k == "if" || k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies")
             return gpt2__schema_expand(cv, std::move(view), i, pointer, out, impossible, depth);
     }
-    unsigned types;
+    unsigned types = 0;
     GPT2__TRY(gpt2__schema_view_types(cv, view, &types));
     const gpt2__schema_kw* values_kw = nullptr;
     for (const auto& kw : view)
