@@ -886,8 +886,9 @@ static bool gpt2__schema_is_ref(std::string_view key) { return key == "$ref" || 
 
 /* A view with allOf's parts and the targets of its $refs (where other keywords stand beside
    them) merged in: every part's keywords hold, each read where it was written. The parts' and
-   targets' keywords come first, so their properties come before the schema's own in the objects
-   written, as a base class's fields come before a subclass's. A target merged twice is merged
+   targets' keywords come before those of the schema they are written in (in their order), so
+   their properties come before the schema's own in the objects written, as a base class's fields
+   come before a subclass's. A target merged twice is merged
    once (A and A is A), which also ends a cycle of $refs. *impossible: a part is false. */
 static gpt2_result gpt2__schema_normalize(gpt2__schema_converter* cv, gpt2__schema_view* view, bool* impossible) {
     gpt2__vector<gpt2__string> merged_targets;
@@ -897,6 +898,8 @@ static gpt2_result gpt2__schema_normalize(gpt2__schema_converter* cv, gpt2__sche
         if (at == view->size()) return GPT2_OK;
         const gpt2__schema_kw kw = (*view)[at];
         if (steps > 4 * GPT2__SCHEMA_MAX_DEPTH) return gpt2__schema_refuse(cv, kw.pointer, "allOf and $ref nest too deep to merge");
+        size_t first = 0; /* where the keywords of its schema begin: the parts go before them */
+        while ((*view)[first].owner != kw.owner) first++;
         view->erase(view->begin() + (ptrdiff_t)at);
         gpt2__schema_view parts;
         if (kw.key == "allOf") {
@@ -927,7 +930,7 @@ static gpt2_result gpt2__schema_normalize(gpt2__schema_converter* cv, gpt2__sche
             if (target->kind != GPT2__JSON_OBJECT) return gpt2__schema_refuse(cv, kw.pointer, "a $ref must point to a schema (an object or a boolean)");
             gpt2__schema_view_of(*target, target_pointer, &parts, (uint16_t)(kw.level + 1), kw.evaluates);
         }
-        view->insert(view->begin(), parts.begin(), parts.end());
+        view->insert(view->begin() + (ptrdiff_t)first, parts.begin(), parts.end());
     }
 }
 
