@@ -588,6 +588,13 @@ TEST_CASE("json schema: minProperties, dependencies, propertyNames, contains, no
     // the valid and invalid instances as Python's jsonschema reads them (Draft202012Validator,
     // Draft7Validator for dependencies); objects in any order, and the invalid ones in definition
     // order too
+    // minProperties counts an extra key once at most (a key written twice is one key to a JSON reader)
+    check_case({R"J({"properties":{"a":true,"b":{"type":"integer"}},"minProperties":2})J", {R"J({"a":1,"x":2})J", R"J({"a":1,"b":2})J", R"J({"b":1,"x":null})J"},
+                {R"J({"x":1,"x":2})J", R"J({"a":1})J", R"J({"a":1,"a":2})J", R"J({})J"}}, true);
+    CHECK(refusal(R"({"type":"object","minProperties":2})") ==
+          "json schema: /minProperties: 'minProperties' is held up to the properties the schema names and one more (two other keys may be one written twice): here 1, so the grammar holds no value of the schema");
+    CHECK(refusal(R"({"type":"object","properties":{"a":true},"additionalProperties":false,"minProperties":2})") ==
+          "json schema: /minProperties: contradictory bounds: minProperties is more than the properties the object may have, so no value matches the schema");
     check_case({R"J({"type":"object","minProperties":1,"maxProperties":2})J",
                 {R"J({"a":1})J", R"J({"a":1,"b":2})J"},
                 {R"J({})J", R"J({"a":1,"b":2,"c":3})J"}}, true);
@@ -796,7 +803,7 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
     CHECK(refusal(R"({"type":"integer","minimum":5,"maximum":4})") == "json schema: (root): contradictory bounds: no integer is at least 5 and at most 4, so no value matches the schema");
     CHECK(refusal(R"({"type":"string","minLength":5,"maxLength":4})") == "json schema: /maxLength: contradictory bounds: maxLength is less than minLength, so no value matches the schema");
     CHECK(refusal(R"({"type":"object","properties":{"a":true,"b":true},"additionalProperties":false,"minProperties":3})") ==
-          "json schema: no value matches the schema (false, or its constraints contradict each other)");
+          "json schema: /minProperties: contradictory bounds: minProperties is more than the properties the object may have, so no value matches the schema");
     CHECK(refusal(R"({"type":"object","minProperties":3,"maxProperties":2})") == "json schema: /maxProperties: contradictory bounds: maxProperties is less than minProperties, so no value matches the schema");
     CHECK(refusal(R"({"type":"array","contains":{"const":1},"minContains":2,"maxContains":1})") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
     for (const char* nothing : {R"({"not":{}})", R"({"not":true})", R"({"not":{"not":{"not":{}}}})", R"({"type":"array","contains":false})", R"({"oneOf":[true,true]})"})

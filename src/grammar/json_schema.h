@@ -320,7 +320,15 @@ static gpt2_result gpt2__schema_refuse(gpt2__schema_converter* cv, std::string_v
 /* Keywords that leave no value of their type (minLength above maxLength): that type, or the
    branch, has none; the first is named where the whole schema has none. */
 static gpt2_result gpt2__schema_contradiction(gpt2__schema_converter* cv, std::string_view pointer, const char* why, bool* impossible) {
-    if (cv->contradiction.empty()) cv->contradiction = (pointer.empty() ? gpt2__string("(root)") : gpt2__string(pointer)) + ": contradictory bounds: " + why;
+    if (cv->contradiction.empty()) cv->contradiction = (pointer.empty() ? gpt2__string("(root)") : gpt2__string(pointer)) + ": contradictory bounds: " + why + ", so no value matches the schema";
+    *impossible = true;
+    return GPT2_OK;
+}
+
+/* A keyword the grammar holds only in part, where that part leaves no value here: the type or
+   branch is left out (fewer values, never more), and named where the whole schema has none. */
+static gpt2_result gpt2__schema_held_in_part(gpt2__schema_converter* cv, std::string_view pointer, const char* why, bool* impossible) {
+    if (cv->contradiction.empty()) cv->contradiction = gpt2__string(pointer) + ": " + why + ", so the grammar holds no value of the schema";
     *impossible = true;
     return GPT2_OK;
 }
@@ -1409,6 +1417,9 @@ static gpt2_result gpt2__schema_numeric(gpt2__schema_converter* cv, const gpt2__
     gpt2__schema_multiple m, not_m;
     bool multiple = false, not_multiple = false;
     GPT2__TRY(gpt2__schema_multiple_of(cv, view, "multipleOf", &m, &multiple));
+    const gpt2__vector<const gpt2__schema_kw*> not_multiples = gpt2__schema_all(view, GPT2__KW_NOT_MULTIPLE);
+    if (not_multiples.size() > 1) /* not a multiple of a nor of b is not "not a multiple of their least common multiple" */
+        return gpt2__schema_refuse(cv, not_multiples[1]->pointer, "the complements of two 'multipleOf' at once are not enforced");
     GPT2__TRY(gpt2__schema_multiple_of(cv, view, GPT2__KW_NOT_MULTIPLE, &not_m, &not_multiple));
     const gpt2__schema_kw* fraction = gpt2__schema_find(view, GPT2__KW_FRACTION);
     gpt2__schema_end lower, upper;
@@ -1847,9 +1858,10 @@ struct gpt2__schema_member {
 enum { GPT2__SCHEMA_MAX_OBJECT_STATES = 1 << 14, GPT2__SCHEMA_MAX_ANY_ORDER_STATES = 1 << 10 };
 
 /* The members in the order given (each may be absent unless required), then any number of
-   extras (extra_kv, where not empty), with min_count to max_count members in all: a rule per
-   member position and count written so far (capped where more makes no difference), the first
-   written without a comma. false where no object is possible. */
+   extras (extra_kv, where not empty), with at most max_count members in all and at least
+   min_count distinct keys (the extras count one at most: two may be one key written twice, which
+   a JSON reader keeps once): a rule per member position and count written so far (capped where
+   more makes no difference), the first written without a comma. false where no object is possible. */
 static gpt2_result gpt2__schema_members_in_order(gpt2__schema_converter* cv, const gpt2__vector<gpt2__schema_member>& list, const gpt2__string& extra_kv,
                                                  uint32_t min_count, uint32_t max_count, gpt2__string* body, bool* possible, const gpt2__schema_kw* where) {
     const char* ws = gpt2__schema_ws(cv);
@@ -1866,8 +1878,10 @@ static gpt2_result gpt2__schema_members_in_order(gpt2__schema_converter* cv, con
             gpt2__string alts;
             auto add = [&](const gpt2__string& a) { alts += alts.empty() ? "" : " | ", alts += a; };
             if (i == n) {
-                /* e more extras: c + e in [min_count, max_count] */
+                /* e more extras: c + e at most max_count, and c + (e > 0) at least min_count (two
+                   extras may be one key written twice, which a JSON reader keeps once) */
                 const uint32_t least = c >= min_count ? 0 : (uint32_t)(min_count - c);
+                if (least > 1) continue;
                 const bool any_more = !bounded;
                 const uint32_t most = bounded ? (uint32_t)(max_count - std::min<size_t>(c, max_count)) : 0;
                 if (least == 0) add("\"\"");
@@ -1897,30 +1911,37 @@ static gpt2_result gpt2__schema_members_in_order(gpt2__schema_converter* cv, con
 }
 
 /* The members in any order, each at most once, the required ones all, extras anywhere among
-   them: a rule per set of members written and count (2^n of them: for a few members only). */
+   them: a rule per set of members written and count of extras (2^n sets: for a few members only).
+   Extras count for maxProperties as written, and for minProperties as one at most (two extras
+   may be one key written twice, which a JSON reader keeps once). */
 static void gpt2__schema_members_any_order(gpt2__schema_converter* cv, const gpt2__vector<gpt2__schema_member>& list, const gpt2__string& extra_kv,
                                            uint32_t min_count, uint32_t max_count, gpt2__string* body, bool* possible) {
     const char* ws = gpt2__schema_ws(cv);
     const size_t n = list.size(), sets = (size_t)1 << n;
     const bool bounded = max_count != UINT32_MAX;
-    const size_t cap = bounded ? max_count : std::max<uint32_t>(min_count, 1);
+    const size_t cap = bounded ? max_count : 1; /* extras written, as far as they matter */
     uint32_t required = 0;
     for (size_t i = 0; i < n; i++) required |= list[i].required ? 1u << i : 0;
-    /* names first (rules refer to each other both ways through the extras), live states found
-       from the end: a state lives when it may end or steps to a living one */
+    auto members = [](size_t set) {
+        size_t k = 0;
+        for (; set; set &= set - 1) k++;
+        return k;
+    };
+    auto at = [&](size_t set, size_t e) { return set * (cap + 1) + e; };
+    auto may_end = [&](size_t set, size_t e) { return (set & required) == required && members(set) + std::min<size_t>(e, 1) >= min_count; };
+    auto room = [&](size_t set, size_t e) { return !bounded || members(set) + e + 1 <= max_count; };
+    /* live states found from the end: a state lives when it may end or steps to a living one */
     gpt2__vector<char> live(sets * (cap + 1), 0);
     for (bool changed = true; changed;) {
         changed = false;
         for (size_t set = sets; set-- > 0;)
-            for (size_t c = 0; c <= cap; c++) {
-                char& l = live[set * (cap + 1) + c];
+            for (size_t e = 0; e <= cap; e++) {
+                char& l = live[at(set, e)];
                 if (l) continue;
-                bool any = (set & required) == required && c >= std::min<size_t>(min_count, cap);
-                const size_t next = std::min(c + 1, cap);
-                const bool room = !bounded || c + 1 <= max_count;
-                for (size_t i = 0; i < n && !any && room; i++)
-                    if (!(set >> i & 1)) any = live[(set | (size_t)1 << i) * (cap + 1) + next];
-                if (!any && room && !extra_kv.empty()) any = live[set * (cap + 1) + next];
+                bool any = may_end(set, e);
+                for (size_t i = 0; i < n && !any && room(set, e); i++)
+                    if (!(set >> i & 1)) any = live[at(set | (size_t)1 << i, e)];
+                if (!any && room(set, e) && !extra_kv.empty()) any = live[at(set, std::min(e + 1, cap))];
                 if (any) l = 1, changed = true;
             }
     }
@@ -1928,18 +1949,17 @@ static void gpt2__schema_members_any_order(gpt2__schema_converter* cv, const gpt
     for (size_t k = 0; k < name.size(); k++)
         if (live[k]) name[k] = gpt2__schema_rule_name(cv);
     for (size_t set = 0; set < sets; set++)
-        for (size_t c = 0; c <= cap; c++) {
-            if (!live[set * (cap + 1) + c]) continue;
-            const gpt2__string comma = c > 0 ? "\",\" " + gpt2__string(ws) + " " : gpt2__string();
-            const size_t next = std::min(c + 1, cap);
-            const bool room = !bounded || c + 1 <= max_count;
+        for (size_t e = 0; e <= cap; e++) {
+            if (!live[at(set, e)]) continue;
+            const gpt2__string comma = members(set) + e > 0 ? "\",\" " + gpt2__string(ws) + " " : gpt2__string();
             gpt2__string alts;
             auto add = [&](const gpt2__string& a) { alts += alts.empty() ? "" : " | ", alts += a; };
-            for (size_t i = 0; i < n && room; i++)
-                if (!(set >> i & 1) && live[(set | (size_t)1 << i) * (cap + 1) + next]) add(comma + list[i].kv + " " + name[(set | (size_t)1 << i) * (cap + 1) + next]);
-            if (room && !extra_kv.empty() && live[set * (cap + 1) + next]) add(comma + extra_kv + " " + name[set * (cap + 1) + next]);
-            if ((set & required) == required && c >= std::min<size_t>(min_count, cap)) add("\"\"");
-            cv->rules += name[set * (cap + 1) + c] + " ::= " + alts + "\n";
+            for (size_t i = 0; i < n && room(set, e); i++)
+                if (!(set >> i & 1) && live[at(set | (size_t)1 << i, e)]) add(comma + list[i].kv + " " + name[at(set | (size_t)1 << i, e)]);
+            const size_t more = at(set, std::min(e + 1, cap));
+            if (room(set, e) && !extra_kv.empty() && live[more]) add(comma + extra_kv + " " + name[more]);
+            if (may_end(set, e)) add("\"\"");
+            cv->rules += name[at(set, e)] + " ::= " + alts + "\n";
         }
     *possible = live[0] != 0;
     *body = name[0];
@@ -2148,11 +2168,20 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
         cv->used_char = true;
         extra_kv = "\"\\\"\" " + key + ws + " \":\" " + ws + " " + extra_value + ws;
     }
+    /* minProperties counts the distinct keys: the named and required ones written, and one extra at
+       most (two extras may be one key written twice, which a JSON reader keeps once) */
+    if (has_min && min_count > list.size() + (extra_allowed ? 1 : 0)) {
+        char why[200];
+        std::snprintf(why, sizeof why, "'minProperties' is held up to the properties the schema names and one more (two other keys may be one written twice): here %zu",
+                      list.size() + (extra_allowed ? 1 : 0));
+        if (extra_allowed) return gpt2__schema_held_in_part(cv, min_kw->pointer, why, impossible);
+        return gpt2__schema_contradiction(cv, min_kw->pointer, "minProperties is more than the properties the object may have", impossible);
+    }
     extra_kv = extra_kv.empty() ? extra_kv : gpt2__schema_add_rule(cv, extra_kv);
     for (auto& m : list) m.kv = gpt2__schema_add_rule(cv, m.kv);
     gpt2__string members;
     bool possible = false;
-    size_t states = (size_t)(has_max ? max_count : std::max<uint32_t>(min_count, 1)) + 1;
+    size_t states = (size_t)(has_max ? max_count : 1) + 1;
     for (size_t i = 0; i < list.size() && states <= GPT2__SCHEMA_MAX_ANY_ORDER_STATES; i++) states *= 2;
     if (cv->any_order && list.size() > 1 && states <= GPT2__SCHEMA_MAX_ANY_ORDER_STATES)
         gpt2__schema_members_any_order(cv, list, extra_kv, min_count, max_count, &members, &possible);
@@ -3334,7 +3363,7 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, const
     gpt2__string top;
     bool none = false;
     GPT2__TRY(gpt2__schema_expr(&cv, root, "", &top, &none, 0));
-    if (none && !cv.contradiction.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "json schema: %s, so no value matches the schema", cv.contradiction.c_str());
+    if (none && !cv.contradiction.empty()) return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "json schema: %s", cv.contradiction.c_str());
     if (none) return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "json schema: no value matches the schema (false, or its constraints contradict each other)");
     /* $ref targets, each written once, as they were met */
     for (size_t i = 0; i < cv.pending.size(); i++) {
