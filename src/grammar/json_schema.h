@@ -2996,13 +2996,14 @@ static gpt2_result gpt2__schema_keeps(gpt2__schema_converter* cv, const gpt2__sc
 /* ---- Views to GBNF: unions, then each type ------------------------------------------------- */
 
 /* The union of the branches (views), each made alone; *impossible where none has a value. */
-static gpt2_result gpt2__schema_union(gpt2__schema_converter* cv, gpt2__vector<gpt2__schema_view>& branches, std::string_view pointer, gpt2__string* out, bool* impossible, int depth) {
+static gpt2_result gpt2__schema_union(gpt2__schema_converter* cv, gpt2__vector<gpt2__schema_view>& branches, const gpt2__schema_kw& applicator, std::string_view pointer,
+                                      gpt2__string* out, bool* impossible, int depth) {
     cv->branches += branches.size();
     if (cv->branches > GPT2__SCHEMA_MAX_BRANCHES) {
         char why[200];
         std::snprintf(why, sizeof why, "anyOf, oneOf, not, if and the dependencies make more than %d branches in all (each a copy of the schema around it); not enforced",
                       (int)GPT2__SCHEMA_MAX_BRANCHES);
-        return gpt2__schema_refuse(cv, pointer.empty() ? "(root)" : pointer, why);
+        return gpt2__schema_refuse(cv, applicator.pointer, why);
     }
     gpt2__string alts;
     for (auto& branch : branches) {
@@ -3206,7 +3207,7 @@ static gpt2_result gpt2__schema_expand(gpt2__schema_converter* cv, gpt2__schema_
             }
         }
     }
-    return gpt2__schema_union(cv, branches, pointer, out, impossible, depth);
+    return gpt2__schema_union(cv, branches, kw, pointer, out, impossible, depth);
 }
 
 /* The expression of a schema as a view: its allOf and $refs merged in, its applicators made
