@@ -65,6 +65,16 @@ Generated generate_with(const gpt2_model* model, gpt2_session* s, const char* pr
     return out;
 }
 
+// "ROMEO:" and up to max_new_tokens tokens drawn under the grammar at temperature 1.
+Generated generate_sampled(const Model& m, Session& s, const gpt2_grammar* grammar, uint64_t seed, int max_new_tokens) {
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = grammar;
+    p.seed = seed;
+    p.temperature = 1.0f;
+    p.max_new_tokens = max_new_tokens;
+    return generate_with(m.model, s.session, "ROMEO:", p);
+}
+
 } // namespace
 
 TEST_CASE("grammar: malformed GBNF is refused with the line, the column and what is wrong") {
@@ -249,12 +259,7 @@ TEST_CASE("grammar: a repetition of something that can read nothing masks and ge
     CHECK(grammar_match(g.grammar, "ab.c") == GPT2_MATCH_NONE);
     for (uint64_t seed = 1; seed <= 4; seed++) {
         Session s(m);
-        gpt2_generate_params p = gpt2_generate_default_params();
-        p.grammar = g.grammar;
-        p.seed = seed;
-        p.temperature = 1.0f;
-        p.max_new_tokens = 40;
-        const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
+        const Generated out = generate_sampled(m, s, g.grammar, seed, 40);
         CAPTURE(out.text);
         REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
         CHECK(grammar_match(g.grammar, out.text) == out.match);
@@ -269,12 +274,7 @@ TEST_CASE("grammar: generation follows the grammar, ends when the sentence is wh
     std::set<std::string> actions;
     for (uint64_t seed = 1; seed <= 8; seed++) {
         Session s(m);
-        gpt2_generate_params p = gpt2_generate_default_params();
-        p.grammar = g.grammar;
-        p.seed = seed;
-        p.temperature = 1.0f;
-        p.max_new_tokens = 200;
-        const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
+        const Generated out = generate_sampled(m, s, g.grammar, seed, 200);
         CAPTURE(out.text);
         REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
         CHECK(grammar_match(g.grammar, out.text) == GPT2_MATCH_COMPLETE);

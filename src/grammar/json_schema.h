@@ -2095,6 +2095,15 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
        then the required names no properties gives (extra properties that must be there) */
     gpt2__vector<gpt2__schema_member> list;
     gpt2__vector<gpt2__string> names;
+    auto member = [&](const gpt2__string& name, const gpt2__string& value, bool required) { /* "name": value */
+        gpt2__json key;
+        key.kind = GPT2__JSON_STRING;
+        key.text = name;
+        gpt2__string kv;
+        gpt2__schema_json_literal(cv, key, &kv);
+        kv += gpt2__string(ws) + " \":\" " + ws + " " + value + ws;
+        list.push_back({kv, required});
+    };
     auto key_allowed = [&](const gpt2__string& name, bool* allowed) {
         *allowed = true;
         for (const gpt2__schema_kw* kw : names_kws) {
@@ -2134,13 +2143,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
                 }
                 continue;
             }
-            gpt2__json key;
-            key.kind = GPT2__JSON_STRING;
-            key.text = name;
-            gpt2__string kv;
-            gpt2__schema_json_literal(cv, key, &kv);
-            kv += gpt2__string(ws) + " \":\" " + ws + " " + value + ws;
-            list.push_back({kv, required});
+            member(name, value, required);
         }
     for (const auto& r : req) {
         if (std::find(names.begin(), names.end(), r) != names.end()) continue;
@@ -2151,13 +2154,7 @@ static gpt2_result gpt2__schema_object(gpt2__schema_converter* cv, const gpt2__s
             return GPT2_OK;
         }
         names.push_back(r);
-        gpt2__json key;
-        key.kind = GPT2__JSON_STRING;
-        key.text = r;
-        gpt2__string kv;
-        gpt2__schema_json_literal(cv, key, &kv);
-        kv += gpt2__string(ws) + " \":\" " + ws + " " + extra_value + ws;
-        list.push_back({kv, true});
+        member(r, extra_value, true);
     }
     gpt2__string extra_kv;
     if (extra_allowed && !extra_key.empty()) {
@@ -3039,31 +3036,13 @@ static gpt2_result gpt2__schema_branch(gpt2__schema_converter* cv, const gpt2__s
 }
 
 /* Whether no value can match two of oneOf's branches, by their types (what each branch's `type`,
-   `const` or `enum` allows), their values, or a tag property. */
+   `const` or `enum` allows, its allOf and $ref targets' too), their values, or a tag property. */
 static bool gpt2__schema_one_of_disjoint(gpt2__schema_converter* cv, const gpt2__schema_kw& kw) {
     unsigned seen = 0;
-    for (const gpt2__json& b : kw.value->items) {
-        unsigned t = GPT2__T_ALL;
-        if (b.kind == GPT2__JSON_OBJECT) {
-            if (const gpt2__json* ty = b.get("type")) {
-                gpt2__schema_kw tk{"type", ty, kw.pointer};
-                gpt2_error quiet{};
-                gpt2_error* err = cv->err;
-                cv->err = &quiet;
-                if (gpt2__schema_types(cv, tk, &t) != GPT2_OK) t = GPT2__T_ALL;
-                cv->err = err;
-            } else if (const gpt2__json* c = b.get("const")) {
-                t = gpt2__json_types(*c);
-            } else if (const gpt2__json* e = b.get("enum")) {
-                t = 0;
-                if (e->kind == GPT2__JSON_ARRAY)
-                    for (const auto& v : e->items) t |= gpt2__json_types(v);
-            }
-            if (b.get("$ref") || b.get("anyOf") || b.get("oneOf") || b.get("allOf")) t = GPT2__T_ALL;
-        } else if (b.kind == GPT2__JSON_BOOL && !b.boolean) {
-            t = 0;
-        }
-        if (t & (GPT2__T_NUMBER | GPT2__T_INTEGER)) t |= GPT2__T_NUMBER | GPT2__T_INTEGER;
+    for (size_t i = 0; i < kw.value->items.size(); i++) {
+        char index[24];
+        std::snprintf(index, sizeof index, "/%zu", i);
+        const unsigned t = gpt2__schema_types_with(cv, kw.value->items[i], kw.pointer + index, kw.made, gpt2__schema_view());
         if ((seen & t) && !gpt2__schema_discriminated(cv, kw) && !gpt2__schema_disjoint_values(*kw.value)) return false;
         seen |= t;
     }
