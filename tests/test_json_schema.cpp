@@ -757,6 +757,15 @@ TEST_CASE("json schema: options any_order and integer_fraction accept the object
         }
         for (const char* v : c.invalid) CHECK(grammar_match(with.grammar, v) != GPT2_MATCH_COMPLETE);
     }
+    // draft 4's integer is a number without a fraction: 1.0 is none, the option or not
+    for (const char* schema : {R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})",
+                               R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer","enum":[1,2.0,3e0]})"}) {
+        CAPTURE(schema);
+        SchemaGrammar with(schema, true, false, true);
+        REQUIRE(with.result == GPT2_OK);
+        CHECK(grammar_match(with.grammar, "1") == GPT2_MATCH_COMPLETE);
+        for (const char* v : {"1.0", "2.0", "3e0", "1.00"}) CHECK(grammar_match(with.grammar, v) != GPT2_MATCH_COMPLETE);
+    }
 }
 
 TEST_CASE("json schema: keywords that are not enforced are refused with their JSON pointer") {

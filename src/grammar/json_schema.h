@@ -292,6 +292,7 @@ struct gpt2__schema_converter {
     gpt2__vector<std::pair<gpt2__string, gpt2__string>> refs;
     gpt2__vector<std::pair<gpt2__string, const gpt2__json*>> pending;
     gpt2__schema_draft draft = GPT2__DRAFT_UNKNOWN;
+    bool draft4 = false; /* draft 4 or 3: "integer" is a number without a fraction or exponent (2.0 is none) */
     gpt2__vector<gpt2__schema_name> names; /* the document's $ids and anchors (gpt2__schema_index) */
     gpt2__string ambiguous_id; /* an $id whose meaning depends on the draft, which the schema does not name */
     /* schemas the converter writes itself (a complement, a branch of a dependency): kept here,
@@ -431,12 +432,17 @@ static gpt2__string gpt2__schema_decimal_text(const gpt2__schema_decimal& d) {
 }
 
 /* A number value of const or enum as GBNF: each way JSON writes it without an exponent (2, 2.0
-   and 2.00 are one value, -0 is 0), and the schema's own text. */
-static void gpt2__schema_number_literal(gpt2__string* out, const gpt2__json& v) {
+   and 2.00 are one value, -0 is 0), and the schema's own text; `digits_only`: an integer of draft
+   4, which counts 2.0 as no integer, written with its digits alone. */
+static void gpt2__schema_number_literal(gpt2__string* out, const gpt2__json& v, bool digits_only = false) {
     gpt2__schema_decimal d;
     if (!gpt2__schema_decimal_of(v, &d)) return gpt2__schema_literal(out, v.text);
     *out += d.zero() ? "(\"-\"? " : "(";
     gpt2__schema_literal(out, gpt2__schema_decimal_text(d));
+    if (digits_only) {
+        *out += ")";
+        return;
+    }
     *out += d.fraction.empty() ? " (\".\" \"0\"+)?" : " \"0\"*";
     if (v.text.find_first_of("eE") != gpt2__string::npos) *out += " | ", gpt2__schema_literal(out, v.text);
     *out += ")";
@@ -1448,7 +1454,7 @@ static gpt2_result gpt2__schema_numeric(gpt2__schema_converter* cv, const gpt2__
         j.kind = GPT2__JSON_NUMBER;
         j.text = v;
         alts += alts.empty() ? "" : " | ";
-        gpt2__schema_number_literal(&alts, j);
+        gpt2__schema_number_literal(&alts, j, integers && cv->draft4);
     }
     *out = gpt2__schema_add_rule(cv, alts);
     return GPT2_OK;
@@ -2939,8 +2945,8 @@ static gpt2_result gpt2__schema_keeps(gpt2__schema_converter* cv, const gpt2__sc
         GPT2__TRY(gpt2__schema_types(cv, kw, &t));
         if (t & GPT2__T_NUMBER) t |= GPT2__T_INTEGER;
         const unsigned vt = gpt2__json_types(v);
-        gpt2__schema_decimal d; /* 2.0 is an integer */
-        *keep = (vt & t) || ((t & GPT2__T_INTEGER) && v.kind == GPT2__JSON_NUMBER && gpt2__schema_decimal_of(v, &d) && d.fraction.empty());
+        gpt2__schema_decimal d; /* 2.0 is an integer (since draft 6) */
+        *keep = (vt & t) || (!cv->draft4 && (t & GPT2__T_INTEGER) && v.kind == GPT2__JSON_NUMBER && gpt2__schema_decimal_of(v, &d) && d.fraction.empty());
     } else if (k == "enum" || k == "const") {
         if (k == "enum" && kw.value->kind != GPT2__JSON_ARRAY) return gpt2__schema_refuse(cv, kw.pointer, "enum must be an array");
         *keep = k == "const" && gpt2__json_equal(*kw.value, v);
@@ -3256,7 +3262,8 @@ static gpt2_result gpt2__schema_view_expr(gpt2__schema_converter* cv, gpt2__sche
                 if (&other != values_kw && keep) GPT2__TRY(gpt2__schema_keeps(cv, other, *v, *values_kw, &keep));
             if (!keep) continue;
             if (!alts.empty()) alts += " | ";
-            gpt2__schema_json_literal(cv, *v, &alts);
+            if (v->kind == GPT2__JSON_NUMBER && cv->draft4 && (types & GPT2__T_INTEGER) && !(types & GPT2__T_NUMBER)) gpt2__schema_number_literal(&alts, *v, true);
+            else gpt2__schema_json_literal(cv, *v, &alts);
         }
         if (alts.empty()) {
             *impossible = true;
@@ -3331,14 +3338,16 @@ static gpt2_result gpt2__json_schema_to_gbnf(const char* text, size_t len, const
     cv.root = &root;
     cv.compact = compact;
     cv.any_order = params.any_order != 0;
-    cv.integer_fraction = params.integer_fraction != 0;
+    cv.integer_fraction = params.integer_fraction != 0; /* not for draft 4, below */
     cv.max_ws = max_ws;
     cv.err = err;
     if (const gpt2__json* draft = root.kind == GPT2__JSON_OBJECT ? root.get("$schema") : nullptr; draft && draft->kind == GPT2__JSON_STRING) {
         const gpt2__string& d = draft->text;
-        if (d.find("draft-0") != gpt2__string::npos || d.find("draft-03") != gpt2__string::npos) cv.draft = GPT2__DRAFT_7_OR_OLDER;
+        if (d.find("draft-0") != gpt2__string::npos) cv.draft = GPT2__DRAFT_7_OR_OLDER;
         else if (d.find("2019-09") != gpt2__string::npos || d.find("2020-12") != gpt2__string::npos) cv.draft = GPT2__DRAFT_2019_OR_NEWER;
+        cv.draft4 = d.find("draft-04") != gpt2__string::npos || d.find("draft-03") != gpt2__string::npos;
     }
+    if (cv.draft4) cv.integer_fraction = false;
     GPT2__TRY(gpt2__schema_index(&cv, root, "", "", 0, &cv.ambiguous_id));
     gpt2__string top;
     bool none = false;
