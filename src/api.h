@@ -452,7 +452,8 @@ typedef struct gpt2_json_schema_params {
                                 states that takes are few (up to 1,024: about 9 properties; past
                                 that, definition order); 0 = the order the schema defines them */
     int integer_fraction;    /* nonzero: "type": "integer" also takes an integer written with a
-                                fraction of zeros (1.0, as JSON Schema counts it); 0 = digits only */
+                                fraction of zeros (1.0, as JSON Schema counts it since draft 6; not
+                                in a draft 4 schema, whose integers have none); 0 = digits only */
 } gpt2_json_schema_params;
 
 GPT2_API gpt2_json_schema_params gpt2_json_schema_default_params(void);
