@@ -453,7 +453,8 @@ typedef struct gpt2_json_schema_params {
                                 states that takes are few (up to 1,024: about 9 properties; past
                                 that, definition order); 0 = the order the schema defines them */
     int integer_fraction;    /* nonzero: "type": "integer" also takes an integer written with a
-                                fraction of zeros (1.0, as JSON Schema counts it); 0 = digits only */
+                                fraction of zeros (1.0, as JSON Schema counts it since draft 6; not
+                                in a draft 4 schema, whose integers have none); 0 = digits only */
 } gpt2_json_schema_params;
 
 GPT2_API gpt2_json_schema_params gpt2_json_schema_default_params(void);
@@ -4498,10 +4499,14 @@ static const char* gpt2__regex_to_gbnf(std::string_view pattern, const char* any
 
 /* ---- src/grammar/json_schema.h ---- */
 /* JSON Schema to a grammar: a strict JSON reader, then a converter that writes GBNF text (the
-   design of llama.cpp's json_schema_to_grammar) for gbnf.h's parser. The converter never
-   accepts more than the schema does: a keyword that constrains and is not enforced here is
-   refused, naming its JSON pointer; it may accept less (properties only in definition order,
-   strings and numbers only as written in an enum, extra keys without escapes). */
+   design of llama.cpp's json_schema_to_grammar) for gbnf.h's parser. A schema is read as a view:
+   its keywords and those its allOf parts and $ref targets add (each with where it is written);
+   its applicators (anyOf, oneOf, not, if, the dependencies) become unions of views, written with
+   complements where a branch must not hold; then each type its keywords allow is an alternative.
+   The converter never accepts more than the schema does: a keyword that constrains and is not
+   enforced here is refused, naming its JSON pointer; it may accept less (properties in definition
+   order unless any_order, extra keys and complements' strings without escapes, numbers of bounds
+   without an exponent). tests/test_json_schema_suite.cpp holds it to the JSON-Schema-Test-Suite. */
 
 /* ---- The JSON reader ---------------------------------------------------------------------- */
 

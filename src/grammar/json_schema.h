@@ -4,10 +4,14 @@
 #include "regex.h"
 
 /* JSON Schema to a grammar: a strict JSON reader, then a converter that writes GBNF text (the
-   design of llama.cpp's json_schema_to_grammar) for gbnf.h's parser. The converter never
-   accepts more than the schema does: a keyword that constrains and is not enforced here is
-   refused, naming its JSON pointer; it may accept less (properties only in definition order,
-   strings and numbers only as written in an enum, extra keys without escapes). */
+   design of llama.cpp's json_schema_to_grammar) for gbnf.h's parser. A schema is read as a view:
+   its keywords and those its allOf parts and $ref targets add (each with where it is written);
+   its applicators (anyOf, oneOf, not, if, the dependencies) become unions of views, written with
+   complements where a branch must not hold; then each type its keywords allow is an alternative.
+   The converter never accepts more than the schema does: a keyword that constrains and is not
+   enforced here is refused, naming its JSON pointer; it may accept less (properties in definition
+   order unless any_order, extra keys and complements' strings without escapes, numbers of bounds
+   without an exponent). tests/test_json_schema_suite.cpp holds it to the JSON-Schema-Test-Suite. */
 
 /* ---- The JSON reader ---------------------------------------------------------------------- */
 
