@@ -75,4 +75,13 @@ static const gpt2__backend*& gpt2__device_backend(gpt2_device device) {
     return true;
 }
 
+/* Lets go of one reference to m (gpt2_model_free's, a session's, a grammar's); the last one
+   releases the backend's copy of the weights and frees the model. */
+static void gpt2__model_unref(const gpt2_model* model) {
+    gpt2_model* m = const_cast<gpt2_model*>(model);
+    if (m->n_refs.fetch_sub(1) != 1) return;
+    m->backend->model_release(m);
+    gpt2__model_destroy(m);
+}
+
 #endif /* GPT2__PART_BACKEND_H */

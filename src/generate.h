@@ -334,10 +334,15 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
     return res;
 }
 
-/* Lines that an abort undid: their end says so. */
-static void gpt2__lines_aborted(gpt2__line* lines, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (lines[i].g.p.end) *lines[i].g.p.end = GPT2_END_ABORTED;
+/* A line is over with `res`: GPT2_OK when it ended (gpt2__generator_end said why), else why it
+   failed (`message`): its end becomes GPT2_END_ABORTED or GPT2_END_ERROR. Its on_end hears it. */
+static void gpt2__line_over(gpt2__line* line, gpt2_result res, const char* message) {
+    gpt2__generator* g = &line->g;
+    if (res != GPT2_OK) {
+        g->end = res == GPT2_ERROR_ABORTED ? GPT2_END_ABORTED : GPT2_END_ERROR;
+        if (g->p.end) *g->p.end = g->end;
+    }
+    if (g->p.on_end) g->p.on_end(g->p.user, g->end, res, res == GPT2_OK ? "" : message);
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The
