@@ -71,6 +71,7 @@ struct gpt2__cuda_model {
     bool fast_decode = false; /* shapes the one-token kernels handle (else the prompt path runs) */
     bool pdl = false;         /* programmatic dependent launch between them (sm_90; off with GPT2_CUDA_NO_PDL) */
     bool persistent = false;  /* one persistent kernel per token instead of the graph of small ones (GPT2_CUDA_PERSISTENT_DECODE) */
+    bool fast_sampler = false; /* draws with the many-block sampler (GPT2_CUDA_FAST_SAMPLER; set at load, sessions made after see it) */
     int pk_blocks = 0;        /* its grid: one block per SM */
     gpt2__cuda_layer* layers_d = nullptr; /* the layer table on the device, for that kernel */
 };

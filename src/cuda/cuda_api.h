@@ -48,6 +48,14 @@
                                   built with it.
      GPT2_CUDA_NO_PDL             no programmatic dependent launch between the one-token kernels
                                   (on by default on sm_90 and newer; measured no different).
+     GPT2_CUDA_FAST_SAMPLER       draw each token with the many-block sampler (a block per 4,096
+                                  logits, then one merges; src/cuda/sampler.cuh) instead of the
+                                  one-block kernel, and draw gpt2_generate's chain of a grammar's
+                                  mask, top_k, top_p and temperature on the GPU too (without it
+                                  such a chain copies the logits to the host each step). The same
+                                  draws as the host's chain for the same seed (its CPU twin is
+                                  tested against it). NOT YET RUN ON A GPU (bench/cuda_results.md);
+                                  gpt2-cuda-tests-next and gpt2-bench-cuda-next are built with it.
 */
 #ifndef GPT2_CUDA_CUH
 #define GPT2_CUDA_CUH

@@ -248,6 +248,37 @@ static const float* gpt2__cuda_logits(gpt2_session* session) {
     return s->logits;
 }
 
+/* The many-block sampler's arguments for a draw from logits_d with the session's RNG, the token
+   to token_h; step (when not NULL) gets the next position and the token. */
+static gpt2__fs_args gpt2__cuda_fs_args(gpt2__cuda_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int* step) {
+    gpt2__fs_args a{};
+    a.logits = s->logits_d;
+    a.n = s->model->n_vocab;
+    a.allowed = allowed;
+    a.temperature = temperature;
+    a.top_k = top_k;
+    a.top_p = top_p;
+    a.rng = s->rng_state;
+    a.token_out = s->token_h_dev;
+    a.step = step;
+    a.next_pos = s->n_cached;
+    return a;
+}
+
+/* Queues the draw of the next token from logits_d (temperature and top_k) into token_h and
+   step_d: the many-block sampler where the model uses it and it serves the parameters, else the
+   one-block kernel. */
+static gpt2_result gpt2__cuda_queue_sample(gpt2__cuda_session* s, float temperature, int top_k, gpt2_error* err) {
+    const int n = s->model->n_vocab;
+    if (s->dm->fast_sampler && gpt2__fs_serves(n, temperature, top_k)) {
+        GPT2__CUDA_TRY(gpt2__fs_launch(gpt2__cuda_fs_args(s, temperature, top_k, 0.0f, nullptr, s->step_d), s->fs, s->stream));
+        return GPT2_OK;
+    }
+    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, n, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
+    GPT2__LAUNCHED("sample");
+    return GPT2_OK;
+}
+
 /* Samples on the GPU from logits_d. When the token will simply extend the context, its pass
    is queued right behind the sampler, so the GPU works while the host handles the token. */
 static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error* err) {
@@ -255,8 +286,7 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
     cudaGetLastError();
     const bool extend = s->dm->fast_decode && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx;
-    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
-    GPT2__LAUNCHED("sample");
+    GPT2__TRY(gpt2__cuda_queue_sample(s, temperature, top_k, err));
     GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
     s->pending = false;
     if (extend) { /* the logits the queued pass replaces, for an abort before it is taken (logits_d's second row: scoring's scratch) */
@@ -269,6 +299,27 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     s->pending = extend;
     s->pending_token = *token;
     s->pending_pos = s->n_cached;
+    return GPT2_OK;
+}
+
+/* The backend's sample_chain (in the table with GPT2_CUDA_FAST_SAMPLER): the host chain's draw
+   with the grammar's mask, top_k, top_p and temperature, by the many-block sampler, so only the
+   mask goes to the GPU and only the token comes back. GPT2__NOT_HANDLED where the sampler leaves
+   the draw to the host (gpt2__fast_sample_kernel says when). */
+[[maybe_unused]] static gpt2_result gpt2__cuda_sample_chain(gpt2_session* session, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token,
+                                                            gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    const int n = s->model->n_vocab;
+    if (!s->dm->fast_sampler || !gpt2__fs_serves(n, temperature, top_k)) return GPT2__NOT_HANDLED;
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    if (allowed) GPT2__CUDA_TRY(cudaMemcpyAsync(s->allowed_d, allowed, ((size_t)n + 31) / 32 * 4, cudaMemcpyHostToDevice, s->stream));
+    GPT2__CUDA_TRY(gpt2__fs_launch(gpt2__cuda_fs_args(s, temperature, top_k, top_p, allowed ? s->allowed_d : nullptr, nullptr), s->fs, s->stream));
+    GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
+    GPT2__CUDA_TRY(cudaEventSynchronize(s->token_ready));
+    if (*s->token_h < 0) return GPT2__NOT_HANDLED;
+    *token = *s->token_h;
+    if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
     return GPT2_OK;
 }
 

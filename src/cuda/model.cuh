@@ -1,6 +1,6 @@
 #ifndef GPT2__PART_CUDA_MODEL_CUH
 #define GPT2__PART_CUDA_MODEL_CUH
-#include "kernels.cuh"
+#include "sampler.cuh"
 
 /* The weights uploaded once, as 16-bit floats. */
 
@@ -101,6 +101,9 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
     dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
+#if defined(GPT2_CUDA_FAST_SAMPLER)
+    dm->fast_sampler = true;
+#endif
 #if defined(GPT2_CUDA_NO_PDL)
     dm->pdl = false;
 #else

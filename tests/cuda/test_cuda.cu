@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "../../bench/cuda_random_model.h"
+#include "sampler_twin.h"
 #include "../batch_helpers.h"
 #include "../../tools/gguf_write.h"
 #include <filesystem>
@@ -268,6 +269,190 @@ TEST_CASE("the GPU sampler picks the CPU sampler's token from the same logits") 
     cudaFree(d_step);
     MESSAGE(same << " of " << checked << " draws identical");
     CHECK(same == checked);
+}
+
+static_assert((int)sampler_twin::THREADS == GPT2__FS_THREADS && (int)sampler_twin::PER_THREAD == GPT2__FS_PER_THREAD &&
+                  (int)sampler_twin::MAX_SLICES == GPT2__FS_MAX_SLICES && (int)sampler_twin::MAX_K == GPT2__FS_MAX_K && (int)sampler_twin::CAP == GPT2__FS_CAP &&
+                  (int)sampler_twin::EXACT_MAX == GPT2__FS_EXACT_MAX && (int)sampler_twin::GREEDY == GPT2__FS_GREEDY && (int)sampler_twin::EXACT == GPT2__FS_EXACT &&
+                  (int)sampler_twin::TREE == GPT2__FS_TREE && (int)sampler_twin::HOST == GPT2__FS_HOST,
+              "tests/cuda/sampler_twin.h has the kernel's sizes");
+
+// The many-block sampler launched directly, on device memory of its own.
+struct FastSampler {
+    gpt2__fs_work w{};
+    float* logits = nullptr;
+    uint32_t* allowed = nullptr;
+    int32_t* token = nullptr;
+    std::vector<void*> owned;
+    explicit FastSampler(int n) {
+        const auto alloc = [&](void** p, size_t bytes) {
+            REQUIRE(cudaMalloc(p, bytes) == cudaSuccess);
+            owned.push_back(*p);
+        };
+        alloc((void**)&w.slices, GPT2__FS_MAX_SLICES * sizeof(gpt2__fs_slice));
+        alloc((void**)&w.cand_v, GPT2__FS_MAX_SLICES * GPT2__FS_CAP * 4);
+        alloc((void**)&w.cand_i, GPT2__FS_MAX_SLICES * GPT2__FS_CAP * 4);
+        alloc((void**)&w.ticket, 16);
+        alloc((void**)&w.path, 16);
+        alloc((void**)&logits, (size_t)n * 4);
+        alloc((void**)&allowed, ((size_t)n + 31) / 32 * 4);
+        alloc((void**)&token, 16);
+        REQUIRE(cudaMemset(w.ticket, 0, 16) == cudaSuccess);
+    }
+    ~FastSampler() {
+        for (void* p : owned) cudaFree(p);
+    }
+    void set_logits(const std::vector<float>& l) { REQUIRE(cudaMemcpy(logits, l.data(), l.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess); }
+    sampler_twin::Draw draw(int n, const uint32_t* mask, float t, int k, float p, uint64_t rng) {
+        if (mask) REQUIRE(cudaMemcpy(allowed, mask, ((size_t)n + 31) / 32 * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        gpt2__fs_args a{};
+        a.logits = logits;
+        a.n = n;
+        a.allowed = mask ? allowed : nullptr;
+        a.temperature = t;
+        a.top_k = k;
+        a.top_p = p;
+        a.rng = rng;
+        a.token_out = token;
+        REQUIRE(gpt2__fs_launch(a, w, 0) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        sampler_twin::Draw d{-2, -1};
+        REQUIRE(cudaMemcpy(&d.token, token, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        REQUIRE(cudaMemcpy(&d.path, w.path, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        return d;
+    }
+};
+
+// The twin's case above (tests/test_cuda_twins.cpp) ties the twin to the host's chain on the CPU;
+// this one ties the kernel to the twin, draw by draw.
+TEST_CASE("the many-block sampler draws its CPU twin's token the same way, over masks, top_k, top_p, temperatures and ties") {
+    REQUIRE_GPU();
+    const float temperatures[] = {0.0f, 0.8f, 1.3f};
+    const float top_ps[] = {0.0f, 0.5f, 0.95f};
+    int checked = 0, same = 0, as_host = 0, host_checked = 0, paths[4] = {0, 0, 0, 0};
+    uint64_t seed = 1;
+    for (const sampler_twin::Logits& set : sampler_twin::logit_sets()) {
+        const int n = (int)set.values.size();
+        FastSampler fs(n);
+        fs.set_logits(set.values);
+        const std::vector<std::vector<uint32_t>> masks = sampler_twin::masks(n);
+        const int top_ks[] = {0, 1, 5, 40, 200, 256, 300, n};
+        for (size_t mi = 0; mi < masks.size(); mi++) {
+            const uint32_t* mask = masks[mi].empty() ? nullptr : masks[mi].data();
+            for (float t : temperatures)
+                for (int k : top_ks)
+                    for (float p : top_ps)
+                        for (int repeat = 0; repeat < 2; repeat++) {
+                            const uint64_t state = seed++ * 0x9e3779b97f4a7c15ull;
+                            const sampler_twin::Draw want = sampler_twin::draw(set.values.data(), n, mask, t, k, p, state);
+                            const sampler_twin::Draw got = fs.draw(n, mask, t, k, p, state);
+                            checked++;
+                            paths[std::min(3, std::max(0, got.path))]++;
+                            const bool ok = got.token == want.token && got.path == want.path;
+                            same += ok;
+                            if (!ok)
+                                MESSAGE(set.name << " mask " << mi << " t " << t << " top_k " << k << " top_p " << p << ": kernel " << got.token << " (way " << got.path
+                                                 << "), twin " << want.token << " (way " << want.path << ")");
+                            if (got.token >= 0) {
+                                uint64_t host_state = state;
+                                host_checked++;
+                                as_host += got.token == sampler_twin::host_chain(set.values, mask, t, k, p, &host_state);
+                            }
+                        }
+        }
+    }
+    MESSAGE(same << " of " << checked << " draws as the twin's (token and way), " << as_host << " of " << host_checked << " as the host chain's; ways: greedy "
+                 << paths[0] << ", exact " << paths[1] << ", tree " << paths[2] << ", host " << paths[3]);
+    CHECK(same == checked);
+    CHECK(as_host == host_checked);
+}
+
+// With GPT2_CUDA_FAST_SAMPLER the backend's sample_chain draws with the mask, top_k and top_p on
+// the GPU: on a model's real logits, draw by draw against the host's chain on the same logits, and
+// whole generations against the same model with the many-block sampler switched off (the host's
+// chain, the one-block kernel) — the same GPU logits, so the same tokens.
+static std::vector<int32_t> generate_with(gpt2_model* model, const std::vector<int32_t>& prompt, const gpt2_generate_params& p) {
+    Session s(model);
+    std::vector<int32_t> out((size_t)p.max_new_tokens);
+    size_t n = 0;
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_generate(s.session, prompt.data(), prompt.size(), &p, out.data(), out.size(), &n, &err) == GPT2_OK, err.message);
+    out.resize(n);
+    return out;
+}
+
+TEST_CASE("GPT2_CUDA_FAST_SAMPLER: the grammar's mask, top_k, top_p and temperature drawn on the GPU as the host's chain draws them") {
+    REQUIRE_GPU();
+    if (!gpt2__cuda_backend.sample_chain) {
+        MESSAGE("built without GPT2_CUDA_FAST_SAMPLER: nothing to check");
+        return;
+    }
+    {
+        LoadedFile gpu(random_124m(), cuda_params());
+        REQUIRE(gpu.model);
+        Session s(gpu.model);
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 24; i++) prompt.push_back((i * 7919 + 13) % 50257);
+        REQUIRE(gpt2_session_eval(s.session, prompt.data(), prompt.size(), nullptr) == GPT2_OK);
+        const std::vector<float> logits(gpt2_session_logits(s.session), gpt2_session_logits(s.session) + 50257);
+        const std::vector<std::vector<uint32_t>> masks = sampler_twin::masks(50257);
+        int checked = 0, same = 0, host = 0;
+        for (size_t mi = 0; mi < masks.size(); mi++)
+            for (float t : {0.0f, 0.7f, 1.0f})
+                for (int k : {0, 1, 40, 200})
+                    for (float p : {0.0f, 0.9f}) {
+                        const uint32_t* mask = masks[mi].empty() ? nullptr : masks[mi].data();
+                        const uint64_t seed = 1000 + (uint64_t)checked;
+                        s.session->rng_state = seed;
+                        int32_t got = -1;
+                        gpt2_error err;
+                        const gpt2_result r = gpt2__cuda_sample_chain(s.session, t, k, p, mask, &got, &err);
+                        checked++;
+                        if (r == GPT2__NOT_HANDLED) {
+                            host++;
+                            CHECK(s.session->rng_state == seed);
+                            continue;
+                        }
+                        REQUIRE_MESSAGE(r == GPT2_OK, err.message);
+                        uint64_t state = seed;
+                        const int32_t want = sampler_twin::host_chain(logits, mask, t, k, p, &state);
+                        same += got == want;
+                        CHECK(s.session->rng_state == state); /* one number drawn when the host draws one */
+                    }
+        MESSAGE(same << " of " << checked - host << " draws on 124M logits as the host chain's (" << host << " left to the host)");
+        CHECK(same == checked - host);
+    }
+    Model gpu(sc_path(), cuda_params());
+    REQUIRE(gpu.model);
+    gpt2_grammar* grammar = nullptr;
+    gpt2_error err;
+    REQUIRE_MESSAGE(gpt2_grammar_from_gbnf(gpu.model, "root ::= [A-Z]+ \":\\n\" ([a-z ,.]+ \"\\n\"){3}", nullptr, &grammar, &err) == GPT2_OK, err.message);
+    const std::vector<int32_t> prompt = reference()["prompts"][0]["ids"].ints();
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.max_new_tokens = 150;
+    struct Variant {
+        const char* name;
+        float temperature, top_p;
+        int top_k;
+        bool grammar;
+    } variants[] = {{"nanoGPT's temperature 0.8, top_k 200", 0.8f, 0.0f, 200, false}, {"top_k 10, top_p 0.9", 1.0f, 0.9f, 10, false},
+                    {"a grammar, top_k 20", 0.9f, 0.0f, 20, true}, {"a grammar, greedy", 0.0f, 0.0f, 0, true},
+                    {"a grammar, top_k 30, top_p 0.8", 1.2f, 0.8f, 30, true}, {"top_k 0 (every token)", 1.0f, 0.0f, 0, false}};
+    gpt2__cuda_model* dm = gpt2__cuda_model_of(gpu.model);
+    for (const Variant& v : variants) {
+        CAPTURE(v.name);
+        p.temperature = v.temperature;
+        p.top_p = v.top_p;
+        p.top_k = v.top_k;
+        p.grammar = v.grammar ? grammar : nullptr;
+        const std::vector<int32_t> fast = generate_with(gpu.model, prompt, p);
+        dm->fast_sampler = false;
+        const std::vector<int32_t> host = generate_with(gpu.model, prompt, p);
+        dm->fast_sampler = true;
+        CHECK(fast.size() > 10);
+        CHECK(fast == host);
+    }
+    gpt2_grammar_free(grammar);
 }
 
 TEST_CASE("sampling with a fixed seed repeats run to run; another seed differs; top_k 1 is greedy") {
