@@ -19,7 +19,8 @@
 
    WHAT RUNS WHERE
      model    the weights as 16-bit floats on the GPU (bf16 when the file is bf16, else f16;
-              f32, q8_0 and q4_0 files are converted while loading), biases and norms as f32.
+              f32, q8_0 and q4_0 files are converted while loading; with GPT2_CUDA_Q8 q8_0
+              matrices also in 8 bits), biases and norms as f32.
      session  its own CUDA stream, cuBLAS handle, KV cache (16-bit) and scratch on the GPU, so
               sessions on one model run concurrently. A prompt runs as cuBLAS matrix products
               with our own kernels between them; each new token runs as one replay of a CUDA
@@ -57,6 +58,19 @@
                                   draws as the host's chain for the same seed (its CPU twin is
                                   tested against it). NOT YET RUN ON A GPU (bench/cuda_results.md);
                                   gpt2-cuda-tests-next and gpt2-bench-cuda-next are built with it.
+     GPT2_CUDA_Q8                 a q8_0 file's matrices also go to the GPU in 8 bits (34 bytes a
+                                  block of 32 weights, values and scales apart), and each new token
+                                  reads those: half the bytes of the 16-bit copy, which the prompt's
+                                  cuBLAS products keep using. Each product quantizes its input to
+                                  int8 as the CPU's q8_0 tokens do (src/cuda/decode_q8.cuh; its CPU
+                                  twin is tested against the CPU's q8_0 rows). NOT YET RUN ON A GPU;
+                                  in gpt2-cuda-tests-next and gpt2-bench-cuda-next.
+     GPT2_CUDA_FUSED_ATTN_PROJ    each token's attention and its output projection (c_proj, with its
+                                  bias and the residual add) run as one kernel: the block that
+                                  combines a head also multiplies it by that head's columns, and
+                                  the last head adds the parts (src/cuda/fused.cuh; its CPU twin
+                                  is in the tests). 50 instead of 62 kernels a token for 124M. NOT
+                                  YET RUN ON A GPU; in gpt2-cuda-tests-next and gpt2-bench-cuda-next.
 */
 #ifndef GPT2_CUDA_CUH
 #define GPT2_CUDA_CUH
@@ -131,9 +145,16 @@ static const char* gpt2__cublas_name(cublasStatus_t s) {
 
 /* ---- Device model: the weights, uploaded once ------------------------------------------ */
 
+/* A q8_0 matrix's 8-bit copy for the one-token products (GPT2_CUDA_Q8: decode_q8.cuh). */
+struct gpt2__cuda_q8 {
+    int8_t* values = nullptr;   /* (rows, cols) */
+    uint16_t* scales = nullptr; /* (rows, cols / 32), f16 bits */
+};
+
 struct gpt2__cuda_layer {
     void *c_attn, *c_proj, *c_fc, *mlp_proj;  /* 16-bit (rows, cols) row-major */
     float *ln_1_w, *ln_1_b, *c_attn_b, *c_proj_b, *ln_2_w, *ln_2_b, *c_fc_b, *mlp_proj_b; /* f32, b may be NULL */
+    gpt2__cuda_q8 c_attn_q8, c_proj_q8, c_fc_q8, mlp_proj_q8; /* empty but for q8_0 matrices with GPT2_CUDA_Q8 */
 };
 
 struct gpt2__cuda_model {
@@ -142,6 +163,7 @@ struct gpt2__cuda_model {
     int n_sm = 0;
     void *wte = nullptr, *wpe = nullptr, *lm_head = nullptr;
     float *ln_f_w = nullptr, *ln_f_b = nullptr;
+    gpt2__cuda_q8 lm_head_q8;
     gpt2__vector<gpt2__cuda_layer> layers;
     gpt2__vector<void*> allocations;
     size_t bytes = 0;
@@ -149,6 +171,8 @@ struct gpt2__cuda_model {
     bool pdl = false;         /* programmatic dependent launch between them (sm_90; off with GPT2_CUDA_NO_PDL) */
     bool persistent = false;  /* one persistent kernel per token instead of the graph of small ones (GPT2_CUDA_PERSISTENT_DECODE) */
     bool fast_sampler = false; /* draws with the many-block sampler (GPT2_CUDA_FAST_SAMPLER; set at load, sessions made after see it) */
+    bool q8_decode = false;    /* the one-token products read the q8_0 matrices' 8-bit copies (GPT2_CUDA_Q8; a graph captured after sees it) */
+    bool fused_attn_proj = false; /* attention and c_proj in one kernel (GPT2_CUDA_FUSED_ATTN_PROJ; sessions made after see it) */
     int pk_blocks = 0;        /* its grid: one block per SM */
     gpt2__cuda_layer* layers_d = nullptr; /* the layer table on the device, for that kernel */
 };
@@ -330,7 +354,22 @@ struct gpt2__gemv_args {
     const int* pos;                  /* QKV: the position written */
     int C;                           /* QKV */
     int gelu_tanh;
+    const uint16_t* scales;          /* q8_0 weights (gpt2__gemv_q8_kernel): W's f16 scales, (N, K / 32) */
 };
+
+/* Output o's epilogue: y is the row's dot product plus its bias. */
+template <class T, int EPI>
+__device__ __forceinline__ void gpt2__gemv_store(const gpt2__gemv_args& a, int o, float y) {
+    if (EPI == GPT2__EPI_STORE) a.out[o] = y;
+    if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
+    if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
+    if (EPI == GPT2__EPI_QKV) {
+        const size_t row = (size_t)*a.pos * a.C;
+        if (o < a.C) a.out[o] = y;
+        else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
+        else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
+    }
+}
 
 enum { GPT2__GEMV_PREFETCH = 8 }; /* 16-byte chunks per lane fetched before the wait: rows of up to 2048 */
 
@@ -380,17 +419,7 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
 #pragma unroll 4
         for (int c = c0; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
         acc = gpt2__warp_sum(acc);
-        if (lane != 0) continue;
-        const float y = acc + bias;
-        if (EPI == GPT2__EPI_STORE) a.out[o] = y;
-        if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
-        if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
-        if (EPI == GPT2__EPI_QKV) {
-            const size_t row = (size_t)*a.pos * a.C;
-            if (o < a.C) a.out[o] = y;
-            else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
-            else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
-        }
+        if (lane == 0) gpt2__gemv_store<T, EPI>(a, o, acc + bias);
     }
 }
 
@@ -400,9 +429,11 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
    D / 8 threads share a key row, 16 bytes each, so a block reads 16 (D = 64) rows at once. */
 enum { GPT2__ATTN_KEYS = 32, GPT2__ATTN_THREADS = 128 };
 
+/* The body of gpt2__attn_decode_kernel: true in the block that combined its head, whose D outputs
+   are then also in head_out (shared memory, every thread's after a barrier). */
 template <class T>
-__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
-                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+__device__ __forceinline__ bool gpt2__attn_decode_head(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part, unsigned* tickets, float* out,
+                                                       int C, int D, int n_splits, float scale, float* head_out) {
     __shared__ float qs[128], sc[GPT2__ATTN_KEYS], red[32], acc_rows[GPT2__ATTN_THREADS * 8];
     __shared__ bool last;
     gpt2__grid_wait();
@@ -463,7 +494,7 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
     __syncthreads();
     if (tid == 0) last = atomicAdd(&tickets[h], 1u) == (unsigned)n_splits - 1;
     __syncthreads();
-    if (!last) return;
+    if (!last) return false;
     __threadfence();
     /* only the splits that hold keys: their partial maxima read in parallel, then the sums */
     const int used = min(n_splits, (n_keys + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
@@ -480,9 +511,18 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
             L += __ldcg(Q + 1) * w;
             o += __ldcg(Q + 2 + tid) * w;
         }
-        out[h * D + tid] = o / L;
+        out[h * D + tid] = head_out[tid] = o / L;
     }
     if (tid == 0) tickets[h] = 0; /* ready for the next replay */
+    __syncthreads();
+    return true;
+}
+
+template <class T>
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+    __shared__ float head_out[128];
+    gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out);
 }
 
 /* step[0] = position of the next token, step[1] = the token; read by the graph's kernels. */
@@ -1207,6 +1247,195 @@ static cudaError_t gpt2__fs_launch(const gpt2__fs_args& a, const gpt2__fs_work& 
     return cudaGetLastError();
 }
 
+/* ---- src/cuda/decode_q8.cuh ---- */
+/* q8_0 weights read in 8 bits by the one-token products, half the bytes of their 16-bit copy.
+   The backend uses them only in a build with GPT2_CUDA_Q8 (not yet run on a GPU:
+   bench/cuda_results.md). A q8_0 matrix then has, besides its 16-bit copy (the prompt's cuBLAS
+   products and the embedding read that one), its GGUF blocks (an f16 scale and 32 int8 values,
+   34 bytes) split at load into two arrays, so that a row loads 16 bytes at a time: the values
+   (N, K) int8 row-major and the scales (N, K / 32) as f16 bits.
+
+   The product is the CPU's for a q8_0 token (scalar.h's gpt2__dot_q8_scalar): the input, after
+   the LayerNorm prologue, is quantized to int8 blocks of 32 with a float scale each by
+   gpt2__quantize_q8_scalar's operations, and a block's dot product is an exact integer sum. Each
+   pair of lanes takes a block: 16 values each (4 dp4a), the two integer sums added, and the even
+   lane adds sum * (weight scale * input scale) to its float accumulator in one fma; the warp then
+   adds its lanes' accumulators in a butterfly. tests/cuda/q8_twin.h is that arithmetic in C++. */
+
+/* Rows [0, rows) of a q8_0 matrix in GGUF blocks split into the GPU's arrays (host memory). */
+static void gpt2__q8_split_rows(const uint8_t* data, size_t row_bytes, int64_t rows, int64_t cols, int8_t* values, uint16_t* scales) {
+    const int64_t nb = cols / gpt2__q8_block_values;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* block = data + (size_t)r * row_bytes + (size_t)b * gpt2__q8_block_bytes;
+            scales[r * nb + b] = gpt2__q8_scale_f16(block);
+            std::memcpy(values + r * cols + b * gpt2__q8_block_values, gpt2__q8_values(block), gpt2__q8_block_values);
+        }
+}
+
+/* Shared memory of gpt2__gemv_q8_kernel for K inputs: the floats (with a LayerNorm, also its K
+   weights and K biases), then the K int8 values and their K / 32 scales. */
+static size_t gpt2__gemv_q8_smem(int K, bool layer_norm) { return (size_t)K * 4 * (layer_norm ? 3 : 1) + (size_t)K + (size_t)K / 32 * 4; }
+
+/* A lane's 16 values of chunk c (block c / 2) against the quantized input; every lane of the warp
+   calls it (the pair's integer sums meet in a shuffle). Returns the accumulator. */
+__device__ __forceinline__ float gpt2__q8_chunk(float acc, uint4 w, int c, int K16, const int8_t* xq, const float* xscale, const uint16_t* w_scales) {
+    int isum = 0;
+    if (c < K16) {
+        const int4 x = *(const int4*)(xq + 16 * c);
+        isum = __dp4a((int)w.x, x.x, isum);
+        isum = __dp4a((int)w.y, x.y, isum);
+        isum = __dp4a((int)w.z, x.z, isum);
+        isum = __dp4a((int)w.w, x.w, isum);
+    }
+    isum += __shfl_xor_sync(0xffffffffu, isum, 1);
+    if (!(threadIdx.x & 1) && c < K16) {
+        const int b = c >> 1;
+        acc = __fmaf_rn((float)isum, __fmul_rn(__half2float(__ushort_as_half(w_scales[b])), xscale[b]), acc);
+    }
+    return acc;
+}
+
+/* gpt2__gemv_kernel for q8_0 weights: a.W their int8 values (N, K), a.scales their scales; K a
+   multiple of 32. */
+template <class T, int EPI>
+__global__ void __launch_bounds__(256) gpt2__gemv_q8_kernel(gpt2__gemv_args a) {
+    extern __shared__ float xs[]; /* gpt2__gemv_q8_smem's layout */
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int K16 = a.K >> 4, nb = a.K >> 5;
+    float* ln_w = xs + a.K;
+    float* ln_b = xs + 2 * a.K;
+    int8_t* xq = (int8_t*)(xs + (a.ln_w ? 3 : 1) * a.K);
+    float* xscale = (float*)(xq + a.K);
+    int o = blockIdx.x * warps + warp;
+    /* the first row's weights do not depend on the previous kernel: fetch them now */
+    uint4 pre[GPT2__GEMV_PREFETCH];
+#pragma unroll
+    for (int c = 0; c < GPT2__GEMV_PREFETCH; c++) {
+        const int idx = lane + 32 * c;
+        pre[c] = o < a.N && idx < K16 ? __ldg((const uint4*)((const int8_t*)a.W + (size_t)o * a.K) + idx) : make_uint4(0, 0, 0, 0);
+    }
+    if (a.ln_w)
+        for (int i = threadIdx.x; i < a.K; i += blockDim.x) {
+            ln_w[i] = a.ln_w[i];
+            ln_b[i] = a.ln_b ? a.ln_b[i] : 0.0f;
+        }
+    const float first_bias = a.bias && o < a.N ? a.bias[o] : 0.0f;
+    gpt2__grid_wait();
+    gpt2__launch_next();
+    for (int i = threadIdx.x; i < a.K; i += blockDim.x) xs[i] = a.in[i];
+    __syncthreads();
+    if (a.ln_w) gpt2__layer_norm_shared(xs, a.K, ln_w, ln_b, a.eps, red);
+    /* the input as int8 blocks of 32, a warp a block: gpt2__quantize_q8_scalar's operations */
+    for (int b = warp; b < nb; b += warps) {
+        const float x = xs[32 * b + lane];
+        const float amax = gpt2__warp_max(fabsf(x));
+        const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        xq[32 * b + lane] = (int8_t)__float2int_rn(__fmul_rn(x, inv));
+        if (lane == 0) xscale[b] = __fdiv_rn(amax, 127.0f);
+    }
+    __syncthreads();
+    bool first = true;
+    for (; o < a.N; o += gridDim.x * warps) {
+        const uint4* w = (const uint4*)((const int8_t*)a.W + (size_t)o * a.K);
+        const uint16_t* w_scales = a.scales + (size_t)o * nb;
+        float acc = 0.0f, bias = 0.0f;
+        int j0 = 0;
+        if (first) {
+            bias = first_bias;
+#pragma unroll
+            for (int j = 0; j < GPT2__GEMV_PREFETCH; j++)
+                if (32 * j < K16) acc = gpt2__q8_chunk(acc, pre[j], lane + 32 * j, K16, xq, xscale, w_scales);
+            j0 = GPT2__GEMV_PREFETCH;
+            first = false;
+        } else if (a.bias) {
+            bias = a.bias[o];
+        }
+#pragma unroll 4
+        for (int j = j0; 32 * j < K16; j++) {
+            const int c = lane + 32 * j;
+            acc = gpt2__q8_chunk(acc, c < K16 ? __ldg(w + c) : make_uint4(0, 0, 0, 0), c, K16, xq, xscale, w_scales);
+        }
+        acc = gpt2__warp_sum(acc);
+        if (lane == 0) gpt2__gemv_store<T, EPI>(a, o, acc + bias);
+    }
+}
+
+/* ---- src/cuda/fused.cuh ---- */
+/* Fewer one-token kernels: attention with its output projection in one launch. The backend uses
+   it only in a build with GPT2_CUDA_FUSED_ATTN_PROJ (not yet run on a GPU:
+   bench/cuda_results.md); without it c_proj is a kernel of its own (gpt2__gemv_kernel).
+
+   The block that combines a head's splits (gpt2__attn_decode_head) goes on with that head's part
+   of x += c_proj(att) + bias: the D columns of c_proj that meet the head's D outputs, a part for
+   every row o, into proj_part[h][o]; the last head to finish adds, for every o, the heads' parts
+   in head order, then the bias, to x[o]. The sums are written out step by step (tests/cuda/
+   fused_twin.h is the same arithmetic in C++): a part is cpr = D / 8 lanes' sums of 8 products
+   each (one fma after another, in column order), added in a butterfly over the cpr lanes.
+   While the attention runs, every block asks L2 for its share of its head's c_proj columns, so
+   the combining block finds them there. (LayerNorm is already fused into the product after it:
+   gpt2__gemv_kernel's prologue.) */
+
+/* 8 packed 16-bit weights times 8 floats: one fma after another, in order. */
+template <class T>
+__device__ __forceinline__ float gpt2__dot8_fma(uint4 w, const float* x) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        T pair[2];
+        memcpy(pair, &words[i], 4);
+        s = __fmaf_rn(gpt2__to_f32<T>(pair[0]), x[2 * i], s);
+        s = __fmaf_rn(gpt2__to_f32<T>(pair[1]), x[2 * i + 1], s);
+    }
+    return s;
+}
+
+struct gpt2__attn_proj_args {
+    const void* W;      /* c_proj (C, C), 16-bit */
+    const float* bias;  /* (C) or NULL */
+    float* x;           /* the residual stream: x += c_proj(att) + bias */
+    float* proj_part;   /* (H, C) the heads' parts */
+    unsigned* ticket;   /* heads done; zero between launches */
+};
+
+template <class T>
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_proj_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                                    unsigned* tickets, float* out, int C, int D, int n_splits, float scale,
+                                                                                    gpt2__attn_proj_args p) {
+    __shared__ float head_out[128];
+    __shared__ bool last_head;
+    const int h = blockIdx.x, tid = threadIdx.x, H = gridDim.x;
+    const int cpr = D >> 3, rows = GPT2__ATTN_THREADS / cpr, r = tid / cpr, c = tid % cpr;
+    const T* W = (const T*)p.W;
+    /* this block's share of the head's c_proj columns into L2 (weights: no wait needed) */
+    for (int o = blockIdx.y * GPT2__ATTN_THREADS + tid; o < C; o += n_splits * GPT2__ATTN_THREADS)
+        for (int byte = 0; byte < D * 2; byte += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)(W + (size_t)o * C + (size_t)h * D) + byte));
+    if (!gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out)) return;
+    /* the head's part of every row: lanes c of a row take 8 columns each */
+#pragma unroll 4
+    for (int o0 = 0; o0 < C; o0 += rows) {
+        const int o = o0 + r;
+        const uint4 w = o < C ? __ldg((const uint4*)(W + (size_t)o * C + (size_t)h * D) + c) : make_uint4(0, 0, 0, 0);
+        float v = gpt2__dot8_fma<T>(w, head_out + 8 * c);
+        for (int off = cpr >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (c == 0 && o < C) p.proj_part[(size_t)h * C + o] = v;
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_head = atomicAdd(p.ticket, 1u) == (unsigned)H - 1;
+    __syncthreads();
+    if (!last_head) return;
+    __threadfence();
+    for (int o = tid; o < C; o += GPT2__ATTN_THREADS) {
+        float y = 0.0f;
+        for (int hh = 0; hh < H; hh++) y += __ldcg(&p.proj_part[(size_t)hh * C + o]);
+        p.x[o] += y + (p.bias ? p.bias[o] : 0.0f);
+    }
+    if (tid == 0) *p.ticket = 0; /* ready for the next replay */
+}
+
 /* ---- src/cuda/model.cuh ---- */
 /* The weights uploaded once, as 16-bit floats. */
 
@@ -1270,6 +1499,24 @@ static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__we
     return GPT2_OK;
 }
 
+/* Rows [0, rows) of a q8_0 matrix W as the one-token products' 8-bit copy (decode_q8.cuh): its
+   GGUF blocks split into values and scales on the host a slice at a time. */
+static gpt2_result gpt2__cuda_upload_q8(gpt2__cuda_model* dm, const gpt2__weight& W, int64_t rows, gpt2__cuda_q8* out, gpt2_error* err) {
+    const size_t cols = (size_t)W.cols, nb = cols / gpt2__q8_block_values;
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)rows * cols, (void**)&out->values, "a q8_0 matrix's values", err));
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)rows * nb * 2, (void**)&out->scales, "a q8_0 matrix's scales", err));
+    const int64_t slice = std::max<int64_t>(1, (int64_t)(((size_t)16 << 20) / cols));
+    gpt2__vector<int8_t> values((size_t)std::min(slice, rows) * cols);
+    gpt2__vector<uint16_t> scales((size_t)std::min(slice, rows) * nb);
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        const int64_t n_rows = std::min(slice, rows - r0);
+        gpt2__q8_split_rows(W.data + (size_t)r0 * W.row_bytes, W.row_bytes, n_rows, (int64_t)cols, values.data(), scales.data());
+        GPT2__CUDA_TRY(cudaMemcpy(out->values + (size_t)r0 * cols, values.data(), (size_t)n_rows * cols, cudaMemcpyHostToDevice));
+        GPT2__CUDA_TRY(cudaMemcpy(out->scales + (size_t)r0 * nb, scales.data(), (size_t)n_rows * nb * 2, cudaMemcpyHostToDevice));
+    }
+    return GPT2_OK;
+}
+
 static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
     if (!dm->allocations.empty()) cudaSetDevice(dm->device);
     for (void* p : dm->allocations) cudaFree(p);
@@ -1310,6 +1557,9 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
 #if defined(GPT2_CUDA_FAST_SAMPLER)
     dm->fast_sampler = true;
 #endif
+#if defined(GPT2_CUDA_FUSED_ATTN_PROJ)
+    dm->fused_attn_proj = dm->fast_decode;
+#endif
 #if defined(GPT2_CUDA_NO_PDL)
     dm->pdl = false;
 #else
@@ -1328,6 +1578,16 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     GPT2__TRY(matrix(m->wpe, m->n_ctx, &dm->wpe));
     dm->lm_head = dm->wte;
     if (m->lm_head.data != m->wte.data) GPT2__TRY(matrix(m->lm_head, m->n_vocab_rows, &dm->lm_head));
+#if defined(GPT2_CUDA_Q8)
+    /* the q8_0 matrices' 8-bit copies, for the one-token products, where their shared memory fits */
+    const bool q8 = dm->fast_decode && C % 32 == 0 && F % 32 == 0 && std::max(gpt2__gemv_q8_smem(C, true), gpt2__gemv_q8_smem(F, false)) <= 48 * 1024;
+    const auto matrix_q8 = [&](const gpt2__weight& W, int64_t rows, gpt2__cuda_q8* out) {
+        if (!q8 || W.type != GPT2_TYPE_Q8_0) return GPT2_OK;
+        dm->q8_decode = true;
+        return gpt2__cuda_upload_q8(dm, W, rows, out, err);
+    };
+    GPT2__TRY(matrix_q8(m->lm_head, m->n_vocab_rows, &dm->lm_head_q8));
+#endif
     GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_weight, C, &dm->ln_f_w, err));
     GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_bias, C, &dm->ln_f_b, err));
     dm->layers.resize((size_t)m->n_layer);
@@ -1338,6 +1598,12 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         GPT2__TRY(matrix(L.c_proj, C, &G.c_proj));
         GPT2__TRY(matrix(L.c_fc, F, &G.c_fc));
         GPT2__TRY(matrix(L.mlp_proj, C, &G.mlp_proj));
+#if defined(GPT2_CUDA_Q8)
+        GPT2__TRY(matrix_q8(L.c_attn, 3 * C, &G.c_attn_q8));
+        GPT2__TRY(matrix_q8(L.c_proj, C, &G.c_proj_q8));
+        GPT2__TRY(matrix_q8(L.c_fc, F, &G.c_fc_q8));
+        GPT2__TRY(matrix_q8(L.mlp_proj, C, &G.mlp_proj_q8));
+#endif
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_weight, C, &G.ln_1_w, err));
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_bias, C, &G.ln_1_b, err));
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_attn_bias, 3 * C, &G.c_attn_b, err));
@@ -1348,8 +1614,9 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.mlp_proj_bias, C, &G.mlp_proj_b, err));
     }
     GPT2__CUDA_TRY(cudaDeviceSynchronize());
-    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
-              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "");
+    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
+              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "",
+              dm->q8_decode ? ", q8_0 matrices also in 8 bits for decode" : "");
     return GPT2_OK;
 }
 
@@ -1407,6 +1674,8 @@ struct gpt2__cuda_session : gpt2_session {
     float* logits = nullptr; /* (V) host copy of logits_d */
     gpt2__cuda_batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's stream */
     gpt2__fs_work fs{};               /* the many-block sampler's memory, when the model uses it */
+    float* proj_part = nullptr;       /* (H, C) the heads' parts of c_proj, when attention and c_proj are fused */
+    unsigned* proj_ticket = nullptr;
     uint32_t* allowed_d = nullptr;    /* a grammar's mask for it, a bit per token */
 };
 
@@ -1479,6 +1748,14 @@ static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* e
             s->allocations.push_back(*b.p);
         }
         GPT2__CUDA_TRY(cudaMemsetAsync(s->fs.ticket, 0, 16, s->stream));
+    }
+    if (dm->fused_attn_proj) {
+        struct { void** p; size_t bytes; } fused[] = {{(void**)&s->proj_part, H * C * 4}, {(void**)&s->proj_ticket, 16}};
+        for (auto& b : fused) {
+            GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
+            s->allocations.push_back(*b.p);
+        }
+        GPT2__CUDA_TRY(cudaMemsetAsync(s->proj_ticket, 0, 16, s->stream));
     }
     GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
     GPT2__CUDA_TRY(cudaMemsetAsync(s->grid_bar, 0, 16, s->stream));
@@ -1931,9 +2208,14 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
 #endif
     const int warps = 8, cap = dm->n_sm * 8;
     const bool pdl = dm->pdl;
-    auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
+    /* one product of W (16-bit, or its 8-bit copy W8 where the model decodes q8_0 in 8 bits) */
+    auto gemv = [&](void (*kernel)(gpt2__gemv_args), void (*kernel_q8)(gpt2__gemv_args), const void* W, const gpt2__cuda_q8& W8, gpt2__gemv_args a) {
+        const bool q8 = dm->q8_decode && W8.values;
+        a.W = q8 ? (const void*)W8.values : W;
+        a.scales = q8 ? W8.scales : nullptr;
         const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
-        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4 * (a.ln_w ? 3 : 1), st, a);
+        const size_t smem = q8 ? gpt2__gemv_q8_smem(a.K, a.ln_w != nullptr) : (size_t)a.K * 4 * (a.ln_w ? 3 : 1);
+        return gpt2__launch(pdl, q8 ? kernel_q8 : kernel, dim3(grid), dim3(256), smem, st, a);
     };
     gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
     GPT2__LAUNCHED("embed");
@@ -1945,25 +2227,32 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
         a.pos = s->step_d;
         a.gelu_tanh = m->gelu_tanh ? 1 : 0;
         /* q, k, v = c_attn(ln_1(x)) + bias; k and v straight into the cache */
-        a.W = G.c_attn; a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
+        a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
         a.k_cache = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
         a.v_cache = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, a));
-        GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
-                                    (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D)));
-        /* x += c_proj(att) + bias */
-        a.W = G.c_proj; a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_QKV>, G.c_attn, G.c_attn_q8, a));
+        const float scale = 1.0f / std::sqrt((float)D);
+        if (dm->fused_attn_proj && !(dm->q8_decode && G.c_proj_q8.values)) { /* attention, then x += c_proj(att) + bias, in one kernel */
+            const gpt2__attn_proj_args p{G.c_proj, G.c_proj_b, s->x, s->proj_part, s->proj_ticket};
+            GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_proj_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1,
+                                        (const TT*)a.k_cache, (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, scale, p));
+        } else {
+            GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
+                                        (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, scale));
+            /* x += c_proj(att) + bias */
+            a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
+            GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_RESIDUAL>, G.c_proj, G.c_proj_q8, a));
+        }
         /* fc = gelu(c_fc(ln_2(x)) + bias) */
-        a.W = G.c_fc; a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, a));
+        a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_GELU>, G.c_fc, G.c_fc_q8, a));
         /* x += mlp c_proj(fc) + bias */
-        a.W = G.mlp_proj; a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_RESIDUAL>, G.mlp_proj, G.mlp_proj_q8, a));
     }
     gpt2__gemv_args a{};
-    a.W = dm->lm_head; a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
-    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, a));
+    a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
+    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_STORE>, dm->lm_head, dm->lm_head_q8, a));
     return GPT2_OK;
 }
 
