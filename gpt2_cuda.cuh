@@ -199,6 +199,9 @@ __device__ __forceinline__ void gpt2__launch_next() {
 #endif
 }
 
+/* Asks L2 for the 128-byte line at p (weights a kernel will read soon). */
+__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <class T> __device__ __forceinline__ float gpt2__to_f32(T v);
 template <> __device__ __forceinline__ float gpt2__to_f32<__half>(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float gpt2__to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -851,6 +854,8 @@ __device__ int gpt2__fs_scan(int v, gpt2__fs_shared& sh, int* total) {
    largest key with the current prefix; k becomes its rank within that digit. */
 __device__ void gpt2__fs_pick_digit(gpt2__fs_shared& sh, int shift) {
     const int lane = threadIdx.x & 31;
+    const int k = sh.k; /* every lane reads it before one of them writes it */
+    __syncwarp();
     unsigned cnt[8], mine = 0;
 #pragma unroll
     for (int b = 0; b < 8; b++) mine += cnt[b] = sh.hist[8 * lane + b];
@@ -859,7 +864,6 @@ __device__ void gpt2__fs_pick_digit(gpt2__fs_shared& sh, int shift) {
         const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
         if (lane + off < 32) at_or_above += t;
     }
-    const int k = sh.k;
     const unsigned above = at_or_above - mine;
     if ((int)above < k && k <= (int)at_or_above) {
         int kk = k - (int)above, d = 8 * lane;
@@ -1411,7 +1415,7 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_proj_decode_ker
     const T* W = (const T*)p.W;
     /* this block's share of the head's c_proj columns into L2 (weights: no wait needed) */
     for (int o = blockIdx.y * GPT2__ATTN_THREADS + tid; o < C; o += n_splits * GPT2__ATTN_THREADS)
-        for (int byte = 0; byte < D * 2; byte += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)(W + (size_t)o * C + (size_t)h * D) + byte));
+        for (int byte = 0; byte < D * 2; byte += 128) gpt2__prefetch_l2((const char*)(W + (size_t)o * C + (size_t)h * D) + byte);
     if (!gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out)) return;
     /* the head's part of every row: lanes c of a row take 8 columns each */
 #pragma unroll 4
@@ -1851,8 +1855,6 @@ __device__ __forceinline__ void gpt2__grid_barrier(unsigned* bar) {
     }
     __syncthreads();
 }
-
-__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* One matrix-vector phase: y (N) = W (N, K) in, in = LayerNorm(src) when ln_w is given. `src`
    is an activation written earlier in this kernel (or, with `embed`, the token's embedding,

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_proj_decode_ker
     const T* W = (const T*)p.W;
     /* this block's share of the head's c_proj columns into L2 (weights: no wait needed) */
     for (int o = blockIdx.y * GPT2__ATTN_THREADS + tid; o < C; o += n_splits * GPT2__ATTN_THREADS)
-        for (int byte = 0; byte < D * 2; byte += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)(W + (size_t)o * C + (size_t)h * D) + byte));
+        for (int byte = 0; byte < D * 2; byte += 128) gpt2__prefetch_l2((const char*)(W + (size_t)o * C + (size_t)h * D) + byte);
     if (!gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out)) return;
     /* the head's part of every row: lanes c of a row take 8 columns each */
 #pragma unroll 4

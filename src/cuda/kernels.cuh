@@ -21,6 +21,9 @@ __device__ __forceinline__ void gpt2__launch_next() {
 #endif
 }
 
+/* Asks L2 for the 128-byte line at p (weights a kernel will read soon). */
+__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <class T> __device__ __forceinline__ float gpt2__to_f32(T v);
 template <> __device__ __forceinline__ float gpt2__to_f32<__half>(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float gpt2__to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }

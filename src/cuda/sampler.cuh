@@ -130,6 +130,8 @@ __device__ int gpt2__fs_scan(int v, gpt2__fs_shared& sh, int* total) {
    largest key with the current prefix; k becomes its rank within that digit. */
 __device__ void gpt2__fs_pick_digit(gpt2__fs_shared& sh, int shift) {
     const int lane = threadIdx.x & 31;
+    const int k = sh.k; /* every lane reads it before one of them writes it */
+    __syncwarp();
     unsigned cnt[8], mine = 0;
 #pragma unroll
     for (int b = 0; b < 8; b++) mine += cnt[b] = sh.hist[8 * lane + b];
@@ -138,7 +140,6 @@ __device__ void gpt2__fs_pick_digit(gpt2__fs_shared& sh, int shift) {
         const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
         if (lane + off < 32) at_or_above += t;
     }
-    const int k = sh.k;
     const unsigned above = at_or_above - mine;
     if ((int)above < k && k <= (int)at_or_above) {
         int kk = k - (int)above, d = 8 * lane;
