@@ -191,7 +191,7 @@ if not rows and not hf:
     print("no measurements (a dry run, or every step failed)")
 PY
 # at most 8 files come back from the device: the logs in one archive
-( cd "$OUT" && logs="$(ls *.log hf.err 2>/dev/null)" && [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs )
+( cd "$OUT" && logs="$(ls *.log hf.err 2>/dev/null)"; [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs )
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'failed: %s\n' "${failed[@]}"
     exit 1
