@@ -6316,11 +6316,19 @@ struct gpt2__backend {
        on runner between) goes on where it stopped, with the budget then set (0: on runner's
        threads, to the end). The results are the same bits as an unpaused pass's. */
     void (*set_budget)(gpt2_session* runner, int64_t budget_us);
+    /* Optional (NULL: the host's chain draws from logits()): draws the next token from the last
+       run's logits as gpt2__chain_filter then gpt2__chain_draw would for a chain of temperature,
+       top_k, top_p (0 or >= 1: off) and `allowed` (the grammar's mask, a bit per token, or
+       NULL) alone, with the session's RNG. Returns GPT2__NOT_HANDLED, the RNG untouched, where
+       it cannot for these parameters. */
+    gpt2_result (*sample_chain)(gpt2_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token, gpt2_error* err);
 };
 
 /* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
    and never returned by the C API. */
 static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
+/* sample_chain's answer for parameters it leaves to the host: not an error either. */
+static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)-2;
 
 enum { GPT2__MAX_DEVICES = 8 };
 
@@ -10751,7 +10759,8 @@ static void gpt2__cpu_set_budget(gpt2_session* runner, int64_t budget_us) {
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget};
+                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget,
+                                        nullptr}; /* sample_chain: the chain runs on the logits where they are */
     return &table;
 }
 
@@ -10818,8 +10827,8 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
     return caller_stops || at_eos || *at_stop;
 }
 
-/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
-   session's RNG. */
+/* The chain's draw: the backend's own (sample_chain) where it serves the parameters, else the
+   host's: the backend's logits, copied, filtered and drawn with the session's RNG. */
 struct gpt2__chain_buffers {
     gpt2__vector<float> logits, scratch;
     gpt2__vector<int> counts;
@@ -10828,10 +10837,15 @@ struct gpt2__chain_buffers {
 
 static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
     const int V = s->model->n_vocab;
+    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
+    /* a chain of the grammar's mask, top_k, top_p and temperature alone may run where the logits are */
+    if (s->backend->sample_chain && !gpt2__penalties_on(p) && p.n_logit_bias == 0 && !p.on_logits && p.min_p <= 0.0f) {
+        const gpt2_result r = s->backend->sample_chain(s, p.temperature, p.top_k, p.top_p, allowed, token, err);
+        if (r != GPT2__NOT_HANDLED) return r;
+    }
     const float* logits = s->backend->logits(s);
     if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
     std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
     GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), allowed, b->scratch.data(), b->counts.data(), err));
     *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
     return GPT2_OK;

@@ -65,8 +65,8 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
     return caller_stops || at_eos || *at_stop;
 }
 
-/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
-   session's RNG. */
+/* The chain's draw: the backend's own (sample_chain) where it serves the parameters, else the
+   host's: the backend's logits, copied, filtered and drawn with the session's RNG. */
 struct gpt2__chain_buffers {
     gpt2__vector<float> logits, scratch;
     gpt2__vector<int> counts;
@@ -75,10 +75,15 @@ struct gpt2__chain_buffers {
 
 static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
     const int V = s->model->n_vocab;
+    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
+    /* a chain of the grammar's mask, top_k, top_p and temperature alone may run where the logits are */
+    if (s->backend->sample_chain && !gpt2__penalties_on(p) && p.n_logit_bias == 0 && !p.on_logits && p.min_p <= 0.0f) {
+        const gpt2_result r = s->backend->sample_chain(s, p.temperature, p.top_k, p.top_p, allowed, token, err);
+        if (r != GPT2__NOT_HANDLED) return r;
+    }
     const float* logits = s->backend->logits(s);
     if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
     std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
     GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), allowed, b->scratch.data(), b->counts.data(), err));
     *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
     return GPT2_OK;
