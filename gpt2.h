@@ -160,7 +160,7 @@ extern "C" {
 #endif
 
 #define GPT2_VERSION_MAJOR 0
-#define GPT2_VERSION_MINOR 2
+#define GPT2_VERSION_MINOR 3
 #define GPT2_VERSION_PATCH 0
 
 typedef enum gpt2_result {
@@ -178,7 +178,8 @@ typedef enum gpt2_result {
     GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
     GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
     GPT2_ERROR_BUSY,             /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
-    GPT2_ERROR_BAD_GRAMMAR       /* a grammar that cannot be read or used: the message says where and why */
+    GPT2_ERROR_BAD_GRAMMAR,      /* a grammar that cannot be read or used: the message says where and why */
+    GPT2_ERROR_BAD_STATE         /* a session state (gpt2_session_load) that is truncated, damaged or not a state */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -254,6 +255,10 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    back to the OS, a buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
+/* Free a model's sessions, grammars and stages first. One freed before them stays in memory until
+   the last of them is freed (a warning to `log`), and every call on them fails naming the
+   model's free. A model freed twice, or used after its free, is refused while its memory is not
+   reused (docs/ERRORS.md). NULL does nothing. */
 GPT2_API void gpt2_model_free(gpt2_model* model);
 
 typedef struct gpt2_model_info {
@@ -318,6 +323,8 @@ GPT2_API gpt2_session_params gpt2_session_default_params(void);
 /* params may be NULL (defaults). */
 GPT2_API gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_session_params* params,
                                          gpt2_session** out_session, gpt2_error* err);
+/* NULL, or a session freed already, does nothing (while its memory is not reused: a session
+   handed to any call after its free is refused with an error that says so). */
 GPT2_API void gpt2_session_free(gpt2_session* session);
 /* Forgets the context (the conversation); keeps the memory. */
 GPT2_API void gpt2_session_reset(gpt2_session* session);
@@ -467,19 +474,29 @@ GPT2_API gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
                                                    const gpt2_json_schema_params* params, gpt2_grammar** out_grammar,
                                                    gpt2_error* err);
 
-/* Why a generation ended (gpt2_generate_params.end). */
+/* Why a generation ended (gpt2_generate_params.end and on_end). */
 typedef enum gpt2_end {
     GPT2_END_MAX_TOKENS = 0, /* max_new_tokens tokens were generated (with 0: the prompt was evaluated) */
     GPT2_END_GRAMMAR = 1,    /* the grammar's sentence is whole and nothing may extend it */
     GPT2_END_STOP = 2,       /* the text contains one of the stop strings */
     GPT2_END_EOS = 3,        /* the end-of-text token, with stop_at_eos */
     GPT2_END_CALLBACK = 4,   /* on_token returned nonzero */
-    GPT2_END_ABORTED = 5     /* abort_fn asked to stop, or the line was cancelled on a stage: the
+    GPT2_END_ABORTED = 5,    /* abort_fn asked to stop, or the line was cancelled on a stage: the
                                 session is as it was before the call */
+    GPT2_END_ERROR = 6       /* the generation failed: its result and message say why (a grammar
+                                the vocabulary cannot continue, a device error) */
 } gpt2_end;
 
-/* The name of an end ("max_tokens", "grammar", "stop", "eos", "callback", "aborted"). */
+/* The name of an end ("max_tokens", "grammar", "stop", "eos", "callback", "aborted", "error"). */
 GPT2_API const char* gpt2_end_string(gpt2_end end);
+
+/* A generation is over (gpt2_generate_params.on_end): once, after its last on_token, however it
+   ended. `end` says why; `result` is GPT2_OK, or the failure (GPT2_ERROR_ABORTED with
+   GPT2_END_ABORTED; another with GPT2_END_ERROR) and `message` its sentence ("" for GPT2_OK).
+   Runs where the generation ends: in gpt2_generate and gpt2_generate_batch before they return, on
+   the calling thread; for a stage's line on the thread that steps, cancels or frees the stage,
+   after its session is free again (on_end may give it its next line with gpt2_stage_add). */
+typedef void (*gpt2_end_fn)(void* user, gpt2_end end, gpt2_result result, const char* message);
 
 typedef struct gpt2_generate_params {
     int max_new_tokens;  /* tokens to generate, default 256; 0 = none: the prompt is only evaluated */
@@ -487,7 +504,7 @@ typedef struct gpt2_generate_params {
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
     uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
     gpt2_token_fn on_token;
-    void* user;          /* passed to on_token and on_logits */
+    void* user;          /* passed to on_token, on_logits and on_end */
     /* The chain's other controls (see GENERATION at the top); zero = off. */
     float top_p;         /* keep the fewest most likely tokens whose probabilities (at temperature 1,
                             after top_k) add up to top_p; 0 or 1 = off */
@@ -517,6 +534,9 @@ typedef struct gpt2_generate_params {
     gpt2_end* end;               /* may be NULL; receives why generation ended. A grammar's answer
                                     cut by max_new_tokens (GPT2_END_MAX_TOKENS, grammar_match PREFIX)
                                     is incomplete: not yet a sentence of the grammar */
+    gpt2_end_fn on_end;          /* may be NULL; called once when the generation is over, however
+                                    it ended: a stage's line tells the game here that its character
+                                    has finished (see gpt2_end_fn) */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);
@@ -785,6 +805,34 @@ static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt
         va_end(args);
     }
     return code;
+}
+
+/* Every object the C API hands out (model, session, grammar, stage) carries a tag: its kind's
+   while it lives, GPT2__TAG_FREED once freed. Each call checks it on entry (gpt2__check_tag), so
+   an object handed back after its free (a use after free, a second free) is refused with a
+   sentence that says so, in release builds too, for as long as the allocator has not given its
+   memory to something else: what reuse or a wild pointer make look live cannot be told apart
+   (docs/GUIDE.md, Errors). No tag is a struct's first field: free() keeps its own list pointers
+   in a freed block's first 16 bytes. A model outlives its free while its sessions and grammars
+   hold it (gpt2__model_unref), so theirs is always read from live memory. */
+enum : uint64_t {
+    GPT2__TAG_MODEL = 0x677074326d6f6465ull,   /* "gpt2mode" */
+    GPT2__TAG_SESSION = 0x6770743273657373ull, /* "gpt2sess" */
+    GPT2__TAG_GRAMMAR = 0x677074326772616dull, /* "gpt2gram" */
+    GPT2__TAG_STAGE = 0x6770743273746167ull,   /* "gpt2stag" */
+    GPT2__TAG_FREED = 0x6770743266726565ull,   /* "gpt2free" */
+};
+using gpt2__tag = std::atomic<uint64_t>; /* atomic: a model's is written by its free while its sessions' calls read it */
+
+/* GPT2_OK when `object` is not NULL and its tag is `live`; else an error naming `what` ("session")
+   NULL, freed (by `free_fn`), or not made by `make_fn`. */
+template <class T>
+static gpt2_result gpt2__check_tag(const T* object, uint64_t live, const char* what, const char* make_fn, const char* free_fn, gpt2_error* err) {
+    if (!object) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+    const uint64_t value = object->tag.load(std::memory_order_relaxed);
+    if (value == live) return GPT2_OK;
+    if (value == GPT2__TAG_FREED) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "%s was freed (%s) and cannot be used", what, free_fn);
+    return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "%s is not a live object made by %s (freed and its memory reused, or a wrong pointer)", what, make_fn);
 }
 
 static gpt2_result gpt2__ok(gpt2_error* err) {
@@ -2119,6 +2167,7 @@ struct gpt2__file {
 
 struct gpt2_model {
     gpt2_model_params params;
+    gpt2__tag tag{GPT2__TAG_MODEL}; /* GPT2__TAG_FREED from gpt2_model_free on, while its sessions and grammars keep it */
     gpt2__file file;
     gpt2__gguf gguf;
     gpt2__string name;
@@ -2131,7 +2180,7 @@ struct gpt2_model {
     gpt2__tokenizer tokenizer;
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
-    mutable std::atomic<int> n_sessions{0}; /* sessions alive; freeing the model before them is a bug */
+    mutable std::atomic<int> n_refs{1}; /* the caller's until gpt2_model_free, and one for each session and grammar of it */
     const struct gpt2__backend* backend = nullptr; /* the device its sessions run on (src/backend.h) */
     void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
     mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
@@ -2451,6 +2500,17 @@ static void gpt2__model_destroy(gpt2_model* m) {
     GPT2_FREE(m);
 }
 
+static gpt2_result gpt2__check_model(const gpt2_model* m, gpt2_error* err) {
+    return gpt2__check_tag(m, GPT2__TAG_MODEL, "model", "gpt2_model_load_file or gpt2_model_load_memory", "gpt2_model_free", err);
+}
+
+/* The model that `what` (a live session, grammar or stage) holds was not freed before it. */
+static gpt2_result gpt2__check_model_of(const gpt2_model* m, const char* what, gpt2_error* err) {
+    if (m->tag.load(std::memory_order_relaxed) == GPT2__TAG_MODEL) return GPT2_OK;
+    return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT,
+                      "%s's model was freed (gpt2_model_free) before it: free a model's sessions, grammars and stages first (their own free still works)", what);
+}
+
 static gpt2_model* gpt2__model_new(const gpt2_model_params* params) {
     void* memory = GPT2_MALLOC(sizeof(gpt2_model));
     if (!memory) return nullptr;
@@ -2759,12 +2819,13 @@ struct gpt2__context_tokens {
 struct gpt2__context_maker;
 
 struct gpt2_grammar {
-    const gpt2_model* model = nullptr;
+    const gpt2_model* model = nullptr; /* held (gpt2_model::n_refs) until the grammar is freed */
     gpt2__vector<gpt2__gelem> elems; /* every alternative's elements, each ending with GPT2__G_END */
     gpt2__vector<uint32_t> alt_starts;
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
+    gpt2__tag tag{GPT2__TAG_GRAMMAR}; /* GPT2__TAG_FREED once freed (src/common.h) */
     /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} more than GPT2__CLIP_BYTES
        copies from the end, the same element in the copy that many from the end, where x is a
        character class or a rule that cannot match the empty text. A token of at most that many
@@ -7940,11 +8001,19 @@ struct gpt2__backend {
        on runner between) goes on where it stopped, with the budget then set (0: on runner's
        threads, to the end). The results are the same bits as an unpaused pass's. */
     void (*set_budget)(gpt2_session* runner, int64_t budget_us);
+    /* Optional (NULL: the host's chain draws from logits()): draws the next token from the last
+       run's logits as gpt2__chain_filter then gpt2__chain_draw would for a chain of temperature,
+       top_k, top_p (0 or >= 1: off) and `allowed` (the grammar's mask, a bit per token, or
+       NULL) alone, with the session's RNG. Returns GPT2__NOT_HANDLED, the RNG untouched, where
+       it cannot for these parameters. */
+    gpt2_result (*sample_chain)(gpt2_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token, gpt2_error* err);
 };
 
 /* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
    and never returned by the C API. */
 static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
+/* sample_chain's answer for parameters it leaves to the host: not an error either. */
+static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)-2;
 
 enum { GPT2__MAX_DEVICES = 8 };
 
@@ -7966,14 +8035,24 @@ static const gpt2__backend*& gpt2__device_backend(gpt2_device device) {
     return true;
 }
 
+/* Lets go of one reference to m (gpt2_model_free's, a session's, a grammar's); the last one
+   releases the backend's copy of the weights and frees the model. */
+static void gpt2__model_unref(const gpt2_model* model) {
+    gpt2_model* m = const_cast<gpt2_model*>(model);
+    if (m->n_refs.fetch_sub(1) != 1) return;
+    m->backend->model_release(m);
+    gpt2__model_destroy(m);
+}
+
 /* ---- src/session.h ---- */
 /* The session: one conversation. This part is what every backend shares (the tokens in context,
    the RNG, the UTF-8 stream of the text being delivered); a backend's own session type derives
    from it and adds its KV cache and scratch (gpt2__cpu_session, gpt2__cuda_session). */
 
 struct gpt2_session {
-    const gpt2_model* model = nullptr;
+    const gpt2_model* model = nullptr; /* held (gpt2_model::n_refs) until the session is freed */
     const gpt2__backend* backend = nullptr;
+    gpt2__tag tag{GPT2__TAG_SESSION}; /* GPT2__TAG_FREED once freed (src/common.h) */
     int n_ctx = 0;
     bool kv_f16 = false;
     gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
@@ -8066,7 +8145,7 @@ static S* gpt2__session_new(const gpt2_model* m, const gpt2_session_params& p) {
     S* s = new (memory) S();
     s->model = m;
     s->backend = m->backend;
-    m->n_sessions++;
+    m->n_refs++;
     s->n_ctx = p.n_ctx ? p.n_ctx : m->n_ctx;
     s->kv_f16 = p.kv_f16 != 0;
     s->context_policy = p.context_policy;
@@ -8081,9 +8160,18 @@ static S* gpt2__session_new(const gpt2_model* m, const gpt2_session_params& p) {
 /* Ends a session made by gpt2__session_new, once its backend has released what it holds. */
 template <class S>
 static void gpt2__session_delete(S* s) {
-    s->model->n_sessions--;
+    const gpt2_model* m = s->model;
+    s->tag = GPT2__TAG_FREED;
     s->~S();
     GPT2_FREE(s);
+    gpt2__model_unref(m);
+}
+
+/* The checks every call on a session starts with: not NULL, not freed, its model not freed
+   (src/common.h's tags); `what` names the argument ("session", "dst", "sessions[2]"). */
+static gpt2_result gpt2__check_session(const gpt2_session* s, const char* what, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tag(s, GPT2__TAG_SESSION, what, "gpt2_session_create", "gpt2_session_free", err));
+    return gpt2__check_model_of(s->model, what, err);
 }
 
 static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
@@ -8122,6 +8210,7 @@ static void gpt2__crop_overlong(gpt2_session* s, const int32_t** ids, size_t* n,
     const size_t ctx = (size_t)s->n_ctx;
     if (s->context_policy == GPT2_CONTEXT_EXACT) {
         if (*n <= ctx) return;
+        gpt2__log(s->model->params, GPT2_LOG_WARNING, "%zu new tokens are more than the context holds (n_ctx %zu): the first %zu of them were dropped", *n, ctx, *n - ctx);
         *ids += *n - ctx;
         *n = ctx; /* gpt2__make_room then drops every old token */
         return;
@@ -8130,6 +8219,8 @@ static void gpt2__crop_overlong(gpt2_session* s, const int32_t** ids, size_t* n,
     if (keep_old + *n <= ctx) return;
     const size_t head = std::min(*n, (size_t)s->n_keep - keep_old); /* new tokens among the first n_keep */
     const size_t tail = ctx - keep_old - head;
+    gpt2__log(s->model->params, GPT2_LOG_WARNING, "%zu new tokens are more than the context holds beside the %zu it keeps (n_ctx %zu, n_keep %d): %zu of them were dropped", *n,
+              keep_old, ctx, s->n_keep, *n - head - tail);
     kept->assign(*ids, *ids + head);
     kept->insert(kept->end(), *ids + *n - tail, *ids + *n);
     s->tokens.resize(keep_old);
@@ -8430,16 +8521,16 @@ struct gpt2__state_view {
 static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data, size_t n, gpt2__state_view* v, gpt2_error* err) {
     const gpt2_model* m = s->model;
     const size_t needed = GPT2__STATE_HEADER_BYTES + 8;
-    if (n < 16) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes: truncated (at least %zu expected)", n, needed);
-    if (std::memcmp(data, gpt2__state_magic, 8) != 0) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a gpt2.h session state (no GPT2SESS magic)");
+    if (n < 16) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is %zu bytes: truncated (at least %zu expected)", n, needed);
+    if (std::memcmp(data, gpt2__state_magic, 8) != 0) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "not a gpt2.h session state (no GPT2SESS magic)");
     gpt2__reader r{data, n, 8}; /* every read below lies inside the header, checked to fit in n */
     uint32_t version = 0, header = 0;
     gpt2__read_u32(&r, &version);
     gpt2__read_u32(&r, &header);
-    if (header < 24 || header > n) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes: truncated (its header alone is %u)", n, header);
+    if (header < 24 || header > n) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is %zu bytes: truncated (its header alone is %u)", n, header);
     uint64_t header_hash;
     std::memcpy(&header_hash, data + header - 8, 8);
-    if (header_hash != gpt2__hash64(data, header - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is damaged: its header checksum does not match");
+    if (header_hash != gpt2__hash64(data, header - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is damaged: its header checksum does not match");
     if (version != GPT2__STATE_VERSION || header != GPT2__STATE_HEADER_BYTES)
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "session state version %u; this build reads version %d", version, (int)GPT2__STATE_VERSION);
     uint64_t fingerprint = 0;
@@ -8450,16 +8541,16 @@ static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data,
     gpt2__read_u32(&r, &v->n_held);
     std::memcpy(v->held, data + r.pos, 4);
     if (cache_type > 1 || has_logits > 1 || (has_logits && !v->n_tokens) || v->n_held > 3 || v->n_cached > v->n_tokens || n_layer > (1u << 16) || n_embd > (1u << 20) || n_vocab > (1u << 24))
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state has impossible values in its header");
+        return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state has impossible values in its header");
     /* in 64 bits: the counts are at most 2^32 and 2^20, so nothing wraps */
     const uint64_t total = GPT2__STATE_HEADER_BYTES + (uint64_t)v->n_tokens * 4 + (has_logits ? (uint64_t)n_vocab * 4 : 0) +
                            2ull * n_layer * v->n_cached * n_embd * (cache_type == 1 ? 2 : 4) + 8;
     if (n != total)
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes but its header describes %llu: %s", n, (unsigned long long)total,
+        return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is %zu bytes but its header describes %llu: %s", n, (unsigned long long)total,
                           n < total ? "truncated" : "trailing bytes");
     uint64_t stored;
     std::memcpy(&stored, data + n - 8, 8);
-    if (stored != gpt2__hash64(data, n - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is damaged: its checksum does not match its bytes");
+    if (stored != gpt2__hash64(data, n - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is damaged: its checksum does not match its bytes");
     if (fingerprint != gpt2__model_fingerprint(m) || n_layer != (uint32_t)m->n_layer || n_embd != (uint32_t)m->n_embd || n_vocab != (uint32_t)m->n_vocab)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session state belongs to another model (%u layers, n_embd %u, %u tokens, fingerprint %016llx; this is '%s': %d, %d, %d, %016llx)",
                           n_layer, n_embd, n_vocab, (unsigned long long)fingerprint, m->name.c_str(), m->n_layer, m->n_embd, m->n_vocab,
@@ -8474,7 +8565,7 @@ static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data,
     for (uint32_t i = 0; i < v->n_tokens; i++) {
         int32_t id;
         std::memcpy(&id, v->tokens + (size_t)i * 4, 4);
-        if (id < 0 || id >= m->n_vocab) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state: token %u is %d, outside the vocabulary [0, %d)", i, (int)id, m->n_vocab);
+        if (id < 0 || id >= m->n_vocab) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state: token %u is %d, outside the vocabulary [0, %d)", i, (int)id, m->n_vocab);
     }
     return GPT2_OK;
 }
@@ -12353,7 +12444,8 @@ static void gpt2__cpu_set_budget(gpt2_session* runner, int64_t budget_us) {
 static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
-                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget};
+                                        gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget,
+                                        nullptr}; /* sample_chain: the chain runs on the logits where they are */
     return &table;
 }
 
@@ -12420,8 +12512,8 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
     return caller_stops || at_eos || *at_stop;
 }
 
-/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
-   session's RNG. */
+/* The chain's draw: the backend's own (sample_chain) where it serves the parameters, else the
+   host's: the backend's logits, copied, filtered and drawn with the session's RNG. */
 struct gpt2__chain_buffers {
     gpt2__vector<float> logits, scratch;
     gpt2__vector<int> counts;
@@ -12430,10 +12522,15 @@ struct gpt2__chain_buffers {
 
 static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
     const int V = s->model->n_vocab;
+    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
+    /* a chain of the grammar's mask, top_k, top_p and temperature alone may run where the logits are */
+    if (s->backend->sample_chain && !gpt2__penalties_on(p) && p.n_logit_bias == 0 && !p.on_logits && p.min_p <= 0.0f) {
+        const gpt2_result r = s->backend->sample_chain(s, p.temperature, p.top_k, p.top_p, allowed, token, err);
+        if (r != GPT2__NOT_HANDLED) return r;
+    }
     const float* logits = s->backend->logits(s);
     if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
     std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
     GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), allowed, b->scratch.data(), b->counts.data(), err));
     *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
     return GPT2_OK;
@@ -12689,10 +12786,15 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
     return res;
 }
 
-/* Lines that an abort undid: their end says so. */
-static void gpt2__lines_aborted(gpt2__line* lines, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (lines[i].g.p.end) *lines[i].g.p.end = GPT2_END_ABORTED;
+/* A line is over with `res`: GPT2_OK when it ended (gpt2__generator_end said why), else why it
+   failed (`message`): its end becomes GPT2_END_ABORTED or GPT2_END_ERROR. Its on_end hears it. */
+static void gpt2__line_over(gpt2__line* line, gpt2_result res, const char* message) {
+    gpt2__generator* g = &line->g;
+    if (res != GPT2_OK) {
+        g->end = res == GPT2_ERROR_ABORTED ? GPT2_END_ABORTED : GPT2_END_ERROR;
+        if (g->p.end) *g->p.end = g->end;
+    }
+    if (g->p.on_end) g->p.on_end(g->p.user, g->end, res, res == GPT2_OK ? "" : message);
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The
@@ -12749,6 +12851,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_INTERNAL: return "internal error";
     case GPT2_ERROR_BUSY: return "session busy";
     case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
+    case GPT2_ERROR_BAD_STATE: return "bad session state";
     }
     return "unknown result";
 }
@@ -12761,6 +12864,7 @@ GPT2_DEF const char* gpt2_end_string(gpt2_end end) {
     case GPT2_END_EOS: return "eos";
     case GPT2_END_CALLBACK: return "callback";
     case GPT2_END_ABORTED: return "aborted";
+    case GPT2_END_ERROR: return "error";
     }
     return "unknown end";
 }
@@ -12890,17 +12994,18 @@ GPT2_DEF gpt2_result gpt2_model_load_memory(const void* data, size_t size, const
 }
 
 GPT2_DEF void gpt2_model_free(gpt2_model* model) {
-    if (!model) return;
-    /* Freeing a model while sessions use it leaves them dangling: caught in debug builds. */
-    GPT2_ASSERT(model->n_sessions.load() == 0 && "gpt2_model_free: free every session of this model first");
-    model->backend->model_release(model);
-    gpt2__model_destroy(model);
+    if (!model || model->tag != GPT2__TAG_MODEL) return; /* NULL, or freed already */
+    model->tag = GPT2__TAG_FREED;
+    const int holders = model->n_refs.load() - 1;
+    if (holders > 0) /* their calls now fail, naming the model's free; the last one's free frees the model */
+        gpt2__log(model->params, GPT2_LOG_WARNING, "gpt2_model_free: %d sessions, grammars or stages of this model are not freed yet: it stays in memory until they are", holders);
+    gpt2__model_unref(model);
 }
 
 GPT2_DEF gpt2_model_info gpt2_model_get_info(const gpt2_model* m) {
     gpt2_model_info info;
     std::memset(&info, 0, sizeof info);
-    if (!m) return info;
+    if (gpt2__check_model(m, nullptr) != GPT2_OK) return info;
     info.name = m->name.c_str();
     info.n_vocab = m->n_vocab;
     info.n_vocab_rows = m->n_vocab_rows;
@@ -12923,7 +13028,7 @@ static gpt2_result gpt2__tokenize(const gpt2_model* m, const char* text, size_t 
 }
 
 GPT2_DEF gpt2_result gpt2_tokenize(const gpt2_model* m, const char* text, size_t len, int allow_special, int32_t* tokens, size_t capacity, size_t* n_tokens, gpt2_error* err) {
-    if (!m) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model is NULL");
+    GPT2__TRY(gpt2__check_model(m, err));
     if (!tokens && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL but capacity is %zu", capacity);
     GPT2__GUARD_BEGIN
     gpt2__vector<int32_t> ids;
@@ -12935,7 +13040,7 @@ GPT2_DEF gpt2_result gpt2_tokenize(const gpt2_model* m, const char* text, size_t
 }
 
 GPT2_DEF gpt2_result gpt2_detokenize(const gpt2_model* m, const int32_t* tokens, size_t n, char* text, size_t capacity, size_t* n_bytes, gpt2_error* err) {
-    if (!m) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model is NULL");
+    GPT2__TRY(gpt2__check_model(m, err));
     if ((!tokens && n) || (!text && capacity)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens or text is NULL");
     if (m->tokenizer.kind == GPT2_TOKENIZER_NONE)
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "this model has no vocabulary to decode with");
@@ -12953,7 +13058,7 @@ GPT2_DEF gpt2_result gpt2_detokenize(const gpt2_model* m, const int32_t* tokens,
 GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_session_params* params, gpt2_session** out_session, gpt2_error* err) {
     if (!out_session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "out_session is NULL");
     *out_session = nullptr;
-    if (!model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
     const gpt2_session_params p = params ? *params : gpt2_session_default_params();
     if (p.n_threads < 0 || p.n_threads > 1024) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (all cores) to 1024", p.n_threads);
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
@@ -12974,7 +13079,7 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
 }
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
-    if (!session) return;
+    if (!session || session->tag != GPT2__TAG_SESSION) return; /* NULL, or freed already */
     /* Freeing a session that a call is using pulls its memory from under that call: caught in debug builds. */
     GPT2_ASSERT(session->user.load() == std::thread::id() && "gpt2_session_free: a call is still using this session");
     session->backend->session_free(session);
@@ -12989,17 +13094,17 @@ static void gpt2__session_clear(gpt2_session* s) {
 }
 
 GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
-    if (!s) return;
+    if (gpt2__check_session(s, "session", nullptr) != GPT2_OK) return;
     gpt2__session_use use(s, false);
     if (use.allowed()) gpt2__session_clear(s); /* else another call is using it: that call's result stands */
 }
 
-GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return s ? s->tokens.size() : 0; }
+GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return gpt2__check_session(s, "session", nullptr) == GPT2_OK ? s->tokens.size() : 0; }
 
-GPT2_DEF const int32_t* gpt2_session_tokens(const gpt2_session* s) { return s ? s->tokens.data() : nullptr; }
+GPT2_DEF const int32_t* gpt2_session_tokens(const gpt2_session* s) { return gpt2__check_session(s, "session", nullptr) == GPT2_OK ? s->tokens.data() : nullptr; }
 
 GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, size_t capacity, size_t* n_bytes, gpt2_error* err) {
-    if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(session, "session", err));
     if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
     if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
     GPT2__USE_SESSION(session, true, err);
@@ -13015,7 +13120,7 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
 }
 
 GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
     GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
@@ -13027,7 +13132,8 @@ GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t 
 }
 
 GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err) {
-    if (!dst || !src) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst or src is NULL");
+    GPT2__TRY(gpt2__check_session(dst, "dst", err));
+    GPT2__TRY(gpt2__check_session(src, "src", err));
     if (dst == src) return gpt2__ok(err);
     gpt2__session_use use_dst(dst, false), use_src(src, true);
     if (!use_dst.allowed()) return gpt2__busy(err, "dst");
@@ -13046,7 +13152,7 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
 }
 
 GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     GPT2__USE_SESSION(s, false, err);
     if (n_tokens > s->tokens.size())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
@@ -13075,7 +13181,7 @@ GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt
 }
 
 GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, size_t n, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
     GPT2__USE_SESSION(s, false, err);
@@ -13086,7 +13192,8 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
 }
 
 GPT2_DEF gpt2_result gpt2_session_eval_text(gpt2_session* s, const char* text, gpt2_error* err) {
-    if (!s || !text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or text is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
+    if (!text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is NULL");
     if (!*text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is empty: nothing to evaluate");
     GPT2__GUARD_BEGIN
     gpt2__vector<int32_t> ids;
@@ -13097,13 +13204,14 @@ GPT2_DEF gpt2_result gpt2_session_eval_text(gpt2_session* s, const char* text, g
 
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
     /* const for the caller; a device session may copy its logits into host memory here */
-    if (!s) return nullptr;
+    if (gpt2__check_session(s, "session", nullptr) != GPT2_OK) return nullptr;
     gpt2__session_use use(s, true);
     return use.allowed() && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
 }
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
-    if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
+    if (!out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "out_logprob_sum is NULL");
     if (!tokens || n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to score");
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
     GPT2__USE_SESSION(s, false, err);
@@ -13146,12 +13254,18 @@ static gpt2_result gpt2__check_stops(const gpt2_generate_params& p, const gpt2_m
     return GPT2_OK;
 }
 
+static gpt2_result gpt2__check_grammar(const gpt2_grammar* g, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tag(g, GPT2__TAG_GRAMMAR, "grammar", "gpt2_grammar_from_gbnf or gpt2_grammar_from_json_schema", "gpt2_grammar_free", err));
+    return gpt2__check_model_of(g->model, "grammar", err);
+}
+
 /* gpt2_generate's checks of its parameters (NULL: the defaults), filled in: *out. */
 static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_generate_params* params, gpt2_generate_params* out, gpt2_error* err) {
     gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
     GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
     GPT2__TRY(gpt2__check_stops(p, s->model, err));
+    if (p.grammar) GPT2__TRY(gpt2__check_grammar(p.grammar, err));
     if (p.grammar && p.grammar->model != s->model)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model than the session's (a grammar knows its model's vocabulary)");
     if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
@@ -13164,7 +13278,7 @@ static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_genera
 GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
                                    size_t* n_generated, gpt2_error* err) {
     if (n_generated) *n_generated = 0;
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
@@ -13178,16 +13292,19 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     gpt2__line line;
     line.prompt.assign(prompt, prompt + n_prompt);
     gpt2__generator_begin(&line.g, s, p, out_tokens, capacity, n_generated);
-    const gpt2_result res = gpt2__generate(s, &line, 1, err);
-    if (res == GPT2_OK) return gpt2__ok(err);
-    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(&line, 1);
+    gpt2_error own; /* on_end hears the message when the caller passes no err */
+    if (!err) err = &own;
+    gpt2_result res = gpt2__generate(s, &line, 1, err);
     if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
-    return gpt2__undo_if_aborted(res, &s, 1, &before, err);
+    res = gpt2__undo_if_aborted(res, &s, 1, &before, err);
+    gpt2__line_over(&line, res, err->message);
+    return res == GPT2_OK ? gpt2__ok(err) : res;
     GPT2__GUARD_END(err)
 }
 
 GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, const gpt2_generate_params* params, gpt2_error* err) {
-    if (!s || !prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or prompt is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
+    if (!prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     GPT2__GUARD_BEGIN
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
@@ -13198,17 +13315,21 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
 /* ---- Grammars ---------------------------------------------------------------------------- */
 
 GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
-    if (!grammar) return;
+    if (!grammar || grammar->tag != GPT2__TAG_GRAMMAR) return; /* NULL, or freed already */
+    const gpt2_model* model = grammar->model;
+    grammar->tag = GPT2__TAG_FREED;
     gpt2__context_maker_free(grammar->context_maker);
     grammar->~gpt2_grammar();
     GPT2_FREE(grammar);
+    gpt2__model_unref(model);
 }
 
 /* gpt2_grammar_from_gbnf; `what` begins the message of a grammar the vocabulary cannot write
    ("grammar", "json schema"). */
 static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, const char* what, gpt2_error* err) {
     if (out) *out = nullptr;
-    if (!model || !gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, gbnf or out_grammar is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
+    if (!gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "gbnf or out_grammar is NULL");
     if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
     GPT2__GUARD_BEGIN
@@ -13217,6 +13338,7 @@ static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* 
     if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     gpt2_grammar* g = new (memory) gpt2_grammar(); /* made in place: it holds a mutex */
     g->model = model;
+    model->n_refs++;
     gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, err);
     if (res == GPT2_OK) res = gpt2__grammar_check_writable(*g, model->tokenizer, what, err);
     if (res != GPT2_OK) {
@@ -13245,7 +13367,8 @@ GPT2_DEF gpt2_json_schema_params gpt2_json_schema_default_params(void) {
 GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, const char* schema, size_t len, const gpt2_json_schema_params* params,
                                                    gpt2_grammar** out, gpt2_error* err) {
     if (out) *out = nullptr;
-    if (!model || (!schema && len) || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, schema or out_grammar is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
+    if ((!schema && len) || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "schema or out_grammar is NULL");
     if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
     GPT2__GUARD_BEGIN
@@ -13273,7 +13396,8 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
 
 GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* match, gpt2_error* err) {
     if (match) *match = GPT2_MATCH_NONE;
-    if (!grammar || !match || (!text && len)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar, text or out_match is NULL");
+    GPT2__TRY(gpt2__check_grammar(grammar, err));
+    if (!match || (!text && len)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text or out_match is NULL");
     GPT2__GUARD_BEGIN
     GPT2__TRY(gpt2__grammar_match_text(grammar, std::string_view(text ? text : "", len), match, err));
     return gpt2__ok(err);
@@ -13286,7 +13410,9 @@ GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char*
 static gpt2_result gpt2__check_batch(gpt2_session* const* sessions, size_t n_sessions, gpt2_error* err) {
     if (!sessions || n_sessions == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no sessions: sessions is %s and n_sessions is %zu", sessions ? "set" : "NULL", n_sessions);
     for (size_t i = 0; i < n_sessions; i++) {
-        if (!sessions[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is NULL", i);
+        char what[32];
+        std::snprintf(what, sizeof what, "sessions[%zu]", i);
+        GPT2__TRY(gpt2__check_session(sessions[i], what, err));
         if (sessions[i]->model != sessions[0]->model)
             return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is a session of another model than sessions[0]; a batch runs one model", i);
         for (size_t j = 0; j < i; j++)
@@ -13342,10 +13468,13 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
         lines[i].prompt.swap(ids[i]);
         gpt2__generator_begin(&lines[i].g, sessions[i], p[i], nullptr, 0, nullptr);
     }
-    const gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
-    if (res == GPT2_OK) return gpt2__ok(err);
-    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(lines.data(), n_sessions);
-    return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
+    gpt2_error own; /* on_end hears the message when the caller passes no err */
+    if (!err) err = &own;
+    gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
+    res = gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
+    for (gpt2__line& line : lines) /* a line that ended before another failed keeps its end, unless an abort undid it */
+        gpt2__line_over(&line, line.ends && line.result == GPT2_OK && res != GPT2_ERROR_ABORTED ? GPT2_OK : res, err->message);
+    return res == GPT2_OK ? gpt2__ok(err) : res;
     GPT2__GUARD_END(err)
 }
 
@@ -13359,18 +13488,21 @@ struct gpt2__stage_line {
     gpt2__line line;
     gpt2__checkpoint before;
     bool cancelled = false; /* guarded by the stage's mutex */
+    /* once it has left: how it ended (GPT2_OK, or why it failed), for its on_end */
+    gpt2_result result = GPT2_OK;
+    gpt2_error why{};
+    gpt2__stage_line* next_ended = nullptr; /* the stage's `ended` list */
 };
 
-enum : uint64_t { GPT2__STAGE_TAG = 0x67707432'73746167ull, GPT2__STAGE_FREED = 0x67707432'66726565ull };
-
 struct gpt2_stage {
-    uint64_t tag = GPT2__STAGE_TAG; /* GPT2__STAGE_FREED once freed: a freed stage handed back is named as such */
     const gpt2_model* model = nullptr;
     gpt2_session* runner = nullptr; /* its threads and scratch run the passes; it holds no context */
+    gpt2__tag tag{GPT2__TAG_STAGE}; /* GPT2__TAG_FREED once freed (src/common.h) */
     std::mutex mutex;               /* guards `joining` and every line's `cancelled` */
     gpt2__vector<gpt2__stage_line*> joining; /* added since the last step began */
     gpt2__vector<gpt2__stage_line*> lines;   /* on the stage: only the stepping thread touches them */
     gpt2__vector<gpt2_session*> members;     /* the sessions of `joining` and `lines`; guarded by `mutex` */
+    gpt2__stage_line* ended = nullptr;       /* lines that left, their on_end still to call (gpt2__stage_report); guarded by `mutex` */
     std::atomic<bool> stepping{false};       /* a step (or a cancel's clean-up) holds the lines */
     bool in_flight = false;                  /* a budgeted step's pass paused: the lines are in it */
     gpt2__step_work work;
@@ -13378,26 +13510,53 @@ struct gpt2_stage {
 };
 
 static gpt2_result gpt2__stage_check(const gpt2_stage* stage, gpt2_error* err) {
-    if (!stage) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is NULL");
-    if (stage->tag == GPT2__STAGE_FREED) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage was freed (gpt2_stage_free) and cannot be used");
-    if (stage->tag != GPT2__STAGE_TAG) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is not a gpt2_stage made by gpt2_stage_create");
-    return GPT2_OK;
+    GPT2__TRY(gpt2__check_tag(stage, GPT2__TAG_STAGE, "stage", "gpt2_stage_create", "gpt2_stage_free", err));
+    return gpt2__check_model_of(stage->model, "stage", err);
 }
 
-/* A line leaves the stage and its session is free; `abandoned` (cancelled, or failed): the
-   session as before gpt2_stage_add, else it keeps what it generated. The caller holds `mutex`. */
-static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, bool abandoned) {
+/* A line leaves the stage and its session is free: ended (GPT2_OK), it keeps what it generated;
+   cancelled or failed (`res`, and `message` why), it is as before gpt2_stage_add. The line waits
+   in `ended` for its on_end (gpt2__stage_report). The caller holds `mutex`. */
+static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, gpt2_result res, const char* message) {
     gpt2_session* s = l->line.g.s;
-    if (abandoned) {
+    if (res != GPT2_OK) {
         gpt2_error ignored;
         gpt2__checkpoint_restore(s, &l->before, &ignored);
-        if (l->line.result == GPT2_OK) gpt2__lines_aborted(&l->line, 1);
+        gpt2__fail(&l->why, res, "%s", message);
     }
+    l->result = res;
     st->members.erase(std::find(st->members.begin(), st->members.end(), s));
     gpt2__session_release(s);
-    l->~gpt2__stage_line();
-    GPT2_FREE(l);
+    l->next_ended = st->ended;
+    st->ended = l;
 }
+
+/* The lines that left hear it (on_end), in the order they left, on this thread and outside the
+   mutex: an on_end may add its session's next line. Then they go. */
+static void gpt2__stage_report(gpt2_stage* st) {
+    gpt2__stage_line* newest_first;
+    {
+        std::lock_guard<std::mutex> lock(st->mutex);
+        newest_first = st->ended;
+        st->ended = nullptr;
+    }
+    gpt2__stage_line* oldest_first = nullptr;
+    while (newest_first) {
+        gpt2__stage_line* l = newest_first;
+        newest_first = l->next_ended;
+        l->next_ended = oldest_first;
+        oldest_first = l;
+    }
+    while (oldest_first) {
+        gpt2__stage_line* l = oldest_first;
+        oldest_first = l->next_ended;
+        gpt2__line_over(&l->line, l->result, l->why.message);
+        l->~gpt2__stage_line();
+        GPT2_FREE(l);
+    }
+}
+
+static const char* const gpt2__line_cancelled = "the line was cancelled (gpt2_stage_cancel, its session's abort_fn, or gpt2_stage_free): its session is as before gpt2_stage_add";
 
 /* Takes the lines that joined, and drops the cancelled ones; the caller holds `stepping`. */
 static void gpt2__stage_gather(gpt2_stage* st) {
@@ -13406,7 +13565,7 @@ static void gpt2__stage_gather(gpt2_stage* st) {
     st->joining.clear();
     size_t kept = 0;
     for (gpt2__stage_line* l : st->lines)
-        if (l->cancelled) gpt2__stage_line_leave(st, l, true);
+        if (l->cancelled) gpt2__stage_line_leave(st, l, GPT2_ERROR_ABORTED, gpt2__line_cancelled);
         else st->lines[kept++] = l;
     st->lines.resize(kept);
 }
@@ -13444,8 +13603,9 @@ static gpt2_result gpt2__stage_step_end(gpt2_stage* st, gpt2_result pass, gpt2_e
             res = line.result;
             gpt2__fail(err, res, "the line of a session ended (its session is as before gpt2_stage_add): %s", line.error.message);
         }
-        if (pass != GPT2_OK || line.result != GPT2_OK) gpt2__stage_line_leave(st, l, true);
-        else if (line.ends) gpt2__stage_line_leave(st, l, false);
+        if (line.result != GPT2_OK) gpt2__stage_line_leave(st, l, line.result, line.error.message);
+        else if (pass != GPT2_OK) gpt2__stage_line_leave(st, l, pass, err->message);
+        else if (line.ends) gpt2__stage_line_leave(st, l, GPT2_OK, "");
         else st->lines[kept++] = l;
     }
     st->lines.resize(kept);
@@ -13481,7 +13641,8 @@ GPT2_DEF gpt2_stage_params gpt2_stage_default_params(void) {
 
 GPT2_DEF gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage_params* params, gpt2_stage** out, gpt2_error* err) {
     if (out) *out = nullptr;
-    if (!model || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model or out_stage is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
+    if (!out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "out_stage is NULL");
     const gpt2_stage_params p = params ? *params : gpt2_stage_default_params();
     if (p.n_threads < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (one per core) or more", p.n_threads);
     GPT2__GUARD_BEGIN
@@ -13504,21 +13665,22 @@ GPT2_DEF gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage
 }
 
 GPT2_DEF void gpt2_stage_free(gpt2_stage* stage) {
-    if (!stage || stage->tag != GPT2__STAGE_TAG) return;
+    if (!stage || stage->tag != GPT2__TAG_STAGE) return; /* NULL, or freed already */
     gpt2__stage_gather(stage);
     {
         std::lock_guard<std::mutex> lock(stage->mutex);
-        for (gpt2__stage_line* l : stage->lines) gpt2__stage_line_leave(stage, l, true);
+        for (gpt2__stage_line* l : stage->lines) gpt2__stage_line_leave(stage, l, GPT2_ERROR_ABORTED, gpt2__line_cancelled);
     }
+    gpt2__stage_report(stage);
     gpt2_session_free(stage->runner);
+    stage->tag = GPT2__TAG_FREED;
     stage->~gpt2_stage();
-    stage->tag = GPT2__STAGE_FREED; /* read by a later call that is handed the freed stage, while the allocator leaves it */
     GPT2_FREE(stage);
 }
 
 GPT2_DEF gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* s, const char* prompt, const gpt2_generate_params* params, gpt2_error* err) {
     GPT2__TRY(gpt2__stage_check(stage, err));
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (s->model != stage->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is a session of another model than the stage's");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
@@ -13561,7 +13723,7 @@ GPT2_DEF gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* s, const ch
 
 GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_error* err) {
     GPT2__TRY(gpt2__stage_check(stage, err));
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     bool found = false;
     {
         std::lock_guard<std::mutex> lock(stage->mutex);
@@ -13577,6 +13739,7 @@ GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_
     if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now, unless a paused pass holds it */
         if (!stage->in_flight) gpt2__stage_gather(stage);
         stage->stepping.store(false);
+        gpt2__stage_report(stage);
     }
     return gpt2__ok(err);
 }
@@ -13587,12 +13750,15 @@ GPT2_DEF gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_
     if (budget_us < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "budget_us is %lld; expected 0 (a whole step) or more", (long long)budget_us);
     bool idle = false;
     if (!stage->stepping.compare_exchange_strong(idle, true)) return gpt2__busy(err, "the stage (another thread is stepping it)");
+    gpt2_error own; /* the lines' on_end hear a failed pass's message when the caller passes no err */
+    if (!err) err = &own;
     const gpt2_result res = gpt2__stage_advance(stage, budget_us, err);
-    if (n_active) {
+    stage->stepping.store(false);
+    gpt2__stage_report(stage);
+    if (n_active) { /* after the lines that ended were heard: a line their on_end added counts */
         std::lock_guard<std::mutex> lock(stage->mutex);
         *n_active = stage->members.size();
     }
-    stage->stepping.store(false);
     return res;
 }
 
@@ -13691,7 +13857,7 @@ static gpt2_result gpt2__choice_make_room(gpt2_session* s, size_t longest, gpt2_
 }
 
 GPT2_DEF gpt2_result gpt2_choose(gpt2_session* s, const char* const* options, size_t n_options, float* logprobs, size_t* best, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!best) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "best is NULL: nowhere to put the chosen option's index");
     if (!options || n_options == 0)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no options: options is %s and n_options is %zu; expected at least one", options ? "set" : "NULL", n_options);

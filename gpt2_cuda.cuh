@@ -19,7 +19,8 @@
 
    WHAT RUNS WHERE
      model    the weights as 16-bit floats on the GPU (bf16 when the file is bf16, else f16;
-              f32, q8_0 and q4_0 files are converted while loading), biases and norms as f32.
+              f32, q8_0 and q4_0 files are converted while loading; with GPT2_CUDA_Q8 q8_0
+              matrices also in 8 bits), biases and norms as f32.
      session  its own CUDA stream, cuBLAS handle, KV cache (16-bit) and scratch on the GPU, so
               sessions on one model run concurrently. A prompt runs as cuBLAS matrix products
               with our own kernels between them; each new token runs as one replay of a CUDA
@@ -49,6 +50,27 @@
                                   built with it.
      GPT2_CUDA_NO_PDL             no programmatic dependent launch between the one-token kernels
                                   (on by default on sm_90 and newer; measured no different).
+     GPT2_CUDA_FAST_SAMPLER       draw each token with the many-block sampler (a block per 4,096
+                                  logits, then one merges; src/cuda/sampler.cuh) instead of the
+                                  one-block kernel, and draw gpt2_generate's chain of a grammar's
+                                  mask, top_k, top_p and temperature on the GPU too (without it
+                                  such a chain copies the logits to the host each step). The same
+                                  draws as the host's chain for the same seed (its CPU twin is
+                                  tested against it). NOT YET RUN ON A GPU (bench/cuda_results.md);
+                                  gpt2-cuda-tests-next and gpt2-bench-cuda-next are built with it.
+     GPT2_CUDA_Q8                 a q8_0 file's matrices also go to the GPU in 8 bits (34 bytes a
+                                  block of 32 weights, values and scales apart), and each new token
+                                  reads those: half the bytes of the 16-bit copy, which the prompt's
+                                  cuBLAS products keep using. Each product quantizes its input to
+                                  int8 as the CPU's q8_0 tokens do (src/cuda/decode_q8.cuh; its CPU
+                                  twin is tested against the CPU's q8_0 rows). NOT YET RUN ON A GPU;
+                                  in gpt2-cuda-tests-next and gpt2-bench-cuda-next.
+     GPT2_CUDA_FUSED_ATTN_PROJ    each token's attention and its output projection (c_proj, with its
+                                  bias and the residual add) run as one kernel: the block that
+                                  combines a head also multiplies it by that head's columns, and
+                                  the last head adds the parts (src/cuda/fused.cuh; its CPU twin
+                                  is in the tests). 50 instead of 62 kernels a token for 124M. NOT
+                                  YET RUN ON A GPU; in gpt2-cuda-tests-next and gpt2-bench-cuda-next.
 */
 #ifndef GPT2_CUDA_CUH
 #define GPT2_CUDA_CUH
@@ -123,9 +145,16 @@ static const char* gpt2__cublas_name(cublasStatus_t s) {
 
 /* ---- Device model: the weights, uploaded once ------------------------------------------ */
 
+/* A q8_0 matrix's 8-bit copy for the one-token products (GPT2_CUDA_Q8: decode_q8.cuh). */
+struct gpt2__cuda_q8 {
+    int8_t* values = nullptr;   /* (rows, cols) */
+    uint16_t* scales = nullptr; /* (rows, cols / 32), f16 bits */
+};
+
 struct gpt2__cuda_layer {
     void *c_attn, *c_proj, *c_fc, *mlp_proj;  /* 16-bit (rows, cols) row-major */
     float *ln_1_w, *ln_1_b, *c_attn_b, *c_proj_b, *ln_2_w, *ln_2_b, *c_fc_b, *mlp_proj_b; /* f32, b may be NULL */
+    gpt2__cuda_q8 c_attn_q8, c_proj_q8, c_fc_q8, mlp_proj_q8; /* empty but for q8_0 matrices with GPT2_CUDA_Q8 */
 };
 
 struct gpt2__cuda_model {
@@ -134,12 +163,16 @@ struct gpt2__cuda_model {
     int n_sm = 0;
     void *wte = nullptr, *wpe = nullptr, *lm_head = nullptr;
     float *ln_f_w = nullptr, *ln_f_b = nullptr;
+    gpt2__cuda_q8 lm_head_q8;
     gpt2__vector<gpt2__cuda_layer> layers;
     gpt2__vector<void*> allocations;
     size_t bytes = 0;
     bool fast_decode = false; /* shapes the one-token kernels handle (else the prompt path runs) */
     bool pdl = false;         /* programmatic dependent launch between them (sm_90; off with GPT2_CUDA_NO_PDL) */
     bool persistent = false;  /* one persistent kernel per token instead of the graph of small ones (GPT2_CUDA_PERSISTENT_DECODE) */
+    bool fast_sampler = false; /* draws with the many-block sampler (GPT2_CUDA_FAST_SAMPLER; set at load, sessions made after see it) */
+    bool q8_decode = false;    /* the one-token products read the q8_0 matrices' 8-bit copies (GPT2_CUDA_Q8; a graph captured after sees it) */
+    bool fused_attn_proj = false; /* attention and c_proj in one kernel (GPT2_CUDA_FUSED_ATTN_PROJ; sessions made after see it) */
     int pk_blocks = 0;        /* its grid: one block per SM */
     gpt2__cuda_layer* layers_d = nullptr; /* the layer table on the device, for that kernel */
 };
@@ -165,6 +198,9 @@ __device__ __forceinline__ void gpt2__launch_next() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
+
+/* Asks L2 for the 128-byte line at p (weights a kernel will read soon). */
+__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 template <class T> __device__ __forceinline__ float gpt2__to_f32(T v);
 template <> __device__ __forceinline__ float gpt2__to_f32<__half>(__half v) { return __half2float(v); }
@@ -321,7 +357,22 @@ struct gpt2__gemv_args {
     const int* pos;                  /* QKV: the position written */
     int C;                           /* QKV */
     int gelu_tanh;
+    const uint16_t* scales;          /* q8_0 weights (gpt2__gemv_q8_kernel): W's f16 scales, (N, K / 32) */
 };
+
+/* Output o's epilogue: y is the row's dot product plus its bias. */
+template <class T, int EPI>
+__device__ __forceinline__ void gpt2__gemv_store(const gpt2__gemv_args& a, int o, float y) {
+    if (EPI == GPT2__EPI_STORE) a.out[o] = y;
+    if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
+    if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
+    if (EPI == GPT2__EPI_QKV) {
+        const size_t row = (size_t)*a.pos * a.C;
+        if (o < a.C) a.out[o] = y;
+        else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
+        else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
+    }
+}
 
 enum { GPT2__GEMV_PREFETCH = 8 }; /* 16-byte chunks per lane fetched before the wait: rows of up to 2048 */
 
@@ -371,17 +422,7 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
 #pragma unroll 4
         for (int c = c0; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
         acc = gpt2__warp_sum(acc);
-        if (lane != 0) continue;
-        const float y = acc + bias;
-        if (EPI == GPT2__EPI_STORE) a.out[o] = y;
-        if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
-        if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
-        if (EPI == GPT2__EPI_QKV) {
-            const size_t row = (size_t)*a.pos * a.C;
-            if (o < a.C) a.out[o] = y;
-            else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
-            else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
-        }
+        if (lane == 0) gpt2__gemv_store<T, EPI>(a, o, acc + bias);
     }
 }
 
@@ -391,9 +432,11 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
    D / 8 threads share a key row, 16 bytes each, so a block reads 16 (D = 64) rows at once. */
 enum { GPT2__ATTN_KEYS = 32, GPT2__ATTN_THREADS = 128 };
 
+/* The body of gpt2__attn_decode_kernel: true in the block that combined its head, whose D outputs
+   are then also in head_out (shared memory, every thread's after a barrier). */
 template <class T>
-__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
-                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+__device__ __forceinline__ bool gpt2__attn_decode_head(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part, unsigned* tickets, float* out,
+                                                       int C, int D, int n_splits, float scale, float* head_out) {
     __shared__ float qs[128], sc[GPT2__ATTN_KEYS], red[32], acc_rows[GPT2__ATTN_THREADS * 8];
     __shared__ bool last;
     gpt2__grid_wait();
@@ -454,7 +497,7 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
     __syncthreads();
     if (tid == 0) last = atomicAdd(&tickets[h], 1u) == (unsigned)n_splits - 1;
     __syncthreads();
-    if (!last) return;
+    if (!last) return false;
     __threadfence();
     /* only the splits that hold keys: their partial maxima read in parallel, then the sums */
     const int used = min(n_splits, (n_keys + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
@@ -471,9 +514,18 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
             L += __ldcg(Q + 1) * w;
             o += __ldcg(Q + 2 + tid) * w;
         }
-        out[h * D + tid] = o / L;
+        out[h * D + tid] = head_out[tid] = o / L;
     }
     if (tid == 0) tickets[h] = 0; /* ready for the next replay */
+    __syncthreads();
+    return true;
+}
+
+template <class T>
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+    __shared__ float head_out[128];
+    gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out);
 }
 
 /* step[0] = position of the next token, step[1] = the token; read by the graph's kernels. */
@@ -673,6 +725,721 @@ __global__ void gpt2__log_prob_kernel(const float* logits, int V, const int32_t*
     }
 }
 
+/* ---- src/cuda/sampler.cuh ---- */
+/* The many-block sampler: the draw of the host's chain (sampler.h: the grammar's mask, top_k,
+   top_p, temperature, the SplitMix64 draw) in one launch of a block per 4,096 logits. The
+   backend uses it only in a build with GPT2_CUDA_FAST_SAMPLER (not yet run on a GPU:
+   bench/cuda_results.md); without it each token is drawn by gpt2__sample_kernel (one block) and
+   a chain with top_p or a grammar runs on the host. tests/cuda/sampler_twin.h is the same
+   algorithm in plain C++, which the CPU tests compare with the host's chain and the CUDA tests
+   with this kernel.
+
+   The algorithm. Every block takes a slice of the logits (thread t its 4 consecutive logits),
+   applies the mask (a banned token's logit is -inf) and finds the slice's largest logit (its
+   first index); with top_k (1 < k < n, k <= GPT2__FS_MAX_K) also the slice's k-th largest b
+   (radix select), and stores as candidates, in index order, the finite logits >= b, or, when
+   ties at b leave no room for all (more than GPT2__FS_CAP), those > b and a count of the ties.
+   The last block to finish (a ticket) merges:
+   - the largest logit M over the slices (the first on ties): the greedy token;
+   - the k-th largest v over the candidates (the tie counts standing in for their logits): a
+     slice's b is never above v, so every logit >= v is a candidate or one of those ties;
+   - K = the candidates >= v, in index order. When it holds at most GPT2__FS_EXACT_MAX tokens:
+     top_p sorts K, adds exp(l - M) in double one by one from the largest and keeps the logits >=
+     the first whose running sum reaches top_p * total; the draw adds the weights
+     (float)exp((l - M) / t) in index order one by one and takes the first token whose running
+     sum passes u * total (u the uniform of the RNG). These are the host chain's operations in its
+     order, so the draws are the CPU's bit for bit while K holds at most 256 tokens (beyond, the
+     host adds top_p's total in partial_sort's order: rounding apart).
+   - Else (no top_k, or ties at v that a slice could not store, or K too large) the draw runs over
+     every slice in a fixed tree of sums, each a plain running sum: a thread's 4 weights, a warp's
+     32 threads, a slice's 32 warps, the slices; the token is found level by level (the first unit
+     whose running sum passes what is left of u * total). The same draws as the host's to
+     rounding of the total (a token's odds moved by about 1e-16). top_p with such a K is left to
+     the host's chain (the token is -1). */
+
+enum {
+    GPT2__FS_THREADS = 1024,                                       /* threads of a block */
+    GPT2__FS_PER_THREAD = 4,                                       /* consecutive logits per thread */
+    GPT2__FS_SLICE = GPT2__FS_THREADS * GPT2__FS_PER_THREAD,       /* logits per block */
+    GPT2__FS_MAX_SLICES = 64,                                      /* vocabularies up to 262,144 */
+    GPT2__FS_MAX_K = 256,                                          /* top_k the candidates serve */
+    GPT2__FS_CAP = 256,                                            /* candidates a slice stores (>= GPT2__FS_MAX_K) */
+    GPT2__FS_EXACT_MAX = 1024,                                     /* tokens the merge draws from with the host's sums */
+};
+static_assert(GPT2__FS_CAP >= GPT2__FS_MAX_K, "a slice must store the logits above its k-th largest");
+
+/* Which way a draw went (tests and the benchmark read it). */
+enum { GPT2__FS_GREEDY = 0, GPT2__FS_EXACT = 1, GPT2__FS_TREE = 2, GPT2__FS_HOST = 3 };
+
+/* What a slice leaves for the merge. */
+struct gpt2__fs_slice {
+    float max;  /* its largest logit after the mask (-inf when all are banned) */
+    int argmax; /* the first index holding it */
+    float kth;  /* with top_k: its k-th largest */
+    int stored; /* candidates stored */
+    int ties;   /* logits equal to kth that did not fit (then only those > kth are stored), else 0 */
+};
+
+/* Device memory a draw uses: a session's (GPT2_CUDA_FAST_SAMPLER) or a test's. */
+struct gpt2__fs_work {
+    gpt2__fs_slice* slices; /* GPT2__FS_MAX_SLICES */
+    float* cand_v;          /* GPT2__FS_CAP per slice */
+    int32_t* cand_i;
+    unsigned* ticket; /* zero between launches (the merge resets it) */
+    int* path;        /* one int: which way the draw went (GPT2__FS_...) */
+};
+
+struct gpt2__fs_args {
+    const float* logits;
+    int n;
+    const uint32_t* allowed; /* the grammar's mask, a bit per token; NULL: every token */
+    float temperature;
+    int top_k;
+    float top_p; /* 0 or >= 1: off */
+    uint64_t rng;
+    int32_t* token_out; /* the token, or -1 where the host's chain must draw */
+    int* step;          /* when not NULL: step[0] = next_pos, step[1] = the token */
+    int next_pos;
+};
+
+/* The shared memory of a block: phase one's and the merge's. */
+struct gpt2__fs_shared {
+    unsigned hist[256];
+    int scan[32];
+    float best_v[32];
+    int best_i[32];
+    uint32_t prefix;
+    int k, count, last, pick, last_kept, big;
+    float kth, threshold;
+    double wsum[32];                      /* a slice's warp sums */
+    double dsum[GPT2__FS_THREADS];        /* its threads' sums; the merge's running sums */
+    double slice_sum[GPT2__FS_MAX_SLICES];
+    float kv[GPT2__FS_EXACT_MAX];         /* K: logits, */
+    int32_t ki[GPT2__FS_EXACT_MAX];       /* their tokens */
+    float sorted[GPT2__FS_EXACT_MAX];     /* K's logits sorted (top_p), then the weights */
+};
+
+__device__ __forceinline__ float gpt2__fs_logit(const gpt2__fs_args& a, int i) {
+    if (a.allowed && !((a.allowed[i >> 5] >> (i & 31)) & 1u)) return -INFINITY;
+    return a.logits[i];
+}
+
+/* Exclusive prefix sum of v over the block, in thread order; *total gets the sum. */
+__device__ int gpt2__fs_scan(int v, gpt2__fs_shared& sh, int* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) sh.scan[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int s = sh.scan[lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        sh.scan[lane] = s;
+    }
+    __syncthreads();
+    *total = sh.scan[31];
+    return x - v + (warp ? sh.scan[warp - 1] : 0);
+}
+
+/* One digit of a radix select over the block's histogram (warp 0): the digit holding the k-th
+   largest key with the current prefix; k becomes its rank within that digit. */
+__device__ void gpt2__fs_pick_digit(gpt2__fs_shared& sh, int shift) {
+    const int lane = threadIdx.x & 31;
+    const int k = sh.k; /* every lane reads it before one of them writes it */
+    __syncwarp();
+    unsigned cnt[8], mine = 0;
+#pragma unroll
+    for (int b = 0; b < 8; b++) mine += cnt[b] = sh.hist[8 * lane + b];
+    unsigned at_or_above = mine; /* keys in this lane's bins and every higher one */
+    for (int off = 1; off < 32; off <<= 1) {
+        const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, off);
+        if (lane + off < 32) at_or_above += t;
+    }
+    const unsigned above = at_or_above - mine;
+    if ((int)above < k && k <= (int)at_or_above) {
+        int kk = k - (int)above, d = 8 * lane;
+        for (int b = 7; b >= 0; b--) {
+            if ((int)cnt[b] >= kk) { d = 8 * lane + b; break; }
+            kk -= (int)cnt[b];
+        }
+        sh.k = kk;
+        sh.prefix |= (uint32_t)d << shift;
+    }
+}
+
+/* Counts key into the histogram bin of its digit at `shift` when it has the prefix; lanes of a
+   warp that share a bin add once. Every lane of the warp calls it (bin 256: none). */
+__device__ __forceinline__ void gpt2__fs_count(gpt2__fs_shared& sh, bool present, uint32_t key, uint32_t prefix, uint32_t mask, int shift) {
+    const unsigned bin = present && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
+    const unsigned same = __match_any_sync(0xffffffffu, bin);
+    if (bin < 256u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&sh.hist[bin], (unsigned)__popc(same));
+}
+
+/* The weight of a logit in the draw: the host's (float)exp((l - max) / t), 0 when not drawn from. */
+__device__ __forceinline__ float gpt2__fs_weight(float l, float threshold, float max_logit, double inv_t) {
+    return l >= threshold && l > -INFINITY ? (float)exp(((double)l - max_logit) * inv_t) : 0.0f;
+}
+
+/* The tree's sums of slice `b` (see the top of this part): dsum[t] thread t's, wsum[w] warp w's;
+   returns the slice's (to every thread). */
+__device__ double gpt2__fs_slice_sums(const gpt2__fs_args& a, int b, float threshold, float max_logit, double inv_t, gpt2__fs_shared& sh) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int i0 = b * GPT2__FS_SLICE + GPT2__FS_PER_THREAD * tid;
+    double d = 0.0;
+#pragma unroll
+    for (int u = 0; u < GPT2__FS_PER_THREAD; u++)
+        if (i0 + u < a.n) d += gpt2__fs_weight(gpt2__fs_logit(a, i0 + u), threshold, max_logit, inv_t);
+    __syncthreads(); /* the previous slice's sums are read */
+    sh.dsum[tid] = d;
+    __syncthreads();
+    if (lane == 0) {
+        double s = 0.0;
+        for (int l = 0; l < 32; l++) s += sh.dsum[32 * warp + l];
+        sh.wsum[warp] = s;
+    }
+    __syncthreads();
+    double s = 0.0;
+    for (int w = 0; w < GPT2__FS_THREADS / 32; w++) s += sh.wsum[w];
+    return s;
+}
+
+/* The first of `count` running sums (sums[0..count), kept in order) that target stays below: the
+   unit where the draw lands; when rounding leaves target at the very top, the last unit with a
+   positive part. *before gets the running sum before it. One thread. */
+__device__ int gpt2__fs_descend(const double* parts, int count, double target, double* before) {
+    double running = 0.0;
+    int last = -1;
+    double last_before = 0.0;
+    for (int j = 0; j < count; j++) {
+        if (parts[j] > 0.0) {
+            last = j;
+            last_before = running;
+        }
+        const double next = running + parts[j];
+        if (parts[j] > 0.0 && target < next) {
+            *before = running;
+            return j;
+        }
+        running = next;
+    }
+    *before = last_before;
+    return last;
+}
+
+__global__ void __launch_bounds__(GPT2__FS_THREADS) gpt2__fast_sample_kernel(gpt2__fs_args a, gpt2__fs_work w) {
+    __shared__ gpt2__fs_shared sh;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int n_slices = (a.n + GPT2__FS_SLICE - 1) / GPT2__FS_SLICE;
+    const bool greedy = a.temperature == 0.0f || a.top_k == 1;
+    const bool top_k = !greedy && a.top_k > 0 && a.top_k < a.n;
+    const int b = blockIdx.x;
+
+    /* ---- phase one: this block's slice ---- */
+    const int i0 = b * GPT2__FS_SLICE + GPT2__FS_PER_THREAD * tid;
+    float v[GPT2__FS_PER_THREAD];
+    bool present[GPT2__FS_PER_THREAD];
+#pragma unroll
+    for (int u = 0; u < GPT2__FS_PER_THREAD; u++) {
+        present[u] = i0 + u < a.n;
+        v[u] = present[u] ? gpt2__fs_logit(a, i0 + u) : -INFINITY;
+    }
+    /* the largest logit, its first index */
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+#pragma unroll
+    for (int u = 0; u < GPT2__FS_PER_THREAD; u++)
+        if (present[u] && (v[u] > bv || bi == INT_MAX)) { bv = v[u]; bi = i0 + u; }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) { sh.best_v[warp] = bv; sh.best_i[warp] = bi; }
+    __syncthreads();
+    if (tid == 0) {
+        for (int j = 1; j < GPT2__FS_THREADS / 32; j++)
+            if (sh.best_v[j] > sh.best_v[0] || (sh.best_v[j] == sh.best_v[0] && sh.best_i[j] < sh.best_i[0])) { sh.best_v[0] = sh.best_v[j]; sh.best_i[0] = sh.best_i[j]; }
+        w.slices[b].max = sh.best_v[0];
+        w.slices[b].argmax = sh.best_i[0];
+        w.slices[b].stored = 0;
+        w.slices[b].ties = 0;
+        w.slices[b].kth = -INFINITY;
+    }
+    if (top_k && a.top_k <= GPT2__FS_MAX_K) {
+        /* the slice's k-th largest (counting banned tokens' -inf, as the host's nth_element does) */
+        const int n_in = min(GPT2__FS_SLICE, a.n - b * GPT2__FS_SLICE);
+        uint32_t key[GPT2__FS_PER_THREAD];
+#pragma unroll
+        for (int u = 0; u < GPT2__FS_PER_THREAD; u++) key[u] = gpt2__float_key(v[u]);
+        if (tid == 0) { sh.prefix = 0; sh.k = min(a.top_k, n_in); }
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int j = tid; j < 256; j += GPT2__FS_THREADS) sh.hist[j] = 0;
+            __syncthreads();
+            const uint32_t prefix = sh.prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+#pragma unroll
+            for (int u = 0; u < GPT2__FS_PER_THREAD; u++) gpt2__fs_count(sh, present[u], key[u], prefix, mask, shift);
+            __syncthreads();
+            if (warp == 0) gpt2__fs_pick_digit(sh, shift);
+            __syncthreads();
+        }
+        const float kth = gpt2__key_float(sh.prefix);
+        /* the candidates: every finite logit >= kth when they fit, else those > kth */
+        int strict = 0, tie = 0;
+#pragma unroll
+        for (int u = 0; u < GPT2__FS_PER_THREAD; u++) {
+            strict += present[u] && v[u] > -INFINITY && v[u] > kth;
+            tie += present[u] && v[u] > -INFINITY && v[u] == kth;
+        }
+        int n_strict = 0, n_tie = 0;
+        gpt2__fs_scan(strict, sh, &n_strict);
+        gpt2__fs_scan(tie, sh, &n_tie);
+        const bool all_fit = n_strict + n_tie <= GPT2__FS_CAP;
+        int mine = 0;
+#pragma unroll
+        for (int u = 0; u < GPT2__FS_PER_THREAD; u++) mine += present[u] && v[u] > -INFINITY && (v[u] > kth || (all_fit && v[u] == kth));
+        int stored = 0;
+        int at = gpt2__fs_scan(mine, sh, &stored);
+#pragma unroll
+        for (int u = 0; u < GPT2__FS_PER_THREAD; u++)
+            if (present[u] && v[u] > -INFINITY && (v[u] > kth || (all_fit && v[u] == kth))) {
+                w.cand_v[b * GPT2__FS_CAP + at] = v[u];
+                w.cand_i[b * GPT2__FS_CAP + at] = i0 + u;
+                at++;
+            }
+        if (tid == 0) {
+            w.slices[b].kth = kth;
+            w.slices[b].stored = stored;
+            w.slices[b].ties = all_fit ? 0 : n_tie;
+        }
+    }
+
+    /* ---- the last block to finish merges ---- */
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) sh.last = atomicAdd(w.ticket, 1u) == (unsigned)n_slices - 1;
+    __syncthreads();
+    if (!sh.last) return;
+    __threadfence();
+    if (tid == 0) {
+        float m = -INFINITY;
+        int mi = INT_MAX;
+        for (int s = 0; s < n_slices; s++) {
+            const float sm = __ldcg(&w.slices[s].max);
+            const int si = __ldcg(&w.slices[s].argmax);
+            if (sm > m || mi == INT_MAX) { m = sm; mi = si; }
+        }
+        sh.best_v[0] = m;
+        sh.best_i[0] = mi;
+        sh.big = !top_k; /* without top_k every token may be drawn: the tree */
+        sh.threshold = -INFINITY;
+        sh.pick = -1;
+    }
+    __syncthreads();
+    const float max_logit = sh.best_v[0];
+    int path = GPT2__FS_GREEDY;
+    int32_t token = sh.best_i[0];
+    if (!greedy && top_k && a.top_k > GPT2__FS_MAX_K) { /* the caller sends these to the one-block kernel or the host */
+        path = GPT2__FS_HOST;
+        token = -1;
+    } else if (!greedy) {
+        const double inv_t = 1.0 / a.temperature;
+        const double u = gpt2__rng_uniform_device(a.rng);
+        const bool top_p = a.top_p > 0.0f && a.top_p < 1.0f;
+        int m = 0; /* |K| */
+        if (top_k) {
+            /* v: the k-th largest candidate, the ties that did not fit counted at their value */
+            if (tid == 0) {
+                int total = 0;
+                for (int s = 0; s < n_slices; s++) total += __ldcg(&w.slices[s].stored) + __ldcg(&w.slices[s].ties);
+                sh.count = total;
+                sh.prefix = 0;
+                sh.k = a.top_k;
+            }
+            __syncthreads();
+            float kth = -INFINITY; /* fewer finite logits than k: every one is kept */
+            if (sh.count >= a.top_k) {
+                const int flat = n_slices * GPT2__FS_CAP;
+                for (int shift = 24; shift >= 0; shift -= 8) {
+                    for (int j = tid; j < 256; j += GPT2__FS_THREADS) sh.hist[j] = 0;
+                    __syncthreads();
+                    const uint32_t prefix = sh.prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+                    for (int base = 0; base < flat; base += GPT2__FS_THREADS) {
+                        const int j = base + tid, s = j / GPT2__FS_CAP;
+                        const bool here = j < flat && j % GPT2__FS_CAP < __ldcg(&w.slices[min(s, n_slices - 1)].stored);
+                        gpt2__fs_count(sh, here, here ? gpt2__float_key(__ldcg(&w.cand_v[j])) : 0u, prefix, mask, shift);
+                    }
+                    if (tid < n_slices) {
+                        const int ties = __ldcg(&w.slices[tid].ties);
+                        const uint32_t key = gpt2__float_key(__ldcg(&w.slices[tid].kth));
+                        if (ties > 0 && (key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], (unsigned)ties);
+                    }
+                    __syncthreads();
+                    if (warp == 0) gpt2__fs_pick_digit(sh, shift);
+                    __syncthreads();
+                }
+                kth = gpt2__key_float(sh.prefix);
+            }
+            /* ties at v that a slice could not store: K is not all in hand */
+            if (tid < n_slices && __ldcg(&w.slices[tid].ties) > 0 && __ldcg(&w.slices[tid].kth) == kth) sh.big = 1;
+            __syncthreads();
+            /* K = the candidates >= v, in index order: the flat candidate array taken 4 at a time */
+            if (!sh.big) {
+                const int flat = n_slices * GPT2__FS_CAP;
+                int base_out = 0;
+                for (int base = 0; base < flat; base += GPT2__FS_SLICE) {
+                    const int j0 = base + GPT2__FS_PER_THREAD * tid;
+                    bool take[GPT2__FS_PER_THREAD];
+                    int mine = 0;
+#pragma unroll
+                    for (int q = 0; q < GPT2__FS_PER_THREAD; q++) {
+                        const int j = j0 + q, s = j / GPT2__FS_CAP;
+                        take[q] = j < flat && j % GPT2__FS_CAP < __ldcg(&w.slices[min(s, n_slices - 1)].stored) && __ldcg(&w.cand_v[j]) >= kth;
+                        mine += take[q];
+                    }
+                    int total = 0;
+                    int at = base_out + gpt2__fs_scan(mine, sh, &total);
+#pragma unroll
+                    for (int q = 0; q < GPT2__FS_PER_THREAD; q++)
+                        if (take[q]) {
+                            if (at < GPT2__FS_EXACT_MAX) {
+                                sh.kv[at] = __ldcg(&w.cand_v[j0 + q]);
+                                sh.ki[at] = __ldcg(&w.cand_i[j0 + q]);
+                            }
+                            at++;
+                        }
+                    base_out += total;
+                }
+                m = base_out;
+                if (tid == 0 && m > GPT2__FS_EXACT_MAX) sh.big = 1;
+            }
+            if (tid == 0) sh.threshold = kth;
+            __syncthreads();
+        }
+        if (sh.big && top_p) { /* the host's chain sorts them */
+            path = GPT2__FS_HOST;
+            token = -1;
+        } else if (!sh.big && m == 0) { /* no finite logit: the host's draw takes token 0 */
+            path = GPT2__FS_EXACT;
+            token = 0;
+        } else if (!sh.big) {
+            path = GPT2__FS_EXACT;
+            float threshold = -INFINITY;
+            if (top_p) {
+                /* K's logits sorted, largest first (bitonic, padded with -inf) */
+                int p2 = 1;
+                while (p2 < m) p2 <<= 1;
+                for (int j = tid; j < p2; j += GPT2__FS_THREADS) sh.sorted[j] = j < m ? sh.kv[j] : -INFINITY;
+                __syncthreads();
+                for (int size = 2; size <= p2; size <<= 1)
+                    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+                        for (int j = tid; j < p2; j += GPT2__FS_THREADS) {
+                            const int partner = j ^ stride;
+                            if (partner > j) {
+                                const bool descending = (j & size) == 0;
+                                const float x = sh.sorted[j], y = sh.sorted[partner];
+                                if (descending ? x < y : x > y) { sh.sorted[j] = y; sh.sorted[partner] = x; }
+                            }
+                        }
+                        __syncthreads();
+                    }
+                /* the host's running sum of exp(l - max) at temperature 1, largest first */
+                for (int j = tid; j < m; j += GPT2__FS_THREADS) sh.dsum[j] = exp((double)sh.sorted[j] - (double)sh.sorted[0]);
+                __syncthreads();
+                if (tid == 0) {
+                    double running = 0.0;
+                    for (int j = 0; j < m; j++) sh.dsum[j] = running += sh.dsum[j];
+                    sh.pick = INT_MAX;
+                }
+                __syncthreads();
+                const double target = (double)a.top_p * sh.dsum[m - 1];
+                for (int j = tid; j < m; j += GPT2__FS_THREADS)
+                    if (sh.dsum[j] >= target) atomicMin(&sh.pick, j);
+                __syncthreads();
+                threshold = sh.pick < m ? sh.sorted[sh.pick] : -INFINITY;
+                __syncthreads();
+            }
+            /* the draw: weights in index order, the host's running sum */
+            for (int j = tid; j < m; j += GPT2__FS_THREADS) sh.sorted[j] = gpt2__fs_weight(sh.kv[j], threshold, max_logit, inv_t);
+            __syncthreads();
+            if (tid == 0) {
+                double running = 0.0;
+                for (int j = 0; j < m; j++) sh.dsum[j] = running += sh.sorted[j];
+                sh.pick = INT_MAX;
+                sh.last_kept = -1;
+            }
+            __syncthreads();
+            const double target = u * sh.dsum[m - 1];
+            for (int j = tid; j < m; j += GPT2__FS_THREADS) {
+                if (target < sh.dsum[j]) atomicMin(&sh.pick, j);
+                if (sh.sorted[j] != 0.0f) atomicMax(&sh.last_kept, j);
+            }
+            __syncthreads();
+            token = sh.ki[sh.pick < m ? sh.pick : max(sh.last_kept, 0)];
+        } else {
+            /* the tree over every slice */
+            path = GPT2__FS_TREE;
+            const float threshold = sh.threshold;
+            for (int s = 0; s < n_slices; s++) {
+                const double t = gpt2__fs_slice_sums(a, s, threshold, max_logit, inv_t, sh);
+                if (tid == 0) sh.slice_sum[s] = t;
+            }
+            __syncthreads();
+            double target = 0.0, before = 0.0;
+            if (tid == 0) {
+                double total = 0.0;
+                for (int s = 0; s < n_slices; s++) total += sh.slice_sum[s];
+                target = u * total;
+                sh.pick = gpt2__fs_descend(sh.slice_sum, n_slices, target, &before);
+                target -= before;
+                sh.dsum[0] = target; /* read back below, after the slice's sums overwrite dsum */
+            }
+            __syncthreads();
+            const int s = sh.pick;
+            target = sh.dsum[0];
+            if (s < 0) { /* no finite logit: the host's draw takes token 0 */
+                token = 0;
+            } else {
+                gpt2__fs_slice_sums(a, s, threshold, max_logit, inv_t, sh);
+                __syncthreads();
+                if (tid == 0) {
+                    const int wp = gpt2__fs_descend(sh.wsum, GPT2__FS_THREADS / 32, target, &before);
+                    target -= before;
+                    const int t = 32 * wp + gpt2__fs_descend(sh.dsum + 32 * wp, 32, target, &before);
+                    target -= before;
+                    double weights[GPT2__FS_PER_THREAD];
+                    const int first = s * GPT2__FS_SLICE + GPT2__FS_PER_THREAD * t;
+                    for (int q = 0; q < GPT2__FS_PER_THREAD; q++)
+                        weights[q] = first + q < a.n ? gpt2__fs_weight(gpt2__fs_logit(a, first + q), threshold, max_logit, inv_t) : 0.0;
+                    sh.pick = first + gpt2__fs_descend(weights, GPT2__FS_PER_THREAD, target, &before);
+                }
+                __syncthreads();
+                token = sh.pick;
+            }
+        }
+    }
+    if (tid == 0) {
+        *a.token_out = token;
+        if (w.path) *w.path = path;
+        if (a.step && token >= 0) {
+            a.step[0] = a.next_pos;
+            a.step[1] = token;
+        }
+        *w.ticket = 0; /* ready for the next launch */
+    }
+}
+
+/* Whether the kernel serves these parameters with n logits; else the one-block kernel (or the
+   host's chain) draws. */
+static bool gpt2__fs_serves(int n, float temperature, int top_k) {
+    if (n > GPT2__FS_SLICE * GPT2__FS_MAX_SLICES) return false;
+    const bool greedy = temperature == 0.0f || top_k == 1;
+    return greedy || top_k <= 0 || top_k >= n || top_k <= GPT2__FS_MAX_K;
+}
+
+/* Queues the draw on `stream`: n logits, so one block per GPT2__FS_SLICE of them. */
+static cudaError_t gpt2__fs_launch(const gpt2__fs_args& a, const gpt2__fs_work& w, cudaStream_t stream) {
+    gpt2__fast_sample_kernel<<<(a.n + GPT2__FS_SLICE - 1) / GPT2__FS_SLICE, GPT2__FS_THREADS, 0, stream>>>(a, w);
+    return cudaGetLastError();
+}
+
+/* ---- src/cuda/decode_q8.cuh ---- */
+/* q8_0 weights read in 8 bits by the one-token products, half the bytes of their 16-bit copy.
+   The backend uses them only in a build with GPT2_CUDA_Q8 (not yet run on a GPU:
+   bench/cuda_results.md). A q8_0 matrix then has, besides its 16-bit copy (the prompt's cuBLAS
+   products and the embedding read that one), its GGUF blocks (an f16 scale and 32 int8 values,
+   34 bytes) split at load into two arrays, so that a row loads 16 bytes at a time: the values
+   (N, K) int8 row-major and the scales (N, K / 32) as f16 bits.
+
+   The product is the CPU's for a q8_0 token (scalar.h's gpt2__dot_q8_scalar): the input, after
+   the LayerNorm prologue, is quantized to int8 blocks of 32 with a float scale each by
+   gpt2__quantize_q8_scalar's operations, and a block's dot product is an exact integer sum. Each
+   pair of lanes takes a block: 16 values each (4 dp4a), the two integer sums added, and the even
+   lane adds sum * (weight scale * input scale) to its float accumulator in one fma; the warp then
+   adds its lanes' accumulators in a butterfly. tests/cuda/q8_twin.h is that arithmetic in C++. */
+
+/* Rows [0, rows) of a q8_0 matrix in GGUF blocks split into the GPU's arrays (host memory). */
+static void gpt2__q8_split_rows(const uint8_t* data, size_t row_bytes, int64_t rows, int64_t cols, int8_t* values, uint16_t* scales) {
+    const int64_t nb = cols / gpt2__q8_block_values;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* block = data + (size_t)r * row_bytes + (size_t)b * gpt2__q8_block_bytes;
+            scales[r * nb + b] = gpt2__q8_scale_f16(block);
+            std::memcpy(values + r * cols + b * gpt2__q8_block_values, gpt2__q8_values(block), gpt2__q8_block_values);
+        }
+}
+
+/* Shared memory of gpt2__gemv_q8_kernel for K inputs: the floats (with a LayerNorm, also its K
+   weights and K biases), then the K int8 values and their K / 32 scales. */
+static size_t gpt2__gemv_q8_smem(int K, bool layer_norm) { return (size_t)K * 4 * (layer_norm ? 3 : 1) + (size_t)K + (size_t)K / 32 * 4; }
+
+/* A lane's 16 values of chunk c (block c / 2) against the quantized input; every lane of the warp
+   calls it (the pair's integer sums meet in a shuffle). Returns the accumulator. */
+__device__ __forceinline__ float gpt2__q8_chunk(float acc, uint4 w, int c, int K16, const int8_t* xq, const float* xscale, const uint16_t* w_scales) {
+    int isum = 0;
+    if (c < K16) {
+        const int4 x = *(const int4*)(xq + 16 * c);
+        isum = __dp4a((int)w.x, x.x, isum);
+        isum = __dp4a((int)w.y, x.y, isum);
+        isum = __dp4a((int)w.z, x.z, isum);
+        isum = __dp4a((int)w.w, x.w, isum);
+    }
+    isum += __shfl_xor_sync(0xffffffffu, isum, 1);
+    if (!(threadIdx.x & 1) && c < K16) {
+        const int b = c >> 1;
+        acc = __fmaf_rn((float)isum, __fmul_rn(__half2float(__ushort_as_half(w_scales[b])), xscale[b]), acc);
+    }
+    return acc;
+}
+
+/* gpt2__gemv_kernel for q8_0 weights: a.W their int8 values (N, K), a.scales their scales; K a
+   multiple of 32. */
+template <class T, int EPI>
+__global__ void __launch_bounds__(256) gpt2__gemv_q8_kernel(gpt2__gemv_args a) {
+    extern __shared__ float xs[]; /* gpt2__gemv_q8_smem's layout */
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int K16 = a.K >> 4, nb = a.K >> 5;
+    float* ln_w = xs + a.K;
+    float* ln_b = xs + 2 * a.K;
+    int8_t* xq = (int8_t*)(xs + (a.ln_w ? 3 : 1) * a.K);
+    float* xscale = (float*)(xq + a.K);
+    int o = blockIdx.x * warps + warp;
+    /* the first row's weights do not depend on the previous kernel: fetch them now */
+    uint4 pre[GPT2__GEMV_PREFETCH];
+#pragma unroll
+    for (int c = 0; c < GPT2__GEMV_PREFETCH; c++) {
+        const int idx = lane + 32 * c;
+        pre[c] = o < a.N && idx < K16 ? __ldg((const uint4*)((const int8_t*)a.W + (size_t)o * a.K) + idx) : make_uint4(0, 0, 0, 0);
+    }
+    if (a.ln_w)
+        for (int i = threadIdx.x; i < a.K; i += blockDim.x) {
+            ln_w[i] = a.ln_w[i];
+            ln_b[i] = a.ln_b ? a.ln_b[i] : 0.0f;
+        }
+    const float first_bias = a.bias && o < a.N ? a.bias[o] : 0.0f;
+    gpt2__grid_wait();
+    gpt2__launch_next();
+    for (int i = threadIdx.x; i < a.K; i += blockDim.x) xs[i] = a.in[i];
+    __syncthreads();
+    if (a.ln_w) gpt2__layer_norm_shared(xs, a.K, ln_w, ln_b, a.eps, red);
+    /* the input as int8 blocks of 32, a warp a block: gpt2__quantize_q8_scalar's operations */
+    for (int b = warp; b < nb; b += warps) {
+        const float x = xs[32 * b + lane];
+        const float amax = gpt2__warp_max(fabsf(x));
+        const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        xq[32 * b + lane] = (int8_t)__float2int_rn(__fmul_rn(x, inv));
+        if (lane == 0) xscale[b] = __fdiv_rn(amax, 127.0f);
+    }
+    __syncthreads();
+    bool first = true;
+    for (; o < a.N; o += gridDim.x * warps) {
+        const uint4* w = (const uint4*)((const int8_t*)a.W + (size_t)o * a.K);
+        const uint16_t* w_scales = a.scales + (size_t)o * nb;
+        float acc = 0.0f, bias = 0.0f;
+        int j0 = 0;
+        if (first) {
+            bias = first_bias;
+#pragma unroll
+            for (int j = 0; j < GPT2__GEMV_PREFETCH; j++)
+                if (32 * j < K16) acc = gpt2__q8_chunk(acc, pre[j], lane + 32 * j, K16, xq, xscale, w_scales);
+            j0 = GPT2__GEMV_PREFETCH;
+            first = false;
+        } else if (a.bias) {
+            bias = a.bias[o];
+        }
+#pragma unroll 4
+        for (int j = j0; 32 * j < K16; j++) {
+            const int c = lane + 32 * j;
+            acc = gpt2__q8_chunk(acc, c < K16 ? __ldg(w + c) : make_uint4(0, 0, 0, 0), c, K16, xq, xscale, w_scales);
+        }
+        acc = gpt2__warp_sum(acc);
+        if (lane == 0) gpt2__gemv_store<T, EPI>(a, o, acc + bias);
+    }
+}
+
+/* ---- src/cuda/fused.cuh ---- */
+/* Fewer one-token kernels: attention with its output projection in one launch. The backend uses
+   it only in a build with GPT2_CUDA_FUSED_ATTN_PROJ (not yet run on a GPU:
+   bench/cuda_results.md); without it c_proj is a kernel of its own (gpt2__gemv_kernel).
+
+   The block that combines a head's splits (gpt2__attn_decode_head) goes on with that head's part
+   of x += c_proj(att) + bias: the D columns of c_proj that meet the head's D outputs, a part for
+   every row o, into proj_part[h][o]; the last head to finish adds, for every o, the heads' parts
+   in head order, then the bias, to x[o]. The sums are written out step by step (tests/cuda/
+   fused_twin.h is the same arithmetic in C++): a part is cpr = D / 8 lanes' sums of 8 products
+   each (one fma after another, in column order), added in a butterfly over the cpr lanes.
+   While the attention runs, every block asks L2 for its share of its head's c_proj columns, so
+   the combining block finds them there. (LayerNorm is already fused into the product after it:
+   gpt2__gemv_kernel's prologue.) */
+
+/* 8 packed 16-bit weights times 8 floats: one fma after another, in order. */
+template <class T>
+__device__ __forceinline__ float gpt2__dot8_fma(uint4 w, const float* x) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        T pair[2];
+        memcpy(pair, &words[i], 4);
+        s = __fmaf_rn(gpt2__to_f32<T>(pair[0]), x[2 * i], s);
+        s = __fmaf_rn(gpt2__to_f32<T>(pair[1]), x[2 * i + 1], s);
+    }
+    return s;
+}
+
+struct gpt2__attn_proj_args {
+    const void* W;      /* c_proj (C, C), 16-bit */
+    const float* bias;  /* (C) or NULL */
+    float* x;           /* the residual stream: x += c_proj(att) + bias */
+    float* proj_part;   /* (H, C) the heads' parts */
+    unsigned* ticket;   /* heads done; zero between launches */
+};
+
+template <class T>
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_proj_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                                    unsigned* tickets, float* out, int C, int D, int n_splits, float scale,
+                                                                                    gpt2__attn_proj_args p) {
+    __shared__ float head_out[128];
+    __shared__ bool last_head;
+    const int h = blockIdx.x, tid = threadIdx.x, H = gridDim.x;
+    const int cpr = D >> 3, rows = GPT2__ATTN_THREADS / cpr, r = tid / cpr, c = tid % cpr;
+    const T* W = (const T*)p.W;
+    /* this block's share of the head's c_proj columns into L2 (weights: no wait needed) */
+    for (int o = blockIdx.y * GPT2__ATTN_THREADS + tid; o < C; o += n_splits * GPT2__ATTN_THREADS)
+        for (int byte = 0; byte < D * 2; byte += 128) gpt2__prefetch_l2((const char*)(W + (size_t)o * C + (size_t)h * D) + byte);
+    if (!gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out)) return;
+    /* the head's part of every row: lanes c of a row take 8 columns each */
+#pragma unroll 4
+    for (int o0 = 0; o0 < C; o0 += rows) {
+        const int o = o0 + r;
+        const uint4 w = o < C ? __ldg((const uint4*)(W + (size_t)o * C + (size_t)h * D) + c) : make_uint4(0, 0, 0, 0);
+        float v = gpt2__dot8_fma<T>(w, head_out + 8 * c);
+        for (int off = cpr >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (c == 0 && o < C) p.proj_part[(size_t)h * C + o] = v;
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_head = atomicAdd(p.ticket, 1u) == (unsigned)H - 1;
+    __syncthreads();
+    if (!last_head) return;
+    __threadfence();
+    for (int o = tid; o < C; o += GPT2__ATTN_THREADS) {
+        float y = 0.0f;
+        for (int hh = 0; hh < H; hh++) y += __ldcg(&p.proj_part[(size_t)hh * C + o]);
+        p.x[o] += y + (p.bias ? p.bias[o] : 0.0f);
+    }
+    if (tid == 0) *p.ticket = 0; /* ready for the next replay */
+}
+
 /* ---- src/cuda/model.cuh ---- */
 /* The weights uploaded once, as 16-bit floats. */
 
@@ -736,6 +1503,24 @@ static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__we
     return GPT2_OK;
 }
 
+/* Rows [0, rows) of a q8_0 matrix W as the one-token products' 8-bit copy (decode_q8.cuh): its
+   GGUF blocks split into values and scales on the host a slice at a time. */
+static gpt2_result gpt2__cuda_upload_q8(gpt2__cuda_model* dm, const gpt2__weight& W, int64_t rows, gpt2__cuda_q8* out, gpt2_error* err) {
+    const size_t cols = (size_t)W.cols, nb = cols / gpt2__q8_block_values;
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)rows * cols, (void**)&out->values, "a q8_0 matrix's values", err));
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)rows * nb * 2, (void**)&out->scales, "a q8_0 matrix's scales", err));
+    const int64_t slice = std::max<int64_t>(1, (int64_t)(((size_t)16 << 20) / cols));
+    gpt2__vector<int8_t> values((size_t)std::min(slice, rows) * cols);
+    gpt2__vector<uint16_t> scales((size_t)std::min(slice, rows) * nb);
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        const int64_t n_rows = std::min(slice, rows - r0);
+        gpt2__q8_split_rows(W.data + (size_t)r0 * W.row_bytes, W.row_bytes, n_rows, (int64_t)cols, values.data(), scales.data());
+        GPT2__CUDA_TRY(cudaMemcpy(out->values + (size_t)r0 * cols, values.data(), (size_t)n_rows * cols, cudaMemcpyHostToDevice));
+        GPT2__CUDA_TRY(cudaMemcpy(out->scales + (size_t)r0 * nb, scales.data(), (size_t)n_rows * nb * 2, cudaMemcpyHostToDevice));
+    }
+    return GPT2_OK;
+}
+
 static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
     if (!dm->allocations.empty()) cudaSetDevice(dm->device);
     for (void* p : dm->allocations) cudaFree(p);
@@ -773,6 +1558,12 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
     dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
+#if defined(GPT2_CUDA_FAST_SAMPLER)
+    dm->fast_sampler = true;
+#endif
+#if defined(GPT2_CUDA_FUSED_ATTN_PROJ)
+    dm->fused_attn_proj = dm->fast_decode;
+#endif
 #if defined(GPT2_CUDA_NO_PDL)
     dm->pdl = false;
 #else
@@ -791,6 +1582,16 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     GPT2__TRY(matrix(m->wpe, m->n_ctx, &dm->wpe));
     dm->lm_head = dm->wte;
     if (m->lm_head.data != m->wte.data) GPT2__TRY(matrix(m->lm_head, m->n_vocab_rows, &dm->lm_head));
+#if defined(GPT2_CUDA_Q8)
+    /* the q8_0 matrices' 8-bit copies, for the one-token products, where their shared memory fits */
+    const bool q8 = dm->fast_decode && C % 32 == 0 && F % 32 == 0 && std::max(gpt2__gemv_q8_smem(C, true), gpt2__gemv_q8_smem(F, false)) <= 48 * 1024;
+    const auto matrix_q8 = [&](const gpt2__weight& W, int64_t rows, gpt2__cuda_q8* out) {
+        if (!q8 || W.type != GPT2_TYPE_Q8_0) return GPT2_OK;
+        dm->q8_decode = true;
+        return gpt2__cuda_upload_q8(dm, W, rows, out, err);
+    };
+    GPT2__TRY(matrix_q8(m->lm_head, m->n_vocab_rows, &dm->lm_head_q8));
+#endif
     GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_weight, C, &dm->ln_f_w, err));
     GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_bias, C, &dm->ln_f_b, err));
     dm->layers.resize((size_t)m->n_layer);
@@ -801,6 +1602,12 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         GPT2__TRY(matrix(L.c_proj, C, &G.c_proj));
         GPT2__TRY(matrix(L.c_fc, F, &G.c_fc));
         GPT2__TRY(matrix(L.mlp_proj, C, &G.mlp_proj));
+#if defined(GPT2_CUDA_Q8)
+        GPT2__TRY(matrix_q8(L.c_attn, 3 * C, &G.c_attn_q8));
+        GPT2__TRY(matrix_q8(L.c_proj, C, &G.c_proj_q8));
+        GPT2__TRY(matrix_q8(L.c_fc, F, &G.c_fc_q8));
+        GPT2__TRY(matrix_q8(L.mlp_proj, C, &G.mlp_proj_q8));
+#endif
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_weight, C, &G.ln_1_w, err));
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_bias, C, &G.ln_1_b, err));
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_attn_bias, 3 * C, &G.c_attn_b, err));
@@ -811,8 +1618,9 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.mlp_proj_bias, C, &G.mlp_proj_b, err));
     }
     GPT2__CUDA_TRY(cudaDeviceSynchronize());
-    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
-              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "");
+    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
+              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "",
+              dm->q8_decode ? ", q8_0 matrices also in 8 bits for decode" : "");
     return GPT2_OK;
 }
 
@@ -869,6 +1677,10 @@ struct gpt2__cuda_session : gpt2_session {
     int pending_pos = 0;  /* the position that pass computes */
     float* logits = nullptr; /* (V) host copy of logits_d */
     gpt2__cuda_batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's stream */
+    gpt2__fs_work fs{};               /* the many-block sampler's memory, when the model uses it */
+    float* proj_part = nullptr;       /* (H, C) the heads' parts of c_proj, when attention and c_proj are fused */
+    unsigned* proj_ticket = nullptr;
+    uint32_t* allowed_d = nullptr;    /* a grammar's mask for it, a bit per token */
 };
 
 static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
@@ -928,6 +1740,26 @@ static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* e
     for (auto& b : plan) {
         GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
         s->allocations.push_back(*b.p);
+    }
+    if (dm->fast_sampler) {
+        const size_t slices = GPT2__FS_MAX_SLICES, cap = slices * GPT2__FS_CAP;
+        struct { void** p; size_t bytes; } fs[] = {
+            {(void**)&s->fs.slices, slices * sizeof(gpt2__fs_slice)}, {(void**)&s->fs.cand_v, cap * 4}, {(void**)&s->fs.cand_i, cap * 4},
+            {(void**)&s->fs.ticket, 16}, {(void**)&s->fs.path, 16}, {(void**)&s->allowed_d, (V + 31) / 32 * 4},
+        };
+        for (auto& b : fs) {
+            GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
+            s->allocations.push_back(*b.p);
+        }
+        GPT2__CUDA_TRY(cudaMemsetAsync(s->fs.ticket, 0, 16, s->stream));
+    }
+    if (dm->fused_attn_proj) {
+        struct { void** p; size_t bytes; } fused[] = {{(void**)&s->proj_part, H * C * 4}, {(void**)&s->proj_ticket, 16}};
+        for (auto& b : fused) {
+            GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
+            s->allocations.push_back(*b.p);
+        }
+        GPT2__CUDA_TRY(cudaMemsetAsync(s->proj_ticket, 0, 16, s->stream));
     }
     GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
     GPT2__CUDA_TRY(cudaMemsetAsync(s->grid_bar, 0, 16, s->stream));
@@ -1023,8 +1855,6 @@ __device__ __forceinline__ void gpt2__grid_barrier(unsigned* bar) {
     }
     __syncthreads();
 }
-
-__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* One matrix-vector phase: y (N) = W (N, K) in, in = LayerNorm(src) when ln_w is given. `src`
    is an activation written earlier in this kernel (or, with `embed`, the token's embedding,
@@ -1380,9 +2210,14 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
 #endif
     const int warps = 8, cap = dm->n_sm * 8;
     const bool pdl = dm->pdl;
-    auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
+    /* one product of W (16-bit, or its 8-bit copy W8 where the model decodes q8_0 in 8 bits) */
+    auto gemv = [&](void (*kernel)(gpt2__gemv_args), void (*kernel_q8)(gpt2__gemv_args), const void* W, const gpt2__cuda_q8& W8, gpt2__gemv_args a) {
+        const bool q8 = dm->q8_decode && W8.values;
+        a.W = q8 ? (const void*)W8.values : W;
+        a.scales = q8 ? W8.scales : nullptr;
         const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
-        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4 * (a.ln_w ? 3 : 1), st, a);
+        const size_t smem = q8 ? gpt2__gemv_q8_smem(a.K, a.ln_w != nullptr) : (size_t)a.K * 4 * (a.ln_w ? 3 : 1);
+        return gpt2__launch(pdl, q8 ? kernel_q8 : kernel, dim3(grid), dim3(256), smem, st, a);
     };
     gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
     GPT2__LAUNCHED("embed");
@@ -1394,25 +2229,32 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
         a.pos = s->step_d;
         a.gelu_tanh = m->gelu_tanh ? 1 : 0;
         /* q, k, v = c_attn(ln_1(x)) + bias; k and v straight into the cache */
-        a.W = G.c_attn; a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
+        a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
         a.k_cache = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
         a.v_cache = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, a));
-        GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
-                                    (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D)));
-        /* x += c_proj(att) + bias */
-        a.W = G.c_proj; a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_QKV>, G.c_attn, G.c_attn_q8, a));
+        const float scale = 1.0f / std::sqrt((float)D);
+        if (dm->fused_attn_proj && !(dm->q8_decode && G.c_proj_q8.values)) { /* attention, then x += c_proj(att) + bias, in one kernel */
+            const gpt2__attn_proj_args p{G.c_proj, G.c_proj_b, s->x, s->proj_part, s->proj_ticket};
+            GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_proj_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1,
+                                        (const TT*)a.k_cache, (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, scale, p));
+        } else {
+            GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
+                                        (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, scale));
+            /* x += c_proj(att) + bias */
+            a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
+            GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_RESIDUAL>, G.c_proj, G.c_proj_q8, a));
+        }
         /* fc = gelu(c_fc(ln_2(x)) + bias) */
-        a.W = G.c_fc; a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, a));
+        a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_GELU>, G.c_fc, G.c_fc_q8, a));
         /* x += mlp c_proj(fc) + bias */
-        a.W = G.mlp_proj; a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_RESIDUAL>, G.mlp_proj, G.mlp_proj_q8, a));
     }
     gpt2__gemv_args a{};
-    a.W = dm->lm_head; a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
-    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, a));
+    a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
+    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_STORE>, dm->lm_head, dm->lm_head_q8, a));
     return GPT2_OK;
 }
 
@@ -1510,6 +2352,37 @@ static const float* gpt2__cuda_logits(gpt2_session* session) {
     return s->logits;
 }
 
+/* The many-block sampler's arguments for a draw from logits_d with the session's RNG, the token
+   to token_h; step (when not NULL) gets the next position and the token. */
+static gpt2__fs_args gpt2__cuda_fs_args(gpt2__cuda_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int* step) {
+    gpt2__fs_args a{};
+    a.logits = s->logits_d;
+    a.n = s->model->n_vocab;
+    a.allowed = allowed;
+    a.temperature = temperature;
+    a.top_k = top_k;
+    a.top_p = top_p;
+    a.rng = s->rng_state;
+    a.token_out = s->token_h_dev;
+    a.step = step;
+    a.next_pos = s->n_cached;
+    return a;
+}
+
+/* Queues the draw of the next token from logits_d (temperature and top_k) into token_h and
+   step_d: the many-block sampler where the model uses it and it serves the parameters, else the
+   one-block kernel. */
+static gpt2_result gpt2__cuda_queue_sample(gpt2__cuda_session* s, float temperature, int top_k, gpt2_error* err) {
+    const int n = s->model->n_vocab;
+    if (s->dm->fast_sampler && gpt2__fs_serves(n, temperature, top_k)) {
+        GPT2__CUDA_TRY(gpt2__fs_launch(gpt2__cuda_fs_args(s, temperature, top_k, 0.0f, nullptr, s->step_d), s->fs, s->stream));
+        return GPT2_OK;
+    }
+    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, n, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
+    GPT2__LAUNCHED("sample");
+    return GPT2_OK;
+}
+
 /* Samples on the GPU from logits_d. When the token will simply extend the context, its pass
    is queued right behind the sampler, so the GPU works while the host handles the token. */
 static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error* err) {
@@ -1517,8 +2390,7 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
     cudaGetLastError();
     const bool extend = s->dm->fast_decode && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx;
-    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
-    GPT2__LAUNCHED("sample");
+    GPT2__TRY(gpt2__cuda_queue_sample(s, temperature, top_k, err));
     GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
     s->pending = false;
     if (extend) { /* the logits the queued pass replaces, for an abort before it is taken (logits_d's second row: scoring's scratch) */
@@ -1531,6 +2403,27 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     s->pending = extend;
     s->pending_token = *token;
     s->pending_pos = s->n_cached;
+    return GPT2_OK;
+}
+
+/* The backend's sample_chain (in the table with GPT2_CUDA_FAST_SAMPLER): the host chain's draw
+   with the grammar's mask, top_k, top_p and temperature, by the many-block sampler, so only the
+   mask goes to the GPU and only the token comes back. GPT2__NOT_HANDLED where the sampler leaves
+   the draw to the host (gpt2__fast_sample_kernel says when). */
+[[maybe_unused]] static gpt2_result gpt2__cuda_sample_chain(gpt2_session* session, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token,
+                                                            gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    const int n = s->model->n_vocab;
+    if (!s->dm->fast_sampler || !gpt2__fs_serves(n, temperature, top_k)) return GPT2__NOT_HANDLED;
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    if (allowed) GPT2__CUDA_TRY(cudaMemcpyAsync(s->allowed_d, allowed, ((size_t)n + 31) / 32 * 4, cudaMemcpyHostToDevice, s->stream));
+    GPT2__CUDA_TRY(gpt2__fs_launch(gpt2__cuda_fs_args(s, temperature, top_k, top_p, allowed ? s->allowed_d : nullptr, nullptr), s->fs, s->stream));
+    GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
+    GPT2__CUDA_TRY(cudaEventSynchronize(s->token_ready));
+    if (*s->token_h < 0) return GPT2__NOT_HANDLED;
+    *token = *s->token_h;
+    if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
     return GPT2_OK;
 }
 
@@ -1729,7 +2622,14 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
                                                  nullptr,
 #endif
                                                  nullptr,  /* sample_batch: each session samples on the GPU in turn */
-                                                 nullptr}; /* set_budget: a GPU's pass runs whole (the host only waits on it) */
+                                                 nullptr,  /* set_budget: a GPU's pass runs whole (the host only waits on it) */
+/* sample_chain is opt-in until a GPU has run the many-block sampler's tests; without it a chain
+   with top_p or a grammar copies the logits to the host and draws there */
+#ifdef GPT2_CUDA_FAST_SAMPLER
+                                                 gpt2__cuda_sample_chain};
+#else
+                                                 nullptr};
+#endif
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 /* ---- src/cuda/end.cuh ---- */

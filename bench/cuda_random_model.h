@@ -3,6 +3,7 @@
 // initialisation (normal, std 0.02; residual projections 0.02 / sqrt(2 n_layer)) with small
 // random biases and LayerNorm parameters, so every part of the forward pass is exercised.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -78,7 +79,14 @@ struct tensor {
 
 }  // namespace random_gguf_detail
 
-// Builds the model. weight_type: 0 (f32) or 1 (f16) for the matrices; vectors are f32.
+// GGUF's tensor types the model may use for its matrices.
+enum { random_gguf_f32 = 0, random_gguf_f16 = 1, random_gguf_q8_0 = 8 };
+
+// Bytes of a tensor of n values of `type` (q8_0: blocks of 32 values after an f16 scale).
+inline uint64_t random_gguf_bytes(uint32_t type, uint64_t n) { return type == random_gguf_q8_0 ? n / 32 * 34 : n * (type == random_gguf_f16 ? 2 : 4); }
+
+// Builds the model. weight_type: random_gguf_f32, _f16 or _q8_0 (quantized as
+// gpt2-quantize does: scale max|x| / 127, values rounded) for the matrices; vectors are f32.
 inline bool random_gpt2_gguf(const random_gpt2_shape& shape, uint32_t weight_type, uint64_t seed, random_gguf* out) {
     using namespace random_gguf_detail;
     const uint64_t C = (uint64_t)shape.n_embd, F = 4 * C, V = (uint64_t)shape.n_vocab;
@@ -128,7 +136,7 @@ inline bool random_gpt2_gguf(const random_gpt2_shape& shape, uint32_t weight_typ
     uint64_t offset = 0;
     for (tensor& t : ts) {
         t.offset = offset;
-        t.bytes = (t.rows ? t.rows : 1) * t.cols * (t.type == 1 ? 2 : 4);
+        t.bytes = random_gguf_bytes(t.type, (t.rows ? t.rows : 1) * t.cols);
         offset = (offset + t.bytes + 63) / 64 * 64;
         w.str(t.name);
         w.u32(t.rows ? 2 : 1);
@@ -163,6 +171,21 @@ inline bool random_gpt2_gguf(const random_gpt2_shape& shape, uint32_t weight_typ
         const uint64_t n = (t.rows ? t.rows : 1) * t.cols;
         auto fill = [&](uint64_t begin, uint64_t end, uint64_t stream) {
             uint64_t r = s ^ (stream * 0x632be59bd9b4e019ull);
+            if (t.type == random_gguf_q8_0) { /* values begin..end, whole blocks */
+                for (uint64_t j = begin; j < end; j += 32) {
+                    float v[32], amax = 0.0f;
+                    for (int q = 0; q < 32; q += 4) {
+                        const uint64_t bits = splitmix(&r);
+                        for (int u = 0; u < 4; u++) amax = std::max(amax, std::fabs(v[q + u] = table[(unsigned)(bits >> (16 * u)) & 4095u]));
+                    }
+                    const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                    uint8_t* block = dst + j / 32 * 34;
+                    const uint16_t d16 = f32_to_f16(d);
+                    std::memcpy(block, &d16, 2);
+                    for (int q = 0; q < 32; q++) block[2 + q] = (uint8_t)(int8_t)std::lround(v[q] * inv);
+                }
+                return;
+            }
             for (uint64_t j = begin; j < end; j += 4) {
                 const uint64_t bits = splitmix(&r);
                 for (uint64_t q = 0; q < 4 && j + q < end; q++) {
@@ -176,7 +199,8 @@ inline bool random_gpt2_gguf(const random_gpt2_shape& shape, uint32_t weight_typ
             fill(0, n, 0);
         } else {
             std::vector<std::thread> workers;
-            for (unsigned k = 0; k < n_threads; k++) workers.emplace_back(fill, n * k / n_threads / 4 * 4, k + 1 == n_threads ? n : n * (k + 1) / n_threads / 4 * 4, k + 1);
+            const uint64_t g = t.type == random_gguf_q8_0 ? 32 : 4; /* a thread's values start a block */
+            for (unsigned k = 0; k < n_threads; k++) workers.emplace_back(fill, n * k / n_threads / g * g, k + 1 == n_threads ? n : n * (k + 1) / n_threads / g * g, k + 1);
             for (std::thread& th : workers) th.join();
         }
     }

@@ -3,6 +3,7 @@
 #include "line_editor.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -54,7 +55,13 @@ static const char* repl_help =
     "oldest token goes at each new token and the rest is recomputed, nanoGPT's way; --keep N: the\n"
     "first N tokens always stay).\n"
     "  /temp T    temperature (0 = greedy)      /topk K   top-k (0 = all)\n"
+    "  /top-p P   top-p, 0 to 1 (0 = off)       /min-p P  min-p, 0 to 1 (0 = off)\n"
+    "  /repeat-penalty X  divide the logits of recent tokens by X (1 or 0 = off)\n"
+    "  /repeat-last-n N   how many recent tokens the penalties look at (0 = 64, -1 = the context)\n"
+    "  /presence-penalty X, /frequency-penalty X  subtract X once / X per use from used tokens\n"
     "  /seed S    random seed                   /n N      tokens per answer\n"
+    "  /choose A|B|C  which option the model finds the likeliest continuation of the conversation\n"
+    "             (each option's log-probability; the conversation is unchanged; \\n: a newline)\n"
     "  /reset     forget the conversation       /help     this text\n"
     "  /undo      back to before the last prompt and its answer (again: the turn before), even when\n"
     "             the answer filled the context and older tokens were dropped\n"
@@ -158,6 +165,27 @@ static void undo(gpt2_session* session, UndoHistory* history) {
     else std::printf("(dropped the last answer and its prompt: %zu tokens in context)\n", gpt2_session_n_tokens(session));
 }
 
+// /choose A|B|C: each option's log-probability as a continuation of the conversation, and the
+// likeliest (gpt2_choose leaves the session as it was). \n in an option is a newline, as in /stop.
+static void choose(gpt2_session* session, const std::string& arg) {
+    if (arg.empty()) {
+        std::printf("/choose expects options split at |, e.g. /choose  yes| no\n");
+        return;
+    }
+    const std::vector<std::string> options = cli_split_options(unescape(arg));
+    std::vector<const char*> pointers;
+    for (const std::string& option : options) pointers.push_back(option.c_str());
+    std::vector<float> logprobs(options.size());
+    size_t best = 0;
+    gpt2_error err;
+    if (gpt2_choose(session, pointers.data(), pointers.size(), logprobs.data(), &best, &err) != GPT2_OK) {
+        std::printf("/choose: %s\n", err.message);
+        return;
+    }
+    for (size_t i = 0; i < options.size(); i++) std::printf("  %s %.4f\n", show(options[i]).c_str(), (double)logprobs[i]);
+    std::printf("(the likeliest: %s)\n", show(options[best]).c_str());
+}
+
 // Applies a /command; returns false for /quit.
 static bool command(const std::string& line, const gpt2_model* model, gpt2_session* session, gpt2_generate_params* p, UndoHistory* history) {
     size_t space = line.find(' ');
@@ -188,6 +216,22 @@ static bool command(const std::string& line, const gpt2_model* model, gpt2_sessi
     } else if (name == "/topk") {
         if (cli_parse_int(arg, 0, 1 << 30, &p->top_k)) std::printf("(top-k %d)\n", p->top_k);
         else std::printf("/topk expects an integer >= 0, e.g. /topk 200\n");
+    } else if (name == "/top-p" || name == "/min-p") {
+        float* value = name == "/top-p" ? &p->top_p : &p->min_p;
+        if (cli_parse_float_in(arg, 0.0f, 1.0f, value)) std::printf("(%s %g)\n", name.c_str() + 1, (double)*value);
+        else std::printf("%s expects a number from 0 to 1 (0 = off), e.g. %s 0.9\n", name.c_str(), name.c_str());
+    } else if (name == "/repeat-penalty") {
+        if (cli_parse_float_in(arg, 0.0f, FLT_MAX, &p->repeat_penalty)) std::printf("(repeat-penalty %g)\n", (double)p->repeat_penalty);
+        else std::printf("/repeat-penalty expects a number >= 0 (1 or 0 = off), e.g. /repeat-penalty 1.1\n");
+    } else if (name == "/repeat-last-n") {
+        if (cli_parse_int(arg, -1, 1 << 30, &p->repeat_last_n)) std::printf("(repeat-last-n %d)\n", p->repeat_last_n);
+        else std::printf("/repeat-last-n expects an integer >= -1 (0 = 64, -1 = the whole context), e.g. /repeat-last-n 64\n");
+    } else if (name == "/presence-penalty" || name == "/frequency-penalty") {
+        float* value = name == "/presence-penalty" ? &p->presence_penalty : &p->frequency_penalty;
+        if (cli_parse_float_in(arg, -FLT_MAX, FLT_MAX, value)) std::printf("(%s %g)\n", name.c_str() + 1, (double)*value);
+        else std::printf("%s expects a finite number (0 = off), e.g. %s 0.5\n", name.c_str(), name.c_str());
+    } else if (name == "/choose") {
+        choose(session, arg);
     } else if (name == "/seed") {
         if (cli_parse_u64(arg, &p->seed)) std::printf("(seed %llu)\n", (unsigned long long)p->seed);
         else std::printf("/seed expects an unsigned integer, e.g. /seed 1337\n");
@@ -234,6 +278,7 @@ static std::string turn_end(gpt2_end why, bool grammar_incomplete, int max_new_t
     case GPT2_END_STOP: return ", stopped at a stop string";
     case GPT2_END_EOS: return ", ended at <|endoftext|>";
     case GPT2_END_CALLBACK: case GPT2_END_ABORTED: return ", stopped";
+    case GPT2_END_ERROR: return ", failed";
     case GPT2_END_MAX_TOKENS: break;
     }
     if (!grammar_incomplete) return "";

@@ -159,7 +159,7 @@ extern "C" {
 #endif
 
 #define GPT2_VERSION_MAJOR 0
-#define GPT2_VERSION_MINOR 2
+#define GPT2_VERSION_MINOR 3
 #define GPT2_VERSION_PATCH 0
 
 typedef enum gpt2_result {
@@ -177,7 +177,8 @@ typedef enum gpt2_result {
     GPT2_ERROR_ABORTED,          /* the session's abort_fn asked to stop; the session is as before the call */
     GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
     GPT2_ERROR_BUSY,             /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
-    GPT2_ERROR_BAD_GRAMMAR       /* a grammar that cannot be read or used: the message says where and why */
+    GPT2_ERROR_BAD_GRAMMAR,      /* a grammar that cannot be read or used: the message says where and why */
+    GPT2_ERROR_BAD_STATE         /* a session state (gpt2_session_load) that is truncated, damaged or not a state */
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -253,6 +254,10 @@ GPT2_API gpt2_result gpt2_model_load_file(const char* path, const gpt2_model_par
    back to the OS, a buffer's stay as they are. */
 GPT2_API gpt2_result gpt2_model_load_memory(const void* data, size_t size, const gpt2_model_params* params,
                                             gpt2_model** out_model, gpt2_error* err);
+/* Free a model's sessions, grammars and stages first. One freed before them stays in memory until
+   the last of them is freed (a warning to `log`), and every call on them fails naming the
+   model's free. A model freed twice, or used after its free, is refused while its memory is not
+   reused (docs/ERRORS.md). NULL does nothing. */
 GPT2_API void gpt2_model_free(gpt2_model* model);
 
 typedef struct gpt2_model_info {
@@ -317,6 +322,8 @@ GPT2_API gpt2_session_params gpt2_session_default_params(void);
 /* params may be NULL (defaults). */
 GPT2_API gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_session_params* params,
                                          gpt2_session** out_session, gpt2_error* err);
+/* NULL, or a session freed already, does nothing (while its memory is not reused: a session
+   handed to any call after its free is refused with an error that says so). */
 GPT2_API void gpt2_session_free(gpt2_session* session);
 /* Forgets the context (the conversation); keeps the memory. */
 GPT2_API void gpt2_session_reset(gpt2_session* session);
@@ -466,19 +473,29 @@ GPT2_API gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
                                                    const gpt2_json_schema_params* params, gpt2_grammar** out_grammar,
                                                    gpt2_error* err);
 
-/* Why a generation ended (gpt2_generate_params.end). */
+/* Why a generation ended (gpt2_generate_params.end and on_end). */
 typedef enum gpt2_end {
     GPT2_END_MAX_TOKENS = 0, /* max_new_tokens tokens were generated (with 0: the prompt was evaluated) */
     GPT2_END_GRAMMAR = 1,    /* the grammar's sentence is whole and nothing may extend it */
     GPT2_END_STOP = 2,       /* the text contains one of the stop strings */
     GPT2_END_EOS = 3,        /* the end-of-text token, with stop_at_eos */
     GPT2_END_CALLBACK = 4,   /* on_token returned nonzero */
-    GPT2_END_ABORTED = 5     /* abort_fn asked to stop, or the line was cancelled on a stage: the
+    GPT2_END_ABORTED = 5,    /* abort_fn asked to stop, or the line was cancelled on a stage: the
                                 session is as it was before the call */
+    GPT2_END_ERROR = 6       /* the generation failed: its result and message say why (a grammar
+                                the vocabulary cannot continue, a device error) */
 } gpt2_end;
 
-/* The name of an end ("max_tokens", "grammar", "stop", "eos", "callback", "aborted"). */
+/* The name of an end ("max_tokens", "grammar", "stop", "eos", "callback", "aborted", "error"). */
 GPT2_API const char* gpt2_end_string(gpt2_end end);
+
+/* A generation is over (gpt2_generate_params.on_end): once, after its last on_token, however it
+   ended. `end` says why; `result` is GPT2_OK, or the failure (GPT2_ERROR_ABORTED with
+   GPT2_END_ABORTED; another with GPT2_END_ERROR) and `message` its sentence ("" for GPT2_OK).
+   Runs where the generation ends: in gpt2_generate and gpt2_generate_batch before they return, on
+   the calling thread; for a stage's line on the thread that steps, cancels or frees the stage,
+   after its session is free again (on_end may give it its next line with gpt2_stage_add). */
+typedef void (*gpt2_end_fn)(void* user, gpt2_end end, gpt2_result result, const char* message);
 
 typedef struct gpt2_generate_params {
     int max_new_tokens;  /* tokens to generate, default 256; 0 = none: the prompt is only evaluated */
@@ -486,7 +503,7 @@ typedef struct gpt2_generate_params {
     int top_k;           /* keep the k most likely tokens; 0 = all; default 200 */
     uint64_t seed;       /* the RNG restarts from it at each call; default 1337 */
     gpt2_token_fn on_token;
-    void* user;          /* passed to on_token and on_logits */
+    void* user;          /* passed to on_token, on_logits and on_end */
     /* The chain's other controls (see GENERATION at the top); zero = off. */
     float top_p;         /* keep the fewest most likely tokens whose probabilities (at temperature 1,
                             after top_k) add up to top_p; 0 or 1 = off */
@@ -516,6 +533,9 @@ typedef struct gpt2_generate_params {
     gpt2_end* end;               /* may be NULL; receives why generation ended. A grammar's answer
                                     cut by max_new_tokens (GPT2_END_MAX_TOKENS, grammar_match PREFIX)
                                     is incomplete: not yet a sentence of the grammar */
+    gpt2_end_fn on_end;          /* may be NULL; called once when the generation is over, however
+                                    it ended: a stage's line tells the game here that its character
+                                    has finished (see gpt2_end_fn) */
 } gpt2_generate_params;
 
 GPT2_API gpt2_generate_params gpt2_generate_default_params(void);

@@ -49,11 +49,19 @@ struct gpt2__backend {
        on runner between) goes on where it stopped, with the budget then set (0: on runner's
        threads, to the end). The results are the same bits as an unpaused pass's. */
     void (*set_budget)(gpt2_session* runner, int64_t budget_us);
+    /* Optional (NULL: the host's chain draws from logits()): draws the next token from the last
+       run's logits as gpt2__chain_filter then gpt2__chain_draw would for a chain of temperature,
+       top_k, top_p (0 or >= 1: off) and `allowed` (the grammar's mask, a bit per token, or
+       NULL) alone, with the session's RNG. Returns GPT2__NOT_HANDLED, the RNG untouched, where
+       it cannot for these parameters. */
+    gpt2_result (*sample_chain)(gpt2_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token, gpt2_error* err);
 };
 
 /* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
    and never returned by the C API. */
 static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
+/* sample_chain's answer for parameters it leaves to the host: not an error either. */
+static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)-2;
 
 enum { GPT2__MAX_DEVICES = 8 };
 
@@ -73,6 +81,15 @@ static const gpt2__backend*& gpt2__device_backend(gpt2_device device) {
 [[maybe_unused]] static bool gpt2__register_backend(gpt2_device device, const gpt2__backend* table) {
     gpt2__device_backend(device) = table;
     return true;
+}
+
+/* Lets go of one reference to m (gpt2_model_free's, a session's, a grammar's); the last one
+   releases the backend's copy of the weights and frees the model. */
+static void gpt2__model_unref(const gpt2_model* model) {
+    gpt2_model* m = const_cast<gpt2_model*>(model);
+    if (m->n_refs.fetch_sub(1) != 1) return;
+    m->backend->model_release(m);
+    gpt2__model_destroy(m);
 }
 
 #endif /* GPT2__PART_BACKEND_H */

@@ -37,6 +37,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_INTERNAL: return "internal error";
     case GPT2_ERROR_BUSY: return "session busy";
     case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
+    case GPT2_ERROR_BAD_STATE: return "bad session state";
     }
     return "unknown result";
 }
@@ -49,6 +50,7 @@ GPT2_DEF const char* gpt2_end_string(gpt2_end end) {
     case GPT2_END_EOS: return "eos";
     case GPT2_END_CALLBACK: return "callback";
     case GPT2_END_ABORTED: return "aborted";
+    case GPT2_END_ERROR: return "error";
     }
     return "unknown end";
 }
@@ -178,17 +180,18 @@ GPT2_DEF gpt2_result gpt2_model_load_memory(const void* data, size_t size, const
 }
 
 GPT2_DEF void gpt2_model_free(gpt2_model* model) {
-    if (!model) return;
-    /* Freeing a model while sessions use it leaves them dangling: caught in debug builds. */
-    GPT2_ASSERT(model->n_sessions.load() == 0 && "gpt2_model_free: free every session of this model first");
-    model->backend->model_release(model);
-    gpt2__model_destroy(model);
+    if (!model || model->tag != GPT2__TAG_MODEL) return; /* NULL, or freed already */
+    model->tag = GPT2__TAG_FREED;
+    const int holders = model->n_refs.load() - 1;
+    if (holders > 0) /* their calls now fail, naming the model's free; the last one's free frees the model */
+        gpt2__log(model->params, GPT2_LOG_WARNING, "gpt2_model_free: %d sessions, grammars or stages of this model are not freed yet: it stays in memory until they are", holders);
+    gpt2__model_unref(model);
 }
 
 GPT2_DEF gpt2_model_info gpt2_model_get_info(const gpt2_model* m) {
     gpt2_model_info info;
     std::memset(&info, 0, sizeof info);
-    if (!m) return info;
+    if (gpt2__check_model(m, nullptr) != GPT2_OK) return info;
     info.name = m->name.c_str();
     info.n_vocab = m->n_vocab;
     info.n_vocab_rows = m->n_vocab_rows;
@@ -211,7 +214,7 @@ static gpt2_result gpt2__tokenize(const gpt2_model* m, const char* text, size_t 
 }
 
 GPT2_DEF gpt2_result gpt2_tokenize(const gpt2_model* m, const char* text, size_t len, int allow_special, int32_t* tokens, size_t capacity, size_t* n_tokens, gpt2_error* err) {
-    if (!m) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model is NULL");
+    GPT2__TRY(gpt2__check_model(m, err));
     if (!tokens && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL but capacity is %zu", capacity);
     GPT2__GUARD_BEGIN
     gpt2__vector<int32_t> ids;
@@ -223,7 +226,7 @@ GPT2_DEF gpt2_result gpt2_tokenize(const gpt2_model* m, const char* text, size_t
 }
 
 GPT2_DEF gpt2_result gpt2_detokenize(const gpt2_model* m, const int32_t* tokens, size_t n, char* text, size_t capacity, size_t* n_bytes, gpt2_error* err) {
-    if (!m) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model is NULL");
+    GPT2__TRY(gpt2__check_model(m, err));
     if ((!tokens && n) || (!text && capacity)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens or text is NULL");
     if (m->tokenizer.kind == GPT2_TOKENIZER_NONE)
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "this model has no vocabulary to decode with");
@@ -241,7 +244,7 @@ GPT2_DEF gpt2_result gpt2_detokenize(const gpt2_model* m, const int32_t* tokens,
 GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_session_params* params, gpt2_session** out_session, gpt2_error* err) {
     if (!out_session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "out_session is NULL");
     *out_session = nullptr;
-    if (!model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
     const gpt2_session_params p = params ? *params : gpt2_session_default_params();
     if (p.n_threads < 0 || p.n_threads > 1024) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (all cores) to 1024", p.n_threads);
     if (p.n_ctx < 0 || p.n_ctx > model->n_ctx)
@@ -262,7 +265,7 @@ GPT2_DEF gpt2_result gpt2_session_create(const gpt2_model* model, const gpt2_ses
 }
 
 GPT2_DEF void gpt2_session_free(gpt2_session* session) {
-    if (!session) return;
+    if (!session || session->tag != GPT2__TAG_SESSION) return; /* NULL, or freed already */
     /* Freeing a session that a call is using pulls its memory from under that call: caught in debug builds. */
     GPT2_ASSERT(session->user.load() == std::thread::id() && "gpt2_session_free: a call is still using this session");
     session->backend->session_free(session);
@@ -277,17 +280,17 @@ static void gpt2__session_clear(gpt2_session* s) {
 }
 
 GPT2_DEF void gpt2_session_reset(gpt2_session* s) {
-    if (!s) return;
+    if (gpt2__check_session(s, "session", nullptr) != GPT2_OK) return;
     gpt2__session_use use(s, false);
     if (use.allowed()) gpt2__session_clear(s); /* else another call is using it: that call's result stands */
 }
 
-GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return s ? s->tokens.size() : 0; }
+GPT2_DEF size_t gpt2_session_n_tokens(const gpt2_session* s) { return gpt2__check_session(s, "session", nullptr) == GPT2_OK ? s->tokens.size() : 0; }
 
-GPT2_DEF const int32_t* gpt2_session_tokens(const gpt2_session* s) { return s ? s->tokens.data() : nullptr; }
+GPT2_DEF const int32_t* gpt2_session_tokens(const gpt2_session* s) { return gpt2__check_session(s, "session", nullptr) == GPT2_OK ? s->tokens.data() : nullptr; }
 
 GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, size_t capacity, size_t* n_bytes, gpt2_error* err) {
-    if (!session) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(session, "session", err));
     if (!buf && capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL but capacity is %zu", capacity);
     if (!n_bytes && !capacity) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_bytes is NULL: nowhere to put the size needed");
     GPT2__USE_SESSION(session, true, err);
@@ -303,7 +306,7 @@ GPT2_DEF gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
 }
 
 GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t n_bytes, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!buf) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "buf is NULL");
     GPT2__USE_SESSION(s, false, err);
     GPT2__GUARD_BEGIN
@@ -315,7 +318,8 @@ GPT2_DEF gpt2_result gpt2_session_load(gpt2_session* s, const void* buf, size_t 
 }
 
 GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err) {
-    if (!dst || !src) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "dst or src is NULL");
+    GPT2__TRY(gpt2__check_session(dst, "dst", err));
+    GPT2__TRY(gpt2__check_session(src, "src", err));
     if (dst == src) return gpt2__ok(err);
     gpt2__session_use use_dst(dst, false), use_src(src, true);
     if (!use_dst.allowed()) return gpt2__busy(err, "dst");
@@ -334,7 +338,7 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
 }
 
 GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     GPT2__USE_SESSION(s, false, err);
     if (n_tokens > s->tokens.size())
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_tokens is %zu but the context holds %zu", n_tokens, s->tokens.size());
@@ -363,7 +367,7 @@ GPT2_DEF gpt2_result gpt2_session_truncate(gpt2_session* s, size_t n_tokens, gpt
 }
 
 GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, size_t n, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!tokens && n) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "tokens is NULL");
     if (n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to evaluate");
     GPT2__USE_SESSION(s, false, err);
@@ -374,7 +378,8 @@ GPT2_DEF gpt2_result gpt2_session_eval(gpt2_session* s, const int32_t* tokens, s
 }
 
 GPT2_DEF gpt2_result gpt2_session_eval_text(gpt2_session* s, const char* text, gpt2_error* err) {
-    if (!s || !text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or text is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
+    if (!text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is NULL");
     if (!*text) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text is empty: nothing to evaluate");
     GPT2__GUARD_BEGIN
     gpt2__vector<int32_t> ids;
@@ -385,13 +390,14 @@ GPT2_DEF gpt2_result gpt2_session_eval_text(gpt2_session* s, const char* text, g
 
 GPT2_DEF const float* gpt2_session_logits(const gpt2_session* s) {
     /* const for the caller; a device session may copy its logits into host memory here */
-    if (!s) return nullptr;
+    if (gpt2__check_session(s, "session", nullptr) != GPT2_OK) return nullptr;
     gpt2__session_use use(s, true);
     return use.allowed() && s->has_logits ? s->backend->logits(const_cast<gpt2_session*>(s)) : nullptr;
 }
 
 GPT2_DEF gpt2_result gpt2_score(gpt2_session* s, const int32_t* tokens, size_t n, double* out_logprob_sum, gpt2_error* err) {
-    if (!s || !out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or out_logprob_sum is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
+    if (!out_logprob_sum) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "out_logprob_sum is NULL");
     if (!tokens || n == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no tokens to score");
     GPT2__TRY(gpt2__check_tokens(s->model, tokens, n, err));
     GPT2__USE_SESSION(s, false, err);
@@ -434,12 +440,18 @@ static gpt2_result gpt2__check_stops(const gpt2_generate_params& p, const gpt2_m
     return GPT2_OK;
 }
 
+static gpt2_result gpt2__check_grammar(const gpt2_grammar* g, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tag(g, GPT2__TAG_GRAMMAR, "grammar", "gpt2_grammar_from_gbnf or gpt2_grammar_from_json_schema", "gpt2_grammar_free", err));
+    return gpt2__check_model_of(g->model, "grammar", err);
+}
+
 /* gpt2_generate's checks of its parameters (NULL: the defaults), filled in: *out. */
 static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_generate_params* params, gpt2_generate_params* out, gpt2_error* err) {
     gpt2_generate_params p = params ? *params : gpt2_generate_default_params();
     GPT2__TRY(gpt2__check_sampling(p.temperature, p.top_k, err));
     GPT2__TRY(gpt2__check_chain(p, s->model->n_vocab, err));
     GPT2__TRY(gpt2__check_stops(p, s->model, err));
+    if (p.grammar) GPT2__TRY(gpt2__check_grammar(p.grammar, err));
     if (p.grammar && p.grammar->model != s->model)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar was made for another model than the session's (a grammar knows its model's vocabulary)");
     if (p.max_new_tokens < 0 || p.max_new_tokens > GPT2__MAX_NEW_TOKENS)
@@ -452,7 +464,7 @@ static gpt2_result gpt2__check_generate(const gpt2_session* s, const gpt2_genera
 GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_t n_prompt, const gpt2_generate_params* params, int32_t* out_tokens, size_t capacity,
                                    size_t* n_generated, gpt2_error* err) {
     if (n_generated) *n_generated = 0;
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!prompt && n_prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
@@ -466,16 +478,19 @@ GPT2_DEF gpt2_result gpt2_generate(gpt2_session* s, const int32_t* prompt, size_
     gpt2__line line;
     line.prompt.assign(prompt, prompt + n_prompt);
     gpt2__generator_begin(&line.g, s, p, out_tokens, capacity, n_generated);
-    const gpt2_result res = gpt2__generate(s, &line, 1, err);
-    if (res == GPT2_OK) return gpt2__ok(err);
-    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(&line, 1);
+    gpt2_error own; /* on_end hears the message when the caller passes no err */
+    if (!err) err = &own;
+    gpt2_result res = gpt2__generate(s, &line, 1, err);
     if (res == GPT2_ERROR_ABORTED && n_generated) *n_generated = 0;
-    return gpt2__undo_if_aborted(res, &s, 1, &before, err);
+    res = gpt2__undo_if_aborted(res, &s, 1, &before, err);
+    gpt2__line_over(&line, res, err->message);
+    return res == GPT2_OK ? gpt2__ok(err) : res;
     GPT2__GUARD_END(err)
 }
 
 GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, const gpt2_generate_params* params, gpt2_error* err) {
-    if (!s || !prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session or prompt is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
+    if (!prompt) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "prompt is NULL");
     GPT2__GUARD_BEGIN
     gpt2__vector<int32_t> ids;
     GPT2__TRY(gpt2__tokenize(s->model, prompt, std::strlen(prompt), false, &ids, err));
@@ -486,17 +501,21 @@ GPT2_DEF gpt2_result gpt2_generate_text(gpt2_session* s, const char* prompt, con
 /* ---- Grammars ---------------------------------------------------------------------------- */
 
 GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
-    if (!grammar) return;
+    if (!grammar || grammar->tag != GPT2__TAG_GRAMMAR) return; /* NULL, or freed already */
+    const gpt2_model* model = grammar->model;
+    grammar->tag = GPT2__TAG_FREED;
     gpt2__context_maker_free(grammar->context_maker);
     grammar->~gpt2_grammar();
     GPT2_FREE(grammar);
+    gpt2__model_unref(model);
 }
 
 /* gpt2_grammar_from_gbnf; `what` begins the message of a grammar the vocabulary cannot write
    ("grammar", "json schema"). */
 static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, const char* what, gpt2_error* err) {
     if (out) *out = nullptr;
-    if (!model || !gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, gbnf or out_grammar is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
+    if (!gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "gbnf or out_grammar is NULL");
     if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
     GPT2__GUARD_BEGIN
@@ -505,6 +524,7 @@ static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* 
     if (!memory) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
     gpt2_grammar* g = new (memory) gpt2_grammar(); /* made in place: it holds a mutex */
     g->model = model;
+    model->n_refs++;
     gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, err);
     if (res == GPT2_OK) res = gpt2__grammar_check_writable(*g, model->tokenizer, what, err);
     if (res != GPT2_OK) {
@@ -533,7 +553,8 @@ GPT2_DEF gpt2_json_schema_params gpt2_json_schema_default_params(void) {
 GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, const char* schema, size_t len, const gpt2_json_schema_params* params,
                                                    gpt2_grammar** out, gpt2_error* err) {
     if (out) *out = nullptr;
-    if (!model || (!schema && len) || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model, schema or out_grammar is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
+    if ((!schema && len) || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "schema or out_grammar is NULL");
     if (model->tokenizer.kind == GPT2_TOKENIZER_NONE)
         return gpt2__fail(err, GPT2_ERROR_NO_VOCABULARY, "a grammar needs the model's vocabulary and this model has none");
     GPT2__GUARD_BEGIN
@@ -561,7 +582,8 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
 
 GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char* text, size_t len, gpt2_match* match, gpt2_error* err) {
     if (match) *match = GPT2_MATCH_NONE;
-    if (!grammar || !match || (!text && len)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "grammar, text or out_match is NULL");
+    GPT2__TRY(gpt2__check_grammar(grammar, err));
+    if (!match || (!text && len)) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "text or out_match is NULL");
     GPT2__GUARD_BEGIN
     GPT2__TRY(gpt2__grammar_match_text(grammar, std::string_view(text ? text : "", len), match, err));
     return gpt2__ok(err);
@@ -574,7 +596,9 @@ GPT2_DEF gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char*
 static gpt2_result gpt2__check_batch(gpt2_session* const* sessions, size_t n_sessions, gpt2_error* err) {
     if (!sessions || n_sessions == 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no sessions: sessions is %s and n_sessions is %zu", sessions ? "set" : "NULL", n_sessions);
     for (size_t i = 0; i < n_sessions; i++) {
-        if (!sessions[i]) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is NULL", i);
+        char what[32];
+        std::snprintf(what, sizeof what, "sessions[%zu]", i);
+        GPT2__TRY(gpt2__check_session(sessions[i], what, err));
         if (sessions[i]->model != sessions[0]->model)
             return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "sessions[%zu] is a session of another model than sessions[0]; a batch runs one model", i);
         for (size_t j = 0; j < i; j++)
@@ -630,10 +654,13 @@ GPT2_DEF gpt2_result gpt2_generate_batch(gpt2_session* const* sessions, const ch
         lines[i].prompt.swap(ids[i]);
         gpt2__generator_begin(&lines[i].g, sessions[i], p[i], nullptr, 0, nullptr);
     }
-    const gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
-    if (res == GPT2_OK) return gpt2__ok(err);
-    if (res == GPT2_ERROR_ABORTED) gpt2__lines_aborted(lines.data(), n_sessions);
-    return gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
+    gpt2_error own; /* on_end hears the message when the caller passes no err */
+    if (!err) err = &own;
+    gpt2_result res = gpt2__generate(sessions[0], lines.data(), n_sessions, err);
+    res = gpt2__undo_if_aborted(res, sessions, n_sessions, &before, err);
+    for (gpt2__line& line : lines) /* a line that ended before another failed keeps its end, unless an abort undid it */
+        gpt2__line_over(&line, line.ends && line.result == GPT2_OK && res != GPT2_ERROR_ABORTED ? GPT2_OK : res, err->message);
+    return res == GPT2_OK ? gpt2__ok(err) : res;
     GPT2__GUARD_END(err)
 }
 

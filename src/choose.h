@@ -96,7 +96,7 @@ static gpt2_result gpt2__choice_make_room(gpt2_session* s, size_t longest, gpt2_
 }
 
 GPT2_DEF gpt2_result gpt2_choose(gpt2_session* s, const char* const* options, size_t n_options, float* logprobs, size_t* best, gpt2_error* err) {
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (!best) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "best is NULL: nowhere to put the chosen option's index");
     if (!options || n_options == 0)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "no options: options is %s and n_options is %zu; expected at least one", options ? "set" : "NULL", n_options);

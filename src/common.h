@@ -132,6 +132,34 @@ static gpt2_result gpt2__fail(gpt2_error* err, gpt2_result code, const char* fmt
     return code;
 }
 
+/* Every object the C API hands out (model, session, grammar, stage) carries a tag: its kind's
+   while it lives, GPT2__TAG_FREED once freed. Each call checks it on entry (gpt2__check_tag), so
+   an object handed back after its free (a use after free, a second free) is refused with a
+   sentence that says so, in release builds too, for as long as the allocator has not given its
+   memory to something else: what reuse or a wild pointer make look live cannot be told apart
+   (docs/GUIDE.md, Errors). No tag is a struct's first field: free() keeps its own list pointers
+   in a freed block's first 16 bytes. A model outlives its free while its sessions and grammars
+   hold it (gpt2__model_unref), so theirs is always read from live memory. */
+enum : uint64_t {
+    GPT2__TAG_MODEL = 0x677074326d6f6465ull,   /* "gpt2mode" */
+    GPT2__TAG_SESSION = 0x6770743273657373ull, /* "gpt2sess" */
+    GPT2__TAG_GRAMMAR = 0x677074326772616dull, /* "gpt2gram" */
+    GPT2__TAG_STAGE = 0x6770743273746167ull,   /* "gpt2stag" */
+    GPT2__TAG_FREED = 0x6770743266726565ull,   /* "gpt2free" */
+};
+using gpt2__tag = std::atomic<uint64_t>; /* atomic: a model's is written by its free while its sessions' calls read it */
+
+/* GPT2_OK when `object` is not NULL and its tag is `live`; else an error naming `what` ("session")
+   NULL, freed (by `free_fn`), or not made by `make_fn`. */
+template <class T>
+static gpt2_result gpt2__check_tag(const T* object, uint64_t live, const char* what, const char* make_fn, const char* free_fn, gpt2_error* err) {
+    if (!object) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+    const uint64_t value = object->tag.load(std::memory_order_relaxed);
+    if (value == live) return GPT2_OK;
+    if (value == GPT2__TAG_FREED) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "%s was freed (%s) and cannot be used", what, free_fn);
+    return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "%s is not a live object made by %s (freed and its memory reused, or a wrong pointer)", what, make_fn);
+}
+
 static gpt2_result gpt2__ok(gpt2_error* err) {
     if (err) {
         err->code = GPT2_OK;

@@ -65,8 +65,8 @@ static bool gpt2__deliver(gpt2_session* s, const gpt2_generate_params& p, int32_
     return caller_stops || at_eos || *at_stop;
 }
 
-/* The host's part of the chain: the backend's logits, copied, filtered and drawn with the
-   session's RNG. */
+/* The chain's draw: the backend's own (sample_chain) where it serves the parameters, else the
+   host's: the backend's logits, copied, filtered and drawn with the session's RNG. */
 struct gpt2__chain_buffers {
     gpt2__vector<float> logits, scratch;
     gpt2__vector<int> counts;
@@ -75,10 +75,15 @@ struct gpt2__chain_buffers {
 
 static gpt2_result gpt2__sample_chain(gpt2_session* s, const gpt2_generate_params& p, gpt2__chain_buffers* b, int32_t* token, gpt2_error* err) {
     const int V = s->model->n_vocab;
+    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
+    /* a chain of the grammar's mask, top_k, top_p and temperature alone may run where the logits are */
+    if (s->backend->sample_chain && !gpt2__penalties_on(p) && p.n_logit_bias == 0 && !p.on_logits && p.min_p <= 0.0f) {
+        const gpt2_result r = s->backend->sample_chain(s, p.temperature, p.top_k, p.top_p, allowed, token, err);
+        if (r != GPT2__NOT_HANDLED) return r;
+    }
     const float* logits = s->backend->logits(s);
     if (!logits) return gpt2__fail(err, GPT2_ERROR_DEVICE, "the %s backend could not return the logits", s->backend->name);
     std::memcpy(b->logits.data(), logits, (size_t)V * sizeof(float));
-    const uint32_t* allowed = p.grammar ? b->allowed.data() : nullptr;
     GPT2__TRY(gpt2__chain_filter(b->logits.data(), V, p, s->tokens.data(), s->tokens.size(), allowed, b->scratch.data(), b->counts.data(), err));
     *token = gpt2__chain_draw(b->logits.data(), V, p, &s->rng_state, b->scratch.data());
     return GPT2_OK;
@@ -334,10 +339,15 @@ static gpt2_result gpt2__lines_step(gpt2_session* runner, gpt2__line* const* lin
     return res;
 }
 
-/* Lines that an abort undid: their end says so. */
-static void gpt2__lines_aborted(gpt2__line* lines, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (lines[i].g.p.end) *lines[i].g.p.end = GPT2_END_ABORTED;
+/* A line is over with `res`: GPT2_OK when it ended (gpt2__generator_end said why), else why it
+   failed (`message`): its end becomes GPT2_END_ABORTED or GPT2_END_ERROR. Its on_end hears it. */
+static void gpt2__line_over(gpt2__line* line, gpt2_result res, const char* message) {
+    gpt2__generator* g = &line->g;
+    if (res != GPT2_OK) {
+        g->end = res == GPT2_ERROR_ABORTED ? GPT2_END_ABORTED : GPT2_END_ERROR;
+        if (g->p.end) *g->p.end = g->end;
+    }
+    if (g->p.on_end) g->p.on_end(g->p.user, g->end, res, res == GPT2_OK ? "" : message);
 }
 
 /* Steps every line until all are done (gpt2_generate: one line; gpt2_generate_batch: many). The

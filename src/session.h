@@ -8,8 +8,9 @@
    from it and adds its KV cache and scratch (gpt2__cpu_session, gpt2__cuda_session). */
 
 struct gpt2_session {
-    const gpt2_model* model = nullptr;
+    const gpt2_model* model = nullptr; /* held (gpt2_model::n_refs) until the session is freed */
     const gpt2__backend* backend = nullptr;
+    gpt2__tag tag{GPT2__TAG_SESSION}; /* GPT2__TAG_FREED once freed (src/common.h) */
     int n_ctx = 0;
     bool kv_f16 = false;
     gpt2__vector<int32_t> tokens; /* the context window: at most n_ctx ids */
@@ -102,7 +103,7 @@ static S* gpt2__session_new(const gpt2_model* m, const gpt2_session_params& p) {
     S* s = new (memory) S();
     s->model = m;
     s->backend = m->backend;
-    m->n_sessions++;
+    m->n_refs++;
     s->n_ctx = p.n_ctx ? p.n_ctx : m->n_ctx;
     s->kv_f16 = p.kv_f16 != 0;
     s->context_policy = p.context_policy;
@@ -117,9 +118,18 @@ static S* gpt2__session_new(const gpt2_model* m, const gpt2_session_params& p) {
 /* Ends a session made by gpt2__session_new, once its backend has released what it holds. */
 template <class S>
 static void gpt2__session_delete(S* s) {
-    s->model->n_sessions--;
+    const gpt2_model* m = s->model;
+    s->tag = GPT2__TAG_FREED;
     s->~S();
     GPT2_FREE(s);
+    gpt2__model_unref(m);
+}
+
+/* The checks every call on a session starts with: not NULL, not freed, its model not freed
+   (src/common.h's tags); `what` names the argument ("session", "dst", "sessions[2]"). */
+static gpt2_result gpt2__check_session(const gpt2_session* s, const char* what, gpt2_error* err) {
+    GPT2__TRY(gpt2__check_tag(s, GPT2__TAG_SESSION, what, "gpt2_session_create", "gpt2_session_free", err));
+    return gpt2__check_model_of(s->model, what, err);
 }
 
 static gpt2_result gpt2__check_tokens(const gpt2_model* m, const int32_t* ids, size_t n, gpt2_error* err) {
@@ -158,6 +168,7 @@ static void gpt2__crop_overlong(gpt2_session* s, const int32_t** ids, size_t* n,
     const size_t ctx = (size_t)s->n_ctx;
     if (s->context_policy == GPT2_CONTEXT_EXACT) {
         if (*n <= ctx) return;
+        gpt2__log(s->model->params, GPT2_LOG_WARNING, "%zu new tokens are more than the context holds (n_ctx %zu): the first %zu of them were dropped", *n, ctx, *n - ctx);
         *ids += *n - ctx;
         *n = ctx; /* gpt2__make_room then drops every old token */
         return;
@@ -166,6 +177,8 @@ static void gpt2__crop_overlong(gpt2_session* s, const int32_t** ids, size_t* n,
     if (keep_old + *n <= ctx) return;
     const size_t head = std::min(*n, (size_t)s->n_keep - keep_old); /* new tokens among the first n_keep */
     const size_t tail = ctx - keep_old - head;
+    gpt2__log(s->model->params, GPT2_LOG_WARNING, "%zu new tokens are more than the context holds beside the %zu it keeps (n_ctx %zu, n_keep %d): %zu of them were dropped", *n,
+              keep_old, ctx, s->n_keep, *n - head - tail);
     kept->assign(*ids, *ids + head);
     kept->insert(kept->end(), *ids + *n - tail, *ids + *n);
     s->tokens.resize(keep_old);

@@ -11,18 +11,21 @@ struct gpt2__stage_line {
     gpt2__line line;
     gpt2__checkpoint before;
     bool cancelled = false; /* guarded by the stage's mutex */
+    /* once it has left: how it ended (GPT2_OK, or why it failed), for its on_end */
+    gpt2_result result = GPT2_OK;
+    gpt2_error why{};
+    gpt2__stage_line* next_ended = nullptr; /* the stage's `ended` list */
 };
 
-enum : uint64_t { GPT2__STAGE_TAG = 0x67707432'73746167ull, GPT2__STAGE_FREED = 0x67707432'66726565ull };
-
 struct gpt2_stage {
-    uint64_t tag = GPT2__STAGE_TAG; /* GPT2__STAGE_FREED once freed: a freed stage handed back is named as such */
     const gpt2_model* model = nullptr;
     gpt2_session* runner = nullptr; /* its threads and scratch run the passes; it holds no context */
+    gpt2__tag tag{GPT2__TAG_STAGE}; /* GPT2__TAG_FREED once freed (src/common.h) */
     std::mutex mutex;               /* guards `joining` and every line's `cancelled` */
     gpt2__vector<gpt2__stage_line*> joining; /* added since the last step began */
     gpt2__vector<gpt2__stage_line*> lines;   /* on the stage: only the stepping thread touches them */
     gpt2__vector<gpt2_session*> members;     /* the sessions of `joining` and `lines`; guarded by `mutex` */
+    gpt2__stage_line* ended = nullptr;       /* lines that left, their on_end still to call (gpt2__stage_report); guarded by `mutex` */
     std::atomic<bool> stepping{false};       /* a step (or a cancel's clean-up) holds the lines */
     bool in_flight = false;                  /* a budgeted step's pass paused: the lines are in it */
     gpt2__step_work work;
@@ -30,26 +33,53 @@ struct gpt2_stage {
 };
 
 static gpt2_result gpt2__stage_check(const gpt2_stage* stage, gpt2_error* err) {
-    if (!stage) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is NULL");
-    if (stage->tag == GPT2__STAGE_FREED) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage was freed (gpt2_stage_free) and cannot be used");
-    if (stage->tag != GPT2__STAGE_TAG) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "stage is not a gpt2_stage made by gpt2_stage_create");
-    return GPT2_OK;
+    GPT2__TRY(gpt2__check_tag(stage, GPT2__TAG_STAGE, "stage", "gpt2_stage_create", "gpt2_stage_free", err));
+    return gpt2__check_model_of(stage->model, "stage", err);
 }
 
-/* A line leaves the stage and its session is free; `abandoned` (cancelled, or failed): the
-   session as before gpt2_stage_add, else it keeps what it generated. The caller holds `mutex`. */
-static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, bool abandoned) {
+/* A line leaves the stage and its session is free: ended (GPT2_OK), it keeps what it generated;
+   cancelled or failed (`res`, and `message` why), it is as before gpt2_stage_add. The line waits
+   in `ended` for its on_end (gpt2__stage_report). The caller holds `mutex`. */
+static void gpt2__stage_line_leave(gpt2_stage* st, gpt2__stage_line* l, gpt2_result res, const char* message) {
     gpt2_session* s = l->line.g.s;
-    if (abandoned) {
+    if (res != GPT2_OK) {
         gpt2_error ignored;
         gpt2__checkpoint_restore(s, &l->before, &ignored);
-        if (l->line.result == GPT2_OK) gpt2__lines_aborted(&l->line, 1);
+        gpt2__fail(&l->why, res, "%s", message);
     }
+    l->result = res;
     st->members.erase(std::find(st->members.begin(), st->members.end(), s));
     gpt2__session_release(s);
-    l->~gpt2__stage_line();
-    GPT2_FREE(l);
+    l->next_ended = st->ended;
+    st->ended = l;
 }
+
+/* The lines that left hear it (on_end), in the order they left, on this thread and outside the
+   mutex: an on_end may add its session's next line. Then they go. */
+static void gpt2__stage_report(gpt2_stage* st) {
+    gpt2__stage_line* newest_first;
+    {
+        std::lock_guard<std::mutex> lock(st->mutex);
+        newest_first = st->ended;
+        st->ended = nullptr;
+    }
+    gpt2__stage_line* oldest_first = nullptr;
+    while (newest_first) {
+        gpt2__stage_line* l = newest_first;
+        newest_first = l->next_ended;
+        l->next_ended = oldest_first;
+        oldest_first = l;
+    }
+    while (oldest_first) {
+        gpt2__stage_line* l = oldest_first;
+        oldest_first = l->next_ended;
+        gpt2__line_over(&l->line, l->result, l->why.message);
+        l->~gpt2__stage_line();
+        GPT2_FREE(l);
+    }
+}
+
+static const char* const gpt2__line_cancelled = "the line was cancelled (gpt2_stage_cancel, its session's abort_fn, or gpt2_stage_free): its session is as before gpt2_stage_add";
 
 /* Takes the lines that joined, and drops the cancelled ones; the caller holds `stepping`. */
 static void gpt2__stage_gather(gpt2_stage* st) {
@@ -58,7 +88,7 @@ static void gpt2__stage_gather(gpt2_stage* st) {
     st->joining.clear();
     size_t kept = 0;
     for (gpt2__stage_line* l : st->lines)
-        if (l->cancelled) gpt2__stage_line_leave(st, l, true);
+        if (l->cancelled) gpt2__stage_line_leave(st, l, GPT2_ERROR_ABORTED, gpt2__line_cancelled);
         else st->lines[kept++] = l;
     st->lines.resize(kept);
 }
@@ -96,8 +126,9 @@ static gpt2_result gpt2__stage_step_end(gpt2_stage* st, gpt2_result pass, gpt2_e
             res = line.result;
             gpt2__fail(err, res, "the line of a session ended (its session is as before gpt2_stage_add): %s", line.error.message);
         }
-        if (pass != GPT2_OK || line.result != GPT2_OK) gpt2__stage_line_leave(st, l, true);
-        else if (line.ends) gpt2__stage_line_leave(st, l, false);
+        if (line.result != GPT2_OK) gpt2__stage_line_leave(st, l, line.result, line.error.message);
+        else if (pass != GPT2_OK) gpt2__stage_line_leave(st, l, pass, err->message);
+        else if (line.ends) gpt2__stage_line_leave(st, l, GPT2_OK, "");
         else st->lines[kept++] = l;
     }
     st->lines.resize(kept);
@@ -133,7 +164,8 @@ GPT2_DEF gpt2_stage_params gpt2_stage_default_params(void) {
 
 GPT2_DEF gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage_params* params, gpt2_stage** out, gpt2_error* err) {
     if (out) *out = nullptr;
-    if (!model || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "model or out_stage is NULL");
+    GPT2__TRY(gpt2__check_model(model, err));
+    if (!out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "out_stage is NULL");
     const gpt2_stage_params p = params ? *params : gpt2_stage_default_params();
     if (p.n_threads < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "n_threads is %d; expected 0 (one per core) or more", p.n_threads);
     GPT2__GUARD_BEGIN
@@ -156,21 +188,22 @@ GPT2_DEF gpt2_result gpt2_stage_create(const gpt2_model* model, const gpt2_stage
 }
 
 GPT2_DEF void gpt2_stage_free(gpt2_stage* stage) {
-    if (!stage || stage->tag != GPT2__STAGE_TAG) return;
+    if (!stage || stage->tag != GPT2__TAG_STAGE) return; /* NULL, or freed already */
     gpt2__stage_gather(stage);
     {
         std::lock_guard<std::mutex> lock(stage->mutex);
-        for (gpt2__stage_line* l : stage->lines) gpt2__stage_line_leave(stage, l, true);
+        for (gpt2__stage_line* l : stage->lines) gpt2__stage_line_leave(stage, l, GPT2_ERROR_ABORTED, gpt2__line_cancelled);
     }
+    gpt2__stage_report(stage);
     gpt2_session_free(stage->runner);
+    stage->tag = GPT2__TAG_FREED;
     stage->~gpt2_stage();
-    stage->tag = GPT2__STAGE_FREED; /* read by a later call that is handed the freed stage, while the allocator leaves it */
     GPT2_FREE(stage);
 }
 
 GPT2_DEF gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* s, const char* prompt, const gpt2_generate_params* params, gpt2_error* err) {
     GPT2__TRY(gpt2__stage_check(stage, err));
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     if (s->model != stage->model) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is a session of another model than the stage's");
     gpt2_generate_params p;
     GPT2__TRY(gpt2__check_generate(s, params, &p, err));
@@ -213,7 +246,7 @@ GPT2_DEF gpt2_result gpt2_stage_add(gpt2_stage* stage, gpt2_session* s, const ch
 
 GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_error* err) {
     GPT2__TRY(gpt2__stage_check(stage, err));
-    if (!s) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session is NULL");
+    GPT2__TRY(gpt2__check_session(s, "session", err));
     bool found = false;
     {
         std::lock_guard<std::mutex> lock(stage->mutex);
@@ -229,6 +262,7 @@ GPT2_DEF gpt2_result gpt2_stage_cancel(gpt2_stage* stage, gpt2_session* s, gpt2_
     if (stage->stepping.compare_exchange_strong(idle, true)) { /* no step runs: the line goes now, unless a paused pass holds it */
         if (!stage->in_flight) gpt2__stage_gather(stage);
         stage->stepping.store(false);
+        gpt2__stage_report(stage);
     }
     return gpt2__ok(err);
 }
@@ -239,12 +273,15 @@ GPT2_DEF gpt2_result gpt2_stage_step(gpt2_stage* stage, int64_t budget_us, size_
     if (budget_us < 0) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "budget_us is %lld; expected 0 (a whole step) or more", (long long)budget_us);
     bool idle = false;
     if (!stage->stepping.compare_exchange_strong(idle, true)) return gpt2__busy(err, "the stage (another thread is stepping it)");
+    gpt2_error own; /* the lines' on_end hear a failed pass's message when the caller passes no err */
+    if (!err) err = &own;
     const gpt2_result res = gpt2__stage_advance(stage, budget_us, err);
-    if (n_active) {
+    stage->stepping.store(false);
+    gpt2__stage_report(stage);
+    if (n_active) { /* after the lines that ended were heard: a line their on_end added counts */
         std::lock_guard<std::mutex> lock(stage->mutex);
         *n_active = stage->members.size();
     }
-    stage->stepping.store(false);
     return res;
 }
 

@@ -121,16 +121,16 @@ struct gpt2__state_view {
 static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data, size_t n, gpt2__state_view* v, gpt2_error* err) {
     const gpt2_model* m = s->model;
     const size_t needed = GPT2__STATE_HEADER_BYTES + 8;
-    if (n < 16) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes: truncated (at least %zu expected)", n, needed);
-    if (std::memcmp(data, gpt2__state_magic, 8) != 0) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "not a gpt2.h session state (no GPT2SESS magic)");
+    if (n < 16) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is %zu bytes: truncated (at least %zu expected)", n, needed);
+    if (std::memcmp(data, gpt2__state_magic, 8) != 0) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "not a gpt2.h session state (no GPT2SESS magic)");
     gpt2__reader r{data, n, 8}; /* every read below lies inside the header, checked to fit in n */
     uint32_t version = 0, header = 0;
     gpt2__read_u32(&r, &version);
     gpt2__read_u32(&r, &header);
-    if (header < 24 || header > n) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes: truncated (its header alone is %u)", n, header);
+    if (header < 24 || header > n) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is %zu bytes: truncated (its header alone is %u)", n, header);
     uint64_t header_hash;
     std::memcpy(&header_hash, data + header - 8, 8);
-    if (header_hash != gpt2__hash64(data, header - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is damaged: its header checksum does not match");
+    if (header_hash != gpt2__hash64(data, header - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is damaged: its header checksum does not match");
     if (version != GPT2__STATE_VERSION || header != GPT2__STATE_HEADER_BYTES)
         return gpt2__fail(err, GPT2_ERROR_UNSUPPORTED, "session state version %u; this build reads version %d", version, (int)GPT2__STATE_VERSION);
     uint64_t fingerprint = 0;
@@ -141,16 +141,16 @@ static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data,
     gpt2__read_u32(&r, &v->n_held);
     std::memcpy(v->held, data + r.pos, 4);
     if (cache_type > 1 || has_logits > 1 || (has_logits && !v->n_tokens) || v->n_held > 3 || v->n_cached > v->n_tokens || n_layer > (1u << 16) || n_embd > (1u << 20) || n_vocab > (1u << 24))
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state has impossible values in its header");
+        return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state has impossible values in its header");
     /* in 64 bits: the counts are at most 2^32 and 2^20, so nothing wraps */
     const uint64_t total = GPT2__STATE_HEADER_BYTES + (uint64_t)v->n_tokens * 4 + (has_logits ? (uint64_t)n_vocab * 4 : 0) +
                            2ull * n_layer * v->n_cached * n_embd * (cache_type == 1 ? 2 : 4) + 8;
     if (n != total)
-        return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is %zu bytes but its header describes %llu: %s", n, (unsigned long long)total,
+        return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is %zu bytes but its header describes %llu: %s", n, (unsigned long long)total,
                           n < total ? "truncated" : "trailing bytes");
     uint64_t stored;
     std::memcpy(&stored, data + n - 8, 8);
-    if (stored != gpt2__hash64(data, n - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state is damaged: its checksum does not match its bytes");
+    if (stored != gpt2__hash64(data, n - 8)) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state is damaged: its checksum does not match its bytes");
     if (fingerprint != gpt2__model_fingerprint(m) || n_layer != (uint32_t)m->n_layer || n_embd != (uint32_t)m->n_embd || n_vocab != (uint32_t)m->n_vocab)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "session state belongs to another model (%u layers, n_embd %u, %u tokens, fingerprint %016llx; this is '%s': %d, %d, %d, %016llx)",
                           n_layer, n_embd, n_vocab, (unsigned long long)fingerprint, m->name.c_str(), m->n_layer, m->n_embd, m->n_vocab,
@@ -165,7 +165,7 @@ static gpt2_result gpt2__state_check(const gpt2_session* s, const uint8_t* data,
     for (uint32_t i = 0; i < v->n_tokens; i++) {
         int32_t id;
         std::memcpy(&id, v->tokens + (size_t)i * 4, 4);
-        if (id < 0 || id >= m->n_vocab) return gpt2__fail(err, GPT2_ERROR_BAD_FILE, "session state: token %u is %d, outside the vocabulary [0, %d)", i, (int)id, m->n_vocab);
+        if (id < 0 || id >= m->n_vocab) return gpt2__fail(err, GPT2_ERROR_BAD_STATE, "session state: token %u is %d, outside the vocabulary [0, %d)", i, (int)id, m->n_vocab);
     }
     return GPT2_OK;
 }

@@ -17,6 +17,7 @@
 #endif
 
 #include <doctest/doctest.h>
+#include <tuple>
 
 #include <algorithm>
 #include <cmath>
@@ -980,6 +981,64 @@ namespace {
 int abort_now(void*) { return 1; }
 } // namespace
 
+namespace {
+struct Ends {
+    std::vector<std::tuple<gpt2_end, gpt2_result, std::string>> heard; // on_end's calls
+    static void on_end(void* user, gpt2_end end, gpt2_result result, const char* message) {
+        static_cast<Ends*>(user)->heard.emplace_back(end, result, message);
+    }
+};
+} // namespace
+
+TEST_CASE("on_end hears once how gpt2_generate and each line of gpt2_generate_batch ended, as end and the result say") {
+    TestModel m("shakespeare_char.gguf");
+    REQUIRE(m.model);
+    TestSession a(m), b(m);
+    gpt2_generate_params p = gpt2_generate_default_params();
+    gpt2_end end = GPT2_END_ABORTED;
+    Ends ends;
+    p.user = &ends, p.on_end = Ends::on_end, p.end = &end, p.max_new_tokens = 5;
+    REQUIRE(gpt2_generate_text(a.session, "ROMEO:", &p, nullptr) == GPT2_OK);
+    CHECK(ends.heard == decltype(ends.heard){{GPT2_END_MAX_TOKENS, GPT2_OK, ""}});
+
+    // a failure: after "a" the grammar wants '{', which no token of this vocabulary holds
+    gpt2_grammar* dead_end = nullptr;
+    REQUIRE(gpt2_grammar_from_gbnf(m.model, "root ::= \"a\" \"{\" | \"b\"", nullptr, &dead_end, nullptr) == GPT2_OK);
+    const gpt2_logit_bias ban_b = {tokenize(m.model, "b").at(0), -INFINITY};
+    gpt2_generate_params failing = p;
+    failing.grammar = dead_end, failing.logit_bias = &ban_b, failing.n_logit_bias = 1;
+    ends.heard.clear();
+    gpt2_error err;
+    REQUIRE(gpt2_generate_text(a.session, "", &failing, &err) == GPT2_ERROR_BAD_GRAMMAR);
+    REQUIRE(ends.heard.size() == 1);
+    CHECK(std::get<0>(ends.heard[0]) == GPT2_END_ERROR);
+    CHECK(end == GPT2_END_ERROR);
+    CHECK(std::string(gpt2_end_string(end)) == "error");
+    CHECK(std::get<1>(ends.heard[0]) == GPT2_ERROR_BAD_GRAMMAR);
+    CHECK(std::get<2>(ends.heard[0]) == err.message);
+    ends.heard.clear();
+    REQUIRE(gpt2_generate_text(a.session, "", &failing, nullptr) == GPT2_ERROR_BAD_GRAMMAR); // no err: on_end still hears why
+    CHECK(std::get<2>(ends.heard.at(0)).find("no token of the model's vocabulary continues the text") != std::string::npos);
+
+    // a batch: each line once, the one that ended first as it ended
+    Ends first, second;
+    gpt2_generate_params batch_params[2] = {p, p};
+    batch_params[0].user = &first, batch_params[0].max_new_tokens = 2, batch_params[0].end = nullptr;
+    batch_params[1].user = &second, batch_params[1].end = nullptr;
+    gpt2_session* sessions[2] = {a.session, b.session};
+    const char* prompts[2] = {"A", "ROMEO:"};
+    REQUIRE(gpt2_generate_batch(sessions, prompts, batch_params, 2, nullptr) == GPT2_OK);
+    CHECK(first.heard == decltype(first.heard){{GPT2_END_MAX_TOKENS, GPT2_OK, ""}});
+    CHECK(second.heard == decltype(second.heard){{GPT2_END_MAX_TOKENS, GPT2_OK, ""}});
+    first.heard.clear(), second.heard.clear();
+    batch_params[1] = failing, batch_params[1].user = &second, batch_params[1].end = nullptr;
+    REQUIRE(gpt2_generate_batch(sessions, prompts, batch_params, 2, &err) == GPT2_ERROR_BAD_GRAMMAR);
+    CHECK(first.heard == decltype(first.heard){{GPT2_END_MAX_TOKENS, GPT2_OK, ""}}); // 2 tokens: done before the other failed
+    REQUIRE(second.heard.size() == 1);
+    CHECK(std::get<0>(second.heard[0]) == GPT2_END_ERROR);
+    gpt2_grammar_free(dead_end);
+}
+
 TEST_CASE("end is GPT2_END_ABORTED when abort_fn stops a generation or a stage's line is cancelled") {
     TestModel m("shakespeare_char.gguf");
     REQUIRE(m.model);
@@ -990,8 +1049,12 @@ TEST_CASE("end is GPT2_END_ABORTED when abort_fn stops a generation or a stage's
     gpt2_generate_params p = gpt2_generate_default_params();
     gpt2_end end = GPT2_END_MAX_TOKENS;
     p.end = &end;
+    Ends ends;
+    p.user = &ends, p.on_end = Ends::on_end;
     CHECK(gpt2_generate_text(aborting, "ROMEO:", &p, nullptr) == GPT2_ERROR_ABORTED);
     CHECK(end == GPT2_END_ABORTED);
+    CHECK(ends.heard == decltype(ends.heard){{GPT2_END_ABORTED, GPT2_ERROR_ABORTED, "aborted by abort_fn; the session is as it was before the call"}});
+    p.on_end = nullptr;
     gpt2_session_free(aborting);
 
     TestSession s(m);

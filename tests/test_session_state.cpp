@@ -4,6 +4,7 @@
 #include "helpers.h"
 #include <doctest/doctest.h>
 #include <cstring>
+#include <string>
 #include <fstream>
 #include <iterator>
 
@@ -212,7 +213,7 @@ TEST_CASE("a damaged, truncated, foreign or too long state is refused with its r
     SUBCASE("every truncation") {
         for (size_t n = 0; n < state.size(); n++) {
             CAPTURE(n);
-            REQUIRE(gpt2_session_load(target.session, state.data(), n, &err) == GPT2_ERROR_BAD_FILE);
+            REQUIRE(gpt2_session_load(target.session, state.data(), n, &err) == GPT2_ERROR_BAD_STATE);
             CHECK(std::string(err.message).find(n < 8 || n >= 76 ? "truncated" : "") != std::string::npos);
         }
         check_unchanged(target.session, target_ids, target_logits, V);
@@ -261,8 +262,8 @@ TEST_CASE("a damaged, truncated, foreign or too long state is refused with its r
     }
     SUBCASE("not a state at all") {
         const std::string text = "this is a save game, not a session state";
-        CHECK(gpt2_session_load(target.session, text.data(), text.size(), &err) == GPT2_ERROR_BAD_FILE);
-        CHECK_ERROR(err, GPT2_ERROR_BAD_FILE, "not a gpt2.h session state");
+        CHECK(gpt2_session_load(target.session, text.data(), text.size(), &err) == GPT2_ERROR_BAD_STATE);
+        CHECK_ERROR(err, GPT2_ERROR_BAD_STATE, "not a gpt2.h session state");
         check_unchanged(target.session, target_ids, target_logits, V);
     }
 }
@@ -291,6 +292,45 @@ TEST_CASE("the discard policy keeps n_keep tokens and drops n_discard at once; i
     REQUIRE(gpt2_session_eval(scratch.session, expected.data(), expected.size(), nullptr) == GPT2_OK);
     CHECK(max_abs_diff(logits_of(s, V).data(), logits_of(scratch.session, V).data(), (size_t)V) <= 1e-5f);
     gpt2_session_free(s);
+}
+
+TEST_CASE("tokens beyond the context are cropped as the policy says, and the model's log says how many went") {
+    struct Warnings {
+        std::vector<std::string> lines;
+        static void record(void* user, gpt2_log_level level, const char* message) {
+            if (level == GPT2_LOG_WARNING) static_cast<Warnings*>(user)->lines.push_back(message);
+        }
+    } warnings;
+    gpt2_model_params mp = gpt2_model_default_params();
+    mp.log = Warnings::record;
+    mp.log_user = &warnings;
+    Model m(test_model("shakespeare_char.gguf"), mp);
+    REQUIRE(m.model);
+    const int V = m.info().n_vocab;
+    gpt2_session_params p = gpt2_session_default_params();
+    p.n_threads = 1;
+    p.n_ctx = 32;
+    gpt2_session* exact = nullptr;
+    REQUIRE(gpt2_session_create(m.model, &p, &exact, nullptr) == GPT2_OK);
+    const std::vector<int32_t> ids = some_tokens(40, V);
+    REQUIRE(gpt2_session_eval(exact, ids.data(), 30, nullptr) == GPT2_OK);
+    CHECK(warnings.lines.empty()); // fits: nothing said
+    REQUIRE(gpt2_session_eval(exact, ids.data(), ids.size(), nullptr) == GPT2_OK);
+    CHECK(tokens_of(exact) == std::vector<int32_t>(ids.end() - 32, ids.end()));
+    REQUIRE(warnings.lines.size() == 1);
+    CHECK(warnings.lines[0] == "40 new tokens are more than the context holds (n_ctx 32): the first 8 of them were dropped");
+
+    p.context_policy = GPT2_CONTEXT_DISCARD;
+    p.n_keep = 4;
+    gpt2_session* discard = nullptr;
+    REQUIRE(gpt2_session_create(m.model, &p, &discard, nullptr) == GPT2_OK);
+    REQUIRE(gpt2_session_eval(discard, ids.data(), 2, nullptr) == GPT2_OK); // 2 of the 4 kept are old
+    REQUIRE(gpt2_session_eval(discard, ids.data() + 2, 38, nullptr) == GPT2_OK);
+    CHECK(tokens_of(discard).size() == 32); // 2 old + 2 new among the first 4, then the last 28 new
+    REQUIRE(warnings.lines.size() == 2);
+    CHECK(warnings.lines[1] == "38 new tokens are more than the context holds beside the 2 it keeps (n_ctx 32, n_keep 4): 8 of them were dropped");
+    gpt2_session_free(exact);
+    gpt2_session_free(discard);
 }
 
 TEST_CASE("over a long chat the discard policy's logits stay those of its tokens evaluated from scratch") {

@@ -10,6 +10,7 @@
 #include "tools/gguf_write.h"
 #include <doctest/doctest.h>
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 static std::vector<int32_t> context_ids(int n) {
@@ -185,6 +186,114 @@ TEST_CASE("a cancelled line, a line its abort_fn stops, and the lines of a freed
         CHECK(generate(s, context, 8, 0.8f, 200, 1337) == expected);
     }
     gpt2_session_free(with_abort);
+}
+
+// What a line's on_end heard, and what its session allowed then (p.user: on_token's Heard too).
+struct EndHeard : Heard {
+    int calls = 0;
+    size_t tokens_then = 0; // tokens heard when on_end came: none may follow it
+    gpt2_end end = GPT2_END_MAX_TOKENS;
+    gpt2_result result = GPT2_OK;
+    std::string message;
+    gpt2_end written = (gpt2_end)-1; // params.end's
+    bool session_free = false;        // on_end could evaluate on its session
+    gpt2_session* session = nullptr;
+};
+
+static void heard_end(void* user, gpt2_end end, gpt2_result result, const char* message) {
+    EndHeard* h = static_cast<EndHeard*>(static_cast<Heard*>(user));
+    h->calls++;
+    h->tokens_then = h->tokens.size();
+    h->end = end, h->result = result, h->message = message;
+    const int32_t one = 1;
+    h->session_free = gpt2_session_eval(h->session, &one, 1, nullptr) == GPT2_OK;
+    if (h->session_free) gpt2_session_truncate(h->session, gpt2_session_n_tokens(h->session) - 1, nullptr);
+}
+
+TEST_CASE("each line's on_end comes once, after its last token, with its session free: ended, stopped, cancelled, failed, freed with the stage") {
+    Loaded m(random_model(GPT2_TYPE_Q8_0));
+    REQUIRE(m.model);
+    gpt2_error err;
+    gpt2_grammar* dead_end = nullptr; // writable through "b"; after "a" only '}', which no token holds
+    REQUIRE_MESSAGE(gpt2_grammar_from_gbnf(m.model, "root ::= \"a\" \"}\" | \"b\"", nullptr, &dead_end, &err) == GPT2_OK, err.message);
+    const gpt2_logit_bias ban_b = {(int32_t)('b' - '0'), -INFINITY};
+    enum { ended, stopped, cancelled, failed, freed, n_lines };
+    std::vector<EndHeard> heard(n_lines);
+    std::vector<std::unique_ptr<Owned>> owned;
+    std::vector<gpt2_generate_params> params(n_lines, gpt2_generate_default_params());
+    for (int i = 0; i < n_lines; i++) {
+        owned.push_back(session(m.model, 1, 0));
+        heard[(size_t)i].session = owned.back()->session;
+        params[(size_t)i].on_token = hear, params[(size_t)i].on_end = heard_end, params[(size_t)i].user = static_cast<Heard*>(&heard[(size_t)i]);
+        params[(size_t)i].end = &heard[(size_t)i].written;
+        params[(size_t)i].max_new_tokens = i == ended ? 6 : 60;
+    }
+    heard[stopped].stop_after = 3;
+    params[failed].grammar = dead_end, params[failed].logit_bias = &ban_b, params[failed].n_logit_bias = 1;
+    gpt2_stage* stage;
+    REQUIRE(gpt2_stage_create(m.model, nullptr, &stage, &err) == GPT2_OK);
+    for (int i = 0; i < n_lines; i++) REQUIRE_MESSAGE(gpt2_stage_add(stage, heard[(size_t)i].session, "ABC", &params[(size_t)i], &err) == GPT2_OK, err.message);
+    size_t n_active;
+    gpt2_result stepped = GPT2_OK;
+    for (int i = 0; i < 8; i++) {
+        const gpt2_result r = gpt2_stage_step(stage, 0, &n_active, &err);
+        if (r != GPT2_OK) stepped = r;
+    }
+    CHECK(stepped == GPT2_ERROR_BAD_GRAMMAR); // the failed line's step said so, and the others went on
+    CHECK(n_active == 2);
+    REQUIRE(gpt2_stage_cancel(stage, heard[cancelled].session, &err) == GPT2_OK);
+    CHECK(heard[cancelled].calls == 1); // at once: no step ran
+    gpt2_stage_free(stage);
+
+    for (int i = 0; i < n_lines; i++) {
+        CAPTURE(i);
+        const EndHeard& h = heard[(size_t)i];
+        CHECK(h.calls == 1);
+        CHECK(h.tokens_then == h.tokens.size());
+        CHECK(h.written == h.end);
+        CHECK(h.session_free);
+    }
+    CHECK((heard[ended].end == GPT2_END_MAX_TOKENS && heard[ended].result == GPT2_OK && heard[ended].message.empty() && heard[ended].tokens.size() == 6));
+    CHECK((heard[stopped].end == GPT2_END_CALLBACK && heard[stopped].result == GPT2_OK && heard[stopped].tokens.size() == 3));
+    for (int i : {cancelled, freed}) {
+        CHECK(heard[(size_t)i].end == GPT2_END_ABORTED);
+        CHECK(heard[(size_t)i].result == GPT2_ERROR_ABORTED);
+        CHECK(heard[(size_t)i].message.find("the line was cancelled") != std::string::npos);
+    }
+    CHECK(heard[failed].end == GPT2_END_ERROR);
+    CHECK(heard[failed].result == GPT2_ERROR_BAD_GRAMMAR);
+    CHECK(heard[failed].message.find("no token of the model's vocabulary continues the text") != std::string::npos);
+    gpt2_grammar_free(dead_end);
+}
+
+TEST_CASE("on_end may give its session the next line: a character's lines one after another") {
+    Loaded m(random_model(GPT2_TYPE_F32));
+    REQUIRE(m.model);
+    struct Chain {
+        gpt2_stage* stage = nullptr;
+        gpt2_session* session = nullptr;
+        gpt2_generate_params p{};
+        int lines_left = 3, ends = 0;
+        gpt2_result added = GPT2_OK;
+    } chain;
+    auto owned = session(m.model, 1, 0);
+    chain.session = owned->session;
+    gpt2_error err;
+    REQUIRE(gpt2_stage_create(m.model, nullptr, &chain.stage, &err) == GPT2_OK);
+    chain.p = gpt2_generate_default_params();
+    chain.p.max_new_tokens = 4;
+    chain.p.user = &chain;
+    chain.p.on_end = [](void* user, gpt2_end, gpt2_result, const char*) {
+        Chain* c = static_cast<Chain*>(user);
+        c->ends++;
+        if (--c->lines_left > 0) c->added = gpt2_stage_add(c->stage, c->session, "Q", &c->p, nullptr);
+    };
+    REQUIRE(gpt2_stage_add(chain.stage, chain.session, "ABC", &chain.p, &err) == GPT2_OK);
+    step_until_done(chain.stage);
+    CHECK(chain.added == GPT2_OK);
+    CHECK(chain.ends == 3);
+    CHECK(gpt2_session_n_tokens(chain.session) == 3 + 4 + 1 + 4 + 1 + 4);
+    gpt2_stage_free(chain.stage);
 }
 
 TEST_CASE("a stage refuses bad input with a clear error and changes nothing") {

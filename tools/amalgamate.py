@@ -63,6 +63,9 @@ OUTPUTS = {
         "src/cuda/implementation.cuh",   # the CUDA implementation starts (GPT2_IMPLEMENTATION)
         "src/cuda/common.cuh",           # CUDA headers, errors, the weights on the device
         "src/cuda/kernels.cuh",          # prompt and one-token kernels, sampling, log-probabilities
+        "src/cuda/sampler.cuh",          # the many-block sampler (used with GPT2_CUDA_FAST_SAMPLER)
+        "src/cuda/decode_q8.cuh",        # q8_0 weights in 8 bits for the one-token products (used with GPT2_CUDA_Q8)
+        "src/cuda/fused.cuh",            # attention with its output projection in one launch (used with GPT2_CUDA_FUSED_ATTN_PROJ)
         "src/cuda/model.cuh",            # the weights uploaded once
         "src/cuda/session.cuh",          # a session's stream, cache and scratch
         "src/cuda/persistent.cuh",       # the persistent one-token kernel (GPT2_CUDA_PERSISTENT_DECODE only)

@@ -50,7 +50,8 @@ namespace Gpt2
         Aborted,
         Internal,
         Busy,
-        BadGrammar
+        BadGrammar,
+        BadState
     }
 
     /// <summary>gpt2_end: why a generation ended (Gpt2Session.LastEnd).</summary>
@@ -67,7 +68,9 @@ namespace Gpt2
         /// <summary>onToken returned false.</summary>
         Callback,
         /// <summary>ShouldAbort or the call's CancellationToken stopped it: the session is as before the call.</summary>
-        Aborted
+        Aborted,
+        /// <summary>The generation failed (the Gpt2Exception says why).</summary>
+        Error
     }
 
     /// <summary>gpt2_match: whether a text is a whole sentence of a grammar, the start of one, or neither.</summary>
@@ -262,6 +265,18 @@ namespace Gpt2
             }
         }
 
+        // The pointer, held until Exit, also once the object is disposed: for a holder's further hold
+        // (a session's model for the model's own stage), valid because that holder keeps it alive.
+        public IntPtr EnterHeld()
+        {
+            lock (gate)
+            {
+                if (handle == IntPtr.Zero) throw new ObjectDisposedException(owner);
+                holders++;
+                return handle;
+            }
+        }
+
         public void Exit()
         {
             IntPtr last = IntPtr.Zero;
@@ -367,7 +382,42 @@ namespace Gpt2
         // it is freed), or one call's.
         internal IntPtr Acquire() { return lease.Enter(); }
 
+        // A further hold for something a session of this model makes (its model's own stage), also
+        // once this object is disposed: the session keeps the native model alive.
+        internal IntPtr AcquireHeld() { return lease.EnterHeld(); }
+
         internal void Release() { lease.Exit(); }
+
+        readonly object stageGate = new object();
+        Gpt2Stage ownStage; // GenerateAsync's lines, stepped by the stage's own thread; made at first use
+
+        /// <summary>The threads of the passes of the model's own stage, where GenerateAsync's lines run
+        /// (0, the default: one per core). Set it before the first GenerateAsync.</summary>
+        public int StageThreads { get; set; }
+
+        // GenerateAsync: the line joins the model's own stage, so that every character's line shares
+        // one pass over the weights per token.
+        internal Task<string> GenerateOnOwnStage(Gpt2Session session, string prompt, Gpt2GenerateOptions options, Gpt2TokenQueue tokens,
+                                                 CancellationToken cancellationToken)
+        {
+            lock (stageGate)
+            {
+                if (ownStage == null) ownStage = Gpt2Stage.SteppedByItsOwnThread(this, StageThreads);
+                return ownStage.Add(session, prompt, options, tokens, cancellationToken);
+            }
+        }
+
+        // The own stage's thread, when it has no line: true when the stage is to go (this model was
+        // disposed; a later GenerateAsync of a session that outlives it makes a new one).
+        internal bool CloseOwnStageIfIdle(Gpt2Stage stage)
+        {
+            lock (stageGate)
+            {
+                if (!lease.IsDisposed || stage.Active > 0) return false;
+                ownStage = null;
+            }
+            return true;
+        }
 
         void FreeNative(IntPtr handle)
         {
@@ -444,7 +494,12 @@ namespace Gpt2
         /// <summary>Frees the model, or, while sessions of it live, lets the last of them free it: they
         /// keep working, and this object's own members throw ObjectDisposedException from now on.
         /// No finalizer: a forgotten model leaks rather than being freed under a session.</summary>
-        public void Dispose() { lease.Dispose(); }
+        public void Dispose()
+        {
+            lease.Dispose();
+            lock (stageGate)
+                if (ownStage != null) ownStage.Wake(); // its thread frees it once its lines have ended
+        }
 
         [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_log_fn))]
         static void OnLog(IntPtr user, gpt2_log_level level, IntPtr message)
@@ -868,7 +923,8 @@ namespace Gpt2
         }
 
         /// <summary>Continues a conversation SaveState saved (gpt2_session_load); a damaged or foreign
-        /// state throws and leaves the session as it was.</summary>
+        /// state throws Gpt2Exception (Gpt2Result.BadState for bytes that are not a whole, intact
+        /// state) and leaves the session as it was.</summary>
         public void LoadState(byte[] state)
         {
             if (state == null) throw new ArgumentNullException("state");
@@ -1074,14 +1130,17 @@ namespace Gpt2
             return p.Call.Text.ToString();
         }
 
-        /// <summary>Generate on a thread-pool thread, for a caller that must not wait (a game's main
-        /// thread): the task's result is the text Generate gives. tokens (may be null) receives each
-        /// piece as it is made, for the main thread to take in Update (Gpt2TokenQueue.TryDequeue).
-        /// Cancelling cancellationToken before the task starts or while it runs ends the task Canceled
-        /// and leaves the session as before the call. The options are copied now: change them freely
-        /// afterwards. Until the task ends, other calls on this session throw Gpt2Result.Busy. The task
-        /// holds the session and the options' grammar from now on: disposing either before it ends
-        /// stops it (ObjectDisposedException for the session; a grammar is freed after the task).
+        /// <summary>Generate without waiting, for a caller that must not (a game's main thread): the
+        /// line joins its model's own stage (Gpt2Model.StageThreads; a thread of the stage's steps it),
+        /// so the lines of every character asked meanwhile share one pass over the weights per token,
+        /// each joining at the next step. The task's result is the text Generate gives. tokens (may be
+        /// null) receives each piece as it is made, for the main thread to take in Update
+        /// (Gpt2TokenQueue.TryDequeue). Cancelling cancellationToken before the line ends ends the task
+        /// Canceled and leaves the session as before the call. The options are copied now: change them
+        /// freely afterwards. Until the task ends, other calls on this session throw Gpt2Result.Busy.
+        /// The task holds the session and the options' grammar from now on: disposing either before it
+        /// ends stops it (ObjectDisposedException for the session; a grammar is freed after the task).
+        /// A failure of the generation (a busy session included) ends the task with a Gpt2Exception.
         ///     var queue = new Gpt2TokenQueue();
         ///     Task&lt;string&gt; line = session.GenerateAsync("ROMEO:", options, queue, cts.Token);
         ///     // in Update: string piece; while (queue.TryDequeue(out piece)) label.text += piece;
@@ -1090,25 +1149,8 @@ namespace Gpt2
                                           CancellationToken cancellationToken = default(CancellationToken))
         {
             if (prompt == null) throw new ArgumentNullException("prompt");
-            Gpt2TokenHandler onToken = tokens == null ? null : new Gpt2TokenHandler(tokens.Add);
-            IntPtr session = lease.Enter();
-            GenerateCallParams p;
-            try
-            {
-                p = new GenerateCallParams(options == null ? null : options.Copy(), onToken); // the options' values now
-            }
-            catch
-            {
-                lease.Exit();
-                throw;
-            }
-            Task<string> task = Task.Run(() => GenerateHeld(session, prompt, p, cancellationToken), cancellationToken);
-            // also when the task is cancelled before it starts
-            task.ContinueWith(ended => {
-                p.Dispose();
-                lease.Exit();
-            }, TaskScheduler.Default);
-            return task;
+            lease.Peek(); // a disposed session throws now
+            return model.GenerateOnOwnStage(this, prompt, options, tokens, cancellationToken);
         }
 
         /// <summary>Appends tokens[i] to sessions[i] for every i in one pass over the weights
@@ -1245,6 +1287,94 @@ namespace Gpt2
             model.Release();
         }
 
+        // A line of this session on a stage (Gpt2Stage.Add), from its add until Finish: it holds the
+        // session and the options' grammar, and keeps its params (stop strings, the callbacks' target)
+        // alive for the library until its on_end has come.
+        internal sealed class StageLine
+        {
+            internal readonly Gpt2Session Session;
+            internal readonly IntPtr NativeSession;
+            readonly GenerateCallParams p;
+            readonly CancellationToken cancellation;
+            readonly TaskCompletionSource<string> done = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
+            gpt2_result result;
+            string message = "";
+            // guarded by the stage's gate:
+            internal bool Added;     // gpt2_stage_add succeeded
+            internal bool Finishing; // its on_end has come: the library is done with it
+            internal volatile bool CancelRequested;
+            internal CancellationTokenRegistration Registration;
+
+            internal StageLine(Gpt2Stage stage, Gpt2Session session, Gpt2GenerateOptions options, Gpt2TokenQueue tokens, CancellationToken cancellation)
+            {
+                Session = session;
+                this.cancellation = cancellation;
+                NativeSession = session.lease.Enter();
+                try
+                {
+                    p = new GenerateCallParams(options == null ? null : options.Copy(), tokens == null ? null : new Gpt2TokenHandler(tokens.Add));
+                }
+                catch
+                {
+                    session.lease.Exit();
+                    throw;
+                }
+                p.Call.OnEnd = (ended, why) => {
+                    result = ended;
+                    message = why;
+                    stage.NoteEnded(this);
+                };
+                p.Native.on_end = EndThunkPointer;
+            }
+
+            internal Task<string> Task { get { return done.Task; } }
+
+            internal gpt2_result Add(IntPtr nativeStage, string prompt, out Gpt2Native.gpt2_error err)
+            {
+                return Gpt2Native.gpt2_stage_add(nativeStage, NativeSession, Gpt2Native.Utf8z(prompt), ref p.Native, out err);
+            }
+
+            // The line left, or was never added (a refused add: `refused` its error): the session's
+            // LastEnd, the holds let go, and the task's outcome. `stageDisposed`: the stage went first.
+            internal void Finish(bool stageDisposed, Exception refused = null)
+            {
+                Registration.Dispose();
+                Session.NoteEnd(p, result);
+                GenerateCall call = p.Call;
+                p.Dispose();
+                ExceptionDispatchInfo shouldAbortFailure = Session.abort.Failure;
+                Session.abort.Failure = null;
+                bool sessionDisposed = Session.abort.Disposed;
+                Session.lease.Exit();
+                if (refused != null) done.TrySetException(refused);
+                else if (shouldAbortFailure != null) done.TrySetException(shouldAbortFailure.SourceException);
+                else if (call.Failure != null) done.TrySetException(call.Failure.SourceException);
+                else if (result == gpt2_result.GPT2_OK) done.TrySetResult(call.Text.ToString());
+                else if (result != gpt2_result.GPT2_ERROR_ABORTED) done.TrySetException(new Gpt2Exception((Gpt2Result)result, message));
+                else if (sessionDisposed) done.TrySetException(new ObjectDisposedException("Gpt2Session", "the session was disposed during the call, which stopped there"));
+                else if (CancelRequested) done.TrySetCanceled(cancellation);
+                else if (stageDisposed) done.TrySetException(new ObjectDisposedException("Gpt2Stage", "the stage was disposed before the line ended; its session is as before the line"));
+                else done.TrySetException(new Gpt2Exception(Gpt2Result.Aborted, message)); // ShouldAbort said so
+            }
+        }
+
+        static readonly Gpt2Native.gpt2_end_fn EndThunk = OnEnd;
+        static readonly IntPtr EndThunkPointer = Marshal.GetFunctionPointerForDelegate(EndThunk);
+
+        [MonoPInvokeCallback(typeof(Gpt2Native.gpt2_end_fn))]
+        static void OnEnd(IntPtr user, int end, gpt2_result result, IntPtr message)
+        {
+            try
+            {
+                var call = (GenerateCall)GCHandle.FromIntPtr(user).Target;
+                if (call.OnEnd != null) call.OnEnd(result, Gpt2Native.FromUtf8z(message));
+            }
+            catch (Exception)
+            {
+                // nothing may unwind through native code; the line's task still ends at Finish
+            }
+        }
+
         // What OnAbort needs: the caller's predicate, an exception it threw, to rethrow, and whether
         // the session was disposed during the call.
         sealed class AbortState
@@ -1374,6 +1504,7 @@ namespace Gpt2
             public readonly StringBuilder Text = new StringBuilder();
             public float[] Logits;
             public ExceptionDispatchInfo Failure;
+            public Action<gpt2_result, string> OnEnd; // a stage's line: its on_end
 
             public GenerateCall(Gpt2TokenHandler onToken, Action<float[]> onLogits)
             {
@@ -1435,6 +1566,241 @@ namespace Gpt2
             {
                 call.Failure = ExceptionDispatchInfo.Capture(e); // on_token stops generation next
             }
+        }
+    }
+
+    /// <summary>Many characters' lines in one pass over the weights per token (gpt2_stage,
+    /// docs/STAGE.md). Add joins a session's line to the next step, at any time and from any thread;
+    /// Step advances every line on the stage by one token, or with budgetMicroseconds &gt; 0 by at
+    /// most about that much work (the next Step goes on where it stopped: call it once a frame, in
+    /// Update, on a host without a spare thread). Each line's task ends with the text Generate gives
+    /// its session alone, and the session is free again. Gpt2Session.GenerateAsync uses its model's
+    /// own stage, which a thread of its own steps; make a Gpt2Stage to step one yourself.
+    ///     var stage = new Gpt2Stage(model, threads: 1);
+    ///     Task&lt;string&gt; guard = stage.Add(guardSession, "PLAYER: Who goes there?\nGUARD:", options, guardPieces);
+    ///     // every frame: stage.Step(4000);   // at most ~4 ms of work
+    /// Disposing the stage ends the lines still on it (their tasks: ObjectDisposedException; their
+    /// sessions as before their lines).</summary>
+    public sealed class Gpt2Stage : IDisposable
+    {
+        readonly Gpt2Model model;
+        readonly NativeLease lease; // held by each call into the native stage; Dispose frees it after the last
+        readonly object gate = new object();
+        readonly List<Gpt2Session.StageLine> lines = new List<Gpt2Session.StageLine>(); // added, not yet finished
+        readonly List<Gpt2Session.StageLine> ended = new List<Gpt2Session.StageLine>(); // their on_end came: Finish them
+        volatile bool disposed;
+        AutoResetEvent wake; // the model's own stage: its thread waits here for lines
+
+        /// <summary>A stage for sessions of model; threads: the threads of its passes (0: one per core).</summary>
+        public Gpt2Stage(Gpt2Model model, int threads = 0) : this(model, threads, false) { }
+
+        Gpt2Stage(Gpt2Model model, int threads, bool modelsOwn)
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (threads < 0) throw new ArgumentOutOfRangeException("threads", threads, "0 (one per core) or more");
+            this.model = model;
+            lease = new NativeLease("Gpt2Stage", FreeNative);
+            IntPtr modelHandle = modelsOwn ? model.AcquireHeld() : model.Acquire();
+            Gpt2Native.gpt2_stage_params p = Gpt2Native.gpt2_stage_default_params();
+            p.n_threads = threads;
+            Gpt2Native.gpt2_error err;
+            IntPtr handle;
+            gpt2_result result = Gpt2Native.gpt2_stage_create(modelHandle, ref p, out handle, out err);
+            lease.Set(handle);
+            if (result != gpt2_result.GPT2_OK) model.Release();
+            Gpt2Exception.ThrowIfFailed(result, ref err);
+        }
+
+        // The model's own stage (GenerateAsync's): a background thread steps it while it has lines.
+        internal static Gpt2Stage SteppedByItsOwnThread(Gpt2Model model, int threads)
+        {
+            var stage = new Gpt2Stage(model, threads, true);
+            stage.wake = new AutoResetEvent(false);
+            var stepper = new Thread(stage.StepWhileItHasLines);
+            stepper.IsBackground = true;
+            stepper.Name = "gpt2 stage";
+            stepper.Start();
+            return stage;
+        }
+
+        void StepWhileItHasLines()
+        {
+            for (;;)
+            {
+                while (Active > 0)
+                {
+                    try
+                    {
+                        Step();
+                    }
+                    catch (Exception)
+                    {
+                        // a step's failure is its lines' (their tasks end with it); go on with the others
+                    }
+                }
+                if (model.CloseOwnStageIfIdle(this)) break;
+                wake.WaitOne();
+            }
+            Dispose();
+        }
+
+        internal void Wake()
+        {
+            if (wake != null) wake.Set();
+        }
+
+        /// <summary>The lines on the stage: added and not yet ended.</summary>
+        public int Active { get { lock (gate) return lines.Count; } }
+
+        /// <summary>Queues session's line (gpt2_stage_add): prompt (may be "": continue the context) and
+        /// options (null: the defaults; copied now) as Generate takes them, tokens (may be null) its
+        /// pieces as they are made. It joins the next step; the task ends with its text. Until then the
+        /// line holds the session (other calls on it throw Gpt2Result.Busy) and the options' grammar.
+        /// cancellationToken cancels the line (the task Canceled, the session as before the line). A
+        /// line the library refuses (a busy session, a session of another model or already on this
+        /// stage, an empty prompt on an empty session) ends the task with a Gpt2Exception.</summary>
+        public Task<string> Add(Gpt2Session session, string prompt, Gpt2GenerateOptions options = null, Gpt2TokenQueue tokens = null,
+                                CancellationToken cancellationToken = default(CancellationToken))
+        {
+            if (session == null) throw new ArgumentNullException("session");
+            if (prompt == null) throw new ArgumentNullException("prompt");
+            if (cancellationToken.IsCancellationRequested)
+            {
+                var cancelled = new TaskCompletionSource<string>();
+                cancelled.SetCanceled();
+                return cancelled.Task;
+            }
+            IntPtr stage = lease.Enter();
+            Gpt2Session.StageLine line;
+            gpt2_result result;
+            Gpt2Native.gpt2_error err;
+            try
+            {
+                line = new Gpt2Session.StageLine(this, session, options, tokens, cancellationToken);
+                lock (gate) lines.Add(line); // before the add: its on_end may come before Add returns
+                line.Registration = cancellationToken.Register(() => Cancel(line));
+                result = line.Add(stage, prompt, out err);
+                lock (gate) line.Added = result == gpt2_result.GPT2_OK;
+            }
+            finally
+            {
+                lease.Exit();
+            }
+            if (result != gpt2_result.GPT2_OK)
+            {
+                lock (gate) lines.Remove(line);
+                string message = err.Message.Length > 0 ? err.Message : Gpt2Native.FromUtf8z(Gpt2Native.gpt2_result_string(result));
+                line.Finish(false, new Gpt2Exception((Gpt2Result)result, message));
+                return line.Task;
+            }
+            if (line.CancelRequested) Cancel(line); // cancelled while it was being added
+            Wake();
+            return line.Task;
+        }
+
+        /// <summary>Advances every line by one token in one pass over the weights (gpt2_stage_step), a
+        /// new line's prompt prefilled in the same pass; with budgetMicroseconds &gt; 0 it returns once
+        /// about that much work is done, and the next Step goes on where it stopped (the tokens are
+        /// the same, bit for bit). Lines that end leave, their tasks end. Returns the lines still on
+        /// the stage. A line's failure ends its task, not Step; one thread steps at a time (another
+        /// gets Gpt2Exception with Gpt2Result.Busy).</summary>
+        public int Step(long budgetMicroseconds = 0)
+        {
+            if (budgetMicroseconds < 0) throw new ArgumentOutOfRangeException("budgetMicroseconds", budgetMicroseconds, "0 (a whole step) or more");
+            IntPtr stage = lease.Enter();
+            gpt2_result result;
+            Gpt2Native.gpt2_error err;
+            try
+            {
+                UIntPtr ignored;
+                result = Gpt2Native.gpt2_stage_step(stage, budgetMicroseconds, out ignored, out err);
+            }
+            finally
+            {
+                lease.Exit();
+                FinishEnded();
+            }
+            if (result == gpt2_result.GPT2_ERROR_BUSY) Gpt2Exception.ThrowIfFailed(result, ref err);
+            return Active;
+        }
+
+        /// <summary>Ends session's line now (gpt2_stage_cancel): its task ends Canceled and the session
+        /// is as before the line. Nothing when the session has no line on this stage.</summary>
+        public void Cancel(Gpt2Session session)
+        {
+            if (session == null) throw new ArgumentNullException("session");
+            Gpt2Session.StageLine line;
+            lock (gate) line = lines.Find(l => l.Session == session);
+            if (line != null) Cancel(line);
+        }
+
+        void Cancel(Gpt2Session.StageLine line)
+        {
+            line.CancelRequested = true;
+            if (disposed) return; // the stage is going: its lines end with it
+            IntPtr stage;
+            try
+            {
+                stage = lease.Enter();
+            }
+            catch (ObjectDisposedException)
+            {
+                return;
+            }
+            try
+            {
+                lock (gate) // the line is not finished meanwhile: its native session stays valid
+                {
+                    if (!line.Added || line.Finishing) return;
+                    Gpt2Native.gpt2_error err;
+                    Gpt2Native.gpt2_stage_cancel(stage, line.NativeSession, out err); // not on the stage: it has just ended
+                }
+            }
+            finally
+            {
+                lease.Exit();
+                FinishEnded();
+            }
+        }
+
+        // on_end, on the thread of the native call that ended the line.
+        internal void NoteEnded(Gpt2Session.StageLine line)
+        {
+            lock (gate)
+            {
+                line.Finishing = true;
+                ended.Add(line);
+            }
+        }
+
+        // The lines whose on_end came, finished outside the native calls.
+        void FinishEnded()
+        {
+            Gpt2Session.StageLine[] finished;
+            lock (gate)
+            {
+                if (ended.Count == 0) return;
+                finished = ended.ToArray();
+                ended.Clear();
+                foreach (Gpt2Session.StageLine line in finished) lines.Remove(line);
+            }
+            foreach (Gpt2Session.StageLine line in finished) line.Finish(disposed);
+        }
+
+        /// <summary>Frees the stage, once a Step or Add running on another thread has returned; the
+        /// lines still on it end (their tasks: ObjectDisposedException) and their sessions are as
+        /// before their lines.</summary>
+        public void Dispose()
+        {
+            disposed = true;
+            lease.Dispose();
+        }
+
+        void FreeNative(IntPtr handle)
+        {
+            Gpt2Native.gpt2_stage_free(handle);
+            FinishEnded();
+            model.Release();
         }
     }
 }

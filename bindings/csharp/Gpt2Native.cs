@@ -41,7 +41,7 @@ namespace Gpt2
     {
         // The version of api.h these declarations mirror (GPT2_VERSION).
         public const int GPT2_VERSION_MAJOR = 0;
-        public const int GPT2_VERSION_MINOR = 2;
+        public const int GPT2_VERSION_MINOR = 3;
         public const int GPT2_VERSION_PATCH = 0;
         public const int GPT2_VERSION = GPT2_VERSION_MAJOR * 10000 + GPT2_VERSION_MINOR * 100 + GPT2_VERSION_PATCH;
 
@@ -61,6 +61,8 @@ namespace Gpt2
         public delegate int gpt2_token_fn(IntPtr user, int token, IntPtr text, UIntPtr text_len);
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate void gpt2_logits_fn(IntPtr user, IntPtr logits, int n_vocab);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate void gpt2_end_fn(IntPtr user, int end, gpt2_result result, IntPtr message);
 
         // ---- Structs ----
         [StructLayout(LayoutKind.Sequential)]
@@ -151,6 +153,7 @@ namespace Gpt2
             public IntPtr grammar;       // const gpt2_grammar*
             public IntPtr grammar_match; // gpt2_match*
             public IntPtr end;           // gpt2_end*
+            public IntPtr on_end;        // gpt2_end_fn
         }
 
         // ---- Version and ABI ----
@@ -253,6 +256,27 @@ namespace Gpt2
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_generate_batch(IntPtr[] sessions, IntPtr[] prompts, gpt2_generate_params[] p,
                                                              UIntPtr n_sessions, out gpt2_error err);
+
+        // ---- The stage (many characters, one pass per token) ----
+        [StructLayout(LayoutKind.Sequential)]
+        public struct gpt2_stage_params
+        {
+            public int n_threads;
+        }
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_stage_params gpt2_stage_default_params();
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_stage_create(IntPtr model, ref gpt2_stage_params p, out IntPtr out_stage, out gpt2_error err);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern void gpt2_stage_free(IntPtr stage);
+        // prompt: NUL-terminated UTF-8; p's pointers (stop strings, logit_bias, user) must stay valid
+        // until the line's on_end.
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_stage_add(IntPtr stage, IntPtr session, byte[] prompt, ref gpt2_generate_params p, out gpt2_error err);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_stage_cancel(IntPtr stage, IntPtr session, out gpt2_error err);
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern gpt2_result gpt2_stage_step(IntPtr stage, long budget_us, out UIntPtr n_active, out gpt2_error err);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_sample(float[] logits, int n, float temperature, int top_k, ref ulong rng_state,

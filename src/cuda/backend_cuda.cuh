@@ -37,7 +37,14 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
                                                  nullptr,
 #endif
                                                  nullptr,  /* sample_batch: each session samples on the GPU in turn */
-                                                 nullptr}; /* set_budget: a GPU's pass runs whole (the host only waits on it) */
+                                                 nullptr,  /* set_budget: a GPU's pass runs whole (the host only waits on it) */
+/* sample_chain is opt-in until a GPU has run the many-block sampler's tests; without it a chain
+   with top_p or a grammar copies the logits to the host and draws there */
+#ifdef GPT2_CUDA_FAST_SAMPLER
+                                                 gpt2__cuda_sample_chain};
+#else
+                                                 nullptr};
+#endif
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2__PART_CUDA_BACKEND_CUDA_CUH */

@@ -54,9 +54,16 @@ static const char* gpt2__cublas_name(cublasStatus_t s) {
 
 /* ---- Device model: the weights, uploaded once ------------------------------------------ */
 
+/* A q8_0 matrix's 8-bit copy for the one-token products (GPT2_CUDA_Q8: decode_q8.cuh). */
+struct gpt2__cuda_q8 {
+    int8_t* values = nullptr;   /* (rows, cols) */
+    uint16_t* scales = nullptr; /* (rows, cols / 32), f16 bits */
+};
+
 struct gpt2__cuda_layer {
     void *c_attn, *c_proj, *c_fc, *mlp_proj;  /* 16-bit (rows, cols) row-major */
     float *ln_1_w, *ln_1_b, *c_attn_b, *c_proj_b, *ln_2_w, *ln_2_b, *c_fc_b, *mlp_proj_b; /* f32, b may be NULL */
+    gpt2__cuda_q8 c_attn_q8, c_proj_q8, c_fc_q8, mlp_proj_q8; /* empty but for q8_0 matrices with GPT2_CUDA_Q8 */
 };
 
 struct gpt2__cuda_model {
@@ -65,12 +72,16 @@ struct gpt2__cuda_model {
     int n_sm = 0;
     void *wte = nullptr, *wpe = nullptr, *lm_head = nullptr;
     float *ln_f_w = nullptr, *ln_f_b = nullptr;
+    gpt2__cuda_q8 lm_head_q8;
     gpt2__vector<gpt2__cuda_layer> layers;
     gpt2__vector<void*> allocations;
     size_t bytes = 0;
     bool fast_decode = false; /* shapes the one-token kernels handle (else the prompt path runs) */
     bool pdl = false;         /* programmatic dependent launch between them (sm_90; off with GPT2_CUDA_NO_PDL) */
     bool persistent = false;  /* one persistent kernel per token instead of the graph of small ones (GPT2_CUDA_PERSISTENT_DECODE) */
+    bool fast_sampler = false; /* draws with the many-block sampler (GPT2_CUDA_FAST_SAMPLER; set at load, sessions made after see it) */
+    bool q8_decode = false;    /* the one-token products read the q8_0 matrices' 8-bit copies (GPT2_CUDA_Q8; a graph captured after sees it) */
+    bool fused_attn_proj = false; /* attention and c_proj in one kernel (GPT2_CUDA_FUSED_ATTN_PROJ; sessions made after see it) */
     int pk_blocks = 0;        /* its grid: one block per SM */
     gpt2__cuda_layer* layers_d = nullptr; /* the layer table on the device, for that kernel */
 };

@@ -18,7 +18,8 @@
 
    WHAT RUNS WHERE
      model    the weights as 16-bit floats on the GPU (bf16 when the file is bf16, else f16;
-              f32, q8_0 and q4_0 files are converted while loading), biases and norms as f32.
+              f32, q8_0 and q4_0 files are converted while loading; with GPT2_CUDA_Q8 q8_0
+              matrices also in 8 bits), biases and norms as f32.
      session  its own CUDA stream, cuBLAS handle, KV cache (16-bit) and scratch on the GPU, so
               sessions on one model run concurrently. A prompt runs as cuBLAS matrix products
               with our own kernels between them; each new token runs as one replay of a CUDA
@@ -48,6 +49,27 @@
                                   built with it.
      GPT2_CUDA_NO_PDL             no programmatic dependent launch between the one-token kernels
                                   (on by default on sm_90 and newer; measured no different).
+     GPT2_CUDA_FAST_SAMPLER       draw each token with the many-block sampler (a block per 4,096
+                                  logits, then one merges; src/cuda/sampler.cuh) instead of the
+                                  one-block kernel, and draw gpt2_generate's chain of a grammar's
+                                  mask, top_k, top_p and temperature on the GPU too (without it
+                                  such a chain copies the logits to the host each step). The same
+                                  draws as the host's chain for the same seed (its CPU twin is
+                                  tested against it). NOT YET RUN ON A GPU (bench/cuda_results.md);
+                                  gpt2-cuda-tests-next and gpt2-bench-cuda-next are built with it.
+     GPT2_CUDA_Q8                 a q8_0 file's matrices also go to the GPU in 8 bits (34 bytes a
+                                  block of 32 weights, values and scales apart), and each new token
+                                  reads those: half the bytes of the 16-bit copy, which the prompt's
+                                  cuBLAS products keep using. Each product quantizes its input to
+                                  int8 as the CPU's q8_0 tokens do (src/cuda/decode_q8.cuh; its CPU
+                                  twin is tested against the CPU's q8_0 rows). NOT YET RUN ON A GPU;
+                                  in gpt2-cuda-tests-next and gpt2-bench-cuda-next.
+     GPT2_CUDA_FUSED_ATTN_PROJ    each token's attention and its output projection (c_proj, with its
+                                  bias and the residual add) run as one kernel: the block that
+                                  combines a head also multiplies it by that head's columns, and
+                                  the last head adds the parts (src/cuda/fused.cuh; its CPU twin
+                                  is in the tests). 50 instead of 62 kernels a token for 124M. NOT
+                                  YET RUN ON A GPU; in gpt2-cuda-tests-next and gpt2-bench-cuda-next.
 */
 #ifndef GPT2_CUDA_CUH
 #define GPT2_CUDA_CUH

@@ -1,6 +1,7 @@
 #ifndef GPT2__PART_CUDA_FORWARD_CUH
 #define GPT2__PART_CUDA_FORWARD_CUH
 #include "persistent.cuh"
+#include "fused.cuh"
 
 /* The CUDA forward pass: a prompt as cuBLAS products with our kernels between them, a token as
    one replay of the captured graph of one-token kernels; the logits, sampling, scoring and the
@@ -118,9 +119,14 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
 #endif
     const int warps = 8, cap = dm->n_sm * 8;
     const bool pdl = dm->pdl;
-    auto gemv = [&](void (*kernel)(gpt2__gemv_args), const gpt2__gemv_args& a) {
+    /* one product of W (16-bit, or its 8-bit copy W8 where the model decodes q8_0 in 8 bits) */
+    auto gemv = [&](void (*kernel)(gpt2__gemv_args), void (*kernel_q8)(gpt2__gemv_args), const void* W, const gpt2__cuda_q8& W8, gpt2__gemv_args a) {
+        const bool q8 = dm->q8_decode && W8.values;
+        a.W = q8 ? (const void*)W8.values : W;
+        a.scales = q8 ? W8.scales : nullptr;
         const int grid = std::max(1, std::min((a.N + warps - 1) / warps, cap));
-        return gpt2__launch(pdl, kernel, dim3(grid), dim3(256), (size_t)a.K * 4 * (a.ln_w ? 3 : 1), st, a);
+        const size_t smem = q8 ? gpt2__gemv_q8_smem(a.K, a.ln_w != nullptr) : (size_t)a.K * 4 * (a.ln_w ? 3 : 1);
+        return gpt2__launch(pdl, q8 ? kernel_q8 : kernel, dim3(grid), dim3(256), smem, st, a);
     };
     gpt2__embed_kernel<TT><<<1, 256, 0, st>>>(s->x, (const TT*)dm->wte, (const TT*)dm->wpe, s->step_d + 1, s->step_d, 0, C);
     GPT2__LAUNCHED("embed");
@@ -132,25 +138,32 @@ static gpt2_result gpt2__cuda_forward_token(gpt2__cuda_session* s, gpt2_error* e
         a.pos = s->step_d;
         a.gelu_tanh = m->gelu_tanh ? 1 : 0;
         /* q, k, v = c_attn(ln_1(x)) + bias; k and v straight into the cache */
-        a.W = G.c_attn; a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
+        a.N = 3 * C; a.K = C; a.in = s->x; a.ln_w = G.ln_1_w; a.ln_b = G.ln_1_b; a.bias = G.c_attn_b; a.out = s->q1;
         a.k_cache = (TT*)s->k_cache + (size_t)l * s->n_ctx * C;
         a.v_cache = (TT*)s->v_cache + (size_t)l * s->n_ctx * C;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, a));
-        GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
-                                    (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, 1.0f / std::sqrt((float)D)));
-        /* x += c_proj(att) + bias */
-        a.W = G.c_proj; a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_QKV>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_QKV>, G.c_attn, G.c_attn_q8, a));
+        const float scale = 1.0f / std::sqrt((float)D);
+        if (dm->fused_attn_proj && !(dm->q8_decode && G.c_proj_q8.values)) { /* attention, then x += c_proj(att) + bias, in one kernel */
+            const gpt2__attn_proj_args p{G.c_proj, G.c_proj_b, s->x, s->proj_part, s->proj_ticket};
+            GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_proj_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1,
+                                        (const TT*)a.k_cache, (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, scale, p));
+        } else {
+            GPT2__CUDA_TRY(gpt2__launch(pdl, gpt2__attn_decode_kernel<TT>, dim3(H, s->n_splits), dim3(GPT2__ATTN_THREADS), 0, st, (const float*)s->q1, (const TT*)a.k_cache,
+                                        (const TT*)a.v_cache, (const int*)s->step_d, s->part, s->tickets, s->att1, C, D, s->n_splits, scale));
+            /* x += c_proj(att) + bias */
+            a.N = C; a.K = C; a.in = s->att1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.c_proj_b; a.out = s->x;
+            GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_RESIDUAL>, G.c_proj, G.c_proj_q8, a));
+        }
         /* fc = gelu(c_fc(ln_2(x)) + bias) */
-        a.W = G.c_fc; a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, a));
+        a.N = F; a.K = C; a.in = s->x; a.ln_w = G.ln_2_w; a.ln_b = G.ln_2_b; a.bias = G.c_fc_b; a.out = s->fc1;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_GELU>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_GELU>, G.c_fc, G.c_fc_q8, a));
         /* x += mlp c_proj(fc) + bias */
-        a.W = G.mlp_proj; a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
-        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, a));
+        a.N = C; a.K = F; a.in = s->fc1; a.ln_w = nullptr; a.ln_b = nullptr; a.bias = G.mlp_proj_b; a.out = s->x;
+        GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_RESIDUAL>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_RESIDUAL>, G.mlp_proj, G.mlp_proj_q8, a));
     }
     gpt2__gemv_args a{};
-    a.W = dm->lm_head; a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
-    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, a));
+    a.N = m->n_vocab; a.K = C; a.in = s->x; a.ln_w = dm->ln_f_w; a.ln_b = dm->ln_f_b; a.eps = m->layer_norm_eps; a.out = s->logits_d;
+    GPT2__CUDA_TRY(gemv(gpt2__gemv_kernel<TT, GPT2__EPI_STORE>, gpt2__gemv_q8_kernel<TT, GPT2__EPI_STORE>, dm->lm_head, dm->lm_head_q8, a));
     return GPT2_OK;
 }
 
@@ -248,6 +261,37 @@ static const float* gpt2__cuda_logits(gpt2_session* session) {
     return s->logits;
 }
 
+/* The many-block sampler's arguments for a draw from logits_d with the session's RNG, the token
+   to token_h; step (when not NULL) gets the next position and the token. */
+static gpt2__fs_args gpt2__cuda_fs_args(gpt2__cuda_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int* step) {
+    gpt2__fs_args a{};
+    a.logits = s->logits_d;
+    a.n = s->model->n_vocab;
+    a.allowed = allowed;
+    a.temperature = temperature;
+    a.top_k = top_k;
+    a.top_p = top_p;
+    a.rng = s->rng_state;
+    a.token_out = s->token_h_dev;
+    a.step = step;
+    a.next_pos = s->n_cached;
+    return a;
+}
+
+/* Queues the draw of the next token from logits_d (temperature and top_k) into token_h and
+   step_d: the many-block sampler where the model uses it and it serves the parameters, else the
+   one-block kernel. */
+static gpt2_result gpt2__cuda_queue_sample(gpt2__cuda_session* s, float temperature, int top_k, gpt2_error* err) {
+    const int n = s->model->n_vocab;
+    if (s->dm->fast_sampler && gpt2__fs_serves(n, temperature, top_k)) {
+        GPT2__CUDA_TRY(gpt2__fs_launch(gpt2__cuda_fs_args(s, temperature, top_k, 0.0f, nullptr, s->step_d), s->fs, s->stream));
+        return GPT2_OK;
+    }
+    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, n, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
+    GPT2__LAUNCHED("sample");
+    return GPT2_OK;
+}
+
 /* Samples on the GPU from logits_d. When the token will simply extend the context, its pass
    is queued right behind the sampler, so the GPU works while the host handles the token. */
 static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, int top_k, int32_t* token, gpt2_error* err) {
@@ -255,8 +299,7 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
     cudaGetLastError();
     const bool extend = s->dm->fast_decode && s->tokens.size() == (size_t)s->n_cached && s->tokens.size() < (size_t)s->n_ctx;
-    gpt2__sample_kernel<<<1, GPT2__SAMPLE_THREADS, 0, s->stream>>>(s->logits_d, s->model->n_vocab, temperature, top_k, s->rng_state, s->token_h_dev, s->step_d, s->n_cached);
-    GPT2__LAUNCHED("sample");
+    GPT2__TRY(gpt2__cuda_queue_sample(s, temperature, top_k, err));
     GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
     s->pending = false;
     if (extend) { /* the logits the queued pass replaces, for an abort before it is taken (logits_d's second row: scoring's scratch) */
@@ -269,6 +312,27 @@ static gpt2_result gpt2__cuda_sample(gpt2_session* session, float temperature, i
     s->pending = extend;
     s->pending_token = *token;
     s->pending_pos = s->n_cached;
+    return GPT2_OK;
+}
+
+/* The backend's sample_chain (in the table with GPT2_CUDA_FAST_SAMPLER): the host chain's draw
+   with the grammar's mask, top_k, top_p and temperature, by the many-block sampler, so only the
+   mask goes to the GPU and only the token comes back. GPT2__NOT_HANDLED where the sampler leaves
+   the draw to the host (gpt2__fast_sample_kernel says when). */
+[[maybe_unused]] static gpt2_result gpt2__cuda_sample_chain(gpt2_session* session, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token,
+                                                            gpt2_error* err) {
+    gpt2__cuda_session* s = gpt2__cuda(session);
+    const int n = s->model->n_vocab;
+    if (!s->dm->fast_sampler || !gpt2__fs_serves(n, temperature, top_k)) return GPT2__NOT_HANDLED;
+    GPT2__CUDA_TRY(cudaSetDevice(s->dm->device));
+    cudaGetLastError();
+    if (allowed) GPT2__CUDA_TRY(cudaMemcpyAsync(s->allowed_d, allowed, ((size_t)n + 31) / 32 * 4, cudaMemcpyHostToDevice, s->stream));
+    GPT2__CUDA_TRY(gpt2__fs_launch(gpt2__cuda_fs_args(s, temperature, top_k, top_p, allowed ? s->allowed_d : nullptr, nullptr), s->fs, s->stream));
+    GPT2__CUDA_TRY(cudaEventRecord(s->token_ready, s->stream));
+    GPT2__CUDA_TRY(cudaEventSynchronize(s->token_ready));
+    if (*s->token_h < 0) return GPT2__NOT_HANDLED;
+    *token = *s->token_h;
+    if (!(temperature == 0.0f || top_k == 1)) gpt2__rng_next(&s->rng_state); /* the kernel drew one number */
     return GPT2_OK;
 }
 

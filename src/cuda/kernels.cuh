@@ -21,6 +21,9 @@ __device__ __forceinline__ void gpt2__launch_next() {
 #endif
 }
 
+/* Asks L2 for the 128-byte line at p (weights a kernel will read soon). */
+__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <class T> __device__ __forceinline__ float gpt2__to_f32(T v);
 template <> __device__ __forceinline__ float gpt2__to_f32<__half>(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float gpt2__to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -176,7 +179,22 @@ struct gpt2__gemv_args {
     const int* pos;                  /* QKV: the position written */
     int C;                           /* QKV */
     int gelu_tanh;
+    const uint16_t* scales;          /* q8_0 weights (gpt2__gemv_q8_kernel): W's f16 scales, (N, K / 32) */
 };
+
+/* Output o's epilogue: y is the row's dot product plus its bias. */
+template <class T, int EPI>
+__device__ __forceinline__ void gpt2__gemv_store(const gpt2__gemv_args& a, int o, float y) {
+    if (EPI == GPT2__EPI_STORE) a.out[o] = y;
+    if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
+    if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
+    if (EPI == GPT2__EPI_QKV) {
+        const size_t row = (size_t)*a.pos * a.C;
+        if (o < a.C) a.out[o] = y;
+        else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
+        else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
+    }
+}
 
 enum { GPT2__GEMV_PREFETCH = 8 }; /* 16-byte chunks per lane fetched before the wait: rows of up to 2048 */
 
@@ -226,17 +244,7 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
 #pragma unroll 4
         for (int c = c0; c < K8; c += 32) acc += gpt2__dot8<T>(__ldg(w + c), xs + 8 * c);
         acc = gpt2__warp_sum(acc);
-        if (lane != 0) continue;
-        const float y = acc + bias;
-        if (EPI == GPT2__EPI_STORE) a.out[o] = y;
-        if (EPI == GPT2__EPI_RESIDUAL) a.out[o] += y;
-        if (EPI == GPT2__EPI_GELU) a.out[o] = gpt2__gelu_f(y, a.gelu_tanh);
-        if (EPI == GPT2__EPI_QKV) {
-            const size_t row = (size_t)*a.pos * a.C;
-            if (o < a.C) a.out[o] = y;
-            else if (o < 2 * a.C) ((T*)a.k_cache)[row + o - a.C] = gpt2__from_f32<T>(y);
-            else ((T*)a.v_cache)[row + o - 2 * a.C] = gpt2__from_f32<T>(y);
-        }
+        if (lane == 0) gpt2__gemv_store<T, EPI>(a, o, acc + bias);
     }
 }
 
@@ -246,9 +254,11 @@ __global__ void __launch_bounds__(256) gpt2__gemv_kernel(gpt2__gemv_args a) {
    D / 8 threads share a key row, 16 bytes each, so a block reads 16 (D = 64) rows at once. */
 enum { GPT2__ATTN_KEYS = 32, GPT2__ATTN_THREADS = 128 };
 
+/* The body of gpt2__attn_decode_kernel: true in the block that combined its head, whose D outputs
+   are then also in head_out (shared memory, every thread's after a barrier). */
 template <class T>
-__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
-                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+__device__ __forceinline__ bool gpt2__attn_decode_head(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part, unsigned* tickets, float* out,
+                                                       int C, int D, int n_splits, float scale, float* head_out) {
     __shared__ float qs[128], sc[GPT2__ATTN_KEYS], red[32], acc_rows[GPT2__ATTN_THREADS * 8];
     __shared__ bool last;
     gpt2__grid_wait();
@@ -309,7 +319,7 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
     __syncthreads();
     if (tid == 0) last = atomicAdd(&tickets[h], 1u) == (unsigned)n_splits - 1;
     __syncthreads();
-    if (!last) return;
+    if (!last) return false;
     __threadfence();
     /* only the splits that hold keys: their partial maxima read in parallel, then the sums */
     const int used = min(n_splits, (n_keys + GPT2__ATTN_KEYS - 1) / GPT2__ATTN_KEYS);
@@ -326,9 +336,18 @@ __global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(c
             L += __ldcg(Q + 1) * w;
             o += __ldcg(Q + 2 + tid) * w;
         }
-        out[h * D + tid] = o / L;
+        out[h * D + tid] = head_out[tid] = o / L;
     }
     if (tid == 0) tickets[h] = 0; /* ready for the next replay */
+    __syncthreads();
+    return true;
+}
+
+template <class T>
+__global__ void __launch_bounds__(GPT2__ATTN_THREADS) gpt2__attn_decode_kernel(const float* q, const T* k_cache, const T* v_cache, const int* pos, float* part,
+                                                                               unsigned* tickets, float* out, int C, int D, int n_splits, float scale) {
+    __shared__ float head_out[128];
+    gpt2__attn_decode_head<T>(q, k_cache, v_cache, pos, part, tickets, out, C, D, n_splits, scale, head_out);
 }
 
 /* step[0] = position of the next token, step[1] = the token; read by the graph's kernels. */

@@ -1,6 +1,6 @@
 #ifndef GPT2__PART_CUDA_MODEL_CUH
 #define GPT2__PART_CUDA_MODEL_CUH
-#include "kernels.cuh"
+#include "decode_q8.cuh"
 
 /* The weights uploaded once, as 16-bit floats. */
 
@@ -64,6 +64,24 @@ static gpt2_result gpt2__cuda_upload_matrix(gpt2__cuda_model* dm, const gpt2__we
     return GPT2_OK;
 }
 
+/* Rows [0, rows) of a q8_0 matrix W as the one-token products' 8-bit copy (decode_q8.cuh): its
+   GGUF blocks split into values and scales on the host a slice at a time. */
+static gpt2_result gpt2__cuda_upload_q8(gpt2__cuda_model* dm, const gpt2__weight& W, int64_t rows, gpt2__cuda_q8* out, gpt2_error* err) {
+    const size_t cols = (size_t)W.cols, nb = cols / gpt2__q8_block_values;
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)rows * cols, (void**)&out->values, "a q8_0 matrix's values", err));
+    GPT2__TRY(gpt2__cuda_alloc(dm, (size_t)rows * nb * 2, (void**)&out->scales, "a q8_0 matrix's scales", err));
+    const int64_t slice = std::max<int64_t>(1, (int64_t)(((size_t)16 << 20) / cols));
+    gpt2__vector<int8_t> values((size_t)std::min(slice, rows) * cols);
+    gpt2__vector<uint16_t> scales((size_t)std::min(slice, rows) * nb);
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        const int64_t n_rows = std::min(slice, rows - r0);
+        gpt2__q8_split_rows(W.data + (size_t)r0 * W.row_bytes, W.row_bytes, n_rows, (int64_t)cols, values.data(), scales.data());
+        GPT2__CUDA_TRY(cudaMemcpy(out->values + (size_t)r0 * cols, values.data(), (size_t)n_rows * cols, cudaMemcpyHostToDevice));
+        GPT2__CUDA_TRY(cudaMemcpy(out->scales + (size_t)r0 * nb, scales.data(), (size_t)n_rows * nb * 2, cudaMemcpyHostToDevice));
+    }
+    return GPT2_OK;
+}
+
 static void gpt2__cuda_model_free_memory(gpt2__cuda_model* dm) {
     if (!dm->allocations.empty()) cudaSetDevice(dm->device);
     for (void* p : dm->allocations) cudaFree(p);
@@ -101,6 +119,12 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     const int C = m->n_embd, F = m->n_ff, H = m->n_head, D = C / H;
     dm->bf16 = m->weight_type == GPT2_TYPE_BF16;
     dm->fast_decode = C % 8 == 0 && F % 8 == 0 && (D == 32 || D == 64 || D == 128) && (size_t)std::max(3 * C, F) * 4 <= 48 * 1024;
+#if defined(GPT2_CUDA_FAST_SAMPLER)
+    dm->fast_sampler = true;
+#endif
+#if defined(GPT2_CUDA_FUSED_ATTN_PROJ)
+    dm->fused_attn_proj = dm->fast_decode;
+#endif
 #if defined(GPT2_CUDA_NO_PDL)
     dm->pdl = false;
 #else
@@ -119,6 +143,16 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
     GPT2__TRY(matrix(m->wpe, m->n_ctx, &dm->wpe));
     dm->lm_head = dm->wte;
     if (m->lm_head.data != m->wte.data) GPT2__TRY(matrix(m->lm_head, m->n_vocab_rows, &dm->lm_head));
+#if defined(GPT2_CUDA_Q8)
+    /* the q8_0 matrices' 8-bit copies, for the one-token products, where their shared memory fits */
+    const bool q8 = dm->fast_decode && C % 32 == 0 && F % 32 == 0 && std::max(gpt2__gemv_q8_smem(C, true), gpt2__gemv_q8_smem(F, false)) <= 48 * 1024;
+    const auto matrix_q8 = [&](const gpt2__weight& W, int64_t rows, gpt2__cuda_q8* out) {
+        if (!q8 || W.type != GPT2_TYPE_Q8_0) return GPT2_OK;
+        dm->q8_decode = true;
+        return gpt2__cuda_upload_q8(dm, W, rows, out, err);
+    };
+    GPT2__TRY(matrix_q8(m->lm_head, m->n_vocab_rows, &dm->lm_head_q8));
+#endif
     GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_weight, C, &dm->ln_f_w, err));
     GPT2__TRY(gpt2__cuda_upload_vector(dm, m->ln_f_bias, C, &dm->ln_f_b, err));
     dm->layers.resize((size_t)m->n_layer);
@@ -129,6 +163,12 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         GPT2__TRY(matrix(L.c_proj, C, &G.c_proj));
         GPT2__TRY(matrix(L.c_fc, F, &G.c_fc));
         GPT2__TRY(matrix(L.mlp_proj, C, &G.mlp_proj));
+#if defined(GPT2_CUDA_Q8)
+        GPT2__TRY(matrix_q8(L.c_attn, 3 * C, &G.c_attn_q8));
+        GPT2__TRY(matrix_q8(L.c_proj, C, &G.c_proj_q8));
+        GPT2__TRY(matrix_q8(L.c_fc, F, &G.c_fc_q8));
+        GPT2__TRY(matrix_q8(L.mlp_proj, C, &G.mlp_proj_q8));
+#endif
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_weight, C, &G.ln_1_w, err));
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.ln_1_bias, C, &G.ln_1_b, err));
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.c_attn_bias, 3 * C, &G.c_attn_b, err));
@@ -139,8 +179,9 @@ static gpt2_result gpt2__cuda_upload(gpt2_model* m, gpt2__cuda_model* dm, gpt2_e
         GPT2__TRY(gpt2__cuda_upload_vector(dm, L.mlp_proj_bias, C, &G.mlp_proj_b, err));
     }
     GPT2__CUDA_TRY(cudaDeviceSynchronize());
-    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
-              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "");
+    gpt2__log(m->params, GPT2_LOG_INFO, "CUDA: %s, %zu bytes of %s weights on device %d%s%s%s", prop.name, dm->bytes, dm->bf16 ? "bf16" : "f16", dm->device,
+              dm->fast_decode ? "" : " (no fused one-token kernels for this shape)", dm->persistent ? ", one persistent kernel per token" : "",
+              dm->q8_decode ? ", q8_0 matrices also in 8 bits for decode" : "");
     return GPT2_OK;
 }
 

@@ -65,8 +65,6 @@ __device__ __forceinline__ void gpt2__grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
-__device__ __forceinline__ void gpt2__prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 /* One matrix-vector phase: y (N) = W (N, K) in, in = LayerNorm(src) when ln_w is given. `src`
    is an activation written earlier in this kernel (or, with `embed`, the token's embedding,
    computed by every block; block 0 also stores it to x). A warp per row, rows spread over

@@ -1,6 +1,7 @@
 #ifndef GPT2__PART_CUDA_SESSION_CUH
 #define GPT2__PART_CUDA_SESSION_CUH
 #include "model.cuh"
+#include "sampler.cuh"
 
 /* A CUDA session: its stream, cuBLAS handle, KV cache and scratch on the GPU. */
 
@@ -54,6 +55,10 @@ struct gpt2__cuda_session : gpt2_session {
     int pending_pos = 0;  /* the position that pass computes */
     float* logits = nullptr; /* (V) host copy of logits_d */
     gpt2__cuda_batch_workspace batch; /* the activations of gpt2_batch_eval's passes run on this session's stream */
+    gpt2__fs_work fs{};               /* the many-block sampler's memory, when the model uses it */
+    float* proj_part = nullptr;       /* (H, C) the heads' parts of c_proj, when attention and c_proj are fused */
+    unsigned* proj_ticket = nullptr;
+    uint32_t* allowed_d = nullptr;    /* a grammar's mask for it, a bit per token */
 };
 
 static gpt2__cuda_session* gpt2__cuda(gpt2_session* s) { return static_cast<gpt2__cuda_session*>(s); }
@@ -113,6 +118,26 @@ static gpt2_result gpt2__cuda_session_alloc(gpt2__cuda_session* s, gpt2_error* e
     for (auto& b : plan) {
         GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
         s->allocations.push_back(*b.p);
+    }
+    if (dm->fast_sampler) {
+        const size_t slices = GPT2__FS_MAX_SLICES, cap = slices * GPT2__FS_CAP;
+        struct { void** p; size_t bytes; } fs[] = {
+            {(void**)&s->fs.slices, slices * sizeof(gpt2__fs_slice)}, {(void**)&s->fs.cand_v, cap * 4}, {(void**)&s->fs.cand_i, cap * 4},
+            {(void**)&s->fs.ticket, 16}, {(void**)&s->fs.path, 16}, {(void**)&s->allowed_d, (V + 31) / 32 * 4},
+        };
+        for (auto& b : fs) {
+            GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
+            s->allocations.push_back(*b.p);
+        }
+        GPT2__CUDA_TRY(cudaMemsetAsync(s->fs.ticket, 0, 16, s->stream));
+    }
+    if (dm->fused_attn_proj) {
+        struct { void** p; size_t bytes; } fused[] = {{(void**)&s->proj_part, H * C * 4}, {(void**)&s->proj_ticket, 16}};
+        for (auto& b : fused) {
+            GPT2__TRY(gpt2__cuda_malloc(b.p, b.bytes, dm->device, what, err));
+            s->allocations.push_back(*b.p);
+        }
+        GPT2__CUDA_TRY(cudaMemsetAsync(s->proj_ticket, 0, 16, s->stream));
     }
     GPT2__CUDA_TRY(cudaMemsetAsync(s->tickets, 0, H * 4, s->stream));
     GPT2__CUDA_TRY(cudaMemsetAsync(s->grid_bar, 0, 16, s->stream));

@@ -66,12 +66,13 @@ struct gpt2__context_tokens {
 struct gpt2__context_maker;
 
 struct gpt2_grammar {
-    const gpt2_model* model = nullptr;
+    const gpt2_model* model = nullptr; /* held (gpt2_model::n_refs) until the grammar is freed */
     gpt2__vector<gpt2__gelem> elems; /* every alternative's elements, each ending with GPT2__G_END */
     gpt2__vector<uint32_t> alt_starts;
     gpt2__vector<gpt2__grule> rules;
     gpt2__vector<gpt2__code_points> classes;
     uint32_t root = 0;
+    gpt2__tag tag{GPT2__TAG_GRAMMAR}; /* GPT2__TAG_FREED once freed (src/common.h) */
     /* per element: UINT32_MAX, or in a copy of a repetition x{m,n} more than GPT2__CLIP_BYTES
        copies from the end, the same element in the copy that many from the end, where x is a
        character class or a rule that cannot match the empty text. A token of at most that many

@@ -56,6 +56,7 @@ struct gpt2__file {
 
 struct gpt2_model {
     gpt2_model_params params;
+    gpt2__tag tag{GPT2__TAG_MODEL}; /* GPT2__TAG_FREED from gpt2_model_free on, while its sessions and grammars keep it */
     gpt2__file file;
     gpt2__gguf gguf;
     gpt2__string name;
@@ -68,7 +69,7 @@ struct gpt2_model {
     gpt2__tokenizer tokenizer;
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
-    mutable std::atomic<int> n_sessions{0}; /* sessions alive; freeing the model before them is a bug */
+    mutable std::atomic<int> n_refs{1}; /* the caller's until gpt2_model_free, and one for each session and grammar of it */
     const struct gpt2__backend* backend = nullptr; /* the device its sessions run on (src/backend.h) */
     void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
     mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
@@ -386,6 +387,17 @@ static void gpt2__model_destroy(gpt2_model* m) {
     gpt2__file_close(&m->file);
     m->~gpt2_model();
     GPT2_FREE(m);
+}
+
+static gpt2_result gpt2__check_model(const gpt2_model* m, gpt2_error* err) {
+    return gpt2__check_tag(m, GPT2__TAG_MODEL, "model", "gpt2_model_load_file or gpt2_model_load_memory", "gpt2_model_free", err);
+}
+
+/* The model that `what` (a live session, grammar or stage) holds was not freed before it. */
+static gpt2_result gpt2__check_model_of(const gpt2_model* m, const char* what, gpt2_error* err) {
+    if (m->tag.load(std::memory_order_relaxed) == GPT2__TAG_MODEL) return GPT2_OK;
+    return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT,
+                      "%s's model was freed (gpt2_model_free) before it: free a model's sessions, grammars and stages first (their own free still works)", what);
 }
 
 static gpt2_model* gpt2__model_new(const gpt2_model_params* params) {

@@ -57,7 +57,7 @@ class NpcReport(unittest.TestCase):
 
     def test_frames_report_late_frames_and_a_p99_only_with_enough_frames(self):
         m = re.search(r"(\d+) frames at 60 Hz while the characters wrote: median ([\d.]+) ms, max ([\d.]+) ms(.*)\n"
-                      r"  late frames \(over the 16.7 ms budget by more than 1 ms\): (\d+) of (\d+)(?:, by ([\d., ]+)(, \.\.\.)? ms)?\n", self.out)
+                      r"  late frames \(over the 16.7 ms budget by more than 1 ms\): (\d+) of (\d+)(?:, by (\d+\.\d\d(?:, \d+\.\d\d)*)(, \.\.\.)? ms)?\n", self.out)
         self.assertTrue(m, self.out)
         frames, max_ms, tail, late, of = int(m.group(1)), float(m.group(3)), m.group(4), int(m.group(5)), int(m.group(6))
         self.assertEqual(of, frames)

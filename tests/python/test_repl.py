@@ -292,6 +292,44 @@ class ReplTest(unittest.TestCase):
         self.repl.command("/topk -1", rb"/topk expects an integer >= 0")
         self.repl.command("/n 0", rb"/n expects an integer from 1")
         self.repl.command("/seed x", rb"/seed expects an unsigned integer")
+        self.repl.command("/top-p 2", rb"/top-p expects a number from 0 to 1")
+        self.repl.command("/repeat-last-n -2", rb"/repeat-last-n expects an integer >= -1")
+        self.repl.command("/presence-penalty nan", rb"/presence-penalty expects a finite number")
+        self.repl.command("/choose", rb"/choose expects options split at \|")
+        self.repl.command("/choose a|b", rb"/choose: the session.s context is empty: evaluate a prompt first")
+
+    def test_sampling_commands_give_the_text_of_the_cli_flags_of_the_same_names(self):
+        for command, reply in (("/n 30", rb"\(30 tokens per answer\)"), ("/top-p 0.6", rb"\(top-p 0.6\)"), ("/min-p 0.05", rb"\(min-p 0.05\)"),
+                               ("/repeat-penalty 1.3", rb"\(repeat-penalty 1.3\)"), ("/repeat-last-n 16", rb"\(repeat-last-n 16\)"),
+                               ("/presence-penalty 0.2", rb"\(presence-penalty 0.2\)"), ("/frequency-penalty 0.1", rb"\(frequency-penalty 0.1\)")):
+            self.repl.command(command, reply)
+        text = self.answer("ROMEO:").decode()
+        flags = ("--top-p", "0.6", "--min-p", "0.05", "--repeat-penalty", "1.3", "--repeat-last-n", "16",
+                 "--presence-penalty", "0.2", "--frequency-penalty", "0.1")
+        cli = subprocess.run([PROGRAM, "-m", find_model(), "-t", "1", "--json", "-p", "ROMEO:", "-n", "30", *flags], capture_output=True, timeout=120)
+        self.assertEqual(cli.returncode, 0, cli.stderr.decode())
+        self.assertEqual(text, json.loads(cli.stdout)["text"])
+        plain = subprocess.run([PROGRAM, "-m", find_model(), "-t", "1", "--json", "-p", "ROMEO:", "-n", "30"], capture_output=True, timeout=120)
+        self.assertNotEqual(text, json.loads(plain.stdout)["text"])  # the commands changed the chain
+
+    def test_choose_scores_options_after_the_conversation_as_the_cli_does_and_changes_nothing(self):
+        self.repl.command("/n 12", rb"\(12 tokens per answer\)")
+        self.repl.command("/temp 0", rb"\(temperature 0\)")
+        context = "ROMEO:" + self.answer("ROMEO:").decode()
+        listed = self.repl.command("/choose  the| thou|\\n", rb"\(the likeliest: (\"[^\n]*\")\)\n")
+        scores = [float(v) for v in re.findall(rb'^  "[^\n]*" (-?[\d.]+)$', listed, re.M)]
+        cli = subprocess.run([PROGRAM, "-m", find_model(), "-t", "1", "--json", "-p", context, "--choose", " the| thou|\n"],
+                             capture_output=True, timeout=120)
+        self.assertEqual(cli.returncode, 0, cli.stderr.decode())
+        expected = json.loads(cli.stdout)
+        self.assertEqual(len(scores), 3)
+        for got, want in zip(scores, expected["logprobs"]):
+            self.assertAlmostEqual(got, want, delta=2e-4)
+        self.assertIn(b'(the likeliest: "' + expected["choice"].replace("\n", "\\n").encode() + b'")', self.repl.seen)
+        after = self.answer("")  # the conversation goes on as if /choose had not been asked
+        self.repl.command("/reset", rb"\(conversation cleared\)")
+        self.answer("ROMEO:")
+        self.assertEqual(after, self.answer(""))
 
     def test_line_editing_and_history(self):
         self.repl.command("/n 3", rb"\(3 tokens per answer\)")

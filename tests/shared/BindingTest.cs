@@ -152,7 +152,7 @@ static class BindingTest
             }
             catch (Gpt2Exception e)
             {
-                Check("a damaged state throws Gpt2Exception", e.Code != Gpt2Result.Ok, e.Message);
+                Check("a damaged state throws Gpt2Exception with Gpt2Result.BadState", e.Code == Gpt2Result.BadState, e.Code + ": " + e.Message);
             }
 
             // Choices: each option's log-probability after the context; the session unchanged.
@@ -381,6 +381,7 @@ static class BindingTest
             }
         }
         Unity(path);
+        Stage(path);
         DisposeDuringCalls(path);
         Console.WriteLine(failures == 0 ? "passed" : failures + " FAILED");
         return failures == 0 ? 0 : 1;
@@ -588,6 +589,163 @@ static class BindingTest
         }
     }
 
+    // Gpt2Stage stepped by the test, and GenerateAsync's lines on the model's own stage.
+    static void Stage(string path)
+    {
+        using (var model = new Gpt2Model(path))
+        {
+            var sessions = new Gpt2Session[3];
+            var alone = new Gpt2Session[3];
+            string[] prompts = { "ROMEO:", "JULIET:", "" };
+            for (int i = 0; i < 3; i++)
+            {
+                sessions[i] = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+                alone[i] = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1 });
+            }
+            foreach (Gpt2Session s in new[] { sessions[2], alone[2] }) s.Eval("KING:");
+            var expected = new string[3];
+            for (int i = 0; i < 3; i++) expected[i] = alone[i].Generate(prompts[i], Options(12 + 4 * i, (ulong)(5 + i)));
+
+            // Lines joining at different steps, stepped whole and under a 1 ms budget: each gets its text alone.
+            foreach (long budget in new long[] { 0, 1000 })
+            {
+                using (var stage = new Gpt2Stage(model, 1))
+                {
+                    var saved = new byte[3][];
+                    for (int i = 0; i < 3; i++) saved[i] = sessions[i].SaveState();
+                    var tasks = new Task<string>[3];
+                    var queues = new Gpt2TokenQueue[3];
+                    int steps = 0;
+                    for (int i = 0; i < 3; i++)
+                    {
+                        queues[i] = new Gpt2TokenQueue();
+                        tasks[i] = stage.Add(sessions[i], prompts[i], Options(12 + 4 * i, (ulong)(5 + i)), queues[i]);
+                        for (int k = 0; k < 3; k++, steps++) stage.Step(budget);
+                    }
+                    bool busy = false;
+                    try
+                    {
+                        sessions[2].Generate("X", Options(2, 1));
+                    }
+                    catch (Gpt2Exception e)
+                    {
+                        busy = e.Code == Gpt2Result.Busy;
+                    }
+                    Check("a session with a line on a stage is busy (budget " + budget + ")", busy);
+                    while (stage.Step(budget) > 0 && steps++ < 10000) { }
+                    bool same = true;
+                    string detail = "";
+                    for (int i = 0; i < 3; i++)
+                    {
+                        same &= tasks[i].Status == TaskStatus.RanToCompletion && tasks[i].Result == expected[i] && queues[i].DequeueAll() == expected[i];
+                        detail += "[" + (tasks[i].Status == TaskStatus.RanToCompletion ? tasks[i].Result : tasks[i].Status.ToString()) + "] vs [" + expected[i] + "] ";
+                    }
+                    Check("lines added at different steps of a Gpt2Stage end with the text Generate gives each alone (budget " + budget + " us)", same, detail);
+                    Check("a staged line's end is its session's LastEnd", sessions[0].LastEnd == Gpt2End.MaxTokens);
+                    for (int i = 0; i < 3; i++) sessions[i].LoadState(saved[i]);
+                }
+            }
+
+            // Cancel, a cancelled token, a refused line, a disposed stage.
+            using (var stage = new Gpt2Stage(model, 1))
+            {
+                byte[] before = sessions[0].SaveState();
+                Task<string> cancelled = stage.Add(sessions[0], " and", Options(40, 3));
+                var leaving = new CancellationTokenSource();
+                Task<string> tokenCancelled = stage.Add(sessions[1], " and", Options(40, 3), null, leaving.Token);
+                for (int k = 0; k < 4; k++) stage.Step();
+                stage.Cancel(sessions[0]);
+                leaving.Cancel();
+                Check("Cancel(session) ends its line at once: Canceled, the session as before it", Canceled(cancelled) && Same(sessions[0].SaveState(), before));
+                Check("a cancelled token ends its line: Canceled", Canceled(tokenCancelled) && stage.Active == 0, tokenCancelled.Status.ToString());
+                Task<string> refused = stage.Add(sessions[0], " and", Options(5, 3));
+                Task<string> twice = stage.Add(sessions[0], " and", Options(5, 3));
+                string why = "";
+                try
+                {
+                    twice.Wait();
+                }
+                catch (AggregateException e)
+                {
+                    why = e.InnerException.Message;
+                }
+                Check("a second line of one session on a stage ends its task with a Gpt2Exception saying so", why.Contains("already on this stage"), why);
+                while (stage.Step() > 0) { }
+                Check("the first line still ends with its text", refused.Status == TaskStatus.RanToCompletion);
+                sessions[0].LoadState(before);
+                Task<string> leftOn = stage.Add(sessions[0], " and", Options(40, 3));
+                stage.Step();
+                stage.Dispose();
+                bool disposedStage = false;
+                try
+                {
+                    leftOn.Wait();
+                }
+                catch (AggregateException e)
+                {
+                    disposedStage = e.InnerException is ObjectDisposedException && e.InnerException.Message.Contains("Gpt2Stage");
+                }
+                Check("disposing a stage ends its lines with ObjectDisposedException, the sessions as before them",
+                      disposedStage && Same(sessions[0].SaveState(), before));
+                bool refusedAfter = false;
+                try
+                {
+                    stage.Step();
+                }
+                catch (ObjectDisposedException)
+                {
+                    refusedAfter = true;
+                }
+                Check("a disposed stage's Step throws ObjectDisposedException", refusedAfter);
+                bool negative = false;
+                using (var other = new Gpt2Stage(model))
+                {
+                    try
+                    {
+                        other.Step(-1);
+                    }
+                    catch (ArgumentOutOfRangeException)
+                    {
+                        negative = true;
+                    }
+                }
+                Check("a negative budget throws ArgumentOutOfRangeException", negative);
+            }
+
+            // GenerateAsync's lines share the model's own stage: while one is held in its callback, the other waits too.
+            for (int i = 0; i < 2; i++) sessions[i].Reset();
+            var held = new ManualResetEventSlim();
+            var resume = new ManualResetEventSlim();
+            int picks = 0;
+            Gpt2GenerateOptions holding = Options(20, 7);
+            holding.OnLogits = logits => {
+                if (++picks == 3)
+                {
+                    held.Set();
+                    resume.Wait();
+                }
+            };
+            var otherPieces = new Gpt2TokenQueue();
+            Task<string> first = sessions[0].GenerateAsync("ROMEO:", holding);
+            Task<string> second = sessions[1].GenerateAsync("JULIET:", Options(20, 8), otherPieces);
+            held.Wait();
+            int piecesWhileHeld = otherPieces.Count;
+            Thread.Sleep(50);
+            bool otherWaited = otherPieces.Count == piecesWhileHeld;
+            resume.Set();
+            Task.WaitAll(first, second);
+            Check("two sessions' GenerateAsync lines run in one pass of the model's stage: holding one holds the other", otherWaited,
+                  piecesWhileHeld + " -> " + otherPieces.Count);
+            alone[0].Reset();
+            alone[1].Reset();
+            string firstAlone = alone[0].Generate("ROMEO:", Options(20, 7)), secondAlone = alone[1].Generate("JULIET:", Options(20, 8));
+            Check("and each ends with the text its session gives alone", first.Result == firstAlone && second.Result == secondAlone,
+                  "[" + first.Result + "] [" + second.Result + "]");
+            foreach (Gpt2Session s in sessions) s.Dispose();
+            foreach (Gpt2Session s in alone) s.Dispose();
+        }
+    }
+
     const string ActionGrammar = "root ::= \"ACTION: \" (\"wave\" | \"flee\") \"\\n\" [a-z ]{1,20} \".\"";
 
     // Runs call on a worker thread and holds it at its poll-th abort poll (between two layers of a
@@ -706,6 +864,7 @@ static class BindingTest
 
         // GenerateAsync: the task holds its session and grammar from the moment it is asked.
         bool asyncSafe = true;
+        string asyncDetail = "";
         for (int i = 0; i < 20; i++)
         {
             var model = new Gpt2Model(path);
@@ -718,18 +877,25 @@ static class BindingTest
             grammar.Dispose();
             if (i % 4 < 2) session.Dispose();
             model.Dispose();
+            // A task that ended before its session was disposed has the whole text; one that was
+            // still running when its session went throws ObjectDisposedException.
+            bool sessionWent = i % 4 < 2;
             try
             {
                 string text = task.Result;
-                asyncSafe &= i % 4 >= 2 && text == expected;
+                if (text != expected) { asyncSafe = false; asyncDetail += "run " + i + ": [" + text + "]; "; }
             }
             catch (AggregateException e)
             {
-                asyncSafe &= i % 4 < 2 && e.InnerException is ObjectDisposedException;
+                if (!(sessionWent && e.InnerException is ObjectDisposedException))
+                {
+                    asyncSafe = false;
+                    asyncDetail += "run " + i + ": " + e.InnerException.GetType().Name + " " + e.InnerException.Message + "; ";
+                }
             }
             session.Dispose();
         }
-        Check("GenerateAsync with its grammar, session and model disposed at once: the same text, or ObjectDisposedException when its session went", asyncSafe);
+        Check("GenerateAsync with its grammar, session and model disposed at once: the same text, or ObjectDisposedException when its session went", asyncSafe, asyncDetail);
 
         // The other calls that run passes: Choose, Eval, GenerateBatch.
         bool othersSafe = true;

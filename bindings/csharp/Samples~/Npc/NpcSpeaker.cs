@@ -1,5 +1,6 @@
 // NpcSpeaker.cs - a character that answers the player: its answer streams into a UI Text as it
-// is generated on a worker thread, and stops when the character goes away (a scene change).
+// is generated (on the model's own stage, whose thread steps every speaker's line in one pass per
+// token), and stops when the character goes away (a scene change).
 // Put it on a GameObject, set `line` to a Text, put the model under StreamingAssets and call
 // Ask("...") from a button or a dialogue system. Every speaker shares one model.
 using System.IO;
@@ -25,8 +26,12 @@ public class NpcSpeaker : MonoBehaviour
 
     void Start()
     {
-        if (model == null) model = new Gpt2Model(Path.Combine(Application.streamingAssetsPath, modelFile));
-        // One thread: the game keeps the others. Discard keeps long conversations fast, the persona kept.
+        if (model == null)
+        {
+            model = new Gpt2Model(Path.Combine(Application.streamingAssetsPath, modelFile));
+            model.StageThreads = 1; // the stage's passes on one thread: the game keeps the others
+        }
+        // Discard keeps long conversations fast, the persona kept (Threads: its own calls, Eval here).
         session = new Gpt2Session(model, new Gpt2SessionOptions { Threads = 1, ContextPolicy = Gpt2ContextPolicy.Discard });
         session.Eval(persona);
     }
