@@ -8,7 +8,7 @@
 // invalid instance that is a prefix of a valid one counts as accepted).
 //
 //   python3 tools/maskbench_prepare.py ../shared/data/maskbench/sample1000.json > /tmp/mb.lines
-//   build/bench/gpt2-bench-schema -m MODEL.gguf /tmp/mb.lines [--json] [--failures] [--warm]
+//   build/bench/gpt2-bench-schema -m MODEL.gguf /tmp/mb.lines [--json] [--failures] [--warm] [--any-order]
 //
 // MODEL gives the vocabulary (a GPT-2 BPE model: its 50,257 tokens; the weights are not used).
 // The vocabulary's trie is built once per model, before the first schema, and reported apart.
@@ -17,6 +17,8 @@
 // percentiles), and the keywords compile errors name. --failures lists the failing schemas.
 // --warm feeds each schema's instances once, untimed, before the timed pass: the masks of a
 // program that has generated with the schema before (MaskBench times the first pass).
+// --any-order makes the grammars with gpt2_json_schema_params' any_order and integer_fraction
+// (objects in any key order, 1.0 an integer, as JSON Schema reads them).
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wunused-function"
 #endif
@@ -54,18 +56,19 @@ std::string refused_keyword(const char* message) {
 
 int main(int argc, char** argv) {
     const char *model_path = nullptr, *lines_path = nullptr;
-    bool json = false, list_failures = false, warm = false;
+    bool json = false, list_failures = false, warm = false, any_order = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         if (a == "-m" && i + 1 < argc) model_path = argv[++i];
         else if (a == "--json") json = true;
         else if (a == "--failures") list_failures = true;
         else if (a == "--warm") warm = true;
+        else if (a == "--any-order") any_order = true;
         else if (a[0] != '-' && !lines_path) lines_path = argv[i];
-        else { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures] [--warm]\n"); return 2; }
+        else { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures] [--warm] [--any-order]\n"); return 2; }
     }
     std::string lines_text;
-    if (!model_path || !lines_path) { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures] [--warm]\n"); return 2; }
+    if (!model_path || !lines_path) { std::fprintf(stderr, "usage: gpt2-bench-schema -m MODEL.gguf MASKBENCH.lines [--json] [--failures] [--warm] [--any-order]\n"); return 2; }
     if (!read_whole_file(lines_path, &lines_text)) { std::fprintf(stderr, "gpt2-bench-schema: cannot read %s\n", lines_path); return 1; }
     gpt2_error err;
     gpt2_model* model = nullptr;
@@ -97,12 +100,14 @@ int main(int argc, char** argv) {
         }
     }
 
+    gpt2_json_schema_params params = gpt2_json_schema_default_params();
+    params.any_order = params.integer_fraction = any_order;
     Totals t;
     for (const Case& c : cases) {
         t.schemas++;
         gpt2_grammar* grammar = nullptr;
         t0 = grammar_now_us();
-        if (gpt2_grammar_from_json_schema(model, c.schema.data(), c.schema.size(), nullptr, &grammar, &err) != GPT2_OK) {
+        if (gpt2_grammar_from_json_schema(model, c.schema.data(), c.schema.size(), &params, &grammar, &err) != GPT2_OK) {
             t.compile_errors++;
             t.refused_keywords[refused_keyword(err.message)]++;
             if (list_failures) std::printf("compile error: %s: %s\n", c.name.c_str(), err.message);

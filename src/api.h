@@ -447,13 +447,20 @@ GPT2_API gpt2_result gpt2_grammar_match(const gpt2_grammar* grammar, const char*
    (docs/GRAMMARS.md has the table) is refused with GPT2_ERROR_BAD_GRAMMAR and a message naming
    it and its JSON pointer ("json schema: /properties/age/multipleOf: ..."), never ignored;
    annotations (title, description, default, examples, ...) are ignored. The grammar may accept
-   less than the schema: properties in the order the schema defines them, const and enum values
-   as the schema writes them. */
+   less than the schema: properties in the order the schema defines them (unless any_order), const
+   and enum strings without escapes the schema does not write. */
 typedef struct gpt2_json_schema_params {
     int compact;             /* nonzero: no whitespace between JSON's tokens (what a model should
                                 write unless it was trained on indented JSON); 0 = whitespace allowed */
     uint32_t max_whitespace; /* the longest run of whitespace between tokens; 0 = 20 (so that a
                                 model cannot loop on whitespace, as in llama.cpp's converter) */
+    int any_order;           /* nonzero: an object's properties in any order, each at most once, the
+                                required ones all there (as JSON Schema reads objects), where the
+                                states that takes are few (up to 1,024: about 9 properties; past
+                                that, definition order); 0 = the order the schema defines them */
+    int integer_fraction;    /* nonzero: "type": "integer" also takes an integer written with a
+                                fraction of zeros (1.0, as JSON Schema counts it since draft 6; not
+                                in a draft 4 schema, whose integers have none); 0 = digits only */
 } gpt2_json_schema_params;
 
 GPT2_API gpt2_json_schema_params gpt2_json_schema_default_params(void);

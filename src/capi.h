@@ -510,10 +510,9 @@ GPT2_DEF void gpt2_grammar_free(gpt2_grammar* grammar) {
     gpt2__model_unref(model);
 }
 
-/* gpt2_grammar_from_gbnf, and whether a failure was left recursion (see gpt2__gbnf_parse); `what`
-   begins the message of a grammar the vocabulary cannot write ("grammar", "json schema"). */
-static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, bool* left_recursive,
-                                           const char* what, gpt2_error* err) {
+/* gpt2_grammar_from_gbnf; `what` begins the message of a grammar the vocabulary cannot write
+   ("grammar", "json schema"). */
+static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, const char* what, gpt2_error* err) {
     if (out) *out = nullptr;
     GPT2__TRY(gpt2__check_model(model, err));
     if (!gbnf || !out) return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "gbnf or out_grammar is NULL");
@@ -526,7 +525,7 @@ static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* 
     gpt2_grammar* g = new (memory) gpt2_grammar(); /* made in place: it holds a mutex */
     g->model = model;
     model->n_refs++;
-    gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, left_recursive, err);
+    gpt2_result res = gpt2__gbnf_parse(gbnf, std::strlen(gbnf), root, g, err);
     if (res == GPT2_OK) res = gpt2__grammar_check_writable(*g, model->tokenizer, what, err);
     if (res != GPT2_OK) {
         gpt2_grammar_free(g);
@@ -538,7 +537,7 @@ static gpt2_result gpt2__grammar_from_gbnf(const gpt2_model* model, const char* 
 }
 
 GPT2_DEF gpt2_result gpt2_grammar_from_gbnf(const gpt2_model* model, const char* gbnf, const char* root, gpt2_grammar** out, gpt2_error* err) {
-    return gpt2__grammar_from_gbnf(model, gbnf, root, out, nullptr, "grammar", err);
+    return gpt2__grammar_from_gbnf(model, gbnf, root, out, "grammar", err);
 }
 
 
@@ -546,6 +545,8 @@ GPT2_DEF gpt2_json_schema_params gpt2_json_schema_default_params(void) {
     gpt2_json_schema_params p;
     p.compact = 0;
     p.max_whitespace = 20;
+    p.any_order = 0;
+    p.integer_fraction = 0;
     return p;
 }
 
@@ -561,17 +562,12 @@ GPT2_DEF gpt2_result gpt2_grammar_from_json_schema(const gpt2_model* model, cons
     if (p.max_whitespace > GPT2__GRAMMAR_MAX_REPEAT)
         return gpt2__fail(err, GPT2_ERROR_INVALID_ARGUMENT, "max_whitespace is %u, at most %d", (unsigned)p.max_whitespace, (int)GPT2__GRAMMAR_MAX_REPEAT);
     gpt2__string gbnf;
-    GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p.compact != 0, p.max_whitespace ? p.max_whitespace : 20, &gbnf, err));
-    bool left_recursive = false;
-    const gpt2_result res = gpt2__grammar_from_gbnf(model, gbnf.c_str(), "root", out, &left_recursive, "json schema", err);
+    GPT2__TRY(gpt2__json_schema_to_gbnf(schema ? schema : "", len, p, &gbnf, err));
+    const gpt2_result res = gpt2__grammar_from_gbnf(model, gbnf.c_str(), "root", out, "json schema", err);
     if (res == GPT2_ERROR_BAD_GRAMMAR && err && std::strncmp(err->message, "json schema:", 12) != 0) {
-        /* the schema's grammar is ours, and its rule names mean nothing to the caller: a rule that
-           starts with itself can only come from $refs; otherwise the schema is too large */
+        /* the schema's grammar is ours, and its rule names mean nothing to the caller: too large */
         char message[sizeof err->message];
-        if (left_recursive)
-            std::snprintf(message, sizeof message, "json schema: a $ref leads back to its own schema before any text is written (as {\"$ref\": \"#\"} does), so no grammar can hold it");
-        else
-            std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
+        std::snprintf(message, sizeof message, "json schema: its grammar cannot be made: %.*s", (int)sizeof message - 48, err->message);
         std::memcpy(err->message, message, sizeof message);
     }
     if (res == GPT2_OK && !gpt2__grammar_root_productive(**out, nullptr)) {

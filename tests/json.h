@@ -16,6 +16,8 @@ struct Json {
     std::string string;
     std::vector<Json> array;
     std::map<std::string, Json> object;
+    std::vector<std::string> keys; // the object's keys in the order written
+    size_t begin = 0, end = 0;     // where the value's text is in the document parsed
 
     const Json& operator[](const std::string& key) const {
         auto it = object.find(key);
@@ -98,6 +100,13 @@ class JsonParser {
     }
     Json value() {
         skip();
+        const size_t begin = i;
+        Json v = value_here();
+        v.begin = begin;
+        v.end = i;
+        return v;
+    }
+    Json value_here() {
         if (i >= s.size()) fail("unexpected end");
         Json v;
         char c = s[i];
@@ -112,6 +121,7 @@ class JsonParser {
                 skip();
                 if (s[i++] != ':') fail("expected ':'");
                 v.object[key] = value();
+                v.keys.push_back(key);
                 skip();
                 if (s[i] == ',') { i++; continue; }
                 if (s[i++] != '}') fail("expected '}'");

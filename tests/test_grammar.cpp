@@ -65,6 +65,16 @@ Generated generate_with(const gpt2_model* model, gpt2_session* s, const char* pr
     return out;
 }
 
+// "ROMEO:" and up to max_new_tokens tokens drawn under the grammar at temperature 1.
+Generated generate_sampled(const Model& m, Session& s, const gpt2_grammar* grammar, uint64_t seed, int max_new_tokens) {
+    gpt2_generate_params p = gpt2_generate_default_params();
+    p.grammar = grammar;
+    p.seed = seed;
+    p.temperature = 1.0f;
+    p.max_new_tokens = max_new_tokens;
+    return generate_with(m.model, s.session, "ROMEO:", p);
+}
+
 } // namespace
 
 TEST_CASE("grammar: malformed GBNF is refused with the line, the column and what is wrong") {
@@ -96,6 +106,7 @@ TEST_CASE("grammar: malformed GBNF is refused with the line, the column and what
         {"  # only a comment\n", "no rules"},
         {"root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive (root -> root)"},
         {"root ::= x \"a\"\nx ::= y? root\ny ::= \"b\"", "left-recursive (root -> x -> root)"},
+        {"root ::= x | \"a\"\nx ::= \"b\"* root \"c\"", "rule 'x' is left-recursive (x -> root -> x)"},
         {"root ::= [^\\x00-\\U0010FFFF]", "this character class matches no character"},
     };
     for (const Case& c : cases) {
@@ -155,6 +166,12 @@ TEST_CASE("grammar: every GBNF feature accepts what an equivalent regex accepts,
         {"root ::= (x | y)*\nx ::= \"a\" \"b\"?\ny ::= \"-\"+", "(ab?|-+)*"},
         {"root ::=\n  \"a\"\n  (\"b\"\n   | \"-\")\nother ::= \"x\"", "a(b|-)"},
         {"root ::= \"\\x61\" \"\\u0062\" \"\\U0000002d\"", "ab-"},
+        // a repetition of something that can read nothing: the empty iteration is a tail call
+        // back to the same stack, as llama.cpp reads it
+        {"root ::= ( [a]* )*", "a*"},
+        {"root ::= ( \"a\"? \"b\"? )* \"-\"", "[ab]*-"},
+        {"root ::= ( \"a\"* | \"b\" )+ \"-\"?", "[ab]*-?"},
+        {"root ::= x \"-\"\nx ::= y x | \"\"\ny ::= \"a\"*", "a*-"},
     };
     const std::string alphabet = "ab-";
     const size_t longest = 8;
@@ -231,6 +248,25 @@ TEST_CASE("grammar: an ambiguous grammar stops at a limit with an error instead 
     }
 }
 
+TEST_CASE("grammar: a repetition of something that can read nothing masks and generates without spinning on the empty iteration") {
+    const Model& m = char_model();
+    Grammar g(m.model, "root ::= ( [a-z]* \" \"? )* ( \"\" | [A-Z]* )* \".\"");
+    REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
+    CHECK(grammar_match(g.grammar, "") == GPT2_MATCH_PREFIX);
+    CHECK(grammar_match(g.grammar, ".") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(g.grammar, "ab  cd EF.") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(g.grammar, "Ab.") == GPT2_MATCH_NONE); // capitals end the words
+    CHECK(grammar_match(g.grammar, "ab.c") == GPT2_MATCH_NONE);
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        Session s(m);
+        const Generated out = generate_sampled(m, s, g.grammar, seed, 40);
+        CAPTURE(out.text);
+        REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
+        CHECK(grammar_match(g.grammar, out.text) == out.match);
+        CHECK(out.match != GPT2_MATCH_NONE);
+    }
+}
+
 TEST_CASE("grammar: generation follows the grammar, ends when the sentence is whole, and says so") {
     const Model& m = char_model();
     Grammar g(m.model, "root ::= \"ACTION: \" action \"\\n\" line\naction ::= \"wave\" | \"attack\" | \"flee\"\nline ::= [A-Za-z ,']{1,30} \".\"");
@@ -238,12 +274,7 @@ TEST_CASE("grammar: generation follows the grammar, ends when the sentence is wh
     std::set<std::string> actions;
     for (uint64_t seed = 1; seed <= 8; seed++) {
         Session s(m);
-        gpt2_generate_params p = gpt2_generate_default_params();
-        p.grammar = g.grammar;
-        p.seed = seed;
-        p.temperature = 1.0f;
-        p.max_new_tokens = 200;
-        const Generated out = generate_with(m.model, s.session, "ROMEO:", p);
+        const Generated out = generate_sampled(m, s, g.grammar, seed, 200);
         CAPTURE(out.text);
         REQUIRE_MESSAGE(out.result == GPT2_OK, out.err.message);
         CHECK(grammar_match(g.grammar, out.text) == GPT2_MATCH_COMPLETE);

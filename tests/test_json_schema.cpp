@@ -19,9 +19,11 @@ struct SchemaGrammar {
     gpt2_grammar* grammar = nullptr;
     gpt2_error err{};
     gpt2_result result = GPT2_OK;
-    SchemaGrammar(const std::string& schema, bool compact) {
+    SchemaGrammar(const std::string& schema, bool compact, bool any_order = false, bool integer_fraction = false) {
         gpt2_json_schema_params p = gpt2_json_schema_default_params();
         p.compact = compact;
+        p.any_order = any_order;
+        p.integer_fraction = integer_fraction;
         result = gpt2_grammar_from_json_schema(bpe_model().model, schema.data(), schema.size(), &p, &grammar, &err);
     }
     ~SchemaGrammar() { gpt2_grammar_free(grammar); }
@@ -73,13 +75,17 @@ struct Case {
     std::vector<const char*> valid, invalid;
 };
 
-void check_case(const Case& c) {
-    for (bool compact : {true, false}) {
+// The valid instances match and the invalid ones do not, compact and spaced. With any_order,
+// objects' properties in any order; the invalid ones are also checked in definition order.
+void check_case(const Case& c, bool any_order = false) {
+    for (int mode = 0; mode < (any_order ? 4 : 2); mode++) {
+        const bool compact = mode % 2 == 0, in_order = mode >= 2;
         CAPTURE(c.schema);
         CAPTURE(compact);
-        SchemaGrammar g(c.schema, compact);
+        CAPTURE(any_order && !in_order);
+        SchemaGrammar g(c.schema, compact, any_order && !in_order);
         REQUIRE_MESSAGE(g.result == GPT2_OK, g.err.message);
-        for (const char* v : c.valid) {
+        for (const char* v : in_order ? std::vector<const char*>() : c.valid) {
             const std::string text = compact ? compact_json(v) : spaced_json(compact_json(v));
             CAPTURE(text);
             CHECK(grammar_match(g.grammar, text) == GPT2_MATCH_COMPLETE);
@@ -151,31 +157,49 @@ TEST_CASE("json schema: enum, const, anyOf, oneOf, allOf and $ref") {
     check_case({R"({"enum":["a","\u00e9\u00e9","abcd",5,2.5,-1,null],"minLength":2,"maxLength":3,"exclusiveMinimum":-1,"maximum":2.5})",
                 {"\"\xc3\xa9\xc3\xa9\"", R"(2.5)", R"(null)"}, {R"("a")", R"("abcd")", R"(-1)", R"(5)"}});
     check_case({R"({"type":"integer","enum":[5,2.5,-1],"minimum":0})", {"5"}, {"2.5", "-1"}});
-    CHECK(refusal(R"({"enum":["a"],"pattern":"a"})") == "json schema: /pattern: 'pattern' beside enum is not enforced (only type, minLength, maxLength and the number bounds are)");
+    CHECK(refusal(R"({"enum":["a"],"pattern":"a"})") ==
+          "json schema: /pattern: 'pattern' beside enum is not enforced (only the keywords that keep or drop each value: type, lengths, bounds, multipleOf, counts, required, enum, const)");
+    // enums and consts beside each other keep the values both have; counts, required and
+    // multipleOf keep or drop values too
+    check_case({R"({"enum":[1,"a",[1,2],{"k":1},{"k":1,"j":2},null],"allOf":[{"enum":[1.0,"a",[1,2],{"k":1},{"j":2,"k":1}]},{"not":{"const":"a"}}],"required":["j"],"minItems":2})",
+                {"1", "1.0", "[1,2]", R"({"k":1,"j":2})", R"({"j":2,"k":1})"}, {R"("a")", "null", R"({"k":1})", "[1]"}});
+    check_case({R"({"type":"integer","enum":[0,3,4,6,7.5,9],"multipleOf":3})", {"0", "3", "6", "9"}, {"4", "7.5"}});
     CHECK(refusal(R"({"enum":[1],"minLength":-1})").find("/minLength") != std::string::npos);
     CHECK(refusal(R"({"enum":[1e400],"minimum":0})") == "json schema: /enum: a number beside bounds must have at most 18 digits before its point and 64 after");
     check_case({R"({"const":{"a":[1.0,0.5]}})", {R"({"a":[1,0.5]})", R"({"a":[1.0,0.50]})"}, {R"({"a":[1,0.4]})", R"({"a":[2,0.5]})"}});
+    // an object of const or enum in any key order (JSON Schema compares objects whatever the order)
+    check_case({R"({"const":{"a":1,"b":{"c":true,"d":null},"e":"x"}})",
+                {R"({"a":1,"b":{"c":true,"d":null},"e":"x"})", R"({"e":"x","a":1,"b":{"d":null,"c":true}})", R"({"b":{"c":true,"d":null},"e":"x","a":1.0})"},
+                {R"({"a":1,"b":{"c":true,"d":null}})", R"({"a":1,"a":1,"b":{"c":true,"d":null},"e":"x"})", R"({"a":1,"b":{"c":true,"d":null},"e":"x","f":0})"}});
     check_case({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {R"(1)", R"("ab")"}, {R"("abc")", R"(1.5)", R"(null)"}});
     check_case({R"({"oneOf":[{"type":"integer"},{"type":"string"}]})", {R"(1)", R"("ab")"}, {R"(null)"}});
     // a tagged union: objects told apart by a required property's const
     check_case({R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"]},{"$ref":"#/$defs/sq"}],"$defs":{"sq":{"type":"object","properties":{"kind":{"enum":["square","box"]},"side":{"type":"integer"}},"required":["kind"]}}})",
                 {R"({"kind":"circle","r":1.5})", R"({"kind":"box","side":2})", R"({"kind":"square"})"}, {R"({"kind":"circle"})", R"({"kind":"tri"})", R"({"r":1})"}});
-    CHECK(refusal(R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"enum":["b","a"]}},"required":["k"]}]})").find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
+    // branches that overlap: each with the complements of the others (exactly one holds)
+    check_case({R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"enum":["b","a"]}},"required":["k"]}]})",
+                {R"({"k":"b"})", R"({"k":"b","z":1})"}, {R"({"k":"a"})", R"({})", R"({"k":"c"})", "1"}});
     // branches of values no other branch has: const, enum (2, 2.0 and 2e0 are one number)
     check_case({R"({"oneOf":[{"const":"auto","description":"d"},{"const":"crlf"},{"enum":["lf",null,false]}]})",
                 {R"("auto")", R"("crlf")", R"("lf")", R"(null)", R"(false)"}, {R"("cr")", R"(true)", R"(1)"}});
     check_case({R"({"type":"number","oneOf":[{"enum":[1,2.5]},{"const":-3}]})", {R"(1)", R"(2.5)", R"(-3)"}, {R"(2)", R"(3)"}});
-    for (const char* overlapping : {R"({"oneOf":[{"enum":["a","b"]},{"const":"b"}]})", R"({"oneOf":[{"enum":[2,3]},{"const":2.0}]})",
-                                    R"({"oneOf":[{"enum":[1]},{"const":1e0}]})", R"({"oneOf":[{"const":[1]},{"const":[2]}]})"})
-        CHECK(refusal(overlapping).find("/oneOf: 'oneOf' is enforced only where") != std::string::npos);
+    check_case({R"({"oneOf":[{"enum":["a","b"]},{"const":"b"}]})", {R"("a")"}, {R"("b")", R"("c")", "1"}});
+    check_case({R"({"oneOf":[{"enum":[2,3]},{"const":2.0}]})", {"3", "3.0"}, {"2", "2.0", "2.00", "4"}});
+    check_case({R"({"oneOf":[{"const":[1]},{"const":[2]},{"enum":[[1],{"a":[1]}]}]})", {"[2]", R"({"a":[1]})", R"({"a":[1.0]})"}, {"[1]", "[3]", "[]", R"({"a":[1],"b":1})"}});
+    check_case({R"({"oneOf":[{"type":"integer"},{"minimum":2}]})", {"1", "-7", R"("x")", "null"}, {"2", "3", "2.0", "1.5"}});
+    CHECK(refusal(R"({"oneOf":[{"enum":[1]},{"const":1e0}]})") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
+    CHECK(refusal(R"({"oneOf":[{"pattern":"a"},{"maxLength":2}]})").find("/oneOf: 'oneOf' is enforced where its branches cannot overlap") != std::string::npos);
     check_case({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})", {R"({"a":1})"}, {R"({})", R"({"a":"x"})"}});
     // allOf's parts that each name properties: all of them, and a property both name meets both schemas
     check_case({R"({"allOf":[{"properties":{"a":{"type":"integer","minimum":0},"b":{"type":"string"}}},{"properties":{"a":{"maximum":9},"c":true},"required":["a"]}],"type":"object"})",
                 {R"({"a":0})", R"({"a":9,"b":"x","c":[1]})", R"({"a":5,"z":null})"}, {R"({"a":10})", R"({"a":-1})", R"({"b":"x"})", R"({"a":1,"b":2})"}});
     check_case({R"({"allOf":[{"properties":{"a":{"const":1}}},{"properties":{"a":false}}]})", {R"({})", R"({"b":1})"}, {R"({"a":1})"}});
-    CHECK(refusal(R"({"allOf":[{"properties":{"a":{"minimum":1}}},{"properties":{"a":{"minimum":2}}}]})") ==
-          "json schema: /allOf/1/properties/a: 'minimum' is written at /allOf/0/properties/a/minimum and at /allOf/1/properties/a/minimum; only parts with different keywords are merged");
-    CHECK(refusal(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}},"additionalProperties":false}]})").find("depend on each other") != std::string::npos);
+    // one keyword in several parts: the tightest bound, and additionalProperties for the names its
+    // own schema does not give (a property another part names is an additional one to it)
+    check_case({R"({"allOf":[{"properties":{"a":{"minimum":1,"maxLength":3}}},{"properties":{"a":{"minimum":2,"maxLength":2}}}]})",
+                {R"({"a":2})", R"({"a":"ab"})"}, {R"({"a":1})", R"({"a":1.5})", R"({"a":"abc"})"}});
+    check_case({R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}},"additionalProperties":false}]})", {R"({})", R"({"b":1})"}, {R"({"a":1})", R"({"c":1})"}});
+    check_case({R"({"allOf":[{"properties":{"a":{"type":"integer"}}}],"additionalProperties":{"type":"string"}})", {R"({})", R"({"x":"y"})"}, {R"({"a":1})", R"({"a":"s"})", R"({"x":1})"}});
     check_case({R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
                 {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},
                 {R"({"v":1})", R"({"v":1,"next":{"v":2}})", R"({"v":1,"next":{"v":"x","next":null}})"}});
@@ -303,7 +327,7 @@ TEST_CASE("json schema: number bounds are exact for numbers written without an e
     // an exponent is not written where a bound other than "minimum": 0 holds (the grammar could not compare it)
     check_case({R"({"type":"number","minimum":-1,"maximum":1})", {"0.5", "-1", "1.0", "-0"}, {"1e0", "5e-1", "1.01", "-1.5"}});
     check_case({R"({"type":["number","null"],"exclusiveMinimum":0})", {"0.001", "7", "null"}, {"0", "-0", "0.000", "-3"}});
-    CHECK(refusal(R"({"type":"number","minimum":1,"maximum":0.5})") == "json schema: : contradictory bounds: no number lies between minimum and maximum");
+    CHECK(refusal(R"({"type":"number","minimum":1,"maximum":0.5})") == "json schema: (root): contradictory bounds: no number lies between minimum and maximum, so no value matches the schema");
     CHECK(refusal(R"({"type":"number","minimum":1e400})") == "json schema: /minimum: a number bound must be a number with at most 18 digits before its point and 64 after");
 }
 
@@ -376,12 +400,15 @@ bool rfc_ipv6(const std::string& s) {
     return gap == std::string::npos ? groups == 8 : groups <= 7;
 }
 // RFC 1034/1123: labels of 1-63 letters, digits and hyphens, not starting or ending with one;
-// 253 characters at most; the top-level label not all digits.
+// 253 characters at most; the top-level label not all digits. RFC 5891: "--" at a label's third
+// and fourth characters is an IDNA A-label ("xn--") or reserved, whose Punycode a strict validator
+// checks: none is taken.
 bool rfc_hostname(const std::string& s) {
     if (s.empty() || s.size() > 253) return false;
     const auto labels = split(s, '.');
     for (const auto& l : labels) {
         if (l.empty() || l.size() > 63 || l.front() == '-' || l.back() == '-') return false;
+        if (l.size() >= 4 && l[2] == '-' && l[3] == '-') return false;
         for (char c : l)
             if (!is_alnum(c) && c != '-') return false;
     }
@@ -485,8 +512,8 @@ TEST_CASE("json schema: formats ipv4, ipv6, hostname, email, uri and uri-referen
                  R"("::1:2:3:4:5:6:7")", R"("::ffff:192.0.2.1")", R"("1:2:3:4:5:6:1.2.3.4")", R"("64:ff9b::10.0.0.1")"},
                 {R"("1:2:3:4:5:6:7")", R"("12345:0:0:0:0:0:0:1")", R"("1::2::3")", R"(":::")", R"("1:2:3:4:5:6:7:8::")", R"("::1:2:3:4:5:6:7:8")",
                  R"("1:2:3:4:5:6:7:1.2.3.4")", R"("::1.2.3.256")", R"("1.2.3.4::")", R"(":1::")", R"("1:")"}});
-    check_case({R"({"format":"hostname"})", {R"("localhost")", R"("www.example.com")", R"("a-1.b2")"},
-                {R"("-a.com")", R"("a-.com")", R"("a..com")", R"("example.123")", R"("a_b.com")", R"("")"}});
+    check_case({R"({"format":"hostname"})", {R"("localhost")", R"("www.example.com")", R"("a-1.b2")", R"("a--b.com")", R"("abc-d.e--f")"},
+                {R"("-a.com")", R"("a-.com")", R"("a..com")", R"("example.123")", R"("a_b.com")", R"("")", R"("xn--x.com")", R"("ab--c.org")", R"("www.XN--aa-b")"}});
     check_case({R"({"type":"string","format":"email"})", {R"("ann@example.com")", R"("first.last+tag@mail.example.org")", R"("o'neil!#$@x.io")"},
                 {R"("ann")", R"("ann@localhost")", R"("ann@@x.com")", R"(".ann@x.com")", R"("ann.@x.com")", R"("a..b@x.com")", R"("ann@x.123")"}});
     check_case({R"({"format":"uri"})",
@@ -552,14 +579,208 @@ TEST_CASE("json schema: patternProperties with additionalProperties false, or a 
           "json schema: /patternProperties: 'patternProperties' beside 'properties' is not enforced");
     CHECK(refusal(R"J({"type":"object","patternProperties":{"a(?=b)":{}},"additionalProperties":false})J") ==
           "json schema: /patternProperties: 'patternProperties' is not enforced: lookaround is not enforced");
-    CHECK(refusal(R"({"allOf":[{"patternProperties":{".*":{}}},{"additionalProperties":false}]})").find("depend on each other") != std::string::npos);
+    CHECK(refusal(R"({"allOf":[{"patternProperties":{".*":{}}},{"additionalProperties":false}]})").find("'patternProperties' is enforced only with additionalProperties false") != std::string::npos);
     CHECK(refusal(R"({"type":"object","patternProperties":[]})") == "json schema: /patternProperties: patternProperties must be an object");
+}
+
+TEST_CASE("json schema: minProperties, dependencies, propertyNames, contains, not, if, oneOf, multipleOf, unevaluated*, anchors are enforced exactly") {
+    REQUIRE(bpe_model().model);
+    // the valid and invalid instances as Python's jsonschema reads them (Draft202012Validator,
+    // Draft7Validator for dependencies); objects in any order, and the invalid ones in definition
+    // order too
+    // minProperties counts an extra key once at most (a key written twice is one key to a JSON reader)
+    check_case({R"J({"properties":{"a":true,"b":{"type":"integer"}},"minProperties":2})J", {R"J({"a":1,"x":2})J", R"J({"a":1,"b":2})J", R"J({"b":1,"x":null})J"},
+                {R"J({"x":1,"x":2})J", R"J({"a":1})J", R"J({"a":1,"a":2})J", R"J({})J"}}, true);
+    CHECK(refusal(R"({"type":"object","minProperties":2})") ==
+          "json schema: /minProperties: 'minProperties' is held up to the properties the schema names and one more (two other keys may be one written twice): here 1, so the grammar holds no value of the schema");
+    CHECK(refusal(R"({"type":"object","properties":{"a":true},"additionalProperties":false,"minProperties":2})") ==
+          "json schema: /minProperties: contradictory bounds: minProperties is more than the properties the object may have, so no value matches the schema");
+    check_case({R"J({"type":"object","minProperties":1,"maxProperties":2})J",
+                {R"J({"a":1})J", R"J({"a":1,"b":2})J"},
+                {R"J({})J", R"J({"a":1,"b":2,"c":3})J"}}, true);
+    check_case({R"J({"properties":{"a":{"type":"integer"},"b":true},"required":["a"],"maxProperties":2})J",
+                {R"J({"a":1})J", R"J({"a":1,"b":2})J", R"J({"a":1,"c":[]})J", R"J("x")J"},
+                {R"J({"a":1,"b":2,"c":3})J", R"J({"b":1})J"}}, true);
+    check_case({R"J({"type":"object","properties":{"a":true,"b":true},"additionalProperties":false,"minProperties":2})J",
+                {R"J({"a":1,"b":2})J"},
+                {R"J({"a":1})J", R"J({})J"}}, true);
+    check_case({R"J({"dependentRequired":{"a":["b"],"c":["a","b"]}})J",
+                {R"J({})J", R"J({"b":1})J", R"J({"a":1,"b":2})J", R"J({"c":1,"a":1,"b":1})J", R"J(5)J"},
+                {R"J({"a":1})J", R"J({"c":1,"a":1})J", R"J({"c":1})J"}}, true);
+    check_case({R"J({"dependentSchemas":{"a":{"properties":{"b":{"type":"integer"}},"required":["b"]}}})J",
+                {R"J({"b":"x"})J", R"J({"a":1,"b":2})J", R"J({})J"},
+                {R"J({"a":1})J", R"J({"a":1,"b":"x"})J"}}, true);
+    check_case({R"J({"dependencies":{"a":["b"],"b":{"maxProperties":1}}})J",
+                {R"J({"b":1})J", R"J({})J", R"J({"c":1,"d":2})J"},
+                {R"J({"a":1})J", R"J({"a":1,"b":1})J", R"J({"b":1,"c":2})J"}}, true);
+    check_case({R"J({"propertyNames":{"maxLength":2}})J",
+                {R"J({})J", R"J({"ab":1,"c":[]})J", R"J(1)J"},
+                {R"J({"abc":1})J"}}, true);
+    check_case({R"J({"propertyNames":{"enum":["a","b"]},"properties":{"a":{"type":"integer"}}})J",
+                {R"J({"a":1})J", R"J({"b":"x"})J", R"J({"a":1,"b":2})J"},
+                {R"J({"c":1})J", R"J({"a":"x"})J"}}, true);
+    check_case({R"J({"propertyNames":{"pattern":"^x"},"additionalProperties":{"type":"integer"}})J",
+                {R"J({"xa":1})J", R"J({})J"},
+                {R"J({"ya":1})J", R"J({"xa":"s"})J"}}, true);
+    check_case({R"J({"type":"object","propertyNames":false})J",
+                {R"J({})J"},
+                {R"J({"a":1})J"}}, true);
+    check_case({R"J({"type":"array","items":{"type":"integer"},"contains":{"minimum":5}})J",
+                {R"J([5])J", R"J([1,7,2])J"},
+                {R"J([])J", R"J([1,2])J", R"J([1,"x",9])J"}}, true);
+    check_case({R"J({"contains":{"const":1},"minContains":2,"maxContains":3})J",
+                {R"J([1,1])J", R"J([1,2,1,1])J", R"J("s")J", R"J([1,1,2])J"},
+                {R"J([1])J", R"J([1,1,1,1])J", R"J([2,2])J"}}, true);
+    check_case({R"J({"contains":{"type":"string"},"maxContains":0,"minContains":0})J",
+                {R"J([])J", R"J([1,2])J"},
+                {R"J(["a"])J", R"J([1,"a"])J"}}, true);
+    check_case({R"J({"not":{"type":"integer"}})J",
+                {R"J("x")J", R"J(1.5)J", R"J(null)J"},
+                {R"J(1)J", R"J(-3)J", R"J(2.0)J"}}, true);
+    check_case({R"J({"not":{"enum":["a",1,null]}})J",
+                {R"J("b")J", R"J(2)J", R"J(true)J", R"J([])J", R"J({})J"},
+                {R"J("a")J", R"J(1)J", R"J(1.0)J", R"J(null)J"}}, true);
+    check_case({R"J({"type":"object","properties":{"a":{"not":{"minimum":3}}}})J",
+                {R"J({"a":2})J", R"J({"a":-1.5})J", R"J({})J"},
+                {R"J({"a":3})J", R"J({"a":10})J", R"J({"a":"x"})J"}}, true);
+    check_case({R"J({"not":{"required":["a"]}})J",
+                {R"J({})J", R"J({"b":1})J"},
+                {R"J({"a":1})J", R"J("x")J"}}, true);
+    check_case({R"J({"not":{"properties":{"a":{"type":"string"}}}})J",
+                {R"J({"a":1})J"},
+                {R"J({})J", R"J({"a":"x"})J", R"J(1)J", R"J("s")J"}}, true);
+    check_case({R"J({"not":{"items":{"type":"integer"}}})J",
+                {R"J(["x"])J", R"J([1,"x"])J"},
+                {R"J([])J", R"J([1,2])J", R"J(5)J"}}, true);
+    check_case({R"J({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})J",
+                {R"J(1)J", R"J(2.5)J"},
+                {R"J("s")J", R"J(3)J", R"J(7)J", R"J(null)J", R"J([])J"}}, true);
+    check_case({R"J({"if":{"properties":{"kind":{"const":"circle"}},"required":["kind"]},"then":{"required":["r"]},"else":{"required":["side"]}})J",
+                {R"J({"kind":"circle","r":1})J", R"J({"kind":"square","side":2})J", R"J({"side":1})J"},
+                {R"J({"kind":"circle"})J", R"J({"kind":"square"})J", R"J({"kind":"circle","side":1})J"}}, true);
+    check_case({R"J({"type":"integer","if":{"minimum":10},"then":{"multipleOf":5,"maximum":30},"else":{"maximum":3}})J",
+                {R"J(10)J", R"J(15)J", R"J(3)J", R"J(-7)J"},
+                {R"J(12)J", R"J(5)J", R"J(4)J", R"J(35)J"}}, true);
+    check_case({R"J({"if":{"type":"string"},"then":{"maxLength":2}})J",
+                {R"J("ab")J", R"J(5)J", R"J([1,2,3])J"},
+                {R"J("abc")J"}}, true);
+    check_case({R"J({"type":"object","oneOf":[{"required":["a"]},{"required":["b"]}]})J",
+                {R"J({"a":1})J", R"J({"b":1})J"},
+                {R"J({})J", R"J({"a":1,"b":2})J"}}, true);
+    check_case({R"J({"type":"integer","multipleOf":3})J",
+                {R"J(0)J", R"J(3)J", R"J(-12)J", R"J(999)J"},
+                {R"J(1)J", R"J(10)J", R"J(-4)J"}}, true);
+    check_case({R"J({"type":"number","multipleOf":0.5})J",
+                {R"J(0)J", R"J(1.5)J", R"J(-2)J", R"J(2.50)J"},
+                {R"J(0.25)J", R"J(1.1)J"}}, true);
+    check_case({R"J({"type":"integer","multipleOf":5,"minimum":0})J",
+                {R"J(0)J", R"J(5)J", R"J(100)J"},
+                {R"J(-5)J", R"J(3)J"}}, true);
+    check_case({R"J({"type":"integer","multipleOf":4,"minimum":-10,"exclusiveMaximum":12})J",
+                {R"J(-8)J", R"J(0)J", R"J(8)J"},
+                {R"J(-12)J", R"J(12)J", R"J(2)J"}}, true);
+    check_case({R"J({"type":"number","not":{"multipleOf":2}})J",
+                {R"J(1)J", R"J(3.5)J", R"J(0.1)J"},
+                {R"J(2)J", R"J(4.0)J", R"J(0)J"}}, true);
+    check_case({R"J({"type":"object","allOf":[{"properties":{"a":true}}],"properties":{"b":true},"unevaluatedProperties":false})J",
+                {R"J({"a":1,"b":2})J", R"J({})J"},
+                {R"J({"c":1})J", R"J({"a":1,"c":2})J"}}, true);
+    check_case({R"J({"$defs":{"base":{"properties":{"a":{"type":"integer"}}}},"$ref":"#/$defs/base","unevaluatedProperties":{"type":"string"}})J",
+                {R"J({"a":1,"x":"s"})J"},
+                {R"J({"a":1,"x":2})J"}}, true);
+    check_case({R"J({"type":"object","if":{"properties":{"a":{"const":1}},"required":["a"]},"then":{"properties":{"b":true}},"else":{},"unevaluatedProperties":false})J",
+                {R"J({"a":1,"b":2})J", R"J({"a":1})J"},
+                {R"J({"a":2})J", R"J({"a":1,"c":3})J"}}, true);
+    check_case({R"J({"prefixItems":[{"type":"integer"}],"unevaluatedItems":false})J",
+                {R"J([1])J", R"J([])J"},
+                {R"J([1,2])J"}}, true);
+    check_case({R"J({"allOf":[{"prefixItems":[true,true]}],"unevaluatedItems":{"type":"string"}})J",
+                {R"J([1,2,"x"])J", R"J([1])J"},
+                {R"J([1,2,3])J"}}, true);
+    check_case({R"J({"$schema":"https://json-schema.org/draft/2020-12/schema","$defs":{"n":{"$anchor":"num","type":"number"}},"items":{"$ref":"#num"}})J",
+                {R"J([1,2.5])J"},
+                {R"J(["x"])J"}}, true);
+    check_case({R"J({"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"http://example.com/root.json","$defs":{"a":{"$id":"other.json","$defs":{"b":{"type":"string"}},"$ref":"#/$defs/b"}},"$ref":"other.json"})J",
+                {R"J("x")J"},
+                {R"J(1)J"}}, true);
+    check_case({R"J({"$schema":"https://json-schema.org/draft/2020-12/schema","$dynamicAnchor":"meta","type":"object","properties":{"child":{"$dynamicRef":"#meta"}}})J",
+                {R"J({"child":{"child":{}}})J"},
+                {R"J({"child":1})J"}}, true);
+    check_case({R"J({"properties":{"foo\nbar":{"type":"integer"},"foo\"bar":{"type":"string"}},"required":["foo\nbar"]})J",
+                {R"J({"foo\nbar":1})J", R"J({"foo\nbar":1,"foo\"bar":"x"})J"},
+                {R"J({})J", R"J({"foo\nbar":"x"})J"}}, true);
+    // draft 7's "$id": "#name" is an anchor
+    check_case({R"J({"$schema":"http://json-schema.org/draft-07/schema#","definitions":{"n":{"$id":"#num","type":"number"}},"items":{"$ref":"#num"}})J", {"[1,2.5]"}, {R"J(["x"])J"}});
+}
+
+TEST_CASE("json schema: options any_order and integer_fraction accept the objects and integers JSON Schema does") {
+    REQUIRE(bpe_model().model);
+    const std::string closed = R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":true},"required":["a","b"],"additionalProperties":false})";
+    for (bool compact : {true, false}) {
+        SchemaGrammar any(closed, compact, true), ordered(closed, compact, false);
+        REQUIRE(any.result == GPT2_OK);
+        for (const char* v : {R"({"a":1,"b":"x"})", R"({"b":"x","a":1})", R"({"c":null,"b":"x","a":1})", R"({"b":"x","c":[],"a":-2})"}) {
+            CAPTURE(v);
+            CHECK(grammar_match(any.grammar, compact ? compact_json(v) : spaced_json(v)) == GPT2_MATCH_COMPLETE);
+            CHECK((grammar_match(ordered.grammar, compact ? compact_json(v) : spaced_json(v)) == GPT2_MATCH_COMPLETE) == (std::string(v).find("\"a\"") == 1));
+        }
+        for (const char* v : {R"({"a":1})", R"({"b":"x","a":1,"a":2})", R"({"b":"x","a":1,"d":0})", R"({"b":"x","a":"1"})"}) {
+            CAPTURE(v);
+            CHECK(grammar_match(any.grammar, compact ? compact_json(v) : spaced_json(v)) != GPT2_MATCH_COMPLETE);
+        }
+    }
+    // extra properties among the named ones, each name at most once
+    SchemaGrammar open(R"({"properties":{"a":true,"b":true},"required":["a"],"minProperties":2})", true, true);
+    REQUIRE(open.result == GPT2_OK);
+    for (const char* v : {R"({"x":1,"a":1})", R"({"b":1,"x":2,"a":3})", R"({"a":1,"b":2})"}) CHECK(grammar_match(open.grammar, v) == GPT2_MATCH_COMPLETE);
+    for (const char* v : {R"({"b":1,"x":2})", R"({"a":1})", R"({"a":1,"a":2})", R"({"x":1,"a":2,"a":3})"}) CHECK(grammar_match(open.grammar, v) != GPT2_MATCH_COMPLETE);
+    // past the states any order may take: definition order
+    std::string many = R"({"properties":{)";
+    for (int i = 0; i < 12; i++) many += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\":true";
+    many += "}}";
+    SchemaGrammar big(many, true, true);
+    REQUIRE(big.result == GPT2_OK);
+    CHECK(grammar_match(big.grammar, R"({"p0":1,"p11":2})") == GPT2_MATCH_COMPLETE);
+    CHECK(grammar_match(big.grammar, R"({"p11":1,"p0":2})") != GPT2_MATCH_COMPLETE);
+    // integers with a fraction of zeros
+    const Case integers[] = {{R"({"type":"integer"})", {"4", "4.0", "4.000", "-0.0", "-7.00"}, {"4.5", "4.", "4.01", "4e0"}},
+                             {R"({"type":"integer","minimum":-3,"maximum":40})", {"4", "4.0", "40.00", "-3.0"}, {"4.5", "41.0", "-4.0"}},
+                             {R"({"type":"integer","multipleOf":4})", {"4", "4.0", "-8.00", "0.0"}, {"5.0", "4.01", "2.0"}}};
+    for (const Case& c : integers) {
+        CAPTURE(c.schema);
+        SchemaGrammar with(c.schema, true, false, true), without(c.schema, true);
+        REQUIRE(with.result == GPT2_OK);
+        for (const char* v : c.valid) {
+            CAPTURE(v);
+            CHECK(grammar_match(with.grammar, v) == GPT2_MATCH_COMPLETE);
+            CHECK((grammar_match(without.grammar, v) == GPT2_MATCH_COMPLETE) == (std::string(v).find('.') == std::string::npos));
+        }
+        for (const char* v : c.invalid) CHECK(grammar_match(with.grammar, v) != GPT2_MATCH_COMPLETE);
+    }
+    // draft 4's integer is a number without a fraction: 1.0 is none, the option or not
+    for (const char* schema : {R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})",
+                               R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer","enum":[1,2.0,3e0]})"}) {
+        CAPTURE(schema);
+        SchemaGrammar with(schema, true, false, true);
+        REQUIRE(with.result == GPT2_OK);
+        CHECK(grammar_match(with.grammar, "1") == GPT2_MATCH_COMPLETE);
+        for (const char* v : {"1.0", "2.0", "3e0", "1.00"}) CHECK(grammar_match(with.grammar, v) != GPT2_MATCH_COMPLETE);
+    }
 }
 
 TEST_CASE("json schema: keywords that are not enforced are refused with their JSON pointer") {
     REQUIRE(bpe_model().model);
-    CHECK(refusal(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})") ==
-          "json schema: /properties/age/multipleOf: 'multipleOf' is not enforced");
+    CHECK(refusal(R"({"type":"number","multipleOf":0.0001234567})") == "json schema: /multipleOf: 'multipleOf' is enforced where its digits make at most 2048 states (this one makes 16049371)");
+    CHECK(refusal(R"({"type":"integer","multipleOf":7,"minimum":1,"maximum":100000})") ==
+          "json schema: /multipleOf: 'multipleOf' beside minimum or maximum is enforced where the bounds hold at most 1024 multiples, or the minimum is 0 alone");
+    CHECK(refusal(R"({"not":{"type":"string","pattern":"^a"}})") == "json schema: /not/pattern: the complement of 'pattern' (inside not, if or oneOf) is not enforced");
+    CHECK(refusal(R"({"if":{"format":"date"},"then":{"maxLength":3}})") == "json schema: /if/format: the complement of 'format' (inside not, if or oneOf) is not enforced");
+    CHECK(refusal(R"({"type":"array","items":{"type":"integer"},"contains":{"const":1},"minItems":2})") == "json schema: /contains: 'contains' beside minItems or maxItems is not enforced");
+    CHECK(refusal(R"({"allOf":[{"properties":{"a":true}},{"unevaluatedProperties":false}]})") ==
+          "json schema: /allOf/1/unevaluatedProperties: 'unevaluatedProperties' is enforced where it is the schema's own keyword (one inside allOf's part, a branch or a $ref's target sees only its part)");
+    CHECK(refusal(R"({"propertyNames":{"maxLength":2},"properties":{"a":true}})") ==
+          "json schema: /propertyNames: 'propertyNames' beside 'properties' or 'required' is enforced only as an enum or a const");
+    CHECK(refusal(R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})") == "json schema: /allOf/1/pattern: 'pattern' is written here and at /allOf/0/pattern with another value; both at once are not enforced");
     CHECK(refusal(R"J({"type":"string","pattern":"a(?=b)"})J") == "json schema: /pattern: 'pattern' is not enforced: lookaround is not enforced");
     CHECK(refusal(R"J({"type":"string","pattern":"(a)\\1"})J") == "json schema: /pattern: 'pattern' is not enforced: backreferences are not enforced");
     CHECK(refusal(R"J({"type":"string","pattern":"\\bword"})J") == "json schema: /pattern: 'pattern' is not enforced: word boundaries (\\b) are not enforced");
@@ -571,9 +792,7 @@ TEST_CASE("json schema: keywords that are not enforced are refused with their JS
     CHECK(refusal(R"J({"type":"string","pattern":"^a$","maxLength":3})J") == "json schema: /maxLength: a length or a format beside 'pattern' is not enforced");
     check_case({R"({"type":"number","minimum":0})", {"0", "0.5", "12e-3", "7", "-0", "-0.0e3"}, {"-1", "-0.5", "-1e9", "-0.01"}});
     CHECK(refusal(R"({"type":"array","uniqueItems":true})") == "json schema: /uniqueItems: 'uniqueItems' is not enforced");
-    CHECK(refusal(R"({"type":"object","minProperties":1})") == "json schema: /minProperties: 'minProperties' is not enforced");
-    CHECK(refusal(R"({"items":{"not":{"type":"null"}}})") == "json schema: /items/not: 'not' is not enforced");
-    CHECK(refusal(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})").find("/oneOf: 'oneOf' is enforced only where its branches allow different types") != std::string::npos);
+    check_case({R"({"type":"array","uniqueItems":true,"maxItems":1})", {"[]", "[1]"}, {"[1,1]"}});
     // annotations and unknown keywords are ignored
     SchemaGrammar g(R"({"title":"t","description":"d","$schema":"x","$id":"y","examples":[1],"default":2,"$comment":"c","deprecated":false,"readOnly":true,"writeOnly":false,"x-vendor":{"pattern":1},"type":"integer"})", false);
     CHECK_MESSAGE(g.result == GPT2_OK, g.err.message);
@@ -590,18 +809,44 @@ TEST_CASE("json schema: bad schemas are refused with where and why") {
     CHECK(refusal(R"("string")") == "json schema: the schema must be an object or a boolean, not a string");
     CHECK(refusal(R"({"$ref":"#/$defs/missing"})") == "json schema: /$ref: unresolved $ref '#/$defs/missing'");
     CHECK(refusal(R"({"$ref":"http://example.com/s.json"})").find("unresolved $ref 'http://example.com/s.json'") != std::string::npos);
-    CHECK(refusal(R"({"type":"integer","minimum":5,"maximum":4})") == "json schema: : contradictory bounds: no integer is at least 5 and at most 4");
-    CHECK(refusal(R"({"type":"string","minLength":5,"maxLength":4})") == "json schema: /maxLength: contradictory bounds: maxLength is less than minLength");
+    CHECK(refusal(R"({"type":"integer","minimum":5,"maximum":4})") == "json schema: (root): contradictory bounds: no integer is at least 5 and at most 4, so no value matches the schema");
+    CHECK(refusal(R"({"type":"string","minLength":5,"maxLength":4})") == "json schema: /maxLength: contradictory bounds: maxLength is less than minLength, so no value matches the schema");
+    CHECK(refusal(R"({"type":"object","properties":{"a":true,"b":true},"additionalProperties":false,"minProperties":3})") ==
+          "json schema: /minProperties: contradictory bounds: minProperties is more than the properties the object may have, so no value matches the schema");
+    CHECK(refusal(R"({"type":"object","minProperties":3,"maxProperties":2})") == "json schema: /maxProperties: contradictory bounds: maxProperties is less than minProperties, so no value matches the schema");
+    CHECK(refusal(R"({"type":"array","contains":{"const":1},"minContains":2,"maxContains":1})") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
+    for (const char* nothing : {R"({"not":{}})", R"({"not":true})", R"({"not":{"not":{"not":{}}}})", R"({"type":"array","contains":false})", R"({"oneOf":[true,true]})"})
+        CHECK(refusal(nothing) == "json schema: no value matches the schema (false, or its constraints contradict each other)");
     CHECK(refusal(R"({"type":"strin"})").find("/type: expected a type name") != std::string::npos);
     CHECK(refusal(R"(false)") == "json schema: no value matches the schema (false, or its constraints contradict each other)");
     CHECK(refusal(R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})") ==
           "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
-    const std::string ref_loop = R"(json schema: a $ref leads back to its own schema before any text is written (as {"$ref": "#"} does), so no grammar can hold it)";
-    CHECK(refusal(R"({"$ref":"#"})") == ref_loop);
-    CHECK(refusal(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})") == ref_loop);
-    // a $id below the root moves where the refs under it point: refused where there are refs
+    // a $ref that is its own first step: only its other ways out are values
+    CHECK(refusal(R"({"$ref":"#"})") == "json schema: no finite value matches the schema (a $ref cycle with no way out: every value would nest without end)");
+    check_case({R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})", {"null"}, {"1", "[]"}});
+    // an $id beside a $ref means another base to draft 7 than to draft 2019-09 and later: the
+    // schema says which draft, or is refused
     CHECK(refusal(R"({"$defs":{"a":{"$id":"http://x/a.json","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})") ==
-          "json schema: /$defs/a/$id: an $id below the root changes where the $refs under it point, and $refs are read against the document's root only (not enforced)");
+          "json schema: /$defs/a/$id: where this $id points the $refs under it depends on the draft (draft 7 ignores an $id beside a $ref, draft 4 calls it \"id\"): name the draft with \"$schema\"");
+    check_case({R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$defs":{"a":{"$id":"http://x/a.json","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})",
+                {"1"}, {R"("x")"}});
+    // the applicators' pathological forms: an error naming the limit, not a hang or a stack overflow
+    std::string deep_if, deep_not;
+    for (int i = 0; i < 10000; i++) deep_if += R"({"if":)";
+    deep_if += "true" + std::string(10000, '}');
+    CHECK(refusal(deep_if).find("nested deeper than 256") != std::string::npos);
+    for (int i = 0; i < 250; i++) deep_not += R"({"not":)";
+    deep_not += R"({"type":"integer"})" + std::string(250, '}');
+    {
+        SchemaGrammar g(deep_not, true); // not 250 times: the integers, or refused as too deep
+        CAPTURE(g.err.message);
+        CHECK((g.result == GPT2_OK ? grammar_match(g.grammar, "7") == GPT2_MATCH_COMPLETE && grammar_match(g.grammar, "\"x\"") == GPT2_MATCH_NONE
+                                   : std::string(g.err.message).find("deep") != std::string::npos));
+    }
+    std::string ranges = R"({"oneOf":[)";
+    for (int i = 0; i < 12; i++) ranges += (i ? "," : "") + std::string(R"({"minimum":)") + std::to_string(2 * i) + R"(,"maximum":)" + std::to_string(2 * i + 1) + "}";
+    ranges += "]}";
+    CHECK(refusal(ranges).find("make more than 4096 branches in all") != std::string::npos);
     // 10,000-deep nesting: refused, not a stack overflow
     const std::string deep = std::string(10000, '[') + std::string(10000, ']');
     CHECK(refusal(deep).find("nested deeper than 256") != std::string::npos);

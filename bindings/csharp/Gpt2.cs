@@ -584,16 +584,20 @@ namespace Gpt2
 
         /// <summary>The grammar of the JSON values a JSON Schema accepts (docs/GRAMMARS.md lists the
         /// keywords enforced). compact: no whitespace between JSON's tokens; maxWhitespace: the
-        /// longest run of it otherwise (0 = 20). Throws Gpt2Exception (Gpt2Result.BadGrammar) naming
-        /// a keyword that is not enforced and its JSON pointer, where malformed JSON goes wrong, or the
+        /// longest run of it otherwise (0 = 20); anyOrder: an object's properties in any order, each
+        /// at most once (else in the order the schema defines them); integerFraction: "type":
+        /// "integer" also takes 1.0. Throws Gpt2Exception (Gpt2Result.BadGrammar) naming a keyword
+        /// that is not enforced and its JSON pointer, where malformed JSON goes wrong, or the
         /// characters no token holds when the model's vocabulary cannot write any value.</summary>
-        public static Gpt2Grammar FromJsonSchema(Gpt2Model model, string schema, bool compact = false, int maxWhitespace = 0)
+        public static Gpt2Grammar FromJsonSchema(Gpt2Model model, string schema, bool compact = false, int maxWhitespace = 0,
+                                                 bool anyOrder = false, bool integerFraction = false)
         {
             if (model == null) throw new ArgumentNullException("model");
             if (schema == null) throw new ArgumentNullException("schema");
             if (maxWhitespace < 0) throw new ArgumentOutOfRangeException("maxWhitespace", "the longest whitespace run cannot be negative");
             byte[] bytes = Encoding.UTF8.GetBytes(schema);
-            var p = new Gpt2Native.gpt2_json_schema_params { compact = compact ? 1 : 0, max_whitespace = (uint)maxWhitespace };
+            var p = new Gpt2Native.gpt2_json_schema_params { compact = compact ? 1 : 0, max_whitespace = (uint)maxWhitespace,
+                                                             any_order = anyOrder ? 1 : 0, integer_fraction = integerFraction ? 1 : 0 };
             IntPtr modelHandle = model.Acquire();
             Gpt2Native.gpt2_error err;
             IntPtr made;

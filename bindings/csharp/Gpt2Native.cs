@@ -227,6 +227,8 @@ namespace Gpt2
         {
             public int compact;
             public uint max_whitespace;
+            public int any_order;
+            public int integer_fraction;
         }
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern gpt2_result gpt2_grammar_from_json_schema(IntPtr model, byte[] schema, UIntPtr len, ref gpt2_json_schema_params p, out IntPtr out_grammar, out gpt2_error err);

@@ -481,57 +481,85 @@ static gpt2__vector<char> gpt2__gbnf_nullable(const gpt2__gbnf_parser& ps) {
     return nullable;
 }
 
-/* Left recursion (a rule that can reach itself before reading a character) would make the
-   matcher expand forever; it is refused, as llama.cpp refuses it. */
+/* Left recursion: a rule that can reach itself before reading a character. Where the way back
+   passes only through references that end their alternatives (tail calls: `r ::= x* r | ""`,
+   `( [x]* )*`, whose inner repetition may read nothing), the matcher returns to the same node
+   below and meets it again, so it stops (gpt2__gss_closure marks the nodes it met): that
+   repetition of an empty iteration is accepted, as llama.cpp accepts it. Where the way back has
+   a reference followed by more (`expr ::= expr "+" term`), every turn would push a node and the
+   matcher would expand forever: refused, naming the cycle. Found as the strongly connected
+   components of "r can begin with s" (Tarjan's, without recursion): a cycle with a reference
+   that is not a tail call is an edge of that kind inside one component. */
+struct gpt2__gbnf_edge {
+    uint32_t to;
+    bool tail; /* nothing follows the reference in its alternative */
+};
+
 static gpt2_result gpt2__gbnf_check_left_recursion(const gpt2__gbnf_parser& ps, const gpt2__vector<char>& nullable, gpt2_error* err) {
     const size_t R = ps.alts.size();
-    /* depth-first over "r can begin with s"; a rule met again on the path is a cycle */
-    gpt2__vector<char> state(R, 0); /* 0 new, 1 on the path, 2 done */
-    gpt2__vector<std::pair<uint32_t, size_t>> path; /* rule, next edge to try */
-    auto begins_with = [&](uint32_t r, size_t k, uint32_t* s) { /* the k-th rule r can begin with */
+    gpt2__vector<gpt2__vector<gpt2__gbnf_edge>> edges(R);
+    for (size_t r = 0; r < R; r++)
         for (const auto& alt : ps.alts[r])
-            for (const gpt2__gelem& e : alt) {
-                if (e.kind != GPT2__G_RULE) break;
-                if (k-- == 0) {
-                    *s = e.value;
-                    return true;
-                }
-                if (!nullable[e.value]) break;
+            for (size_t k = 0; k < alt.size() && alt[k].kind == GPT2__G_RULE; k++) {
+                edges[r].push_back({alt[k].value, k + 1 == alt.size()});
+                if (!nullable[alt[k].value]) break;
             }
-        return false;
-    };
+    const uint32_t none = UINT32_MAX;
+    gpt2__vector<uint32_t> index(R, none), low(R, 0), component(R, none), stack;
+    gpt2__vector<char> on_stack(R, 0);
+    gpt2__vector<std::pair<uint32_t, size_t>> path; /* rule, next edge to follow */
+    uint32_t next_index = 0, n_components = 0;
     for (uint32_t start = 0; start < R; start++) {
-        if (state[start]) continue;
+        if (index[start] != none) continue;
         path.push_back({start, 0});
-        state[start] = 1;
         while (!path.empty()) {
-            uint32_t s;
-            if (!begins_with(path.back().first, path.back().second++, &s)) {
-                state[path.back().first] = 2;
-                path.pop_back();
+            const uint32_t r = path.back().first;
+            if (path.back().second == 0 && index[r] == none) {
+                index[r] = low[r] = next_index++;
+                stack.push_back(r);
+                on_stack[r] = 1;
+            }
+            if (path.back().second < edges[r].size()) {
+                const uint32_t s = edges[r][path.back().second++].to;
+                if (index[s] == none) path.push_back({s, 0});
+                else if (on_stack[s]) low[r] = std::min(low[r], index[s]);
                 continue;
             }
-            if (state[s] == 2) continue;
-            if (state[s] == 0) {
-                state[s] = 1;
-                path.push_back({s, 0});
-                continue;
+            if (low[r] == index[r]) {
+                for (uint32_t s = none; s != r;) {
+                    s = stack.back();
+                    stack.pop_back();
+                    on_stack[s] = 0;
+                    component[s] = n_components;
+                }
+                n_components++;
             }
-            gpt2__string cycle;
-            size_t i = 0;
-            while (path[i].first != s) i++;
-            for (; i < path.size(); i++) (cycle += ps.names[path[i].first]) += " -> ";
-            cycle += ps.names[s];
-            return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: rule '%s' is left-recursive (%s); write the repetition as x* or recurse on the right",
-                              ps.names[s].c_str(), cycle.c_str());
+            path.pop_back();
+            if (!path.empty()) low[path.back().first] = std::min(low[path.back().first], low[r]);
         }
     }
+    for (uint32_t r = 0; r < R; r++)
+        for (const gpt2__gbnf_edge& e : edges[r]) {
+            if (e.tail || component[e.to] != component[r]) continue;
+            /* the cycle: r, then a shortest way back from e.to to r within the component */
+            gpt2__vector<uint32_t> came_from(R, none), queue(1, e.to);
+            came_from[e.to] = e.to;
+            for (size_t q = 0; q < queue.size() && came_from[r] == none; q++)
+                for (const gpt2__gbnf_edge& f : edges[queue[q]])
+                    if (component[f.to] == component[r] && came_from[f.to] == none) came_from[f.to] = queue[q], queue.push_back(f.to);
+            gpt2__vector<uint32_t> way; /* from r back to e.to */
+            for (uint32_t s = r; s != e.to; s = came_from[s]) way.push_back(s);
+            gpt2__string cycle = ps.names[r];
+            cycle += " -> " + ps.names[e.to];
+            for (size_t i = way.size(); i-- > 0;) cycle += " -> " + ps.names[way[i]];
+            return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: rule '%s' is left-recursive (%s); write the repetition as x* or recurse on the right",
+                              ps.names[r].c_str(), cycle.c_str());
+        }
     return GPT2_OK;
 }
 
-/* Parses `text` into *g (its model is set by the caller). root: the start rule's name.
-   *left_recursive (where given) says whether a failure was a rule that begins with itself. */
-static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root, gpt2_grammar* g, bool* left_recursive, gpt2_error* err) {
+/* Parses `text` into *g (its model is set by the caller). root: the start rule's name. */
+static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root, gpt2_grammar* g, gpt2_error* err) {
     gpt2__gbnf_parser ps;
     ps.text = text;
     ps.n = n;
@@ -565,10 +593,7 @@ static gpt2_result gpt2__gbnf_parse(const char* text, size_t n, const char* root
     if (root_rule == ps.written.end())
         return gpt2__fail(err, GPT2_ERROR_BAD_GRAMMAR, "grammar: no rule named '%s', the start rule%s", root_name, root ? "" : " (root = NULL means \"root\")");
     const gpt2__vector<char> nullable = gpt2__gbnf_nullable(ps);
-    if (const gpt2_result res = gpt2__gbnf_check_left_recursion(ps, nullable, err)) {
-        if (left_recursive) *left_recursive = true;
-        return res;
-    }
+    GPT2__TRY(gpt2__gbnf_check_left_recursion(ps, nullable, err));
     g->classes = std::move(ps.classes);
     g->root = root_rule->second;
     g->rules.resize(ps.alts.size());

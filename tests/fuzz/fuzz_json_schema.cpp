@@ -9,8 +9,10 @@
 //   message that is non-empty and ends within gpt2_error::message; compact and spaced agree on
 //   whether the schema is refused.
 // - gpt2_grammar_match returns GPT2_OK or GPT2_ERROR_BAD_GRAMMAR (too ambiguous) only.
-// - A text the compact grammar accepts, the spaced one accepts too; a text either accepts whole
-//   is JSON (the strict reader reads it).
+// - A text the compact grammar accepts, the spaced one accepts too, and so does the grammar with
+//   any_order and integer_fraction (objects in any order, 1.0 an integer: more values, never
+//   fewer); a text any of them accepts whole is JSON (the strict reader reads it).
+// tests/fuzz/json_schema.dict holds the keywords, for libFuzzer's -dict.
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "gpt2.h"
@@ -53,11 +55,13 @@ static void check_error(gpt2_result r, const gpt2_grammar* g, const gpt2_error& 
     require(err.message[0] != '\0' && std::memchr(err.message, '\0', sizeof err.message) != nullptr, "an empty or unterminated message");
 }
 
-static gpt2_match match(const gpt2_grammar* g, const std::string& text) {
+/* The grammar's answer; *ambiguous where the text can be read in too many ways to follow. */
+static gpt2_match match(const gpt2_grammar* g, const std::string& text, bool* ambiguous = nullptr) {
     gpt2_match m = GPT2_MATCH_NONE;
     gpt2_error err;
     const gpt2_result r = gpt2_grammar_match(g, text.data(), text.size(), &m, &err);
     require(r == GPT2_OK || r == GPT2_ERROR_BAD_GRAMMAR, "grammar_match failed other than by ambiguity");
+    if (ambiguous) *ambiguous = r != GPT2_OK;
     return r == GPT2_OK ? m : GPT2_MATCH_NONE;
 }
 
@@ -69,19 +73,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string instance = nul == std::string::npos ? "" : input.substr(nul + 1, kMaxInstance);
     gpt2_model* model = ascii_model();
 
-    gpt2_grammar *compact = nullptr, *spaced = nullptr;
-    gpt2_error err_compact, err_spaced;
+    gpt2_grammar *compact = nullptr, *spaced = nullptr, *loose = nullptr;
+    gpt2_error err_compact, err_spaced, err_loose;
     gpt2_json_schema_params p = gpt2_json_schema_default_params();
     p.compact = 1;
     const gpt2_result r_compact = gpt2_grammar_from_json_schema(model, schema.data(), schema.size(), &p, &compact, &err_compact);
     const gpt2_result r_spaced = gpt2_grammar_from_json_schema(model, schema.data(), schema.size(), nullptr, &spaced, &err_spaced);
+    p.any_order = p.integer_fraction = 1;
+    const gpt2_result r_loose = gpt2_grammar_from_json_schema(model, schema.data(), schema.size(), &p, &loose, &err_loose);
     check_error(r_compact, compact, err_compact);
     check_error(r_spaced, spaced, err_spaced);
+    check_error(r_loose, loose, err_loose);
     require((r_compact == GPT2_OK) == (r_spaced == GPT2_OK), "compact and spaced disagree on whether the schema is refused");
     if (compact && spaced) {
         const gpt2_match in_compact = match(compact, instance), in_spaced = match(spaced, instance);
+        bool ambiguous = false;
+        const gpt2_match in_loose = loose ? match(loose, instance, &ambiguous) : GPT2_MATCH_NONE;
         if (in_compact == GPT2_MATCH_COMPLETE) require(in_spaced == GPT2_MATCH_COMPLETE, "compact accepts what spaced does not");
-        if (in_compact == GPT2_MATCH_COMPLETE || in_spaced == GPT2_MATCH_COMPLETE) {
+        if (in_compact == GPT2_MATCH_COMPLETE && loose && !ambiguous) require(in_loose == GPT2_MATCH_COMPLETE, "any_order and integer_fraction refuse what the defaults accept");
+        if (in_compact == GPT2_MATCH_COMPLETE || in_spaced == GPT2_MATCH_COMPLETE || in_loose == GPT2_MATCH_COMPLETE) {
             gpt2__json value;
             gpt2_error err;
             require(gpt2__json_parse(instance.data(), instance.size(), &value, &err) == GPT2_OK, "an accepted text is not JSON");
@@ -89,5 +99,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     gpt2_grammar_free(compact);
     gpt2_grammar_free(spaced);
+    gpt2_grammar_free(loose);
     return 0;
 }

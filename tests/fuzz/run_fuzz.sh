@@ -6,7 +6,8 @@
 # Targets: fuzz_gguf.cpp (seeds: corpus_gguf/), fuzz_tokenizer.cpp (seeds: corpus_tokenizer/ if
 # present), fuzz_session_state.cpp (seeds: valid states it writes itself), fuzz_grammar.cpp
 # (seeds: corpus_grammar/, GBNF grammars each with a text to match) and fuzz_json_schema.cpp
-# (seeds: corpus_json_schema/, JSON Schemas each with an instance). Seeds are copied to
+# (seeds: corpus_json_schema/, JSON Schemas each with an instance; json_schema.dict, its keywords,
+# for libFuzzer's -dict). Seeds are copied to
 # build-fuzz/ so the repository's corpus stays as committed. Any crash, sanitizer report, leak or timeout fails the script; the input
 # that caused it is left in build-fuzz/ (crash-*, leak-*, timeout-*) to replay with
 #   build-fuzz/fuzz_gguf build-fuzz/crash-...
@@ -45,8 +46,10 @@ for target in "${targets[@]}"; do
     [ "$target" = fuzz_session_state ] && GPT2_FUZZ_WRITE_SEEDS="$corpus" "$out/$target"
     echo "== $target: fuzzing for $seconds s"
     log="$out/$target.log"
+    dict=()
+    [ -f "tests/fuzz/${target#fuzz_}.dict" ] && dict=(-dict="$PWD/tests/fuzz/${target#fuzz_}.dict")
     if (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./$target" -max_total_time="$seconds" -seed="${GPT2_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=2048 \
-            -print_final_stats=1 "corpus_${target#fuzz_}") >"$log" 2>&1; then
+            -print_final_stats=1 "${dict[@]}" "corpus_${target#fuzz_}") >"$log" 2>&1; then
         result=ok
     else
         result=FAILED
