@@ -204,7 +204,7 @@ TEST_CASE("json schema: the JSON-Schema-Test-Suite's draft2020-12 and draft7, no
         Tally both = per_draft[0];
         both.add(per_draft[1]);
         if (!both.groups) continue;
-        MESSAGE(file << ": groups made " << both.made << ", refused " << both.groups - both.made << " (" << refusals_text(both.refused_by) << "); valid accepted "
+        MESSAGE(std::string(file) << ": groups made " << both.made << ", refused " << both.groups - both.made << " (" << refusals_text(both.refused_by) << "); valid accepted "
                      << both.valid_accepted << ", valid refused " << both.valid_refused << ", invalid refused " << both.invalid_refused << ", invalid accepted "
                      << both.invalid_accepted);
         rows += "| `" + std::string(file) + "` | " + fraction(per_draft[0].made, per_draft[0].groups) + " | " + fraction(per_draft[1].made, per_draft[1].groups) + " | " +
