@@ -49,6 +49,11 @@ struct gpt2__backend {
        on runner between) goes on where it stopped, with the budget then set (0: on runner's
        threads, to the end). The results are the same bits as an unpaused pass's. */
     void (*set_budget)(gpt2_session* runner, int64_t budget_us);
+    /* Optional (NULL: gpt2_session_copy goes through save_cache and load_cache): dst's KV cache
+       rows [0, n) and logits become src's (a session of the same model and cache type, n at most
+       its cached rows), sharing src's memory where the device can (the CPU's blocks, copy on
+       write); dst's other rows are gone. Out of memory, dst is unchanged. */
+    gpt2_result (*share_cache)(gpt2_session* dst, gpt2_session* src, int n, gpt2_error* err);
 };
 
 /* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,

@@ -63,11 +63,12 @@
 #endif
 
 /* GPT2_MALLOC memory aligned to a cache line, so no vector load of the kernels straddles two
-   lines (docs/PERFORMANCE.md, Kernel notes). The pointer malloc gave sits just below. */
-static void* gpt2__malloc_aligned(size_t bytes) {
-    void* raw = GPT2_MALLOC(bytes + 64 + sizeof(void*));
+   lines (docs/PERFORMANCE.md, Kernel notes), or to `alignment` (a power of two: 2 MiB for huge
+   pages). The pointer malloc gave sits just below. */
+static void* gpt2__malloc_aligned(size_t bytes, size_t alignment = 64) {
+    void* raw = GPT2_MALLOC(bytes + alignment + sizeof(void*));
     if (!raw) return nullptr;
-    void* p = (void*)(((uintptr_t)raw + sizeof(void*) + 63) & ~(uintptr_t)63);
+    void* p = (void*)(((uintptr_t)raw + sizeof(void*) + alignment - 1) & ~(uintptr_t)(alignment - 1));
     std::memcpy((char*)p - sizeof(void*), &raw, sizeof(void*));
     return p;
 }

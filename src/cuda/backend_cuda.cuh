@@ -37,7 +37,8 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
                                                  nullptr,
 #endif
                                                  nullptr,  /* sample_batch: each session samples on the GPU in turn */
-                                                 nullptr}; /* set_budget: a GPU's pass runs whole (the host only waits on it) */
+                                                 nullptr,  /* set_budget: a GPU's pass runs whole (the host only waits on it) */
+                                                 nullptr}; /* share_cache: a copy copies the contiguous cache (save_cache, load_cache) */
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 #endif /* GPT2__PART_CUDA_BACKEND_CUDA_CUH */
