@@ -59,6 +59,17 @@ static double uniform01(uint64_t* state) {
     return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
 }
 
+// A session of `sp` that has read the scene's --scene-tokens tokens; NULL on an error.
+static gpt2_session* read_scene(gpt2_model* model, const StageScene& sc, const gpt2_session_params& sp, gpt2_error* err) {
+    const int n_vocab = gpt2_model_get_info(model).n_vocab;
+    std::vector<int32_t> scene((size_t)sc.scene_tokens);
+    for (size_t i = 0; i < scene.size(); i++) scene[i] = (int32_t)((i * 7919 + 13) % (size_t)n_vocab);
+    gpt2_session* s = nullptr;
+    if (gpt2_session_create(model, &sp, &s, err) == GPT2_OK && gpt2_session_eval(s, scene.data(), scene.size(), err) == GPT2_OK) return s;
+    gpt2_session_free(s);
+    return nullptr;
+}
+
 static bool run_stage_scene(gpt2_model* model, const StageScene& sc, int64_t budget_us, StageResult* out, gpt2_error* err) {
     const gpt2_model_info info = gpt2_model_get_info(model);
     const char* player = "PLAYER: Good evening, merchant. What do you have for a traveller who walked all day?\n";
@@ -66,10 +77,8 @@ static bool run_stage_scene(gpt2_model* model, const StageScene& sc, int64_t bud
     sp.n_threads = 1; // a character's own calls are none here: the stage runs the passes
     sp.kv_f16 = sc.kv_f16;
     sp.n_ctx = std::min(info.n_ctx, sc.scene_tokens + 64 + sc.answer_tokens);
-    std::vector<int32_t> scene((size_t)sc.scene_tokens);
-    for (size_t i = 0; i < scene.size(); i++) scene[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
-    gpt2_session* shared = nullptr;
-    if (gpt2_session_create(model, &sp, &shared, err) != GPT2_OK || gpt2_session_eval(shared, scene.data(), scene.size(), err) != GPT2_OK) return false;
+    gpt2_session* shared = read_scene(model, sc, sp, err);
+    if (!shared) return false;
     const double rss_before = resident_bytes();
     std::vector<gpt2_session*> characters((size_t)sc.characters, nullptr);
     for (gpt2_session*& c : characters) {
@@ -162,10 +171,8 @@ static bool run_fork_scene(gpt2_model* model, const StageScene& sc, int own_toke
     sp.n_threads = 1;
     sp.kv_f16 = sc.kv_f16;
     sp.n_ctx = std::min(info.n_ctx, sc.scene_tokens + own_tokens);
-    std::vector<int32_t> scene((size_t)sc.scene_tokens);
-    for (size_t i = 0; i < scene.size(); i++) scene[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
-    gpt2_session* shared = nullptr;
-    if (gpt2_session_create(model, &sp, &shared, err) != GPT2_OK || gpt2_session_eval(shared, scene.data(), scene.size(), err) != GPT2_OK) return false;
+    gpt2_session* shared = read_scene(model, sc, sp, err);
+    if (!shared) return false;
     const double rss_before = resident_bytes();
     std::vector<gpt2_session*> forks((size_t)sc.characters, nullptr);
     bool ok = true;

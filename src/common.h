@@ -84,8 +84,11 @@ static void gpt2__free_aligned(void* p) {
    stream through (the KV cache): from 4 KiB pages a core streams slower (docs/PERFORMANCE.md,
    Kernel notes). Only for the default allocator's memory,
    on Linux; the OS may ignore the advice. */
-static void gpt2__advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(GPT2__DEFAULT_ALLOCATOR)
+#define GPT2__HUGE_PAGES 1
+#endif
+static void gpt2__advise_huge_pages(void* p, size_t bytes) {
+#if defined(GPT2__HUGE_PAGES)
     const uintptr_t huge = (uintptr_t)2 << 20;
     const uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
     if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);

@@ -16,11 +16,12 @@
    of a model may run and be freed on different threads), atomically, and the holder that takes
    it to zero gives the block back: each block once, in whatever order the sessions go.
 
-   Blocks come from the model's pool (gpt2__kv_pool): slabs of about 32 MiB, 2 MiB aligned with
-   transparent huge pages asked for, as the contiguous cache before them did (decode reads the
-   cache ~10% faster from them at 1,000 positions: docs/PERFORMANCE.md). A block given back is
-   handed out again first; a slab whose blocks are all back is freed, but for one kept per size
-   (a context that crosses a slab's end back and forth does not allocate each time). */
+   Blocks come from the model's pool (gpt2__kv_pool): where huge pages can be asked for (Linux,
+   the default allocator), slabs of about 32 MiB, 2 MiB aligned with transparent huge pages asked
+   for, as the contiguous cache before them did (decode reads the cache faster from them:
+   docs/PERFORMANCE.md); elsewhere a slab is one block. A block given back is handed out again
+   first; a slab whose blocks are all back is freed, but for one kept per size (a context that
+   crosses a slab's end back and forth does not allocate each time). */
 
 struct gpt2__kv_slab;
 
@@ -64,7 +65,11 @@ static gpt2__kv_block_header* gpt2__kv_header(uint8_t* block) { return (gpt2__kv
 /* Where the rows of `layer`'s keys (kv 0) or values (kv 1) start in a block. */
 static size_t gpt2__kv_part_offset(const gpt2__kv_cache* c, int layer, int kv) { return (size_t)(2 * layer + kv) * gpt2__kv_block_rows * c->row_bytes; }
 
-static const size_t gpt2__huge_page = (size_t)2 << 20;
+#if defined(GPT2__HUGE_PAGES)
+static const size_t gpt2__kv_slab_align = (size_t)2 << 20, gpt2__kv_slab_target = (size_t)32 << 20; /* huge pages */
+#else
+static const size_t gpt2__kv_slab_align = 64, gpt2__kv_slab_target = 0; /* a block a slab */
+#endif
 
 /* A new slab of `size`'s blocks, its slots free; false when out of memory. The caller holds the
    pool's mutex. */
@@ -73,7 +78,7 @@ static bool gpt2__kv_slab_new(gpt2__kv_size* size) {
     size->slabs.reserve(size->slabs.size() + 1);
     size->free.reserve(size->free.size() + (size_t)size->slots_per_slab); /* so that giving back never allocates */
     void* slab = GPT2_MALLOC(sizeof(gpt2__kv_slab));
-    uint8_t* memory = (uint8_t*)gpt2__malloc_aligned(bytes, gpt2__huge_page);
+    uint8_t* memory = (uint8_t*)gpt2__malloc_aligned(bytes, gpt2__kv_slab_align);
     if (!slab || !memory) {
         GPT2_FREE(slab);
         gpt2__free_aligned(memory);
@@ -109,9 +114,9 @@ static gpt2__kv_pool* gpt2__kv_pool_new(const gpt2_model* m) {
     for (int f16 = 0; f16 < 2; f16++) {
         gpt2__kv_size& size = pool->sizes[f16];
         size.slot_bytes = sizeof(gpt2__kv_block_header) + 2 * (size_t)m->n_layer * gpt2__kv_block_rows * (size_t)m->n_embd * (f16 ? 2 : 4);
-        /* about 32 MiB (one block, where a block is more), in whole huge pages */
-        const size_t slots = std::max<size_t>(1, ((size_t)32 << 20) / size.slot_bytes);
-        const size_t slab = (slots * size.slot_bytes + gpt2__huge_page - 1) / gpt2__huge_page * gpt2__huge_page;
+        /* about gpt2__kv_slab_target bytes (one block, where a block is more), in whole huge pages */
+        const size_t slots = std::max<size_t>(1, gpt2__kv_slab_target / size.slot_bytes);
+        const size_t slab = (slots * size.slot_bytes + gpt2__kv_slab_align - 1) / gpt2__kv_slab_align * gpt2__kv_slab_align;
         size.slots_per_slab = (int)(slab / size.slot_bytes);
     }
     return pool;
