@@ -9830,7 +9830,7 @@ struct gpt2__kv_size {
     size_t slot_bytes = 0; /* a header and a block */
     int slots_per_slab = 0;
     gpt2__vector<gpt2__kv_slab*> slabs;
-    gpt2__vector<uint8_t*> free; /* the slots not handed out, the last given back last */
+    gpt2__vector<uint8_t*> free; /* the slots not handed out: a stack, the last given back handed out first */
 };
 
 /* A model's blocks (gpt2_model.kv_pool, made with the model by the CPU backend's model_attach). */

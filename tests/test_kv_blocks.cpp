@@ -187,6 +187,20 @@ TEST_CASE("the state of a session whose blocks are shared saves, loads into a fo
     CHECK(gpt2__kv_bytes(m.model) == distinct_block_bytes({preamble.session, a.session, b.session, fresh.session, other.session}));
 }
 
+TEST_CASE("a copy between sessions of the two cache types shares nothing and converts, as a save and a load") {
+    Loaded m(random_model(GPT2_TYPE_F32));
+    REQUIRE_MESSAGE(m.model, m.err.message);
+    const int B = gpt2__kv_block_rows;
+    Session preamble(m.model, 1, 0, 0), copied(m.model, 1, 0, 1), loaded(m.model, 1, 0, 1);
+    eval(preamble.session, token_ids(2 * B + 3, m.model->n_vocab, 0));
+    copy(copied.session, preamble.session);
+    const std::vector<uint8_t> state = state_of(preamble.session);
+    REQUIRE(gpt2_session_load(loaded.session, state.data(), state.size(), nullptr) == GPT2_OK);
+    CHECK(state_of(copied.session) == state_of(loaded.session));
+    for (const uint8_t* block : cache_of(copied.session).blocks)
+        CHECK(std::find(cache_of(preamble.session).blocks.begin(), cache_of(preamble.session).blocks.end(), block) == cache_of(preamble.session).blocks.end());
+}
+
 TEST_CASE("sessions sharing blocks freed in every order free every block once") {
     Loaded m(random_model(GPT2_TYPE_F32));
     REQUIRE_MESSAGE(m.model, m.err.message);
