@@ -179,7 +179,10 @@ typedef enum gpt2_result {
     GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
     GPT2_ERROR_BUSY,             /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
     GPT2_ERROR_BAD_GRAMMAR,      /* a grammar that cannot be read or used: the message says where and why */
-    GPT2_ERROR_BAD_STATE         /* a session state (gpt2_session_load) that is truncated, damaged or not a state */
+    GPT2_ERROR_BAD_STATE,        /* a session state (gpt2_session_load) that is truncated, damaged or not a state */
+    /* Not a result. It makes every non-negative int32 a valid gpt2_result in C++, so a code
+       from a newer version (and the library's internal ones) can be held without undefined behaviour. */
+    GPT2__RESULT_RANGE = 0x7FFFFFFF
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -296,10 +299,11 @@ typedef enum gpt2_context_policy { GPT2_CONTEXT_EXACT = 0, GPT2_CONTEXT_DISCARD 
 typedef struct gpt2_session_params {
     int n_threads;  /* worker threads for this session, including the caller; 0 = all cores.
                        WebAssembly built without Emscripten's -pthread runs on the caller alone */
-    int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's.
-                       On Linux, with the default allocator, the cache sits on huge pages
-                       (faster to stream) and is resident from the first token: ask for less
-                       when contexts stay short. */
+    int n_ctx;      /* the longest context the session holds; 0 = the model's, at most the
+                       model's. On the CPU the KV cache takes blocks of 16 positions as the
+                       context fills (from slabs on huge pages where the OS gives them: faster
+                       to stream), so a large n_ctx costs memory only once used; on CUDA the
+                       whole cache is allocated with the session. */
     int kv_f16;     /* store the KV cache in 16-bit floats (half the memory) */
     /* What happens when the context is full (see CONCEPTS): GPT2_CONTEXT_EXACT keeps the last
        n_ctx tokens and recomputes them for every new token, exactly as nanoGPT; with
@@ -346,7 +350,10 @@ GPT2_API gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
    type is converted (f16 to f32 exactly; f32 to f16 rounds as an f16 cache would). */
 GPT2_API gpt2_result gpt2_session_load(gpt2_session* session, const void* buf, size_t n_bytes, gpt2_error* err);
 /* Makes dst a copy of src (a fork: the same context, logits and RNG), as save + load. Both
-   sessions belong to one model; dst's n_ctx must hold src's tokens. */
+   sessions belong to one model; dst's n_ctx must hold src's tokens. On the CPU, with the same
+   kv_f16, dst shares src's full blocks of the KV cache instead of copying them (copy on write:
+   the tokens either adds later stay its own), so 32 characters forked from one scene hold it
+   once and a fork costs the time and memory of at most one block; otherwise the rows are copied. */
 GPT2_API gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err);
 /* Keeps the first n_tokens of the context (rewind: undo the last answer); the logits become the
    prediction after the last one kept (one token is recomputed). n_tokens 0 resets. */
@@ -738,11 +745,12 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 
 /* GPT2_MALLOC memory aligned to a cache line, so no vector load of the kernels straddles two
-   lines (docs/PERFORMANCE.md, Kernel notes). The pointer malloc gave sits just below. */
-static void* gpt2__malloc_aligned(size_t bytes) {
-    void* raw = GPT2_MALLOC(bytes + 64 + sizeof(void*));
+   lines (docs/PERFORMANCE.md, Kernel notes), or to `alignment` (a power of two: 2 MiB for huge
+   pages). The pointer malloc gave sits just below. */
+static void* gpt2__malloc_aligned(size_t bytes, size_t alignment = 64) {
+    void* raw = GPT2_MALLOC(bytes + alignment + sizeof(void*));
     if (!raw) return nullptr;
-    void* p = (void*)(((uintptr_t)raw + sizeof(void*) + 63) & ~(uintptr_t)63);
+    void* p = (void*)(((uintptr_t)raw + sizeof(void*) + alignment - 1) & ~(uintptr_t)(alignment - 1));
     std::memcpy((char*)p - sizeof(void*), &raw, sizeof(void*));
     return p;
 }
@@ -758,8 +766,11 @@ static void gpt2__free_aligned(void* p) {
    stream through (the KV cache): from 4 KiB pages a core streams slower (docs/PERFORMANCE.md,
    Kernel notes). Only for the default allocator's memory,
    on Linux; the OS may ignore the advice. */
-static void gpt2__advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(GPT2__DEFAULT_ALLOCATOR)
+#define GPT2__HUGE_PAGES 1
+#endif
+static void gpt2__advise_huge_pages(void* p, size_t bytes) {
+#if defined(GPT2__HUGE_PAGES)
     const uintptr_t huge = (uintptr_t)2 << 20;
     const uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
     if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);
@@ -2181,6 +2192,7 @@ struct gpt2_model {
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
     mutable std::atomic<int> n_refs{1}; /* the caller's until gpt2_model_free, and one for each session and grammar of it */
+    struct gpt2__kv_pool* kv_pool = nullptr; /* the CPU sessions' KV cache blocks (src/cpu/kv_cache.h), made by its model_attach */
     const struct gpt2__backend* backend = nullptr; /* the device its sessions run on (src/backend.h) */
     void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
     mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */
@@ -8007,13 +8019,21 @@ struct gpt2__backend {
        NULL) alone, with the session's RNG. Returns GPT2__NOT_HANDLED, the RNG untouched, where
        it cannot for these parameters. */
     gpt2_result (*sample_chain)(gpt2_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token, gpt2_error* err);
+    /* Optional (NULL: gpt2_session_copy goes through save_cache and load_cache): dst's KV cache
+       rows [0, n) and logits become src's (a session of the same model and cache type, n at most
+       its cached rows), sharing src's memory where the device can (the CPU's blocks, copy on
+       write); dst's other rows are gone. Out of memory, dst is unchanged. */
+    gpt2_result (*share_cache)(gpt2_session* dst, gpt2_session* src, int n, gpt2_error* err);
 };
 
-/* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
-   and never returned by the C API. */
-static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
-/* sample_chain's answer for parameters it leaves to the host: not an error either. */
-static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)-2;
+/* run_batch's answer when its budget was spent before the pass's end (set_budget), and
+   sample_chain's for parameters it leaves to the host: not errors, never returned by the C API.
+   Values no code of the C API has, inside the enum's range (GPT2__RESULT_RANGE makes it every
+   non-negative int32; a negative value would be undefined behaviour, which UBSan's
+   -fsanitize=enum reports). */
+static const gpt2_result GPT2__PAUSED = (gpt2_result)1000;
+static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)1001;
+static_assert(GPT2_ERROR_BAD_STATE < 1000, "the internal answers above must stay apart from the C API's codes");
 
 enum { GPT2__MAX_DEVICES = 8 };
 
@@ -8625,6 +8645,27 @@ static gpt2_result gpt2__state_apply(gpt2_session* s, const gpt2__state_view& v,
     return GPT2_OK;
 }
 
+/* gpt2_session_copy, its arguments checked (one model, dst's n_ctx holds src's tokens, both
+   held): dst continues as src would, as after a save of src and a load. Where the backend can
+   share a cache (share_cache: the CPU's blocks, copy on write) and the cache types agree, the
+   state does not go through bytes: dst shares src's cache rows. */
+static gpt2_result gpt2__session_copy(gpt2_session* dst, gpt2_session* src, gpt2_error* err) {
+    if (!dst->backend->share_cache || dst->kv_f16 != src->kv_f16) {
+        gpt2__vector<uint8_t> state(gpt2__state_size(src));
+        GPT2__TRY(gpt2__state_write(src, state.data(), err));
+        gpt2__state_view v;
+        GPT2__TRY(gpt2__state_check(dst, state.data(), state.size(), &v, err));
+        return gpt2__state_apply(dst, v, err);
+    }
+    GPT2__TRY(dst->backend->share_cache(dst, src, src->n_cached, err));
+    dst->tokens.assign(src->tokens.begin(), src->tokens.end()); /* within the n_ctx reserved */
+    dst->n_cached = src->n_cached;
+    dst->has_logits = src->has_logits;
+    dst->rng_state = src->rng_state;
+    dst->stream = src->stream;
+    return GPT2_OK;
+}
+
 /* ---- src/cpu/kernels/contract.h ---- */
 /* The kernel contract: what every kernel set (scalar.h, avx2.h, avx512.h, avx512_bf16.h, neon.h)
    shares and what the forward pass may rely on. A set is a table of the functions below
@@ -8787,6 +8828,35 @@ static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block
    up to gpt2__max_key_ranges of them. */
 static const int gpt2__max_key_ranges = 4;
 
+/* The KV cache is held in blocks of gpt2__kv_block_rows positions (src/cpu/kv_cache.h), and the
+   attention kernels read one layer's keys or values through this view of them: the row of
+   position j at blocks[j / gpt2__kv_block_rows] + offset + (j % gpt2__kv_block_rows) * stride
+   values. A block's rows are contiguous, so the gpt2__kv_row_group rows from a multiple of it lie
+   one after another: decode attention's ranges start at such a multiple (gpt2__key_range), and
+   a kernel may address a group of 8 keys (or 4, or 2) from its first. 64 rows: decode at 1,000
+   positions reads 16- and 32-row blocks ~4% slower (docs/PERFORMANCE.md). */
+static const int gpt2__kv_block_rows = 64, gpt2__kv_row_group = 8;
+static_assert(gpt2__kv_block_rows % gpt2__kv_row_group == 0, "a group of rows lies in one block");
+template <class KV>
+struct gpt2__kv_rows {
+    const uint8_t* const* blocks;
+    size_t offset; /* in values: the layer's keys or values within a block, and a head's within a row */
+    size_t stride; /* values from a row to the next */
+    const KV* row(int j) const {
+        return (const KV*)blocks[(unsigned)j / gpt2__kv_block_rows] + offset + (size_t)((unsigned)j % gpt2__kv_block_rows) * stride;
+    }
+    gpt2__kv_rows at(size_t values) const { return {blocks, offset + values, stride}; } /* e.g. a head's */
+};
+
+/* The view of n_rows rows laid out one after another from `rows` (the kernels' tests and
+   benchmarks): `table` receives a pointer per gpt2__kv_block_rows rows. */
+template <class KV>
+static gpt2__kv_rows<KV> gpt2__kv_rows_contiguous(const KV* rows, int n_rows, size_t stride, gpt2__vector<const uint8_t*>* table) {
+    table->clear();
+    for (int b = 0; b * gpt2__kv_block_rows < n_rows; b++) table->push_back((const uint8_t*)(rows + (size_t)b * gpt2__kv_block_rows * stride));
+    return {table->data(), 0, stride};
+}
+
 /* ---- Constants of exp and GELU, one definition for every set ------------------------------ */
 
 /* GELU, both of GPT-2's forms: 0.5 x (1 + erf(x / sqrt 2)), or the tanh form
@@ -8810,9 +8880,9 @@ static constexpr float gpt2__exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 
 /* Attention kernels for a KV cache of floats or f16 (uint16_t), each set's one template
    instantiated for both. */
 template <class KV>
-using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
+using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries, int head_dim, float* scores);
 template <class KV>
-using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch);
+using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int n_head, int head_dim, float* scratch);
 
 /* A matmul kernel: the output columns [o_begin, o_end) of a.y; `panel` holds
    gpt2__panel_floats(a.W->cols). */
@@ -9062,14 +9132,15 @@ static void gpt2__to_f16_scalar(uint16_t* dst, const float* x, size_t n) {
    up to gpt2__query_block queries shares each key it loads); and all heads at once for decode,
    whose keys come from memory, so the order of the reads counts (gpt2__attend_rows_scalar).
 
-   One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
-   then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
+   One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over the rows j of
+   [first, first + n_keys), then the weighted sum of v_j; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend_query_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
+static void gpt2__attend_query_scalar(float* out, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int head_dim, float* scores,
+                                      float* stats = nullptr) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
-        const KV* kj = k + (size_t)j * stride;
+        const KV* kj = k.row(first + j);
         float s = 0.0f;
         for (int d = 0; d < head_dim; d++) s += q[d] * gpt2__load_kv(kj, (size_t)d);
         scores[j] = s * scale;
@@ -9084,32 +9155,33 @@ static void gpt2__attend_query_scalar(float* out, const float* q, const KV* k, c
     const float inv_sum = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
     for (int j = 0; j < n_keys; j++) {
-        const KV* vj = v + (size_t)j * stride;
+        const KV* vj = v.row(first + j);
         const float p = scores[j] * inv_sum;
         for (int d = 0; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
     }
 }
 
 /* Causal attention of one head for n_queries <= gpt2__query_block consecutive queries: query i
-   (at q + i * q_stride) attends keys 0 .. n_keys + i - 1 and writes out + i * out_stride.
-   `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
+   (at q + i * q_stride) attends rows 0 .. n_keys + i - 1 of k and v and writes out + i *
+   out_stride. `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
 template <class KV>
-static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_query_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
+static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries,
+                                int head_dim, float* scores) {
+    for (int i = 0; i < n_queries; i++) gpt2__attend_query_scalar(out + i * out_stride, q + i * q_stride, k, v, 0, n_keys + i, head_dim, scores);
 }
 
-/* All heads of one query, over keys 0..n_keys-1 of one layer's cache: k and v point at the
-   first key, whose row holds its n_head heads side by side (n_head * head_dim values), as q
-   and out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
+/* All heads of one query, over rows [first, first + n_keys) of one layer's cache, each row
+   holding its key's (or value's) n_head heads side by side (n_head * head_dim values), as q and
+   out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
    sqrt(head_dim)); stats[2h] = the largest score and stats[2h + 1] = sum_j exp(score_j -
    largest), with which gpt2__merge_attention joins consecutive key ranges. `scratch` holds
    n_keys * n_head floats. */
 template <class KV>
-static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    const size_t row = (size_t)n_head * head_dim;
+static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int n_head, int head_dim,
+                                     float* scratch) {
     for (int h = 0; h < n_head; h++) {
         const size_t at = (size_t)h * head_dim;
-        gpt2__attend_query_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
+        gpt2__attend_query_scalar(out + at, q + at, k.at(at), v.at(at), first, n_keys, head_dim, scratch, stats + 2 * h);
     }
 }
 
@@ -9845,7 +9917,8 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
    for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
    dimensions past a multiple of 8 in scalar. */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries,
+                                          int head_dim, float* scores) {
     static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
     const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
     const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
@@ -9853,7 +9926,7 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
     const float* qi[gpt2__query_block];
     gpt2__block_rows(qi, q, q_stride, n_queries);
     for (int j = 0; j < keys; j += 2) {
-        const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
+        const KV* kj[2] = {k.row(j), k.row(std::min(j + 1, keys - 1))};
         __m256 acc[8]; /* key r, query i at 4r + i */
         GPT2__UNROLL
         for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
@@ -9886,7 +9959,7 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
         GPT2__UNROLL
         for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
+            const KV* vj = v.row(j) + d0;
             const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
             GPT2__UNROLL
             for (int i = 0; i < 4; i++) {
@@ -9903,7 +9976,7 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
     for (int i = 0; i < n_queries; i++) /* the last dimensions */
         for (int d = d8; d < D; d++) {
             float sum = 0.0f;
-            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
+            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v.row(j), (size_t)d);
             out[i * out_stride + d] = sum;
         }
 }
@@ -9912,19 +9985,21 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
    share each load of the query (one reduction of 8), and its values are added to the head's
    outputs held in registers; meanwhile the next block of the cache is prefetched. */
 static const int gpt2__attend_block_keys = 8;
+static_assert(gpt2__kv_row_group % gpt2__attend_block_keys == 0, "a block of keys lies in one of the KV cache's blocks");
 
-/* Prefetches share h of H of the rows of the block after the one from key j0 in `cache` (rows of
-   `row` values, n_keys of them), into L2. A block's rows are read head by head, across its rows,
-   an order the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth
-   of the next block. Into L1 the same prefetches ran 1.6x slower: a core tracks fewer misses to
-   L1 than to L2 (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
-   is, or GCC deletes the calls. */
+/* Prefetches share h of H of the rows of the block after the one from key j0 of rows [first,
+   first + n_keys) of `cache` (rows one after another: `first` is a multiple of gpt2__kv_row_group,
+   contract.h), into L2. A block's rows are read head by head, across
+   its rows, an order the hardware prefetcher does not follow from DRAM: each head's turn fetches
+   a twelfth of the next block. Into L1 the same prefetches ran 1.6x slower: a core tracks fewer
+   misses to L1 than to L2 (docs/PERFORMANCE.md, Kernel notes). Always inlined, as
+   gpt2__prefetch_row_ahead is, or GCC deletes the calls. */
 template <class KV>
-GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j0, int n_keys, size_t row, int h, int H) {
-    const int first = j0 + gpt2__attend_block_keys, end = std::min(first + gpt2__attend_block_keys, n_keys);
-    if (first >= end) return;
-    const char* from = (const char*)(cache + (size_t)first * row);
-    const size_t lines = ((size_t)(end - first) * row * sizeof(KV) + 63) / 64;
+GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(gpt2__kv_rows<KV> cache, int first, int j0, int n_keys, int h, int H) {
+    const int next = j0 + gpt2__attend_block_keys, end = std::min(next + gpt2__attend_block_keys, n_keys);
+    if (next >= end) return;
+    const char* from = (const char*)cache.row(first + next);
+    const size_t lines = ((size_t)(end - next) * cache.stride * sizeof(KV) + 63) / 64;
     for (size_t l = lines * h / H, last = lines * (h + 1) / H; l < last; l++) _mm_prefetch(from + 64 * l, _MM_HINT_T1);
 }
 
@@ -9933,20 +10008,22 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j
    stream of the cache would; the dimensions past a multiple of 8 in scalar. The AVX-512 set uses
    this kernel too: it streams the cache faster than 512-bit loads (docs/PERFORMANCE.md). */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
+GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int n_head,
+                                             int head_dim, float* scratch) {
     constexpr int B = gpt2__attend_block_keys;
     const int H = n_head, D = head_dim, d8 = D / 8 * 8;
-    const size_t row = (size_t)H * D;
+    const size_t row = (size_t)H * D, stride = k.stride;
     const float scale = 1.0f / std::sqrt((float)D);
     float* probs = scratch; /* head h's scores, then probabilities, at probs + h * n_keys */
     for (int j0 = 0; j0 < n_keys; j0 += B) {
         const int n = std::min(B, n_keys - j0);
+        const KV* block = k.row(first + j0); /* its n rows, one after another */
         for (int h = 0; h < H; h++) {
-            if (j0 + B < n_keys) gpt2__prefetch_next_block(k, j0, n_keys, row, h, H);
-            else gpt2__prefetch_next_block(v, -B, n_keys, row, h, H); /* the last block of keys fetches the first of values */
+            if (j0 + B < n_keys) gpt2__prefetch_next_block(k, first, j0, n_keys, h, H);
+            else gpt2__prefetch_next_block(v, first, -B, n_keys, h, H); /* the last block of keys fetches the first of values */
             const float* qh = q + (size_t)h * D;
             const KV* key[B]; /* past the last key, copies of it (results unused) */
-            for (int i = 0; i < B; i++) key[i] = k + (size_t)(j0 + std::min(i, n - 1)) * row + (size_t)h * D;
+            for (int i = 0; i < B; i++) key[i] = block + (size_t)std::min(i, n - 1) * stride + (size_t)h * D;
             __m256 acc[B];
             GPT2__UNROLL
             for (int i = 0; i < B; i++) acc[i] = _mm256_setzero_ps();
@@ -9972,10 +10049,11 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     for (size_t i = 0; i < row; i++) out[i] = 0.0f;
     for (int j0 = 0; j0 < n_keys; j0 += B) {
         const int n = std::min(B, n_keys - j0);
+        const KV* block = v.row(first + j0);
         for (int h = 0; h < H; h++) {
-            gpt2__prefetch_next_block(v, j0, n_keys, row, h, H);
+            gpt2__prefetch_next_block(v, first, j0, n_keys, h, H);
             const float* p = probs + (size_t)h * n_keys + j0;
-            const KV* vh = v + (size_t)j0 * row + (size_t)h * D;
+            const KV* vh = block + (size_t)h * D;
             float* oh = out + (size_t)h * D;
             int d = 0;
             for (; d + 32 <= d8; d += 32) { /* 32 dimensions in registers through the block */
@@ -9985,18 +10063,18 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
                 for (int i = 0; i < n; i++) {
                     const __m256 pi = _mm256_set1_ps(p[i]);
                     GPT2__UNROLL
-                    for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(pi, gpt2__kv8_avx2(vh + (size_t)i * row + d + 8 * c), acc[c]);
+                    for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(pi, gpt2__kv8_avx2(vh + (size_t)i * stride + d + 8 * c), acc[c]);
                 }
                 GPT2__UNROLL
                 for (int c = 0; c < 4; c++) _mm256_storeu_ps(oh + d + 8 * c, acc[c]);
             }
             for (; d < d8; d += 8) {
                 __m256 acc = _mm256_loadu_ps(oh + d);
-                for (int i = 0; i < n; i++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[i]), gpt2__kv8_avx2(vh + (size_t)i * row + d), acc);
+                for (int i = 0; i < n; i++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[i]), gpt2__kv8_avx2(vh + (size_t)i * stride + d), acc);
                 _mm256_storeu_ps(oh + d, acc);
             }
             for (; d < D; d++)
-                for (int i = 0; i < n; i++) oh[d] += p[i] * gpt2__load_kv(vh + (size_t)i * row, (size_t)d);
+                for (int i = 0; i < n; i++) oh[d] += p[i] * gpt2__load_kv(vh + (size_t)i * stride, (size_t)d);
         }
     }
 }
@@ -10878,7 +10956,8 @@ GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* ma
    values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
    and output do not depend on the other queries of its block. */
 template <class KV>
-GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys,
+                                              int n_queries, int head_dim, float* scores) {
     static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
     const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
     const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
@@ -10888,7 +10967,7 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     gpt2__block_rows(qi, q, q_stride, n_queries);
     for (int j = 0; j < keys; j += 4) {
         const KV* kj[4];
-        for (int r = 0; r < 4; r++) kj[r] = k + (size_t)std::min(j + r, keys - 1) * stride;
+        for (int r = 0; r < 4; r++) kj[r] = k.row(std::min(j + r, keys - 1));
         __m512 acc[16]; /* key r, query i at 4r + i */
         GPT2__UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
@@ -10923,7 +11002,7 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
             for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
         }
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
+            const KV* vj = v.row(j) + d0;
             __m512 pj[4];
             GPT2__UNROLL
             for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
@@ -11493,6 +11572,277 @@ static const gpt2__kernels& gpt2__cpu_kernels() {
     return *kernels;
 }
 
+/* ---- src/cpu/kv_cache.h ---- */
+/* A CPU session's KV cache, in blocks of gpt2__kv_block_rows positions, taken as the context
+   fills (nothing for n_ctx up front) and shared by forks (gpt2_session_copy). A block holds its
+   positions' keys and values in every layer, (n_layer, 2, gpt2__kv_block_rows, C) values of the
+   cache's type (f32 or f16), after a header that counts the caches holding it.
+
+   The one rule: a block held by more than one cache is never written. A cache shares another's
+   full blocks below the rows it has cached (gpt2__kv_share), which no pass writes again unless the
+   context is cut back into them (gpt2_session_truncate, GPT2_CONTEXT_DISCARD); a pass makes
+   every block it writes its own first (gpt2__kv_prepare: copy on write), so no session ever sees
+   another's tokens. The count goes up only from a holder (the source of a fork), so a cache that
+   finds itself the only holder stays so, and may write; it goes down from any thread (sessions
+   of a model may run and be freed on different threads), atomically, and the holder that takes
+   it to zero gives the block back: each block once, in whatever order the sessions go.
+
+   Blocks come from the model's pool (gpt2__kv_pool): where huge pages can be asked for (Linux,
+   the default allocator), slabs of about 32 MiB, 2 MiB aligned with transparent huge pages asked
+   for, as the contiguous cache before them did (decode reads the cache faster from them:
+   docs/PERFORMANCE.md); elsewhere a slab is one block. A block given back is handed out again
+   first; a slab whose blocks are all back is freed, but for one kept per size (a context that
+   crosses a slab's end back and forth does not allocate each time). */
+
+struct gpt2__kv_slab;
+
+/* A block's header: 64 bytes, so that the values after it stay 64-byte aligned. */
+struct alignas(64) gpt2__kv_block_header {
+    std::atomic<int> holders{0};
+    gpt2__kv_slab* slab = nullptr;
+};
+
+struct gpt2__kv_slab {
+    uint8_t* memory = nullptr; /* slots_per_slab slots of a block and its header */
+    int used = 0;              /* its blocks handed out */
+};
+
+/* The blocks of one size (a cache of f32 or of f16 values). */
+struct gpt2__kv_size {
+    size_t slot_bytes = 0; /* a header and a block */
+    int slots_per_slab = 0;
+    gpt2__vector<gpt2__kv_slab*> slabs;
+    gpt2__vector<uint8_t*> free; /* the slots not handed out: a stack, the last given back handed out first */
+};
+
+/* A model's blocks (gpt2_model.kv_pool, made with the model by the CPU backend's model_attach). */
+struct gpt2__kv_pool {
+    std::mutex mutex;          /* guards `sizes` */
+    gpt2__kv_size sizes[2];    /* f32, f16 */
+    std::atomic<int64_t> block_bytes{0}; /* of the blocks handed out: the caches' memory, a shared block once */
+};
+
+struct gpt2__kv_cache {
+    const gpt2_model* model = nullptr;
+    size_t row_bytes = 0;          /* one position's keys (or values) in one layer: C values */
+    bool f16 = false;
+    gpt2__vector<uint8_t*> blocks; /* blocks[b] holds positions [b B, (b + 1) B): its values (the header is before them) */
+};
+
+static size_t gpt2__kv_block_bytes(const gpt2__kv_cache* c) { return 2 * (size_t)c->model->n_layer * gpt2__kv_block_rows * c->row_bytes; }
+
+static gpt2__kv_block_header* gpt2__kv_header(uint8_t* block) { return (gpt2__kv_block_header*)(block - sizeof(gpt2__kv_block_header)); }
+
+/* Where the rows of `layer`'s keys (kv 0) or values (kv 1) start in a block. */
+static size_t gpt2__kv_part_offset(const gpt2__kv_cache* c, int layer, int kv) { return (size_t)(2 * layer + kv) * gpt2__kv_block_rows * c->row_bytes; }
+
+#if defined(GPT2__HUGE_PAGES)
+static const size_t gpt2__kv_slab_align = (size_t)2 << 20, gpt2__kv_slab_target = (size_t)32 << 20; /* huge pages */
+#else
+static const size_t gpt2__kv_slab_align = 64, gpt2__kv_slab_target = 0; /* a block a slab */
+#endif
+
+/* A new slab of `size`'s blocks, its slots free; false when out of memory. The caller holds the
+   pool's mutex. */
+static bool gpt2__kv_slab_new(gpt2__kv_size* size) {
+    const size_t bytes = (size_t)size->slots_per_slab * size->slot_bytes;
+    size->slabs.reserve(size->slabs.size() + 1);
+    size->free.reserve(size->free.size() + (size_t)size->slots_per_slab); /* so that giving back never allocates */
+    void* slab = GPT2_MALLOC(sizeof(gpt2__kv_slab));
+    uint8_t* memory = (uint8_t*)gpt2__malloc_aligned(bytes, gpt2__kv_slab_align);
+    if (!slab || !memory) {
+        GPT2_FREE(slab);
+        gpt2__free_aligned(memory);
+        return false;
+    }
+    gpt2__advise_huge_pages(memory, bytes);
+    gpt2__kv_slab* s = new (slab) gpt2__kv_slab();
+    s->memory = memory;
+    size->slabs.push_back(s);
+    for (int i = size->slots_per_slab - 1; i >= 0; i--) { /* handed out from the slab's start */
+        uint8_t* slot = memory + (size_t)i * size->slot_bytes;
+        (new (slot) gpt2__kv_block_header())->slab = s;
+        size->free.push_back(slot);
+    }
+    return true;
+}
+
+/* Frees slab `s`, none of its blocks handed out; the caller holds the pool's mutex. */
+static void gpt2__kv_slab_free(gpt2__kv_size* size, gpt2__kv_slab* s) {
+    const uint8_t *begin = s->memory, *end = s->memory + (size_t)size->slots_per_slab * size->slot_bytes;
+    size->free.erase(std::remove_if(size->free.begin(), size->free.end(), [&](const uint8_t* slot) { return slot >= begin && slot < end; }), size->free.end());
+    size->slabs.erase(std::find(size->slabs.begin(), size->slabs.end(), s));
+    gpt2__free_aligned(s->memory);
+    s->~gpt2__kv_slab();
+    GPT2_FREE(s);
+}
+
+/* The pool of model m, its sizes set from m's shape; NULL when out of memory. */
+static gpt2__kv_pool* gpt2__kv_pool_new(const gpt2_model* m) {
+    void* memory = GPT2_MALLOC(sizeof(gpt2__kv_pool));
+    if (!memory) return nullptr;
+    gpt2__kv_pool* pool = new (memory) gpt2__kv_pool();
+    for (int f16 = 0; f16 < 2; f16++) {
+        gpt2__kv_size& size = pool->sizes[f16];
+        size.slot_bytes = sizeof(gpt2__kv_block_header) + 2 * (size_t)m->n_layer * gpt2__kv_block_rows * (size_t)m->n_embd * (f16 ? 2 : 4);
+        /* about gpt2__kv_slab_target bytes (one block, where a block is more), in whole huge pages */
+        const size_t slots = std::max<size_t>(1, gpt2__kv_slab_target / size.slot_bytes);
+        const size_t slab = (slots * size.slot_bytes + gpt2__kv_slab_align - 1) / gpt2__kv_slab_align * gpt2__kv_slab_align;
+        size.slots_per_slab = (int)(slab / size.slot_bytes);
+    }
+    return pool;
+}
+
+/* Frees the pool of a model whose sessions are all gone. */
+static void gpt2__kv_pool_free(gpt2__kv_pool* pool) {
+    if (!pool) return;
+    for (gpt2__kv_size& size : pool->sizes)
+        while (!size.slabs.empty()) gpt2__kv_slab_free(&size, size.slabs.back());
+    pool->~gpt2__kv_pool();
+    GPT2_FREE(pool);
+}
+
+/* The bytes of model m's blocks held by its sessions, a shared block once (tests, gpt2-bench). */
+[[maybe_unused]] static int64_t gpt2__kv_bytes(const gpt2_model* m) { return m->kv_pool ? m->kv_pool->block_bytes.load() : 0; }
+
+/* A new block, held by one cache; NULL when out of memory. */
+static uint8_t* gpt2__kv_block_new(const gpt2__kv_cache* c) {
+    gpt2__kv_pool* pool = c->model->kv_pool;
+    gpt2__kv_size& size = pool->sizes[c->f16];
+    uint8_t* slot;
+    {
+        std::lock_guard<std::mutex> lock(pool->mutex);
+        if (size.free.empty() && !gpt2__kv_slab_new(&size)) return nullptr;
+        slot = size.free.back();
+        size.free.pop_back();
+        ((gpt2__kv_block_header*)slot)->slab->used++;
+    }
+    ((gpt2__kv_block_header*)slot)->holders.store(1, std::memory_order_relaxed);
+    pool->block_bytes.fetch_add((int64_t)gpt2__kv_block_bytes(c), std::memory_order_relaxed);
+    return slot + sizeof(gpt2__kv_block_header);
+}
+
+/* Lets go of a block; the last holder gives it back. acq_rel: every holder's reads of the block
+   come before it is handed out again. */
+static void gpt2__kv_block_release(const gpt2__kv_cache* c, uint8_t* block) {
+    gpt2__kv_block_header* h = gpt2__kv_header(block);
+    if (h->holders.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    gpt2__kv_pool* pool = c->model->kv_pool;
+    gpt2__kv_size& size = pool->sizes[c->f16];
+    pool->block_bytes.fetch_sub((int64_t)gpt2__kv_block_bytes(c), std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    size.free.push_back((uint8_t*)h); /* within the capacity reserved with its slab */
+    if (--h->slab->used > 0) return;
+    for (gpt2__kv_slab* other : size.slabs)
+        if (other != h->slab && other->used == 0) { /* one empty slab is kept: free this one */
+            gpt2__kv_slab_free(&size, h->slab);
+            return;
+        }
+}
+
+/* gpt2__kv_block_new found no free block and could not allocate a slab. */
+static gpt2_result gpt2__kv_out_of_memory(const gpt2__kv_cache* c, gpt2_error* err) {
+    const gpt2__kv_size& size = c->model->kv_pool->sizes[c->f16];
+    return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for %d blocks of the KV cache", (size_t)size.slots_per_slab * size.slot_bytes,
+                      size.slots_per_slab);
+}
+
+/* Copies rows [0, n) of every layer's keys and values from block `from` into block `to`. */
+static void gpt2__kv_copy_block_rows(const gpt2__kv_cache* c, uint8_t* to, const uint8_t* from, int n) {
+    if (n <= 0) return;
+    for (int l = 0; l < c->model->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) std::memcpy(to + gpt2__kv_part_offset(c, l, kv), from + gpt2__kv_part_offset(c, l, kv), (size_t)n * c->row_bytes);
+}
+
+/* Keeps the first n_blocks blocks and lets go of the others. */
+static void gpt2__kv_keep_blocks(gpt2__kv_cache* c, size_t n_blocks) {
+    for (size_t b = n_blocks; b < c->blocks.size(); b++) gpt2__kv_block_release(c, c->blocks[b]);
+    if (n_blocks < c->blocks.size()) c->blocks.resize(n_blocks);
+}
+
+static void gpt2__kv_free(gpt2__kv_cache* c) { gpt2__kv_keep_blocks(c, 0); }
+
+static size_t gpt2__kv_blocks_for(int n_rows) { return ((size_t)n_rows + gpt2__kv_block_rows - 1) / gpt2__kv_block_rows; }
+
+/* Readies the cache for a pass that writes rows [first, end) (the rows before first hold the
+   context): blocks up to `end`, each that holds rows of [first, end) its own (a shared one
+   replaced by a copy of its rows before first), and none past `end` (the rows there are no
+   longer in the context). Running it again changes nothing (a pass resumed after a pause calls
+   it again). Out of memory, every block held is still valid and the context unchanged. */
+static gpt2_result gpt2__kv_prepare(gpt2__kv_cache* c, int first, int end, gpt2_error* err) {
+    const size_t n_blocks = gpt2__kv_blocks_for(end);
+    gpt2__kv_keep_blocks(c, n_blocks);
+    c->blocks.reserve(n_blocks);
+    while (c->blocks.size() < n_blocks) {
+        uint8_t* block = gpt2__kv_block_new(c);
+        if (!block) return gpt2__kv_out_of_memory(c, err);
+        c->blocks.push_back(block);
+    }
+    for (size_t b = (size_t)first / gpt2__kv_block_rows; b < n_blocks; b++) {
+        uint8_t* held = c->blocks[b];
+        if (gpt2__kv_header(held)->holders.load(std::memory_order_acquire) == 1) continue;
+        uint8_t* own = gpt2__kv_block_new(c);
+        if (!own) return gpt2__kv_out_of_memory(c, err);
+        gpt2__kv_copy_block_rows(c, own, held, first - (int)b * gpt2__kv_block_rows);
+        gpt2__kv_block_release(c, held);
+        c->blocks[b] = own;
+    }
+    return GPT2_OK;
+}
+
+/* Makes `dst` hold rows [0, n) of `src` (a cache of the same model and type, n within the rows
+   it has cached) and nothing else: src's full blocks among them shared, the rows of a last
+   partial one copied into a block of dst's own (a block not full may be written by src's next
+   pass, which may be under way: the stage pauses a pass between frames). Out of memory, dst is
+   unchanged. */
+static gpt2_result gpt2__kv_share(gpt2__kv_cache* dst, const gpt2__kv_cache* src, int n, gpt2_error* err) {
+    const size_t full = (size_t)n / gpt2__kv_block_rows;
+    const int partial = n % gpt2__kv_block_rows;
+    gpt2__vector<uint8_t*> blocks;
+    blocks.reserve(full + 1);
+    uint8_t* last = nullptr;
+    if (partial) {
+        last = gpt2__kv_block_new(dst);
+        if (!last) return gpt2__kv_out_of_memory(dst, err);
+        gpt2__kv_copy_block_rows(dst, last, src->blocks[full], partial);
+    }
+    for (size_t b = 0; b < full; b++) {
+        gpt2__kv_header(src->blocks[b])->holders.fetch_add(1, std::memory_order_relaxed); /* src holds it meanwhile */
+        blocks.push_back(src->blocks[b]);
+    }
+    if (last) blocks.push_back(last);
+    gpt2__kv_keep_blocks(dst, 0);
+    dst->blocks.swap(blocks);
+    return GPT2_OK;
+}
+
+/* The row of position `pos` of `layer`'s keys (kv 0) or values (kv 1); its block is held. */
+static uint8_t* gpt2__kv_row(const gpt2__kv_cache* c, int layer, int kv, int pos) {
+    return c->blocks[(size_t)pos / gpt2__kv_block_rows] + gpt2__kv_part_offset(c, layer, kv) + (size_t)(pos % gpt2__kv_block_rows) * c->row_bytes;
+}
+
+/* The view of `layer`'s keys (kv 0) or values (kv 1) that the attention kernels read. */
+template <class KV>
+static gpt2__kv_rows<KV> gpt2__kv_view(const gpt2__kv_cache* c, int layer, int kv) {
+    return {c->blocks.data(), gpt2__kv_part_offset(c, layer, kv) / sizeof(KV), c->row_bytes / sizeof(KV)};
+}
+
+/* Copies rows [0, n) of every layer (held) between the cache and `packed`: the keys (n_layer, n,
+   C), then the values likewise, as a session's state stores them. */
+static void gpt2__kv_copy_rows(const gpt2__kv_cache* c, int n, uint8_t* packed, bool to_cache) {
+    for (int kv = 0; kv < 2; kv++)
+        for (int l = 0; l < c->model->n_layer; l++)
+            for (int pos = 0; pos < n;) {
+                const int rows = std::min(n - pos, gpt2__kv_block_rows - pos % gpt2__kv_block_rows); /* the rest of pos's block */
+                uint8_t* row = gpt2__kv_row(c, l, kv, pos);
+                const size_t bytes = (size_t)rows * c->row_bytes;
+                if (to_cache) std::memcpy(row, packed, bytes);
+                else std::memcpy(packed, row, bytes);
+                packed += bytes;
+                pos += rows;
+            }
+}
+
 /* ---- src/cpu/threadpool.h ---- */
 /* Worker threads of one session. They are started once, with the session, never per token.
    Between jobs a worker first spins for at most GPT2_SPIN_MICROSECONDS (default 50), because
@@ -11783,8 +12133,7 @@ struct gpt2__executor {
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
     const gpt2__kernels* kernels = nullptr;
-    void* k_cache = nullptr;  /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
-    void* v_cache = nullptr;
+    gpt2__kv_cache kv;        /* in blocks (kv_cache.h), float or f16: a key's heads side by side */
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
@@ -11834,11 +12183,16 @@ static void gpt2__step_for(gpt2__cpu_session* s, int64_t n, int64_t align, const
 /* Decode attention (gpt2__is_decode) takes all heads of a query at once (gpt2__attend_rows_scalar)
    and splits its keys into up to gpt2__max_key_ranges ranges of at least gpt2__min_key_range
    keys, so threads share one query's attention and each reads whole rows of the cache (each
-   range costs a single thread a little, hence the minimum). Ranges depend on the number of keys
-   only, so no result depends on the thread count. */
+   range costs a single thread a little, hence the minimum). A range is whole groups of
+   gpt2__kv_row_group rows (the kernels' contract), the last perhaps cut short. Ranges depend on
+   the number of keys only, so no result depends on the thread count. */
 static const int gpt2__min_key_range = 64;
+static_assert(gpt2__min_key_range % gpt2__kv_row_group == 0, "a key range is whole groups of rows");
 
-static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges); }
+static int gpt2__key_range(int n_keys) {
+    const int share = (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges;
+    return std::max(gpt2__min_key_range, (share + gpt2__kv_row_group - 1) / gpt2__kv_row_group * gpt2__kv_row_group);
+}
 
 /* Floats of per-thread attention scratch: what gpt2__attend_rows_scalar asks for at n_ctx keys,
    or a block of queries' scores (gpt2__query_scratch). */
@@ -11874,22 +12228,22 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     });
 }
 
-/* Writes the job's keys and values to the cache. */
+/* Writes the job's keys and values to the cache (whose blocks gpt2__kv_prepare made the
+   session's own). */
 template <class KV>
 static void gpt2__attention_store(const gpt2__attention_job& j) {
     gpt2__cpu_session* s = j.s;
     const int C = s->model->n_embd;
-    KV* k_cache = (KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
-    KV* v_cache = (KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
     for (int t = 0; t < j.T; t++) {
         const float* row = j.qkv + (size_t)t * 3 * C;
-        const size_t at = (size_t)(j.pos0 + t) * C;
+        KV* key = (KV*)gpt2__kv_row(&s->kv, j.layer, 0, j.pos0 + t);
+        KV* value = (KV*)gpt2__kv_row(&s->kv, j.layer, 1, j.pos0 + t);
         if constexpr (sizeof(KV) == 4) {
-            std::memcpy(k_cache + at, row + C, (size_t)C * 4);
-            std::memcpy(v_cache + at, row + 2 * C, (size_t)C * 4);
+            std::memcpy(key, row + C, (size_t)C * 4);
+            std::memcpy(value, row + 2 * C, (size_t)C * 4);
         } else {
-            s->kernels->to_f16(k_cache + at, row + C, (size_t)C);
-            s->kernels->to_f16(v_cache + at, row + 2 * C, (size_t)C);
+            s->kernels->to_f16(key, row + C, (size_t)C);
+            s->kernels->to_f16(value, row + 2 * C, (size_t)C);
         }
     }
 }
@@ -11914,16 +12268,15 @@ template <class KV>
 static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
     const gpt2__cpu_session* s = j.s;
     const int C = s->model->n_embd, H = s->model->n_head, D = C / H, T = j.T, pos0 = j.pos0;
-    const KV* k_cache = (const KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
-    const KV* v_cache = (const KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
+    const gpt2__kv_rows<KV> keys = gpt2__kv_view<KV>(&s->kv, j.layer, 0), values = gpt2__kv_view<KV>(&s->kv, j.layer, 1);
     if (!gpt2__is_decode(T)) {
         const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
         const int h = task / blocks, t = task % blocks * gpt2__query_block;
         gpt2__attend_fn<KV> attend;
         if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
         else attend = s->kernels->attend_f16;
-        attend(j.att + (size_t)t * C + (size_t)h * D, (size_t)C, j.qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, k_cache + (size_t)h * D,
-               v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
+        attend(j.att + (size_t)t * C + (size_t)h * D, (size_t)C, j.qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, keys.at((size_t)h * D),
+               values.at((size_t)h * D), pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
         return;
     }
     gpt2__attend_rows_fn<KV> attend_rows;
@@ -11933,7 +12286,7 @@ static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* 
     while (r >= j.ranges[t]) r -= j.ranges[t++];
     const int range = gpt2__key_range(pos0 + t + 1), first = r * range, n_keys = std::min(range, pos0 + t + 1 - first);
     float* dst = j.parts + ((size_t)t * gpt2__max_key_ranges + r) * ((size_t)C + 2 * H);
-    attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
+    attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, keys, values, first, n_keys, H, D, scores);
 }
 
 static void gpt2__attention_store(const gpt2__attention_job& j) {
@@ -12129,6 +12482,7 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
     ex->paused = false;
     ex->in_flight = false; /* until it pauses again */
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
+    for (const gpt2__pass_item& it : items) GPT2__TRY(gpt2__kv_prepare(&it.s->kv, it.pos0, it.pos0 + it.T, err));
     gpt2__activations* w = &runner->act;
     if (gpt2__step_begin(ex)) {
         for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */
@@ -12311,18 +12665,20 @@ static void gpt2__reference_mlp(const gpt2_model* m, const gpt2__layer& L, float
 static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->panel, s->logits, s->probs};
+    gpt2__kv_free(&s->kv);
+    void* buffers[] = {s->panel, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
     gpt2__activations_free(&s->act);
     gpt2__session_delete(s);
 }
 
+/* A new session's buffers; its KV cache takes blocks as it fills (kv_cache.h). */
 static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err) {
     const gpt2_model* m = s->model;
-    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
-    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
+    s->kv.model = m;
+    s->kv.row_bytes = (size_t)m->n_embd * (s->kv_f16 ? 2 : 4);
+    s->kv.f16 = s->kv_f16;
     struct { void** p; size_t bytes; } plan[] = {
-        {&s->k_cache, cache}, {&s->v_cache, cache},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
@@ -12331,10 +12687,7 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }
     /* a prompt that fills the context runs in the session's own activations */
-    GPT2__TRY(gpt2__activations_reserve(s, ctx, (size_t)gpt2__decode_max_tokens, 1, err));
-    gpt2__advise_huge_pages(s->k_cache, cache);
-    gpt2__advise_huge_pages(s->v_cache, cache);
-    return GPT2_OK;
+    return gpt2__activations_reserve(s, (size_t)s->n_ctx, (size_t)gpt2__decode_max_tokens, 1, err);
 }
 
 static gpt2_result gpt2__cpu_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
@@ -12381,28 +12734,25 @@ static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t
     return GPT2_OK;
 }
 
-/* Copies rows [0, n) of every layer between the caches, (n_layer, n_ctx, C) each, and `packed`:
-   the keys (n_layer, n, C), then the values. */
-static void gpt2__cpu_copy_rows(const gpt2__cpu_session* s, int n, uint8_t* packed, bool to_cache) {
-    if (n == 0) return; /* packed may be NULL */
-    const size_t row = (size_t)s->model->n_embd * (s->kv_f16 ? 2 : 4), rows = (size_t)n * row, layer = (size_t)s->n_ctx * row;
-    uint8_t* caches[2] = {(uint8_t*)s->k_cache, (uint8_t*)s->v_cache};
-    for (uint8_t* cache : caches)
-        for (int l = 0; l < s->model->n_layer; l++, packed += rows) {
-            if (to_cache) std::memcpy(cache + l * layer, packed, rows);
-            else std::memcpy(packed, cache + l * layer, rows);
-        }
-}
-
 static gpt2_result gpt2__cpu_save_cache(gpt2_session* s, int n, void* rows, gpt2_error*) {
-    gpt2__cpu_copy_rows(gpt2__cpu(s), n, (uint8_t*)rows, false);
+    gpt2__kv_copy_rows(&gpt2__cpu(s)->kv, n, (uint8_t*)rows, false);
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error*) {
+static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error* err) {
     gpt2__cpu_session* s = gpt2__cpu(session);
-    gpt2__cpu_copy_rows(s, n, (uint8_t*)const_cast<void*>(rows), true);
+    if (n > 0) { /* 0: the logits alone, the cache as it is (gpt2__checkpoint_restore) */
+        GPT2__TRY(gpt2__kv_prepare(&s->kv, 0, n, err));
+        gpt2__kv_copy_rows(&s->kv, n, (uint8_t*)const_cast<void*>(rows), true);
+    }
     if (logits) std::memcpy(s->logits, logits, (size_t)s->model->n_vocab * 4);
+    return GPT2_OK;
+}
+
+/* dst's cache becomes src's rows [0, n), sharing src's full blocks (kv_cache.h). */
+static gpt2_result gpt2__cpu_share_cache(gpt2_session* dst, gpt2_session* src, int n, gpt2_error* err) {
+    GPT2__TRY(gpt2__kv_share(&gpt2__cpu(dst)->kv, &gpt2__cpu(src)->kv, n, err));
+    std::memcpy(gpt2__cpu(dst)->logits, gpt2__cpu(src)->logits, (size_t)dst->model->n_vocab * 4);
     return GPT2_OK;
 }
 
@@ -12410,7 +12760,7 @@ static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void
    there every q8_0, q4_0, f16 and bf16 matrix is packed into them once, in one buffer (model->device_weights), and
    the matrices' pages of a mapped file are handed back to the OS (read again only if a session
    runs another kernel set), so the process keeps one copy of those weights, not two. */
-static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
+static gpt2_result gpt2__cpu_pack_lanes(gpt2_model* m, gpt2_error* err) {
     const gpt2__kernels& kernels = gpt2__cpu_kernels();
     if (!kernels.pack_lanes) return GPT2_OK;
     gpt2__vector<gpt2__weight*> packed;
@@ -12433,7 +12783,19 @@ static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
     }
     return GPT2_OK;
 }
-static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->device_weights); }
+
+/* Loading done: the model's pool of KV cache blocks (kv_cache.h), and its lanes. */
+static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
+    m->kv_pool = gpt2__kv_pool_new(m);
+    if (!m->kv_pool) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    const gpt2_result res = gpt2__cpu_pack_lanes(m, err);
+    if (res != GPT2_OK) gpt2__kv_pool_free(m->kv_pool); /* the model is destroyed without model_release */
+    return res;
+}
+static void gpt2__cpu_model_release(gpt2_model* m) {
+    gpt2__free_aligned(m->device_weights);
+    gpt2__kv_pool_free(m->kv_pool);
+}
 
 static void gpt2__cpu_set_budget(gpt2_session* runner, int64_t budget_us) {
     gpt2__executor* ex = &gpt2__cpu(runner)->exec;
@@ -12445,7 +12807,8 @@ static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
                                         gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget,
-                                        nullptr}; /* sample_chain: the chain runs on the logits where they are */
+                                        nullptr, /* sample_chain: the chain runs on the logits where they are */
+                                        gpt2__cpu_share_cache};
     return &table;
 }
 
@@ -12852,6 +13215,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_BUSY: return "session busy";
     case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
     case GPT2_ERROR_BAD_STATE: return "bad session state";
+    case GPT2__RESULT_RANGE: break;
     }
     return "unknown result";
 }
@@ -13142,11 +13506,7 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
     if (src->tokens.size() > (size_t)dst->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "src holds %zu tokens but dst's context is %d", src->tokens.size(), dst->n_ctx);
     GPT2__GUARD_BEGIN
-    gpt2__vector<uint8_t> state(gpt2__state_size(src));
-    GPT2__TRY(gpt2__state_write(const_cast<gpt2_session*>(src), state.data(), err));
-    gpt2__state_view v;
-    GPT2__TRY(gpt2__state_check(dst, state.data(), state.size(), &v, err));
-    GPT2__TRY(gpt2__state_apply(dst, v, err));
+    GPT2__TRY(gpt2__session_copy(dst, const_cast<gpt2_session*>(src), err)); /* a device may copy src's logits to the host */
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }

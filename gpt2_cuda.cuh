@@ -2626,10 +2626,11 @@ static const gpt2__backend gpt2__cuda_backend = {"cuda", gpt2__cuda_model_attach
 /* sample_chain is opt-in until a GPU has run the many-block sampler's tests; without it a chain
    with top_p or a grammar copies the logits to the host and draws there */
 #ifdef GPT2_CUDA_FAST_SAMPLER
-                                                 gpt2__cuda_sample_chain};
+                                                 gpt2__cuda_sample_chain,
 #else
-                                                 nullptr};
+                                                 nullptr,
 #endif
+                                                 nullptr}; /* share_cache: a copy copies the contiguous cache (save_cache, load_cache) */
 [[maybe_unused]] static const bool gpt2__cuda_registered = gpt2__register_backend(GPT2_DEVICE_CUDA, &gpt2__cuda_backend);
 
 /* ---- src/cuda/end.cuh ---- */

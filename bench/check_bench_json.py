@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs gpt2-bench on a tiny random model for about a second and checks its --json keys, and
-that a bad option value is refused with a message naming it; then --grammar and --stage on a random model of
-GPT-2's 124M shape, which carries GPT-2's vocabulary (a few seconds).
+that a bad option value is refused with a message naming it; then --grammar, --stage and --forks on a random model
+of GPT-2's 124M shape, which carries GPT-2's vocabulary (a few seconds).
 
     python3 bench/check_bench_json.py path/to/gpt2-bench
 """
@@ -18,6 +18,7 @@ GRAMMAR_KEYS = ["grammar_mask_us_p50", "grammar_mask_us_p99", "grammar_mask_us_m
                 "constrained_overhead_pct", "grammar_mask_steps"]
 STAGE_KEYS = ["stage_tok_s", "stage_ttft_ms_p50", "stage_ttft_ms_p99", "stage_kv_bytes", "stage_rss_bytes",
               "frame_overrun_us_p99", "frame_overrun_us_max", "budget_tok_s", "budget_vs_whole_tok_s"]
+FORK_KEYS = ["forks_rss_bytes", "forks_kv_bytes", "forks_own_cache_bytes", "forks_rss_vs_own_cache"]
 BATCH_KEYS = ["batch", "decode_tok_s", "decode_ms_per_step", "decode_pct_of_fma_limit", "batch_limit_unit", "batch_limit_gops"]
 
 
@@ -88,6 +89,20 @@ def main():
         sys.exit(f"missing keys {missing} in {run}")
     if run["stage_tokens"] != 9 or run["budget_tokens"] != 9 or run["stage_kv_bytes"] <= 0:
         sys.exit(f"expected 3 answers of 3 tokens, whole and budgeted, in {run}")
+    print(json.dumps(run))
+    # --forks: the memory of 4 forks of a scene of 128 tokens, then 20 tokens each
+    cmd = [sys.argv[1], "--random", "124M", "--type", "q8_0", "-t", "2", "--forks", "4", "--scene-tokens", "128",
+           "--own-tokens", "20", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()}")
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    missing = [k for k in FORK_KEYS if k not in run]
+    if missing:
+        sys.exit(f"missing keys {missing} in {run}")
+    own = 4 * 20 * 2 * 12 * 768 * 2  # 4 x 20 positions of 12 layers' keys and values, 768 wide, f16
+    if run["forks_own_cache_bytes"] != own or not 0 < run["forks_kv_bytes"] < 4 * (128 + 20) * own / 80:
+        sys.exit(f"expected the cache of 4 x 20 tokens ({own} bytes) and the forks holding less than 4 copies of the scene in {run}")
     print(json.dumps(run))
     bad = [sys.argv[1], "--random", "124M", "--vocab", os.path.join(os.path.dirname(grammar), "no-such-folder")]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=60)

@@ -518,11 +518,18 @@ static void usage() {
         "                            lines at Poisson times (--arrival-ms apart on average, default 100; 0: all\n"
         "                            at once; --seed S), each answered with --answer-tokens (default 40) tokens\n"
         "                            on -t threads. JSON keys: stage_tok_s, stage_ttft_ms_p50, stage_ttft_ms_p99,\n"
-        "                            stage_kv_bytes, stage_rss_bytes (resident memory the forks and the scene\n"
-        "                            added), stage_steps, stage_calls, stage_tokens, frame_overrun_us_p99/max\n"
+        "                            stage_kv_bytes (the KV cache's blocks at the end, a block the forks share\n"
+        "                            once), stage_rss_bytes (resident memory the forks and the scene added),\n"
+        "                            stage_steps, stage_calls, stage_tokens, frame_overrun_us_p99/max\n"
         "  --stage-budget US         with --stage: the same scene stepped whole, then under a frame budget of US\n"
         "                            microseconds on the calling thread (keys prefixed budget_, and\n"
-        "                            budget_vs_whole_tok_s: the ratio)");
+        "                            budget_vs_whole_tok_s: the ratio)\n"
+        "  --forks N                 instead: the memory of N forks of one --scene-tokens scene (default 400)\n"
+        "                            that then take --own-tokens tokens each (default 100), a token a pass for\n"
+        "                            all together (gpt2_batch_eval), a 16-bit KV cache (bench/stage_scene.h).\n"
+        "                            JSON keys: forks_rss_bytes (resident memory the forks added),\n"
+        "                            forks_kv_bytes (the KV cache's blocks alive, each once), forks_own_cache_bytes\n"
+        "                            (the cache of N x own tokens), forks_rss_vs_own_cache (the first over the last)");
 }
 
 int main(int argc, char** argv) {
@@ -540,6 +547,7 @@ int main(int argc, char** argv) {
     const char* vocab_dir = nullptr;
     StageScene scene;
     int64_t stage_budget_us = 0;
+    int forks = 0, own_tokens = 100;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -566,6 +574,8 @@ int main(int argc, char** argv) {
         else if (a == "--vocab" && has_value) vocab_dir = argv[++i];
         else if (a == "--stage" && has_value) scene.characters = std::atoi(argv[++i]);
         else if (a == "--stage-budget" && has_value) stage_budget_us = std::atoll(argv[++i]);
+        else if (a == "--forks" && has_value) forks = std::atoi(argv[++i]);
+        else if (a == "--own-tokens" && has_value) own_tokens = std::atoi(argv[++i]);
         else if (a == "--scene-tokens" && has_value) scene.scene_tokens = std::atoi(argv[++i]);
         else if (a == "--answer-tokens" && has_value) scene.answer_tokens = std::atoi(argv[++i]);
         else if (a == "--arrival-ms" && has_value) scene.arrival_ms = std::atof(argv[++i]);
@@ -578,6 +588,10 @@ int main(int argc, char** argv) {
     if (context < prompt) context = prompt;
     if (scene.characters < 0 || scene.characters > 4096 || scene.scene_tokens < 1 || scene.answer_tokens < 1 || scene.arrival_ms < 0 || stage_budget_us < 0) {
         std::fprintf(stderr, "gpt2-bench: --stage 0..4096, --scene-tokens and --answer-tokens >= 1, --arrival-ms and --stage-budget >= 0\n");
+        return 2;
+    }
+    if (forks < 0 || forks > 4096 || own_tokens < 1) {
+        std::fprintf(stderr, "gpt2-bench: --forks %d: expected 0..4096 forks; --own-tokens %d: expected >= 1\n", forks, own_tokens);
         return 2;
     }
 
@@ -614,6 +628,37 @@ int main(int argc, char** argv) {
         return 1;
     }
     const gpt2_model_info info = gpt2_model_get_info(model);
+    if (forks > 0) {
+        if (scene.scene_tokens + own_tokens > info.n_ctx) {
+            std::fprintf(stderr, "gpt2-bench: --forks: --scene-tokens %d and --own-tokens %d exceed the model's context of %d\n", scene.scene_tokens, own_tokens, info.n_ctx);
+            return 2;
+        }
+        if (kernels_name && *kernels_name && !(scene.kernels = gpt2__kernels_by_name(kernels_name))) {
+            std::fprintf(stderr, "gpt2-bench: kernels '%s' are not available on this CPU/build\n", kernels_name);
+            return 2;
+        }
+        scene.characters = forks;
+        scene.threads = threads;
+        scene.kv_f16 = 1;
+        ForkResult r;
+        if (!run_fork_scene(model, scene, own_tokens, &r, &err)) {
+            std::fprintf(stderr, "gpt2-bench: --forks: %s\n", err.message);
+            return 1;
+        }
+        const std::string name = random ? std::string("random-") + random : std::string(path);
+        const double ratio = r.rss_growth_bytes / std::max(1.0, r.own_cache_bytes);
+        if (json)
+            std::printf("{\"model\": \"%s\", \"forks\": %d, \"threads\": %d, \"scene_tokens\": %d, \"own_tokens\": %d, \"forks_rss_bytes\": %.0f, "
+                        "\"forks_kv_bytes\": %.0f, \"forks_own_cache_bytes\": %.0f, \"forks_rss_vs_own_cache\": %.3f}\n",
+                        name.c_str(), forks, threads, scene.scene_tokens, own_tokens, r.rss_growth_bytes, r.kv_bytes, r.own_cache_bytes, ratio);
+        else
+            std::printf("%s: %d forks of a %d-token scene, then %d tokens each: resident memory +%.1f MB, %.2fx the KV cache of their own %d x %d tokens "
+                        "(%.1f MB); the KV cache's blocks hold %.1f MB\n",
+                        name.c_str(), forks, scene.scene_tokens, own_tokens, r.rss_growth_bytes / 1e6, ratio, forks, own_tokens, r.own_cache_bytes / 1e6, r.kv_bytes / 1e6);
+        gpt2_model_free(model);
+        free_pages(buffer);
+        return 0;
+    }
     if (scene.characters > 0) {
         if (info.tokenizer == GPT2_TOKENIZER_NONE) { std::fprintf(stderr, "gpt2-bench: --stage: the player's lines are text; the model needs a vocabulary (--random 124M and up have GPT-2's)\n"); return 2; }
         if (kernels_name && *kernels_name && !(scene.kernels = gpt2__kernels_by_name(kernels_name))) {

@@ -9,10 +9,12 @@
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 //
-//   gpt2-kernel-bench attend KEYS [KERNELS [COPIES]]
+//   gpt2-kernel-bench attend KEYS [KERNELS [COPIES [reversed]]]
 //     one decoded token's attention in one layer of GPT-2 124M (12 heads x 64, an f32 cache) over
 //     KEYS keys, the set's attend_rows_f32, median of 2,000 calls; the keys and values rotate over
-//     COPIES copies (default: 256 MB of them, so every call reads from DRAM; 1: from cache)
+//     COPIES copies (default: 256 MB of them, so every call reads from DRAM; 1: from cache), each
+//     read through the KV cache's view of blocks of gpt2__kv_block_rows rows, laid out one after
+//     another, or with `reversed` last block first (as a cache's blocks lie anywhere)
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "gpt2.h"
@@ -28,9 +30,11 @@
 static int attend_bench(int argc, char** argv) {
     const int n_keys = argc > 2 ? std::atoi(argv[2]) : 150, H = 12, D = 64, C = H * D;
     const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();
-    const size_t floats = (size_t)std::max(n_keys, 1) * C, copies = argc > 4 ? (size_t)std::atol(argv[4]) : std::max<size_t>(1, (256u << 20) / (8 * floats));
-    if (!k || n_keys < 1 || copies < 1) {
-        std::fprintf(stderr, "usage: gpt2-kernel-bench attend KEYS [KERNELS [COPIES]]\n");
+    const size_t blocks = gpt2__kv_blocks_for(std::max(n_keys, 1)), floats = blocks * gpt2__kv_block_rows * C;
+    const size_t copies = argc > 4 ? (size_t)std::atol(argv[4]) : std::max<size_t>(1, (256u << 20) / (8 * floats));
+    const bool reversed = argc > 5 && std::string(argv[5]) == "reversed";
+    if (!k || n_keys < 1 || copies < 1 || (argc > 5 && !reversed)) {
+        std::fprintf(stderr, "usage: gpt2-kernel-bench attend KEYS [KERNELS [COPIES [reversed]]]\n");
         return 2;
     }
     std::vector<float> keys(floats * copies), values(floats * copies), q(C), out(C), stats(2 * H), scratch((size_t)H * n_keys);
@@ -38,17 +42,25 @@ static int attend_bench(int argc, char** argv) {
     std::uniform_real_distribution<float> u(-1, 1);
     for (std::vector<float>* v : {&keys, &values, &q})
         for (float& x : *v) x = u(rng);
+    std::vector<gpt2__vector<const uint8_t*>> tables(2 * copies); // each copy's blocks, keys then values
+    for (size_t c = 0; c < copies; c++)
+        for (size_t b = 0; b < blocks; b++) {
+            const size_t at = c * floats + (reversed ? blocks - 1 - b : b) * gpt2__kv_block_rows * C;
+            tables[2 * c].push_back((const uint8_t*)(keys.data() + at));
+            tables[2 * c + 1].push_back((const uint8_t*)(values.data() + at));
+        }
     std::vector<double> us;
     for (int it = 0; it < 2000; it++) {
         const size_t c = (size_t)it % copies;
+        const gpt2__kv_rows<float> key_rows{tables[2 * c].data(), 0, (size_t)C}, value_rows{tables[2 * c + 1].data(), 0, (size_t)C};
         const auto t0 = std::chrono::steady_clock::now();
-        k->attend_rows_f32(out.data(), stats.data(), q.data(), keys.data() + c * floats, values.data() + c * floats, n_keys, H, D, scratch.data());
+        k->attend_rows_f32(out.data(), stats.data(), q.data(), key_rows, value_rows, 0, n_keys, H, D, scratch.data());
         us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(us.begin(), us.end());
     const double median = us[us.size() / 2];
-    std::printf("%s attend_rows_f32, %d keys x %d heads x %d, %zu copies: median %.1f us, %.2f GB/s of keys and values\n", k->name, n_keys, H, D, copies, median,
-                2.0 * (double)floats * 4 / median / 1e3);
+    std::printf("%s attend_rows_f32, %d keys x %d heads x %d, %zu copies%s: median %.1f us, %.2f GB/s of keys and values\n", k->name, n_keys, H, D, copies,
+                reversed ? " (blocks reversed)" : "", median, 2.0 * (double)n_keys * C * 4 / median / 1e3);
     return 0;
 }
 

@@ -7,6 +7,11 @@
 // thread) and each call's overrun past the budget is recorded; the same scene is also run with
 // whole steps first, for the tokens/s beside it. Part of gpt2_bench.cpp (its helpers, and
 // percentile from grammar_stats.h).
+//
+// gpt2-bench --forks N: the memory of forks. N sessions forked from one that read the scene, then
+// each --own-tokens tokens of its own, a token a pass for all of them together (gpt2_batch_eval,
+// as a stage would generate them); the resident memory this adds, beside the KV cache of the N x
+// own tokens alone (what the forks would hold if the scene cost nothing).
 #pragma once
 
 struct StageLine {
@@ -54,6 +59,17 @@ static double uniform01(uint64_t* state) {
     return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
 }
 
+// A session of `sp` that has read the scene's --scene-tokens tokens; NULL on an error.
+static gpt2_session* read_scene(gpt2_model* model, const StageScene& sc, const gpt2_session_params& sp, gpt2_error* err) {
+    const int n_vocab = gpt2_model_get_info(model).n_vocab;
+    std::vector<int32_t> scene((size_t)sc.scene_tokens);
+    for (size_t i = 0; i < scene.size(); i++) scene[i] = (int32_t)((i * 7919 + 13) % (size_t)n_vocab);
+    gpt2_session* s = nullptr;
+    if (gpt2_session_create(model, &sp, &s, err) == GPT2_OK && gpt2_session_eval(s, scene.data(), scene.size(), err) == GPT2_OK) return s;
+    gpt2_session_free(s);
+    return nullptr;
+}
+
 static bool run_stage_scene(gpt2_model* model, const StageScene& sc, int64_t budget_us, StageResult* out, gpt2_error* err) {
     const gpt2_model_info info = gpt2_model_get_info(model);
     const char* player = "PLAYER: Good evening, merchant. What do you have for a traveller who walked all day?\n";
@@ -61,10 +77,8 @@ static bool run_stage_scene(gpt2_model* model, const StageScene& sc, int64_t bud
     sp.n_threads = 1; // a character's own calls are none here: the stage runs the passes
     sp.kv_f16 = sc.kv_f16;
     sp.n_ctx = std::min(info.n_ctx, sc.scene_tokens + 64 + sc.answer_tokens);
-    std::vector<int32_t> scene((size_t)sc.scene_tokens);
-    for (size_t i = 0; i < scene.size(); i++) scene[i] = (int32_t)((i * 7919 + 13) % (size_t)info.n_vocab);
-    gpt2_session* shared = nullptr;
-    if (gpt2_session_create(model, &sp, &shared, err) != GPT2_OK || gpt2_session_eval(shared, scene.data(), scene.size(), err) != GPT2_OK) return false;
+    gpt2_session* shared = read_scene(model, sc, sp, err);
+    if (!shared) return false;
     const double rss_before = resident_bytes();
     std::vector<gpt2_session*> characters((size_t)sc.characters, nullptr);
     for (gpt2_session*& c : characters) {
@@ -125,7 +139,7 @@ static bool run_stage_scene(gpt2_model* model, const StageScene& sc, int64_t bud
     out->tok_s = out->tokens / std::max(1e-9, end - t0 - first);
     out->ttft_p50_ms = percentile(ttft_ms, 0.5);
     out->ttft_p99_ms = percentile(ttft_ms, 0.99);
-    out->kv_bytes = (double)sc.characters * 2.0 * info.n_layer * sp.n_ctx * info.n_embd * (sc.kv_f16 ? 2 : 4);
+    out->kv_bytes = (double)gpt2__kv_bytes(model); /* every block alive once, shared or not */
     out->rss_growth_bytes = resident_bytes() - rss_before;
     out->overrun_p99_us = percentile(overrun_us, 0.99);
     out->overrun_max_us = percentile(overrun_us, 1.0);
@@ -145,4 +159,43 @@ static void print_stage(const char* prefix, const StageResult& r, bool json) {
                     "resident memory +%.1f MB; frame overrun p99 %.0f us, max %.0f us\n",
                     prefix, r.tokens, r.steps, r.calls, r.tok_s, r.ttft_p50_ms, r.ttft_p99_ms, r.kv_bytes / 1e6, r.rss_growth_bytes / 1e6, r.overrun_p99_us,
                     r.overrun_max_us);
+}
+
+struct ForkResult {
+    double rss_growth_bytes = 0, kv_bytes = 0, own_cache_bytes = 0;
+};
+
+static bool run_fork_scene(gpt2_model* model, const StageScene& sc, int own_tokens, ForkResult* out, gpt2_error* err) {
+    const gpt2_model_info info = gpt2_model_get_info(model);
+    gpt2_session_params sp = gpt2_session_default_params();
+    sp.n_threads = 1;
+    sp.kv_f16 = sc.kv_f16;
+    sp.n_ctx = std::min(info.n_ctx, sc.scene_tokens + own_tokens);
+    gpt2_session* shared = read_scene(model, sc, sp, err);
+    if (!shared) return false;
+    const double rss_before = resident_bytes();
+    std::vector<gpt2_session*> forks((size_t)sc.characters, nullptr);
+    bool ok = true;
+    for (size_t f = 0; f < forks.size() && ok; f++) {
+        gpt2_session_params fp = sp;
+        if (f == 0) fp.n_threads = sc.threads; /* the batch's passes run on its threads */
+        ok = gpt2_session_create(model, &fp, &forks[f], err) == GPT2_OK && gpt2_session_copy(forks[f], shared, err) == GPT2_OK;
+        if (ok && sc.kernels) gpt2__cpu(forks[f])->kernels = sc.kernels;
+    }
+    gpt2_session_free(shared);
+    std::vector<int32_t> next(forks.size());
+    std::vector<const int32_t*> ids(forks.size());
+    std::vector<size_t> counts(forks.size(), 1);
+    for (int t = 0; t < own_tokens && ok; t++) {
+        for (size_t f = 0; f < forks.size(); f++) {
+            next[f] = (int32_t)(((size_t)t * 7919 + f * 104729 + 5) % (size_t)info.n_vocab);
+            ids[f] = &next[f];
+        }
+        ok = gpt2_batch_eval(forks.data(), ids.data(), counts.data(), forks.size(), err) == GPT2_OK;
+    }
+    out->rss_growth_bytes = resident_bytes() - rss_before;
+    out->kv_bytes = (double)gpt2__kv_bytes(model);
+    out->own_cache_bytes = (double)sc.characters * own_tokens * 2.0 * info.n_layer * info.n_embd * (sc.kv_f16 ? 2 : 4);
+    for (gpt2_session* f : forks) gpt2_session_free(f);
+    return ok;
 }

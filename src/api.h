@@ -178,7 +178,10 @@ typedef enum gpt2_result {
     GPT2_ERROR_INTERNAL,         /* a bug in gpt2.h (an unexpected internal exception): please report it */
     GPT2_ERROR_BUSY,             /* the session is in use by another call (another thread's, or the callback's own call); nothing changed */
     GPT2_ERROR_BAD_GRAMMAR,      /* a grammar that cannot be read or used: the message says where and why */
-    GPT2_ERROR_BAD_STATE         /* a session state (gpt2_session_load) that is truncated, damaged or not a state */
+    GPT2_ERROR_BAD_STATE,        /* a session state (gpt2_session_load) that is truncated, damaged or not a state */
+    /* Not a result. It makes every non-negative int32 a valid gpt2_result in C++, so a code
+       from a newer version (and the library's internal ones) can be held without undefined behaviour. */
+    GPT2__RESULT_RANGE = 0x7FFFFFFF
 } gpt2_result;
 
 /* A short English name for a result code ("bad file"); never NULL. */
@@ -295,10 +298,11 @@ typedef enum gpt2_context_policy { GPT2_CONTEXT_EXACT = 0, GPT2_CONTEXT_DISCARD 
 typedef struct gpt2_session_params {
     int n_threads;  /* worker threads for this session, including the caller; 0 = all cores.
                        WebAssembly built without Emscripten's -pthread runs on the caller alone */
-    int n_ctx;      /* context to allocate the KV cache for; 0 = the model's, at most the model's.
-                       On Linux, with the default allocator, the cache sits on huge pages
-                       (faster to stream) and is resident from the first token: ask for less
-                       when contexts stay short. */
+    int n_ctx;      /* the longest context the session holds; 0 = the model's, at most the
+                       model's. On the CPU the KV cache takes blocks of 16 positions as the
+                       context fills (from slabs on huge pages where the OS gives them: faster
+                       to stream), so a large n_ctx costs memory only once used; on CUDA the
+                       whole cache is allocated with the session. */
     int kv_f16;     /* store the KV cache in 16-bit floats (half the memory) */
     /* What happens when the context is full (see CONCEPTS): GPT2_CONTEXT_EXACT keeps the last
        n_ctx tokens and recomputes them for every new token, exactly as nanoGPT; with
@@ -345,7 +349,10 @@ GPT2_API gpt2_result gpt2_session_save(const gpt2_session* session, void* buf, s
    type is converted (f16 to f32 exactly; f32 to f16 rounds as an f16 cache would). */
 GPT2_API gpt2_result gpt2_session_load(gpt2_session* session, const void* buf, size_t n_bytes, gpt2_error* err);
 /* Makes dst a copy of src (a fork: the same context, logits and RNG), as save + load. Both
-   sessions belong to one model; dst's n_ctx must hold src's tokens. */
+   sessions belong to one model; dst's n_ctx must hold src's tokens. On the CPU, with the same
+   kv_f16, dst shares src's full blocks of the KV cache instead of copying them (copy on write:
+   the tokens either adds later stay its own), so 32 characters forked from one scene hold it
+   once and a fork costs the time and memory of at most one block; otherwise the rows are copied. */
 GPT2_API gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* src, gpt2_error* err);
 /* Keeps the first n_tokens of the context (rewind: undo the last answer); the logits become the
    prediction after the last one kept (one token is recomputed). n_tokens 0 resets. */

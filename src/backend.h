@@ -55,13 +55,21 @@ struct gpt2__backend {
        NULL) alone, with the session's RNG. Returns GPT2__NOT_HANDLED, the RNG untouched, where
        it cannot for these parameters. */
     gpt2_result (*sample_chain)(gpt2_session* s, float temperature, int top_k, float top_p, const uint32_t* allowed, int32_t* token, gpt2_error* err);
+    /* Optional (NULL: gpt2_session_copy goes through save_cache and load_cache): dst's KV cache
+       rows [0, n) and logits become src's (a session of the same model and cache type, n at most
+       its cached rows), sharing src's memory where the device can (the CPU's blocks, copy on
+       write); dst's other rows are gone. Out of memory, dst is unchanged. */
+    gpt2_result (*share_cache)(gpt2_session* dst, gpt2_session* src, int n, gpt2_error* err);
 };
 
-/* run_batch's answer when its budget was spent before the pass's end (set_budget): not an error,
-   and never returned by the C API. */
-static const gpt2_result GPT2__PAUSED = (gpt2_result)-1;
-/* sample_chain's answer for parameters it leaves to the host: not an error either. */
-static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)-2;
+/* run_batch's answer when its budget was spent before the pass's end (set_budget), and
+   sample_chain's for parameters it leaves to the host: not errors, never returned by the C API.
+   Values no code of the C API has, inside the enum's range (GPT2__RESULT_RANGE makes it every
+   non-negative int32; a negative value would be undefined behaviour, which UBSan's
+   -fsanitize=enum reports). */
+static const gpt2_result GPT2__PAUSED = (gpt2_result)1000;
+static const gpt2_result GPT2__NOT_HANDLED = (gpt2_result)1001;
+static_assert(GPT2_ERROR_BAD_STATE < 1000, "the internal answers above must stay apart from the C API's codes");
 
 enum { GPT2__MAX_DEVICES = 8 };
 

@@ -38,6 +38,7 @@ GPT2_DEF const char* gpt2_result_string(gpt2_result result) {
     case GPT2_ERROR_BUSY: return "session busy";
     case GPT2_ERROR_BAD_GRAMMAR: return "bad grammar";
     case GPT2_ERROR_BAD_STATE: return "bad session state";
+    case GPT2__RESULT_RANGE: break;
     }
     return "unknown result";
 }
@@ -328,11 +329,7 @@ GPT2_DEF gpt2_result gpt2_session_copy(gpt2_session* dst, const gpt2_session* sr
     if (src->tokens.size() > (size_t)dst->n_ctx)
         return gpt2__fail(err, GPT2_ERROR_CONTEXT_FULL, "src holds %zu tokens but dst's context is %d", src->tokens.size(), dst->n_ctx);
     GPT2__GUARD_BEGIN
-    gpt2__vector<uint8_t> state(gpt2__state_size(src));
-    GPT2__TRY(gpt2__state_write(const_cast<gpt2_session*>(src), state.data(), err));
-    gpt2__state_view v;
-    GPT2__TRY(gpt2__state_check(dst, state.data(), state.size(), &v, err));
-    GPT2__TRY(gpt2__state_apply(dst, v, err));
+    GPT2__TRY(gpt2__session_copy(dst, const_cast<gpt2_session*>(src), err)); /* a device may copy src's logits to the host */
     return gpt2__ok(err);
     GPT2__GUARD_END(err)
 }

@@ -63,11 +63,12 @@
 #endif
 
 /* GPT2_MALLOC memory aligned to a cache line, so no vector load of the kernels straddles two
-   lines (docs/PERFORMANCE.md, Kernel notes). The pointer malloc gave sits just below. */
-static void* gpt2__malloc_aligned(size_t bytes) {
-    void* raw = GPT2_MALLOC(bytes + 64 + sizeof(void*));
+   lines (docs/PERFORMANCE.md, Kernel notes), or to `alignment` (a power of two: 2 MiB for huge
+   pages). The pointer malloc gave sits just below. */
+static void* gpt2__malloc_aligned(size_t bytes, size_t alignment = 64) {
+    void* raw = GPT2_MALLOC(bytes + alignment + sizeof(void*));
     if (!raw) return nullptr;
-    void* p = (void*)(((uintptr_t)raw + sizeof(void*) + 63) & ~(uintptr_t)63);
+    void* p = (void*)(((uintptr_t)raw + sizeof(void*) + alignment - 1) & ~(uintptr_t)(alignment - 1));
     std::memcpy((char*)p - sizeof(void*), &raw, sizeof(void*));
     return p;
 }
@@ -83,8 +84,11 @@ static void gpt2__free_aligned(void* p) {
    stream through (the KV cache): from 4 KiB pages a core streams slower (docs/PERFORMANCE.md,
    Kernel notes). Only for the default allocator's memory,
    on Linux; the OS may ignore the advice. */
-static void gpt2__advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(GPT2__DEFAULT_ALLOCATOR)
+#define GPT2__HUGE_PAGES 1
+#endif
+static void gpt2__advise_huge_pages(void* p, size_t bytes) {
+#if defined(GPT2__HUGE_PAGES)
     const uintptr_t huge = (uintptr_t)2 << 20;
     const uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + bytes) & ~(huge - 1);
     if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);

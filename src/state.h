@@ -225,4 +225,25 @@ static gpt2_result gpt2__state_apply(gpt2_session* s, const gpt2__state_view& v,
     return GPT2_OK;
 }
 
+/* gpt2_session_copy, its arguments checked (one model, dst's n_ctx holds src's tokens, both
+   held): dst continues as src would, as after a save of src and a load. Where the backend can
+   share a cache (share_cache: the CPU's blocks, copy on write) and the cache types agree, the
+   state does not go through bytes: dst shares src's cache rows. */
+static gpt2_result gpt2__session_copy(gpt2_session* dst, gpt2_session* src, gpt2_error* err) {
+    if (!dst->backend->share_cache || dst->kv_f16 != src->kv_f16) {
+        gpt2__vector<uint8_t> state(gpt2__state_size(src));
+        GPT2__TRY(gpt2__state_write(src, state.data(), err));
+        gpt2__state_view v;
+        GPT2__TRY(gpt2__state_check(dst, state.data(), state.size(), &v, err));
+        return gpt2__state_apply(dst, v, err);
+    }
+    GPT2__TRY(dst->backend->share_cache(dst, src, src->n_cached, err));
+    dst->tokens.assign(src->tokens.begin(), src->tokens.end()); /* within the n_ctx reserved */
+    dst->n_cached = src->n_cached;
+    dst->has_logits = src->has_logits;
+    dst->rng_state = src->rng_state;
+    dst->stream = src->stream;
+    return GPT2_OK;
+}
+
 #endif /* GPT2__PART_STATE_H */

@@ -124,3 +124,19 @@ inline int kernel_sets_to_test(const gpt2__kernels* sets[gpt2__max_kernel_sets])
     return kept;
 }
 #endif
+
+#if defined(GPT2_IMPLEMENTATION) && defined(GPT2_REFERENCE_FORWARD)
+// The reference's logits (T, V) of the T ids (src/cpu/forward_reference.h).
+inline std::vector<float> reference_logits(const gpt2_model* m, const std::vector<int32_t>& ids) {
+    std::vector<float> logits(ids.size() * (size_t)m->n_vocab);
+    gpt2__forward_reference(m, ids.data(), (int)ids.size(), logits.data());
+    return logits;
+}
+
+// The largest |got - want| of a row of logits, relative to the row's largest |logit| (at least 1).
+inline float logit_error(const float* got, const float* want, int n) {
+    float scale = 1.0f;
+    for (int i = 0; i < n; i++) scale = std::max(scale, std::fabs(want[i]));
+    return max_abs_diff(got, want, (size_t)n) / scale;
+}
+#endif

@@ -460,11 +460,14 @@ TEST_CASE("attention of one head for a block of queries: SIMD equals scalar for 
                     std::vector<uint16_t> kh(kc.size()), vh(vc.size());
                     for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
                     std::vector<float> want(out_stride * n_queries, -1.0f), got = want, scores(gpt2__query_scratch((int)keys));
-                    gpt2__attend_scalar<float>(want.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
-                    k->attend_f32(got.data(), out_stride, q.data(), q_stride, kc.data(), vc.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    gpt2__vector<const uint8_t*> tables[4];
+                    const gpt2__kv_rows<float> kf = gpt2__kv_rows_contiguous(kc.data(), (int)keys, stride, &tables[0]), vf = gpt2__kv_rows_contiguous(vc.data(), (int)keys, stride, &tables[1]);
+                    const gpt2__kv_rows<uint16_t> k16 = gpt2__kv_rows_contiguous(kh.data(), (int)keys, stride, &tables[2]), v16 = gpt2__kv_rows_contiguous(vh.data(), (int)keys, stride, &tables[3]);
+                    gpt2__attend_scalar<float>(want.data(), out_stride, q.data(), q_stride, kf, vf, n_keys, n_queries, head_dim, scores.data());
+                    k->attend_f32(got.data(), out_stride, q.data(), q_stride, kf, vf, n_keys, n_queries, head_dim, scores.data());
                     for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0)); // the gaps untouched
-                    gpt2__attend_scalar<uint16_t>(want.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
-                    k->attend_f16(got.data(), out_stride, q.data(), q_stride, kh.data(), vh.data(), stride, n_keys, n_queries, head_dim, scores.data());
+                    gpt2__attend_scalar<uint16_t>(want.data(), out_stride, q.data(), q_stride, k16, v16, n_keys, n_queries, head_dim, scores.data());
+                    k->attend_f16(got.data(), out_stride, q.data(), q_stride, k16, v16, n_keys, n_queries, head_dim, scores.data());
                     for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0));
                 }
             }
@@ -504,8 +507,11 @@ TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged fr
                 std::vector<uint16_t> kh(kc.size()), vh(vc.size());
                 for (size_t i = 0; i < kc.size(); i++) { kh[i] = gpt2__f32_to_f16(kc[i]); vh[i] = gpt2__f32_to_f16(vc[i]); }
                 std::vector<float> want(part), got(part), scratch(row / head_dim * n_keys); // what attend_rows may use: n_keys * n_head
+                gpt2__vector<const uint8_t*> tables[4];
+                const gpt2__kv_rows<float> kf = gpt2__kv_rows_contiguous(kc.data(), n_keys, row, &tables[0]), vf = gpt2__kv_rows_contiguous(vc.data(), n_keys, row, &tables[1]);
+                const gpt2__kv_rows<uint16_t> k16 = gpt2__kv_rows_contiguous(kh.data(), n_keys, row, &tables[2]), v16 = gpt2__kv_rows_contiguous(vh.data(), n_keys, row, &tables[3]);
                 const std::vector<double> exact = attention_f64(q, kc, vc, n_keys, n_head, head_dim);
-                gpt2__attend_rows_scalar<float>(want.data(), want.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
+                gpt2__attend_rows_scalar<float>(want.data(), want.data() + row, q.data(), kf, vf, 0, n_keys, n_head, head_dim, scratch.data());
                 for (size_t i = 0; i < row; i++) CHECK(want[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));
                 // the keys in three ranges, attended apart and merged
                 const int cut[] = {0, n_keys / 3, 2 * n_keys / 3 + 1, n_keys};
@@ -514,20 +520,68 @@ TEST_CASE("attention of all heads: scalar within 1e-5 of float64, also merged fr
                     if (cut[r + 1] <= cut[r]) continue;
                     parts.resize(parts.size() + part);
                     float* dst = parts.data() + parts.size() - part;
-                    gpt2__attend_rows_scalar<float>(dst, dst + row, q.data(), kc.data() + cut[r] * row, vc.data() + cut[r] * row, cut[r + 1] - cut[r], n_head, head_dim, scratch.data());
+                    gpt2__attend_rows_scalar<float>(dst, dst + row, q.data(), kf, vf, cut[r], cut[r + 1] - cut[r], n_head, head_dim, scratch.data());
                 }
                 gpt2__merge_attention(merged.data(), parts.data(), (int)(parts.size() / part), n_head, head_dim);
                 for (size_t i = 0; i < row; i++) CHECK(merged[i] == doctest::Approx(exact[i]).epsilon(1e-5).scale(1.0));
                 for (const gpt2__kernels* k : simd_kernels()) {
                     CAPTURE(k->name);
-                    k->attend_rows_f32(got.data(), got.data() + row, q.data(), kc.data(), vc.data(), n_keys, n_head, head_dim, scratch.data());
+                    k->attend_rows_f32(got.data(), got.data() + row, q.data(), kf, vf, 0, n_keys, n_head, head_dim, scratch.data());
                     for (size_t i = 0; i < part; i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0)); // outputs and stats
                     std::vector<float> f16_want(part), f16_got(part);
-                    gpt2__attend_rows_scalar<uint16_t>(f16_want.data(), f16_want.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
-                    k->attend_rows_f16(f16_got.data(), f16_got.data() + row, q.data(), kh.data(), vh.data(), n_keys, n_head, head_dim, scratch.data());
+                    gpt2__attend_rows_scalar<uint16_t>(f16_want.data(), f16_want.data() + row, q.data(), k16, v16, 0, n_keys, n_head, head_dim, scratch.data());
+                    k->attend_rows_f16(f16_got.data(), f16_got.data() + row, q.data(), k16, v16, 0, n_keys, n_head, head_dim, scratch.data());
                     for (size_t i = 0; i < part; i++) CHECK(f16_got[i] == doctest::Approx(f16_want[i]).epsilon(1e-5).scale(1.0));
                 }
             }
+        }
+    }
+}
+
+// The view of rows laid out one after another, copied into blocks of gpt2__kv_block_rows rows
+// placed in reverse order in `storage` (as a KV cache's blocks lie anywhere in memory).
+template <class KV>
+static gpt2__kv_rows<KV> scattered_rows(const std::vector<KV>& rows, int n_rows, size_t stride, std::vector<KV>* storage, gpt2__vector<const uint8_t*>* table) {
+    const size_t block = (size_t)gpt2__kv_block_rows * stride, n_blocks = gpt2__kv_blocks_for(n_rows);
+    storage->assign(n_blocks * block, KV());
+    table->clear();
+    for (size_t b = 0; b < n_blocks; b++) {
+        KV* to = storage->data() + (n_blocks - 1 - b) * block;
+        std::copy(rows.begin() + (ptrdiff_t)(b * block), rows.begin() + (ptrdiff_t)std::min(rows.size(), (b + 1) * block), to);
+        table->push_back((const uint8_t*)to);
+    }
+    return {table->data(), 0, stride};
+}
+
+TEST_CASE("attention reads the KV cache through its blocks: blocks anywhere in memory give the contiguous rows' results bit for bit") {
+    std::mt19937 rng(17);
+    std::vector<const gpt2__kernels*> sets = simd_kernels();
+    sets.push_back(&gpt2__kernels_scalar);
+    const int n_head = 3, head_dim = 40, n_keys = 2 * gpt2__kv_block_rows + 11; // 3 blocks, the last not full
+    const size_t row = (size_t)n_head * head_dim, part = row + 2 * (size_t)n_head;
+    std::vector<float> q = random_floats(rng, row * gpt2__query_block, 2.0f), kc = random_floats(rng, row * n_keys, 2.0f), vc = random_floats(rng, row * n_keys, 2.0f);
+    std::vector<float> k_storage, v_storage;
+    gpt2__vector<const uint8_t*> tables[4];
+    const gpt2__kv_rows<float> contiguous_k = gpt2__kv_rows_contiguous(kc.data(), n_keys, row, &tables[0]), contiguous_v = gpt2__kv_rows_contiguous(vc.data(), n_keys, row, &tables[1]);
+    const gpt2__kv_rows<float> blocks_k = scattered_rows(kc, n_keys, row, &k_storage, &tables[2]), blocks_v = scattered_rows(vc, n_keys, row, &v_storage, &tables[3]);
+    REQUIRE(blocks_k.row(n_keys - 1) != contiguous_k.row(n_keys - 1));
+    std::vector<float> scratch(gpt2__attention_scratch(n_head, n_keys));
+    for (const gpt2__kernels* k : sets) {
+        CAPTURE(k->name);
+        for (int first : {0, gpt2__kv_row_group, gpt2__kv_block_rows - gpt2__kv_row_group}) { // decode: a range from `first` (a multiple of the group) to the end, across blocks
+            CAPTURE(first);
+            std::vector<float> want(part), got(part);
+            k->attend_rows_f32(want.data(), want.data() + row, q.data(), contiguous_k, contiguous_v, first, n_keys - first, n_head, head_dim, scratch.data());
+            k->attend_rows_f32(got.data(), got.data() + row, q.data(), blocks_k, blocks_v, first, n_keys - first, n_head, head_dim, scratch.data());
+            CHECK(got == want);
+        }
+        for (int h = 0; h < n_head; h++) { // prefill: the last block of queries, one head
+            std::vector<float> want(row * gpt2__query_block), got(want.size());
+            const int keys = n_keys - gpt2__query_block + 1;
+            const size_t at = (size_t)h * head_dim;
+            k->attend_f32(want.data() + at, row, q.data() + at, row, contiguous_k.at(at), contiguous_v.at(at), keys, gpt2__query_block, head_dim, scratch.data());
+            k->attend_f32(got.data() + at, row, q.data() + at, row, blocks_k.at(at), blocks_v.at(at), keys, gpt2__query_block, head_dim, scratch.data());
+            CHECK(got == want);
         }
     }
 }

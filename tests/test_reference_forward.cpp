@@ -12,20 +12,6 @@
 #include <doctest/doctest.h>
 #include <memory>
 
-// The reference's logits (T, V) of the T ids.
-static std::vector<float> reference_logits(const gpt2_model* m, const std::vector<int32_t>& ids) {
-    std::vector<float> logits(ids.size() * (size_t)m->n_vocab);
-    gpt2__forward_reference(m, ids.data(), (int)ids.size(), logits.data());
-    return logits;
-}
-
-// The largest |got - want| of a row of logits, relative to the row's largest |logit| (at least 1).
-static float logit_error(const float* got, const float* want, int n) {
-    float scale = 1.0f;
-    for (int i = 0; i < n; i++) scale = std::max(scale, std::fabs(want[i]));
-    return max_abs_diff(got, want, (size_t)n) / scale;
-}
-
 static std::vector<int32_t> token_ids(int n, int n_vocab) {
     std::vector<int32_t> ids;
     for (int i = 0; i < n; i++) ids.push_back((int32_t)((i * 31 + 7) % n_vocab));

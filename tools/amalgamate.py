@@ -48,6 +48,7 @@ OUTPUTS = {
         "src/cpu/kernels/neon.h",        # Arm NEON kernels
         "src/cpu/kernels/wasm_simd128.h", # WebAssembly SIMD128 kernels (Emscripten -msimd128)
         "src/cpu/dispatch.h",            # picks the kernels for this CPU, once
+        "src/cpu/kv_cache.h",            # the KV cache in blocks, shared by forks (copy on write)
         "src/cpu/threadpool.h",          # per-session worker threads
         "src/cpu/forward.h",             # the transformer forward pass with KV cache
         "src/cpu/forward_reference.h",   # the same in plain loops, the tests' oracle (GPT2_REFERENCE_FORWARD)

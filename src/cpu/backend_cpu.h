@@ -7,18 +7,20 @@
 static void gpt2__cpu_session_free(gpt2_session* session) {
     gpt2__cpu_session* s = gpt2__cpu(session);
     gpt2__pool_stop(&s->pool);
-    void* buffers[] = {s->k_cache, s->v_cache, s->panel, s->logits, s->probs};
+    gpt2__kv_free(&s->kv);
+    void* buffers[] = {s->panel, s->logits, s->probs};
     for (void* b : buffers) gpt2__free_aligned(b);
     gpt2__activations_free(&s->act);
     gpt2__session_delete(s);
 }
 
+/* A new session's buffers; its KV cache takes blocks as it fills (kv_cache.h). */
 static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err) {
     const gpt2_model* m = s->model;
-    const size_t ctx = (size_t)s->n_ctx, C = (size_t)m->n_embd;
-    const size_t cache = (size_t)m->n_layer * ctx * C * (s->kv_f16 ? 2 : 4);
+    s->kv.model = m;
+    s->kv.row_bytes = (size_t)m->n_embd * (s->kv_f16 ? 2 : 4);
+    s->kv.f16 = s->kv_f16;
     struct { void** p; size_t bytes; } plan[] = {
-        {&s->k_cache, cache}, {&s->v_cache, cache},
         {(void**)&s->panel, (size_t)s->pool.n_threads * gpt2__panel_floats(std::max(m->n_embd, m->n_ff)) * 4},
         {(void**)&s->logits, (size_t)m->n_vocab * 4}, {(void**)&s->probs, (size_t)m->n_vocab * 4},
     };
@@ -27,10 +29,7 @@ static gpt2_result gpt2__cpu_session_alloc(gpt2__cpu_session* s, gpt2_error* err
         if (!*b.p) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the session (n_ctx %d)", b.bytes, s->n_ctx);
     }
     /* a prompt that fills the context runs in the session's own activations */
-    GPT2__TRY(gpt2__activations_reserve(s, ctx, (size_t)gpt2__decode_max_tokens, 1, err));
-    gpt2__advise_huge_pages(s->k_cache, cache);
-    gpt2__advise_huge_pages(s->v_cache, cache);
-    return GPT2_OK;
+    return gpt2__activations_reserve(s, (size_t)s->n_ctx, (size_t)gpt2__decode_max_tokens, 1, err);
 }
 
 static gpt2_result gpt2__cpu_session_create(const gpt2_model* m, const gpt2_session_params& p, gpt2_session** out, gpt2_error* err) {
@@ -77,28 +76,25 @@ static gpt2_result gpt2__cpu_window_logprob(gpt2_session* session, const int32_t
     return GPT2_OK;
 }
 
-/* Copies rows [0, n) of every layer between the caches, (n_layer, n_ctx, C) each, and `packed`:
-   the keys (n_layer, n, C), then the values. */
-static void gpt2__cpu_copy_rows(const gpt2__cpu_session* s, int n, uint8_t* packed, bool to_cache) {
-    if (n == 0) return; /* packed may be NULL */
-    const size_t row = (size_t)s->model->n_embd * (s->kv_f16 ? 2 : 4), rows = (size_t)n * row, layer = (size_t)s->n_ctx * row;
-    uint8_t* caches[2] = {(uint8_t*)s->k_cache, (uint8_t*)s->v_cache};
-    for (uint8_t* cache : caches)
-        for (int l = 0; l < s->model->n_layer; l++, packed += rows) {
-            if (to_cache) std::memcpy(cache + l * layer, packed, rows);
-            else std::memcpy(packed, cache + l * layer, rows);
-        }
-}
-
 static gpt2_result gpt2__cpu_save_cache(gpt2_session* s, int n, void* rows, gpt2_error*) {
-    gpt2__cpu_copy_rows(gpt2__cpu(s), n, (uint8_t*)rows, false);
+    gpt2__kv_copy_rows(&gpt2__cpu(s)->kv, n, (uint8_t*)rows, false);
     return GPT2_OK;
 }
 
-static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error*) {
+static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void* rows, const float* logits, gpt2_error* err) {
     gpt2__cpu_session* s = gpt2__cpu(session);
-    gpt2__cpu_copy_rows(s, n, (uint8_t*)const_cast<void*>(rows), true);
+    if (n > 0) { /* 0: the logits alone, the cache as it is (gpt2__checkpoint_restore) */
+        GPT2__TRY(gpt2__kv_prepare(&s->kv, 0, n, err));
+        gpt2__kv_copy_rows(&s->kv, n, (uint8_t*)const_cast<void*>(rows), true);
+    }
     if (logits) std::memcpy(s->logits, logits, (size_t)s->model->n_vocab * 4);
+    return GPT2_OK;
+}
+
+/* dst's cache becomes src's rows [0, n), sharing src's full blocks (kv_cache.h). */
+static gpt2_result gpt2__cpu_share_cache(gpt2_session* dst, gpt2_session* src, int n, gpt2_error* err) {
+    GPT2__TRY(gpt2__kv_share(&gpt2__cpu(dst)->kv, &gpt2__cpu(src)->kv, n, err));
+    std::memcpy(gpt2__cpu(dst)->logits, gpt2__cpu(src)->logits, (size_t)dst->model->n_vocab * 4);
     return GPT2_OK;
 }
 
@@ -106,7 +102,7 @@ static gpt2_result gpt2__cpu_load_cache(gpt2_session* session, int n, const void
    there every q8_0, q4_0, f16 and bf16 matrix is packed into them once, in one buffer (model->device_weights), and
    the matrices' pages of a mapped file are handed back to the OS (read again only if a session
    runs another kernel set), so the process keeps one copy of those weights, not two. */
-static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
+static gpt2_result gpt2__cpu_pack_lanes(gpt2_model* m, gpt2_error* err) {
     const gpt2__kernels& kernels = gpt2__cpu_kernels();
     if (!kernels.pack_lanes) return GPT2_OK;
     gpt2__vector<gpt2__weight*> packed;
@@ -129,7 +125,19 @@ static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
     }
     return GPT2_OK;
 }
-static void gpt2__cpu_model_release(gpt2_model* m) { gpt2__free_aligned(m->device_weights); }
+
+/* Loading done: the model's pool of KV cache blocks (kv_cache.h), and its lanes. */
+static gpt2_result gpt2__cpu_model_attach(gpt2_model* m, gpt2_error* err) {
+    m->kv_pool = gpt2__kv_pool_new(m);
+    if (!m->kv_pool) return gpt2__fail(err, GPT2_ERROR_OUT_OF_MEMORY, "out of memory");
+    const gpt2_result res = gpt2__cpu_pack_lanes(m, err);
+    if (res != GPT2_OK) gpt2__kv_pool_free(m->kv_pool); /* the model is destroyed without model_release */
+    return res;
+}
+static void gpt2__cpu_model_release(gpt2_model* m) {
+    gpt2__free_aligned(m->device_weights);
+    gpt2__kv_pool_free(m->kv_pool);
+}
 
 static void gpt2__cpu_set_budget(gpt2_session* runner, int64_t budget_us) {
     gpt2__executor* ex = &gpt2__cpu(runner)->exec;
@@ -141,7 +149,8 @@ static const gpt2__backend* gpt2__cpu_backend() {
     static const gpt2__backend table = {"cpu", gpt2__cpu_model_attach, gpt2__cpu_model_release, gpt2__cpu_session_create, gpt2__cpu_session_free,
                                         gpt2__forward, gpt2__cpu_logits, gpt2__cpu_sample, gpt2__cpu_window_logprob, gpt2__cpu_save_cache,
                                         gpt2__cpu_load_cache, gpt2__pass, gpt2__cpu_sample_batch, gpt2__cpu_set_budget,
-                                        nullptr}; /* sample_chain: the chain runs on the logits where they are */
+                                        nullptr, /* sample_chain: the chain runs on the logits where they are */
+                                        gpt2__cpu_share_cache};
     return &table;
 }
 

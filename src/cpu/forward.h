@@ -2,6 +2,7 @@
 #define GPT2__PART_CPU_FORWARD_H
 #include "../session.h"
 #include "dispatch.h"
+#include "kv_cache.h"
 #include "threadpool.h"
 
 /* The CPU forward pass: nanoGPT's model.py over plain arrays, with a KV cache.
@@ -87,8 +88,7 @@ struct gpt2__executor {
 struct gpt2__cpu_session : gpt2_session {
     gpt2__pool pool;
     const gpt2__kernels* kernels = nullptr;
-    void* k_cache = nullptr;  /* (n_layer, n_ctx, C) float or f16: a key's heads side by side */
-    void* v_cache = nullptr;
+    gpt2__kv_cache kv;        /* in blocks (kv_cache.h), float or f16: a key's heads side by side */
     float* panel = nullptr;   /* (n_threads, gpt2__panel_floats(F)) weight panels of the matmul kernels */
     float* logits = nullptr;  /* (V) */
     float* probs = nullptr;   /* (V) sampling scratch */
@@ -138,11 +138,16 @@ static void gpt2__step_for(gpt2__cpu_session* s, int64_t n, int64_t align, const
 /* Decode attention (gpt2__is_decode) takes all heads of a query at once (gpt2__attend_rows_scalar)
    and splits its keys into up to gpt2__max_key_ranges ranges of at least gpt2__min_key_range
    keys, so threads share one query's attention and each reads whole rows of the cache (each
-   range costs a single thread a little, hence the minimum). Ranges depend on the number of keys
-   only, so no result depends on the thread count. */
+   range costs a single thread a little, hence the minimum). A range is whole groups of
+   gpt2__kv_row_group rows (the kernels' contract), the last perhaps cut short. Ranges depend on
+   the number of keys only, so no result depends on the thread count. */
 static const int gpt2__min_key_range = 64;
+static_assert(gpt2__min_key_range % gpt2__kv_row_group == 0, "a key range is whole groups of rows");
 
-static int gpt2__key_range(int n_keys) { return std::max(gpt2__min_key_range, (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges); }
+static int gpt2__key_range(int n_keys) {
+    const int share = (n_keys + gpt2__max_key_ranges - 1) / gpt2__max_key_ranges;
+    return std::max(gpt2__min_key_range, (share + gpt2__kv_row_group - 1) / gpt2__kv_row_group * gpt2__kv_row_group);
+}
 
 /* Floats of per-thread attention scratch: what gpt2__attend_rows_scalar asks for at n_ctx keys,
    or a block of queries' scores (gpt2__query_scratch). */
@@ -178,22 +183,22 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     });
 }
 
-/* Writes the job's keys and values to the cache. */
+/* Writes the job's keys and values to the cache (whose blocks gpt2__kv_prepare made the
+   session's own). */
 template <class KV>
 static void gpt2__attention_store(const gpt2__attention_job& j) {
     gpt2__cpu_session* s = j.s;
     const int C = s->model->n_embd;
-    KV* k_cache = (KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
-    KV* v_cache = (KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
     for (int t = 0; t < j.T; t++) {
         const float* row = j.qkv + (size_t)t * 3 * C;
-        const size_t at = (size_t)(j.pos0 + t) * C;
+        KV* key = (KV*)gpt2__kv_row(&s->kv, j.layer, 0, j.pos0 + t);
+        KV* value = (KV*)gpt2__kv_row(&s->kv, j.layer, 1, j.pos0 + t);
         if constexpr (sizeof(KV) == 4) {
-            std::memcpy(k_cache + at, row + C, (size_t)C * 4);
-            std::memcpy(v_cache + at, row + 2 * C, (size_t)C * 4);
+            std::memcpy(key, row + C, (size_t)C * 4);
+            std::memcpy(value, row + 2 * C, (size_t)C * 4);
         } else {
-            s->kernels->to_f16(k_cache + at, row + C, (size_t)C);
-            s->kernels->to_f16(v_cache + at, row + 2 * C, (size_t)C);
+            s->kernels->to_f16(key, row + C, (size_t)C);
+            s->kernels->to_f16(value, row + 2 * C, (size_t)C);
         }
     }
 }
@@ -218,16 +223,15 @@ template <class KV>
 static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* scores) {
     const gpt2__cpu_session* s = j.s;
     const int C = s->model->n_embd, H = s->model->n_head, D = C / H, T = j.T, pos0 = j.pos0;
-    const KV* k_cache = (const KV*)s->k_cache + (size_t)j.layer * s->n_ctx * C;
-    const KV* v_cache = (const KV*)s->v_cache + (size_t)j.layer * s->n_ctx * C;
+    const gpt2__kv_rows<KV> keys = gpt2__kv_view<KV>(&s->kv, j.layer, 0), values = gpt2__kv_view<KV>(&s->kv, j.layer, 1);
     if (!gpt2__is_decode(T)) {
         const int blocks = (T + gpt2__query_block - 1) / gpt2__query_block;
         const int h = task / blocks, t = task % blocks * gpt2__query_block;
         gpt2__attend_fn<KV> attend;
         if constexpr (sizeof(KV) == 4) attend = s->kernels->attend_f32;
         else attend = s->kernels->attend_f16;
-        attend(j.att + (size_t)t * C + (size_t)h * D, (size_t)C, j.qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, k_cache + (size_t)h * D,
-               v_cache + (size_t)h * D, (size_t)C, pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
+        attend(j.att + (size_t)t * C + (size_t)h * D, (size_t)C, j.qkv + (size_t)t * 3 * C + (size_t)h * D, 3 * (size_t)C, keys.at((size_t)h * D),
+               values.at((size_t)h * D), pos0 + t + 1, std::min(gpt2__query_block, T - t), D, scores);
         return;
     }
     gpt2__attend_rows_fn<KV> attend_rows;
@@ -237,7 +241,7 @@ static void gpt2__attention_task(const gpt2__attention_job& j, int task, float* 
     while (r >= j.ranges[t]) r -= j.ranges[t++];
     const int range = gpt2__key_range(pos0 + t + 1), first = r * range, n_keys = std::min(range, pos0 + t + 1 - first);
     float* dst = j.parts + ((size_t)t * gpt2__max_key_ranges + r) * ((size_t)C + 2 * H);
-    attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, k_cache + (size_t)first * C, v_cache + (size_t)first * C, n_keys, H, D, scores);
+    attend_rows(dst, dst + C, j.qkv + (size_t)t * 3 * C, keys, values, first, n_keys, H, D, scores);
 }
 
 static void gpt2__attention_store(const gpt2__attention_job& j) {
@@ -433,6 +437,7 @@ static gpt2_result gpt2__pass(gpt2_session* runner_session, gpt2_session* const*
     ex->paused = false;
     ex->in_flight = false; /* until it pauses again */
     GPT2__TRY(gpt2__activations_reserve(runner, (size_t)rows, (size_t)(r.n_one + r.n_few), n, err));
+    for (const gpt2__pass_item& it : items) GPT2__TRY(gpt2__kv_prepare(&it.s->kv, it.pos0, it.pos0 + it.T, err));
     gpt2__activations* w = &runner->act;
     if (gpt2__step_begin(ex)) {
         for (const gpt2__pass_item& it : items) /* x = wte[id] + wpe[pos] */

@@ -70,6 +70,7 @@ struct gpt2_model {
     gpt2_type weight_type = GPT2_TYPE_F32;
     size_t weight_bytes = 0;
     mutable std::atomic<int> n_refs{1}; /* the caller's until gpt2_model_free, and one for each session and grammar of it */
+    struct gpt2__kv_pool* kv_pool = nullptr; /* the CPU sessions' KV cache blocks (src/cpu/kv_cache.h), made by its model_attach */
     const struct gpt2__backend* backend = nullptr; /* the device its sessions run on (src/backend.h) */
     void* device_weights = nullptr;          /* the backend's copy of the weights, if it keeps one */
     mutable std::once_flag fingerprint_once; /* gpt2__model_fingerprint (src/state.h), computed once */

@@ -490,7 +490,8 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
    for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
    dimensions past a multiple of 8 in scalar. */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries,
+                                          int head_dim, float* scores) {
     static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
     const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
     const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
@@ -498,7 +499,7 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
     const float* qi[gpt2__query_block];
     gpt2__block_rows(qi, q, q_stride, n_queries);
     for (int j = 0; j < keys; j += 2) {
-        const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
+        const KV* kj[2] = {k.row(j), k.row(std::min(j + 1, keys - 1))};
         __m256 acc[8]; /* key r, query i at 4r + i */
         GPT2__UNROLL
         for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
@@ -531,7 +532,7 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
         GPT2__UNROLL
         for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
+            const KV* vj = v.row(j) + d0;
             const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
             GPT2__UNROLL
             for (int i = 0; i < 4; i++) {
@@ -548,7 +549,7 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
     for (int i = 0; i < n_queries; i++) /* the last dimensions */
         for (int d = d8; d < D; d++) {
             float sum = 0.0f;
-            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
+            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v.row(j), (size_t)d);
             out[i * out_stride + d] = sum;
         }
 }
@@ -557,19 +558,21 @@ GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const fl
    share each load of the query (one reduction of 8), and its values are added to the head's
    outputs held in registers; meanwhile the next block of the cache is prefetched. */
 static const int gpt2__attend_block_keys = 8;
+static_assert(gpt2__kv_row_group % gpt2__attend_block_keys == 0, "a block of keys lies in one of the KV cache's blocks");
 
-/* Prefetches share h of H of the rows of the block after the one from key j0 in `cache` (rows of
-   `row` values, n_keys of them), into L2. A block's rows are read head by head, across its rows,
-   an order the hardware prefetcher does not follow from DRAM: each head's turn fetches a twelfth
-   of the next block. Into L1 the same prefetches ran 1.6x slower: a core tracks fewer misses to
-   L1 than to L2 (docs/PERFORMANCE.md, Kernel notes). Always inlined, as gpt2__prefetch_row_ahead
-   is, or GCC deletes the calls. */
+/* Prefetches share h of H of the rows of the block after the one from key j0 of rows [first,
+   first + n_keys) of `cache` (rows one after another: `first` is a multiple of gpt2__kv_row_group,
+   contract.h), into L2. A block's rows are read head by head, across
+   its rows, an order the hardware prefetcher does not follow from DRAM: each head's turn fetches
+   a twelfth of the next block. Into L1 the same prefetches ran 1.6x slower: a core tracks fewer
+   misses to L1 than to L2 (docs/PERFORMANCE.md, Kernel notes). Always inlined, as
+   gpt2__prefetch_row_ahead is, or GCC deletes the calls. */
 template <class KV>
-GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j0, int n_keys, size_t row, int h, int H) {
-    const int first = j0 + gpt2__attend_block_keys, end = std::min(first + gpt2__attend_block_keys, n_keys);
-    if (first >= end) return;
-    const char* from = (const char*)(cache + (size_t)first * row);
-    const size_t lines = ((size_t)(end - first) * row * sizeof(KV) + 63) / 64;
+GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(gpt2__kv_rows<KV> cache, int first, int j0, int n_keys, int h, int H) {
+    const int next = j0 + gpt2__attend_block_keys, end = std::min(next + gpt2__attend_block_keys, n_keys);
+    if (next >= end) return;
+    const char* from = (const char*)cache.row(first + next);
+    const size_t lines = ((size_t)(end - next) * cache.stride * sizeof(KV) + 63) / 64;
     for (size_t l = lines * h / H, last = lines * (h + 1) / H; l < last; l++) _mm_prefetch(from + 64 * l, _MM_HINT_T1);
 }
 
@@ -578,20 +581,22 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_next_block(const KV* cache, int j
    stream of the cache would; the dimensions past a multiple of 8 in scalar. The AVX-512 set uses
    this kernel too: it streams the cache faster than 512-bit loads (docs/PERFORMANCE.md). */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
+GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int n_head,
+                                             int head_dim, float* scratch) {
     constexpr int B = gpt2__attend_block_keys;
     const int H = n_head, D = head_dim, d8 = D / 8 * 8;
-    const size_t row = (size_t)H * D;
+    const size_t row = (size_t)H * D, stride = k.stride;
     const float scale = 1.0f / std::sqrt((float)D);
     float* probs = scratch; /* head h's scores, then probabilities, at probs + h * n_keys */
     for (int j0 = 0; j0 < n_keys; j0 += B) {
         const int n = std::min(B, n_keys - j0);
+        const KV* block = k.row(first + j0); /* its n rows, one after another */
         for (int h = 0; h < H; h++) {
-            if (j0 + B < n_keys) gpt2__prefetch_next_block(k, j0, n_keys, row, h, H);
-            else gpt2__prefetch_next_block(v, -B, n_keys, row, h, H); /* the last block of keys fetches the first of values */
+            if (j0 + B < n_keys) gpt2__prefetch_next_block(k, first, j0, n_keys, h, H);
+            else gpt2__prefetch_next_block(v, first, -B, n_keys, h, H); /* the last block of keys fetches the first of values */
             const float* qh = q + (size_t)h * D;
             const KV* key[B]; /* past the last key, copies of it (results unused) */
-            for (int i = 0; i < B; i++) key[i] = k + (size_t)(j0 + std::min(i, n - 1)) * row + (size_t)h * D;
+            for (int i = 0; i < B; i++) key[i] = block + (size_t)std::min(i, n - 1) * stride + (size_t)h * D;
             __m256 acc[B];
             GPT2__UNROLL
             for (int i = 0; i < B; i++) acc[i] = _mm256_setzero_ps();
@@ -617,10 +622,11 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
     for (size_t i = 0; i < row; i++) out[i] = 0.0f;
     for (int j0 = 0; j0 < n_keys; j0 += B) {
         const int n = std::min(B, n_keys - j0);
+        const KV* block = v.row(first + j0);
         for (int h = 0; h < H; h++) {
-            gpt2__prefetch_next_block(v, j0, n_keys, row, h, H);
+            gpt2__prefetch_next_block(v, first, j0, n_keys, h, H);
             const float* p = probs + (size_t)h * n_keys + j0;
-            const KV* vh = v + (size_t)j0 * row + (size_t)h * D;
+            const KV* vh = block + (size_t)h * D;
             float* oh = out + (size_t)h * D;
             int d = 0;
             for (; d + 32 <= d8; d += 32) { /* 32 dimensions in registers through the block */
@@ -630,18 +636,18 @@ GPT2__AVX2 static void gpt2__attend_rows_avx2(float* out, float* stats, const fl
                 for (int i = 0; i < n; i++) {
                     const __m256 pi = _mm256_set1_ps(p[i]);
                     GPT2__UNROLL
-                    for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(pi, gpt2__kv8_avx2(vh + (size_t)i * row + d + 8 * c), acc[c]);
+                    for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(pi, gpt2__kv8_avx2(vh + (size_t)i * stride + d + 8 * c), acc[c]);
                 }
                 GPT2__UNROLL
                 for (int c = 0; c < 4; c++) _mm256_storeu_ps(oh + d + 8 * c, acc[c]);
             }
             for (; d < d8; d += 8) {
                 __m256 acc = _mm256_loadu_ps(oh + d);
-                for (int i = 0; i < n; i++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[i]), gpt2__kv8_avx2(vh + (size_t)i * row + d), acc);
+                for (int i = 0; i < n; i++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[i]), gpt2__kv8_avx2(vh + (size_t)i * stride + d), acc);
                 _mm256_storeu_ps(oh + d, acc);
             }
             for (; d < D; d++)
-                for (int i = 0; i < n; i++) oh[d] += p[i] * gpt2__load_kv(vh + (size_t)i * row, (size_t)d);
+                for (int i = 0; i < n; i++) oh[d] += p[i] * gpt2__load_kv(vh + (size_t)i * stride, (size_t)d);
         }
     }
 }

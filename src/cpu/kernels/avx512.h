@@ -75,7 +75,8 @@ GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* ma
    values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
    and output do not depend on the other queries of its block. */
 template <class KV>
-GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
+GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys,
+                                              int n_queries, int head_dim, float* scores) {
     static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
     const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
     const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
@@ -85,7 +86,7 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
     gpt2__block_rows(qi, q, q_stride, n_queries);
     for (int j = 0; j < keys; j += 4) {
         const KV* kj[4];
-        for (int r = 0; r < 4; r++) kj[r] = k + (size_t)std::min(j + r, keys - 1) * stride;
+        for (int r = 0; r < 4; r++) kj[r] = k.row(std::min(j + r, keys - 1));
         __m512 acc[16]; /* key r, query i at 4r + i */
         GPT2__UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
@@ -120,7 +121,7 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
             for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
         }
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
+            const KV* vj = v.row(j) + d0;
             __m512 pj[4];
             GPT2__UNROLL
             for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);

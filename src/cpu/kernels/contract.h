@@ -163,6 +163,35 @@ static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block
    up to gpt2__max_key_ranges of them. */
 static const int gpt2__max_key_ranges = 4;
 
+/* The KV cache is held in blocks of gpt2__kv_block_rows positions (src/cpu/kv_cache.h), and the
+   attention kernels read one layer's keys or values through this view of them: the row of
+   position j at blocks[j / gpt2__kv_block_rows] + offset + (j % gpt2__kv_block_rows) * stride
+   values. A block's rows are contiguous, so the gpt2__kv_row_group rows from a multiple of it lie
+   one after another: decode attention's ranges start at such a multiple (gpt2__key_range), and
+   a kernel may address a group of 8 keys (or 4, or 2) from its first. 64 rows: decode at 1,000
+   positions reads 16- and 32-row blocks ~4% slower (docs/PERFORMANCE.md). */
+static const int gpt2__kv_block_rows = 64, gpt2__kv_row_group = 8;
+static_assert(gpt2__kv_block_rows % gpt2__kv_row_group == 0, "a group of rows lies in one block");
+template <class KV>
+struct gpt2__kv_rows {
+    const uint8_t* const* blocks;
+    size_t offset; /* in values: the layer's keys or values within a block, and a head's within a row */
+    size_t stride; /* values from a row to the next */
+    const KV* row(int j) const {
+        return (const KV*)blocks[(unsigned)j / gpt2__kv_block_rows] + offset + (size_t)((unsigned)j % gpt2__kv_block_rows) * stride;
+    }
+    gpt2__kv_rows at(size_t values) const { return {blocks, offset + values, stride}; } /* e.g. a head's */
+};
+
+/* The view of n_rows rows laid out one after another from `rows` (the kernels' tests and
+   benchmarks): `table` receives a pointer per gpt2__kv_block_rows rows. */
+template <class KV>
+static gpt2__kv_rows<KV> gpt2__kv_rows_contiguous(const KV* rows, int n_rows, size_t stride, gpt2__vector<const uint8_t*>* table) {
+    table->clear();
+    for (int b = 0; b * gpt2__kv_block_rows < n_rows; b++) table->push_back((const uint8_t*)(rows + (size_t)b * gpt2__kv_block_rows * stride));
+    return {table->data(), 0, stride};
+}
+
 /* ---- Constants of exp and GELU, one definition for every set ------------------------------ */
 
 /* GELU, both of GPT-2's forms: 0.5 x (1 + erf(x / sqrt 2)), or the tanh form
@@ -186,9 +215,9 @@ static constexpr float gpt2__exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 
 /* Attention kernels for a KV cache of floats or f16 (uint16_t), each set's one template
    instantiated for both. */
 template <class KV>
-using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores);
+using gpt2__attend_fn = void (*)(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries, int head_dim, float* scores);
 template <class KV>
-using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch);
+using gpt2__attend_rows_fn = void (*)(float* out, float* stats, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int n_head, int head_dim, float* scratch);
 
 /* A matmul kernel: the output columns [o_begin, o_end) of a.y; `panel` holds
    gpt2__panel_floats(a.W->cols). */

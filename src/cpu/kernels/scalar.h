@@ -216,14 +216,15 @@ static void gpt2__to_f16_scalar(uint16_t* dst, const float* x, size_t n) {
    up to gpt2__query_block queries shares each key it loads); and all heads at once for decode,
    whose keys come from memory, so the order of the reads counts (gpt2__attend_rows_scalar).
 
-   One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over j < n_keys,
-   then the weighted sum of v_j. k and v rows are `stride` apart; `scores` has n_keys entries. */
+   One head of causal attention for one query: softmax(q . k_j / sqrt(d)) over the rows j of
+   [first, first + n_keys), then the weighted sum of v_j; `scores` has n_keys entries. */
 template <class KV>
-static void gpt2__attend_query_scalar(float* out, const float* q, const KV* k, const KV* v, size_t stride, int n_keys, int head_dim, float* scores, float* stats = nullptr) {
+static void gpt2__attend_query_scalar(float* out, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int head_dim, float* scores,
+                                      float* stats = nullptr) {
     const float scale = 1.0f / std::sqrt((float)head_dim);
     float max_score = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
-        const KV* kj = k + (size_t)j * stride;
+        const KV* kj = k.row(first + j);
         float s = 0.0f;
         for (int d = 0; d < head_dim; d++) s += q[d] * gpt2__load_kv(kj, (size_t)d);
         scores[j] = s * scale;
@@ -238,32 +239,33 @@ static void gpt2__attend_query_scalar(float* out, const float* q, const KV* k, c
     const float inv_sum = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
     for (int j = 0; j < n_keys; j++) {
-        const KV* vj = v + (size_t)j * stride;
+        const KV* vj = v.row(first + j);
         const float p = scores[j] * inv_sum;
         for (int d = 0; d < head_dim; d++) out[d] += p * gpt2__load_kv(vj, (size_t)d);
     }
 }
 
 /* Causal attention of one head for n_queries <= gpt2__query_block consecutive queries: query i
-   (at q + i * q_stride) attends keys 0 .. n_keys + i - 1 and writes out + i * out_stride.
-   `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
+   (at q + i * q_stride) attends rows 0 .. n_keys + i - 1 of k and v and writes out + i *
+   out_stride. `scores` holds gpt2__query_scratch(n_keys + n_queries - 1) floats. */
 template <class KV>
-static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    for (int i = 0; i < n_queries; i++) gpt2__attend_query_scalar(out + i * out_stride, q + i * q_stride, k, v, stride, n_keys + i, head_dim, scores);
+static void gpt2__attend_scalar(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries,
+                                int head_dim, float* scores) {
+    for (int i = 0; i < n_queries; i++) gpt2__attend_query_scalar(out + i * out_stride, q + i * q_stride, k, v, 0, n_keys + i, head_dim, scores);
 }
 
-/* All heads of one query, over keys 0..n_keys-1 of one layer's cache: k and v point at the
-   first key, whose row holds its n_head heads side by side (n_head * head_dim values), as q
-   and out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
+/* All heads of one query, over rows [first, first + n_keys) of one layer's cache, each row
+   holding its key's (or value's) n_head heads side by side (n_head * head_dim values), as q and
+   out do. For each head h: out[h] = sum_j p_j v_j[h], p = softmax_j(q[h] . k_j[h] /
    sqrt(head_dim)); stats[2h] = the largest score and stats[2h + 1] = sum_j exp(score_j -
    largest), with which gpt2__merge_attention joins consecutive key ranges. `scratch` holds
    n_keys * n_head floats. */
 template <class KV>
-static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, const KV* k, const KV* v, int n_keys, int n_head, int head_dim, float* scratch) {
-    const size_t row = (size_t)n_head * head_dim;
+static void gpt2__attend_rows_scalar(float* out, float* stats, const float* q, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int first, int n_keys, int n_head, int head_dim,
+                                     float* scratch) {
     for (int h = 0; h < n_head; h++) {
         const size_t at = (size_t)h * head_dim;
-        gpt2__attend_query_scalar(out + at, q + at, k + at, v + at, row, n_keys, head_dim, scratch, stats + 2 * h);
+        gpt2__attend_query_scalar(out + at, q + at, k.at(at), v.at(at), first, n_keys, head_dim, scratch, stats + 2 * h);
     }
 }
 
