@@ -484,7 +484,10 @@ static void usage() {
         "  --batch B                 also decode B sessions together (gpt2_batch_eval), each at the\n"
         "                            context, alternated with the single-session decode; adds the JSON keys\n"
         "                            batch, decode_tok_s (all sessions), decode_ms_per_step, decode_pct_of_fma_limit\n"
-        "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops); then the\n"
+        "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops),\n"
+        "                            batch_pct_of_roofline of batch_roofline_tok_s (a step reads the weights once\n"
+        "                            and every session's KV cache at the read bandwidth, or multiplies at the\n"
+        "                            units' peaks, whichever is slower: batch_roofline_bound); then the\n"
         "                            same sessions generate --gen tokens each with gpt2_generate_batch (nanoGPT's\n"
         "                            sampling, a seed each): generate_batch_tok_s, generate_batch_ms_per_step\n"
         "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|neon (also env GPT2_KERNELS); default: best for this CPU\n"
@@ -813,6 +816,14 @@ int main(int argc, char** argv) {
     const double batch_unit_gops = batch_int8 ? int8_gops : fma_gflops;
     const char* batch_unit = batch_int8 ? "int8 vpdpbusd" : "fp32 FMA";
     const double batch_limit_tok_s = batch_unit_gops * 1e9 / (2.0 * (matrix_params + C * m->n_vocab));
+    // The roofline of a step that counts every byte it must read: each session's token multiplies
+    // every weight (at the unit's peak) and attends over its context (4 C flops a key and layer, at
+    // the FMA peak), and the step reads the weights once and every session's KV cache once (at the
+    // read bandwidth); the step takes at least the longer of the two.
+    const double batch_compute_s = batch * (2.0 * (matrix_params + C * m->n_vocab) / (batch_unit_gops * 1e9) + 4.0 * C * context * m->n_layer / (fma_gflops * 1e9));
+    const double batch_memory_s = (weight_bytes + batch * kv_bytes) / (bandwidth * 1e9);
+    const double batch_roofline_tok_s = batch && fma_gflops > 0 ? batch / std::max(batch_compute_s, batch_memory_s) : 0.0;
+    const char* batch_roofline_bound = batch_memory_s > batch_compute_s ? "memory" : "compute";
     // --grammar: of the constrained decodes' tokens, those the grammar forced (not drawn, or drawn
     // from a mask of one token)
     const size_t grammar_tokens = mask_stats.steps() + grammar_forced;
@@ -827,8 +838,10 @@ int main(int argc, char** argv) {
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
         if (batch)
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
-                        "\"batch_limit_gops\": %.1f, \"generate_batch_tok_s\": %.1f, \"generate_batch_ms_per_step\": %.3f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit,
-                        batch_unit_gops, batch / (generate_step_ms / 1e3), generate_step_ms);
+                        "\"batch_limit_gops\": %.1f, \"batch_roofline_tok_s\": %.1f, \"batch_pct_of_roofline\": %.1f, \"batch_roofline_bound\": \"%s\", "
+                        "\"generate_batch_tok_s\": %.1f, \"generate_batch_ms_per_step\": %.3f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit,
+                        batch_unit_gops, batch_roofline_tok_s, batch_roofline_tok_s > 0 ? 100.0 * batch_tok_s / batch_roofline_tok_s : 0.0, batch_roofline_bound,
+                        batch / (generate_step_ms / 1e3), generate_step_ms);
         if (grammar)
             std::printf(", \"grammar\": \"%s\", \"sampled_decode_ms_per_token\": %.3f, \"constrained_decode_ms_per_token\": %.3f, \"constrained_overhead_pct\": %.2f, "
                         "\"sampled_sampling_ms_per_token\": %.4f, \"constrained_sampling_ms_per_token\": %.4f, \"first_constrained_sampling_ms_per_token\": %.4f, \"grammar_compile_ms\": %.4f, \"first_grammar_ms\": %.3f, "
@@ -853,6 +866,10 @@ int main(int argc, char** argv) {
             std::printf("  batch:   %d sessions  %.3f ms/step  %.1f tok/s (single session %.1f tok/s, %.2fx)  %.1f%% of the %s limit %.1f tok/s (%.1f GOP/s)\n", batch,
                         step_ms, batch_tok_s, 1e3 / decode_ms, batch_tok_s * decode_ms / 1e3, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_limit_tok_s,
                         batch_unit_gops);
+        if (batch)
+            std::printf("  batch roofline (weights once and %d KV caches of %.1f MB read, or the products and attention at the units' peaks, the slower): "
+                        "%.1f tok/s, %s-bound; %.1f%% of it\n", batch, kv_bytes / 1e6, batch_roofline_tok_s, batch_roofline_bound,
+                        batch_roofline_tok_s > 0 ? 100.0 * batch_tok_s / batch_roofline_tok_s : 0.0);
         if (batch) std::printf("  generate_batch: %.3f ms/step  %.1f tok/s (sampling included)\n", generate_step_ms, batch / (generate_step_ms / 1e3));
         if (grammar) {
             std::printf("  grammar: %s  sampled decode %.3f ms/token free, %.3f constrained (%+.2f%%); sampling %.4f / %.4f ms/token "
