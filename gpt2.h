@@ -7001,10 +7001,11 @@ static size_t gpt2__panel_floats(int64_t cols) {
 
 /* ---- Attention --------------------------------------------------------------------------- */
 
-/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call; its
-   `scores` hold gpt2__query_scratch(n_keys + n_queries - 1) floats: a row per query, rounded up
-   to a multiple of 4 keys. */
-static const int gpt2__query_block = 4;
+/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call (the
+   AVX-512 set a query per vector lane); its `scores` hold gpt2__query_scratch(n_keys + n_queries
+   - 1) floats: a row per query, or a vector of the block's queries per key, rounded up to a
+   multiple of 4 keys. */
+static const int gpt2__query_block = 16;
 static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
 
 /* Decode attention (attend_rows) covers one range of a query's keys; gpt2__merge_attention joins
@@ -7357,8 +7358,8 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 
 /* ---- src/cpu/kernels/x86_prefill.h ---- */
 /* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
-   and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
-   and prefill attention's query blocks. Each kernel carries its instruction set in a target
+   and avx512_bf16.h (those and AVX512_BF16), share: the target macros and the prefill matmul
+   driver. Each kernel carries its instruction set in a target
    attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
    what the CPU has.
 
@@ -7553,28 +7554,6 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 }
             }
         }
-    }
-}
-
-/* Prefill attention's rows (of queries or scores, `ld` apart from `base`) for a block of
-   gpt2__query_block queries; a block of fewer repeats its last. */
-static inline void gpt2__block_rows(const float** rows, const float* base, size_t ld, int n_queries) {
-    for (int i = 0; i < gpt2__query_block; i++) rows[i] = base + (size_t)std::min(i, n_queries - 1) * ld;
-}
-
-/* Prefill attention's scores (a row per query, `ld` apart) to each query's softmax over its
-   n_keys + i keys, 0 past them up to the last query's keys. ExpScores(row, n, &max, &sum) is a
-   set's exponential of a row less its max. */
-template <void (*ExpScores)(float* scores, int n, float* max_score, float* sum)>
-static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int n_queries) {
-    const int keys = n_keys + n_queries - 1;
-    for (int i = 0; i < n_queries; i++) {
-        float* row = scores + i * ld;
-        float max_score, sum;
-        ExpScores(row, n_keys + i, &max_score, &sum);
-        const float inv_sum = 1.0f / sum;
-        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
     }
 }
 
@@ -8064,72 +8043,142 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
     *sum = total;
 }
 
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
-   for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
-   dimensions past a multiple of 8 in scalar. */
+/* 8 rows of 8 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX2 static inline void gpt2__transpose8_avx2(__m256* v) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; c++) { /* rows 0-3 with rows 4-7 */
+        t[c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x20);
+        t[4 + c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x31);
+    }
+    for (int c = 0; c < 8; c++) v[c] = t[c];
+}
+
+/* Dimensions of the queries transposed at a time, and keys whose scores are summed at a time, in
+   the x86 sets' prefill attention. */
+static const int gpt2__attend_dims = 128, gpt2__attend_keys = 8;
+
+/* A key's values from p (floats, or an f16 cache's) into dst as floats, n of them. */
+template <class KV>
+GPT2__AVX2 static inline void gpt2__kv_to_float_avx2(float* dst, const KV* p, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(dst + d, gpt2__kv8_avx2(p + d));
+    for (; d < n; d++) dst[d] = gpt2__load_kv(p, (size_t)d);
+}
+
+/* gpt2__attend_scalar's block of queries, 8 at a time, a query in each vector lane (lanes past
+   n_queries idle), as the AVX-512 set's gpt2__attend_avx512 (which says why) with 8 lanes: the
+   scores of 8 keys from the transposed queries and each key's values broadcast; the softmax lane
+   by lane; the values weighted for 4 queries at a time, 16 dimensions a pass, those past a
+   multiple of 8 in scalar. */
 template <class KV>
 GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
-    const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
-    const float scale = 1.0f / std::sqrt((float)D);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 2) {
-        const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
-        __m256 acc[8]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-        for (int d = 0; d < d8; d += 8) {
-            __m256 qv[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_ps(qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 2; r++) {
-                const __m256 kv = gpt2__kv8_avx2(kj[r] + d);
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
+    const int D = head_dim, d8 = D / 8 * 8;
+    alignas(32) float qt[DC * 8]; /* qt[8 d + i]: query i's dimension d0 + d */
+    alignas(32) float kf[sizeof(KV) == 2 ? KB * DC : 1];
+    for (int h = 0; h < n_queries; h += 8) {
+        const int nq = std::min(8, n_queries - h), first = n_keys + h, keys = first + nq - 1; /* the keys of the half's first and last query */
+        const float* qh = q + (size_t)h * q_stride;
+        for (int d0 = 0; d0 < D; d0 += DC) {
+            const int dn = std::min(DC, D - d0);
+            for (int c = 0; c < dn; c += 8) {
+                __m256 rows[8];
+                for (int i = 0; i < 8; i++) {
+                    alignas(32) float row[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    if (i < nq) std::memcpy(row, qh + (size_t)i * q_stride + d0 + c, (size_t)std::min(8, dn - c) * 4);
+                    rows[i] = _mm256_load_ps(row);
+                }
+                gpt2__transpose8_avx2(rows);
+                for (int d = 0; d < 8 && c + d < dn; d++) _mm256_store_ps(qt + 8 * (c + d), rows[d]);
+            }
+            for (int j0 = 0; j0 < keys; j0 += KB) {
+                const float* kr[KB];
+                for (int r = 0; r < KB; r++) {
+                    const KV* key = k + (size_t)std::min(j0 + r, keys - 1) * stride + d0;
+                    if constexpr (sizeof(KV) == 4) {
+                        kr[r] = key;
+                    } else {
+                        gpt2__kv_to_float_avx2(kf + r * DC, key, dn);
+                        kr[r] = kf + r * DC;
+                    }
+                }
+                __m256 acc[KB];
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm256_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+                for (int r = 0; r < KB; r++) acc[r] = _mm256_setzero_ps();
+                for (int d = 0; d < dn; d++) {
+                    const __m256 qv = _mm256_load_ps(qt + 8 * d);
+                    GPT2__UNROLL
+                    for (int r = 0; r < KB; r++) acc[r] = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(kr[r] + d), acc[r]);
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int r = 0; r < KB; r++) {
+                    float* row = scores + 8 * (size_t)(j0 + r);
+                    if (j0 + r < keys) _mm256_storeu_ps(row, d0 == 0 ? acc[r] : _mm256_add_ps(_mm256_loadu_ps(row), acc[r]));
+                }
             }
         }
-        alignas(32) float s[8];
-        _mm256_store_ps(s, gpt2__hsum8_avx2(acc));
-        for (int r = 0; r < 2; r++)
-            for (int i = 0; i < 4; i++) {
-                for (int d = d8; d < D; d++) s[4 * r + i] += qi[i][d] * gpt2__load_kv(kj[r], (size_t)d);
-                scores[i * ld + j + r] = s[4 * r + i] * scale;
-            }
-    }
-    gpt2__softmax_block<gpt2__exp_scores_avx2>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    int d0 = 0;
-    for (; d0 < d8; d0 += 16) {
-        const int halves = d0 + 16 <= d8 ? 2 : 1;
-        __m256 acc[4][2]; /* query i, dimensions d0 + 8c .. */
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        /* the softmax, lane by lane: query h + i sees keys j < first + i */
+        const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt((float)D));
+        const __m256i seen = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps();
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
-            const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) {
-                const __m256 pi = _mm256_broadcast_ss(p[i] + j);
-                acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
-            }
+            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), scale);
+            _mm256_storeu_ps(scores + 8 * (size_t)j, s);
+            vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, s), _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j))));
         }
-        for (int i = 0; i < n_queries; i++) {
-            _mm256_storeu_ps(out + i * out_stride + d0, acc[i][0]);
-            if (halves == 2) _mm256_storeu_ps(out + i * out_stride + d0 + 8, acc[i][1]);
+        for (int j = 0; j < keys; j++) {
+            const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j)));
+            const __m256 e = _mm256_and_ps(m, gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), vmax)));
+            _mm256_storeu_ps(scores + 8 * (size_t)j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        alignas(32) float inv_sum[8];
+        _mm256_store_ps(inv_sum, _mm256_div_ps(_mm256_set1_ps(1.0f), vsum));
+        for (int g = 0; g < nq; g += 4) {
+            const int g_keys = first + std::min(g + 3, nq - 1); /* the group's last query's keys */
+            float* o = out + (size_t)(h + g) * out_stride;
+            for (int d0 = 0; d0 < d8; d0 += 16) {
+                const bool both = d0 + 16 <= d8;
+                __m256 acc[4][2]; /* query g + i, dimensions d0 + 8c .. */
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+                for (int j = 0; j < g_keys; j++) {
+                    const KV* vj = v + (size_t)j * stride + d0;
+                    const __m256 v0 = gpt2__kv8_avx2(vj), v1 = both ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
+                    const float* p = scores + 8 * (size_t)j + g;
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        const __m256 pi = _mm256_broadcast_ss(p + i);
+                        acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
+                    }
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int i = 0; i < 4; i++)
+                    if (g + i < nq) {
+                        const __m256 inv = _mm256_broadcast_ss(inv_sum + g + i);
+                        _mm256_storeu_ps(o + (size_t)i * out_stride + d0, _mm256_mul_ps(acc[i][0], inv));
+                        if (both) _mm256_storeu_ps(o + (size_t)i * out_stride + d0 + 8, _mm256_mul_ps(acc[i][1], inv));
+                    }
+            }
+            for (int i = 0; i < 4 && g + i < nq; i++) /* the last dimensions */
+                for (int d = d8; d < D; d++) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < g_keys; j++) sum += scores[8 * (size_t)j + g + i] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
+                    o[(size_t)i * out_stride + d] = sum * inv_sum[g + i];
+                }
         }
     }
-    for (int i = 0; i < n_queries; i++) /* the last dimensions */
-        for (int d = d8; d < D; d++) {
-            float sum = 0.0f;
-            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
-            out[i * out_stride + d] = sum;
-        }
 }
 
 /* Decode attention takes the keys in blocks of this many: per head, a block's dot products
@@ -9081,86 +9130,125 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* gpt2__exp_scores_avx2 for AVX-512. */
-GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n), scores + j));
-    const float m = _mm512_reduce_max_ps(vmax);
-    __m512 vsum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += 16) {
-        const __mmask16 mask = gpt2__mask16(j, n);
-        const __m512 e = _mm512_maskz_mov_ps(mask, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + j), _mm512_set1_ps(m))));
-        _mm512_mask_storeu_ps(scores + j, mask, e);
-        vsum = _mm512_add_ps(vsum, e);
+/* 16 rows of 16 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX512 static inline void gpt2__transpose16_avx512(__m512* v) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
     }
-    *max_score = m;
-    *sum = _mm512_reduce_add_ps(vsum);
+    for (int i = 0; i < 16; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int h = 0; h < 16; h += 8) /* the 128-bit lanes gathered, in two steps */
+        for (int c = 0; c < 4; c++) {
+            t[h + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0x88);
+            t[h + 4 + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0xdd);
+        }
+    for (int c = 0; c < 8; c++) {
+        v[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        v[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    }
 }
 
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 4 keys x 4 queries per 16-way reduction, each key loaded once for the 4; the
-   values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
-   and output do not depend on the other queries of its block. */
+/* gpt2__attend_scalar's block of queries at once, a query in each vector lane (lanes past
+   n_queries idle): the queries transposed once (16 dimensions at a time), so a key's scores for
+   all 16 are sums of FMAs of the queries' vector of a dimension with the key's value there,
+   broadcast, 8 keys at a time, with no reduction across lanes; `scores` keeps a vector per key
+   (its 16 queries), so the causal mask, the maxima, exponentials and sums of the softmax are
+   lane by lane too. The values are then weighted for 4 queries at a time, each key's values
+   loaded once for the 4 (64 dimensions a pass), each query's weights broadcast from its lane;
+   every output is divided by its query's sum at the end. A query's outputs do not depend on the
+   others of its block. */
 template <class KV>
 GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
+    static_assert(gpt2__query_block == 16, "a query per lane");
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
     const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
-    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
-    const __m512i by_query = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 4) {
-        const KV* kj[4];
-        for (int r = 0; r < 4; r++) kj[r] = k + (size_t)std::min(j + r, keys - 1) * stride;
-        __m512 acc[16]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (int d = 0; d < D; d += 16) {
-            const __mmask16 m = gpt2__mask16(d, D);
-            __m512 qv[4];
+    alignas(64) float qt[DC * 16];                         /* qt[16 d + i]: query i's dimension d0 + d */
+    alignas(64) float kf[sizeof(KV) == 2 ? KB * DC : 1];   /* an f16 cache's keys as floats */
+    for (int d0 = 0; d0 < D; d0 += DC) {
+        const int dn = std::min(DC, D - d0);
+        for (int c = 0; c < dn; c += 16) {
+            const __mmask16 m = gpt2__mask16(c, dn);
+            __m512 rows[16];
+            for (int i = 0; i < 16; i++) rows[i] = i < n_queries ? _mm512_maskz_loadu_ps(m, q + (size_t)i * q_stride + d0 + c) : _mm512_setzero_ps();
+            gpt2__transpose16_avx512(rows);
+            for (int d = 0; d < 16 && c + d < dn; d++) _mm512_store_ps(qt + 16 * (c + d), rows[d]);
+        }
+        for (int j0 = 0; j0 < keys; j0 += KB) {
+            const float* kr[KB];
+            for (int r = 0; r < KB; r++) {
+                const KV* key = k + (size_t)std::min(j0 + r, keys - 1) * stride + d0;
+                if constexpr (sizeof(KV) == 4) {
+                    kr[r] = key;
+                } else {
+                    for (int c = 0; c < dn; c += 16) _mm512_storeu_ps(kf + r * DC + c, gpt2__kv16_avx512(key + c, gpt2__mask16(c, dn)));
+                    kr[r] = kf + r * DC;
+                }
+            }
+            __m512 acc[KB];
             GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm512_maskz_loadu_ps(m, qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 4; r++) {
-                const __m512 kv = gpt2__kv16_avx512(kj[r] + d, m);
+            for (int r = 0; r < KB; r++) acc[r] = _mm512_setzero_ps();
+            for (int d = 0; d < dn; d++) {
+                const __m512 qv = _mm512_load_ps(qt + 16 * d);
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm512_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+                for (int r = 0; r < KB; r++) acc[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[r][d]), acc[r]);
+            }
+            GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+            for (int r = 0; r < KB; r++) {
+                float* row = scores + 16 * (size_t)(j0 + r);
+                if (j0 + r < keys) _mm512_storeu_ps(row, d0 == 0 ? acc[r] : _mm512_add_ps(_mm512_loadu_ps(row), acc[r]));
             }
         }
-        const __m512 s = _mm512_permutexvar_ps(by_query, _mm512_mul_ps(gpt2__hsum16_avx512(acc), scale)); /* query i, key j + r at 4i + r */
-        _mm_storeu_ps(scores + j, _mm512_extractf32x4_ps(s, 0)); /* immediates: not a loop's index, which */
-        _mm_storeu_ps(scores + ld + j, _mm512_extractf32x4_ps(s, 1)); /* some compilers (nvcc) do not unroll */
-        _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
-        _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
     }
-    gpt2__softmax_block<gpt2__exp_scores_avx512>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    for (int d0 = 0; d0 < D; d0 += 64) {
-        __mmask16 m[4];
-        __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
-        GPT2__UNROLL
-        for (int c = 0; c < 4; c++) {
-            m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
-        }
-        for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
-            __m512 pj[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
+    /* the softmax, lane by lane: query i sees keys j < n_keys + i */
+    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
+    const __m512i seen = _mm512_add_epi32(_mm512_set1_epi32(n_keys), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512 vmax = _mm512_set1_ps(-INFINITY), vsum = _mm512_setzero_ps();
+    for (int j = 0; j < keys; j++) {
+        const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scores + 16 * (size_t)j), scale);
+        _mm512_storeu_ps(scores + 16 * (size_t)j, s);
+        vmax = _mm512_mask_max_ps(vmax, _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32(j)), vmax, s);
+    }
+    for (int j = 0; j < keys; j++) {
+        const __mmask16 m = _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32(j));
+        const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + 16 * (size_t)j), vmax)));
+        _mm512_storeu_ps(scores + 16 * (size_t)j, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    alignas(64) float inv_sum[16];
+    _mm512_store_ps(inv_sum, _mm512_div_ps(_mm512_set1_ps(1.0f), vsum));
+    for (int g = 0; g < n_queries; g += 4) {
+        const int last = std::min(g + 3, n_queries - 1), g_keys = n_keys + last; /* the group's last query's keys */
+        for (int d0 = 0; d0 < D; d0 += 64) {
+            __mmask16 m[4];
+            __m512 acc[4][4]; /* query g + i, dimensions d0 + 16c .. */
             GPT2__UNROLL
             for (int c = 0; c < 4; c++) {
-                const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+                m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
+                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
             }
+            for (int j = 0; j < g_keys; j++) {
+                const KV* vj = v + (size_t)j * stride + d0;
+                const float* p = scores + 16 * (size_t)j + g;
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++) {
+                    const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i]), vv, acc[i][c]);
+                }
+            }
+            GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+            for (int i = 0; i < 4; i++)
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++)
+                    if (g + i < n_queries) _mm512_mask_storeu_ps(out + (size_t)(g + i) * out_stride + d0 + 16 * c, m[c], _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv_sum[g + i])));
         }
-        for (int i = 0; i < n_queries; i++)
-            GPT2__UNROLL
-            for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * out_stride + d0 + 16 * c, m[c], acc[i][c]);
     }
 }
 

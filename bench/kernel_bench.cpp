@@ -13,6 +13,10 @@
 //     one decoded token's attention in one layer of GPT-2 124M (12 heads x 64, an f32 cache) over
 //     KEYS keys, the set's attend_rows_f32, median of 2,000 calls; the keys and values rotate over
 //     COPIES copies (default: 256 MB of them, so every call reads from DRAM; 1: from cache)
+//
+//   gpt2-kernel-bench prompt-attend TOKENS [KERNELS]
+//     one layer's prefill attention of a TOKENS-token prompt in GPT-2 124M (12 heads x 64, an f32
+//     cache), the set's attend_f32 over every block of gpt2__query_block queries, min of 200 runs
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "gpt2.h"
@@ -52,8 +56,35 @@ static int attend_bench(int argc, char** argv) {
     return 0;
 }
 
+static int prompt_attend_bench(int argc, char** argv) {
+    const int T = argc > 2 ? std::atoi(argv[2]) : 128, H = 12, D = 64, C = H * D;
+    const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();
+    if (!k || T < 1) {
+        std::fprintf(stderr, "usage: gpt2-kernel-bench prompt-attend TOKENS [KERNELS]\n");
+        return 2;
+    }
+    std::vector<float> qkv((size_t)T * 3 * C), keys((size_t)T * C), values((size_t)T * C), out((size_t)T * C), scores(gpt2__query_scratch(T));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (std::vector<float>* v : {&qkv, &keys, &values})
+        for (float& x : *v) x = u(rng);
+    double best = 1e9;
+    for (int it = 0; it < 200; it++) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int h = 0; h < H; h++) // as gpt2__attention_task: a task per head and block of queries
+            for (int t = 0; t < T; t += gpt2__query_block)
+                k->attend_f32(out.data() + (size_t)t * C + h * D, C, qkv.data() + (size_t)t * 3 * C + h * D, 3 * (size_t)C, keys.data() + h * D, values.data() + h * D, C,
+                              t + 1, std::min(gpt2__query_block, T - t), D, scores.data());
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double flops = 4.0 * C * T * (T + 1) / 2.0; // q.k and p.v of every query's keys
+    std::printf("%s attend_f32, a %d-token prompt, %d heads x %d, blocks of %d queries: %.1f us, %.1f GFLOP/s\n", k->name, T, H, D, gpt2__query_block, best * 1e6, flops / best / 1e9);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "attend") return attend_bench(argc, argv);
+    if (argc > 1 && std::string(argv[1]) == "prompt-attend") return prompt_attend_bench(argc, argv);
     const uint32_t type = argc > 1 ? (uint32_t)std::atoi(argv[1]) : (uint32_t)GPT2_TYPE_Q8_0;
     const int T = argc > 2 ? std::atoi(argv[2]) : 1;
     const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();

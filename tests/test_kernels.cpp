@@ -449,7 +449,7 @@ TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactl
 TEST_CASE("attention of one head for a block of queries: SIMD equals scalar for f32 and f16 caches") {
     std::mt19937 rng(99);
     for (const gpt2__kernels* k : simd_kernels()) {
-        for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
+        for (int head_dim : {64, 24, 40, 20, 100, 200}) { // 20, 100: dimensions past the vector width; 200: past those transposed at a time
             for (int n_keys : {1, 17, 100}) {
                 for (int n_queries = 1; n_queries <= gpt2__query_block; n_queries++) {
                     CAPTURE(k->name); CAPTURE(head_dim); CAPTURE(n_keys); CAPTURE(n_queries);

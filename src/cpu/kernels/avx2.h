@@ -485,72 +485,142 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
     *sum = total;
 }
 
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
-   for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
-   dimensions past a multiple of 8 in scalar. */
+/* 8 rows of 8 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX2 static inline void gpt2__transpose8_avx2(__m256* v) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; c++) { /* rows 0-3 with rows 4-7 */
+        t[c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x20);
+        t[4 + c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x31);
+    }
+    for (int c = 0; c < 8; c++) v[c] = t[c];
+}
+
+/* Dimensions of the queries transposed at a time, and keys whose scores are summed at a time, in
+   the x86 sets' prefill attention. */
+static const int gpt2__attend_dims = 128, gpt2__attend_keys = 8;
+
+/* A key's values from p (floats, or an f16 cache's) into dst as floats, n of them. */
+template <class KV>
+GPT2__AVX2 static inline void gpt2__kv_to_float_avx2(float* dst, const KV* p, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(dst + d, gpt2__kv8_avx2(p + d));
+    for (; d < n; d++) dst[d] = gpt2__load_kv(p, (size_t)d);
+}
+
+/* gpt2__attend_scalar's block of queries, 8 at a time, a query in each vector lane (lanes past
+   n_queries idle), as the AVX-512 set's gpt2__attend_avx512 (which says why) with 8 lanes: the
+   scores of 8 keys from the transposed queries and each key's values broadcast; the softmax lane
+   by lane; the values weighted for 4 queries at a time, 16 dimensions a pass, those past a
+   multiple of 8 in scalar. */
 template <class KV>
 GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, const KV* k, const KV* v, size_t stride, int n_keys, int n_queries, int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
-    const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
-    const float scale = 1.0f / std::sqrt((float)D);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 2) {
-        const KV* kj[2] = {k + (size_t)j * stride, k + (size_t)std::min(j + 1, keys - 1) * stride};
-        __m256 acc[8]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-        for (int d = 0; d < d8; d += 8) {
-            __m256 qv[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_ps(qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 2; r++) {
-                const __m256 kv = gpt2__kv8_avx2(kj[r] + d);
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
+    const int D = head_dim, d8 = D / 8 * 8;
+    alignas(32) float qt[DC * 8]; /* qt[8 d + i]: query i's dimension d0 + d */
+    alignas(32) float kf[sizeof(KV) == 2 ? KB * DC : 1];
+    for (int h = 0; h < n_queries; h += 8) {
+        const int nq = std::min(8, n_queries - h), first = n_keys + h, keys = first + nq - 1; /* the keys of the half's first and last query */
+        const float* qh = q + (size_t)h * q_stride;
+        for (int d0 = 0; d0 < D; d0 += DC) {
+            const int dn = std::min(DC, D - d0);
+            for (int c = 0; c < dn; c += 8) {
+                __m256 rows[8];
+                for (int i = 0; i < 8; i++) {
+                    alignas(32) float row[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    if (i < nq) std::memcpy(row, qh + (size_t)i * q_stride + d0 + c, (size_t)std::min(8, dn - c) * 4);
+                    rows[i] = _mm256_load_ps(row);
+                }
+                gpt2__transpose8_avx2(rows);
+                for (int d = 0; d < 8 && c + d < dn; d++) _mm256_store_ps(qt + 8 * (c + d), rows[d]);
+            }
+            for (int j0 = 0; j0 < keys; j0 += KB) {
+                const float* kr[KB];
+                for (int r = 0; r < KB; r++) {
+                    const KV* key = k + (size_t)std::min(j0 + r, keys - 1) * stride + d0;
+                    if constexpr (sizeof(KV) == 4) {
+                        kr[r] = key;
+                    } else {
+                        gpt2__kv_to_float_avx2(kf + r * DC, key, dn);
+                        kr[r] = kf + r * DC;
+                    }
+                }
+                __m256 acc[KB];
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm256_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+                for (int r = 0; r < KB; r++) acc[r] = _mm256_setzero_ps();
+                for (int d = 0; d < dn; d++) {
+                    const __m256 qv = _mm256_load_ps(qt + 8 * d);
+                    GPT2__UNROLL
+                    for (int r = 0; r < KB; r++) acc[r] = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(kr[r] + d), acc[r]);
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int r = 0; r < KB; r++) {
+                    float* row = scores + 8 * (size_t)(j0 + r);
+                    if (j0 + r < keys) _mm256_storeu_ps(row, d0 == 0 ? acc[r] : _mm256_add_ps(_mm256_loadu_ps(row), acc[r]));
+                }
             }
         }
-        alignas(32) float s[8];
-        _mm256_store_ps(s, gpt2__hsum8_avx2(acc));
-        for (int r = 0; r < 2; r++)
-            for (int i = 0; i < 4; i++) {
-                for (int d = d8; d < D; d++) s[4 * r + i] += qi[i][d] * gpt2__load_kv(kj[r], (size_t)d);
-                scores[i * ld + j + r] = s[4 * r + i] * scale;
-            }
-    }
-    gpt2__softmax_block<gpt2__exp_scores_avx2>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    int d0 = 0;
-    for (; d0 < d8; d0 += 16) {
-        const int halves = d0 + 16 <= d8 ? 2 : 1;
-        __m256 acc[4][2]; /* query i, dimensions d0 + 8c .. */
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        /* the softmax, lane by lane: query h + i sees keys j < first + i */
+        const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt((float)D));
+        const __m256i seen = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps();
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v + (size_t)j * stride + d0;
-            const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) {
-                const __m256 pi = _mm256_broadcast_ss(p[i] + j);
-                acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
-            }
+            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), scale);
+            _mm256_storeu_ps(scores + 8 * (size_t)j, s);
+            vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, s), _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j))));
         }
-        for (int i = 0; i < n_queries; i++) {
-            _mm256_storeu_ps(out + i * out_stride + d0, acc[i][0]);
-            if (halves == 2) _mm256_storeu_ps(out + i * out_stride + d0 + 8, acc[i][1]);
+        for (int j = 0; j < keys; j++) {
+            const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j)));
+            const __m256 e = _mm256_and_ps(m, gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), vmax)));
+            _mm256_storeu_ps(scores + 8 * (size_t)j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        alignas(32) float inv_sum[8];
+        _mm256_store_ps(inv_sum, _mm256_div_ps(_mm256_set1_ps(1.0f), vsum));
+        for (int g = 0; g < nq; g += 4) {
+            const int g_keys = first + std::min(g + 3, nq - 1); /* the group's last query's keys */
+            float* o = out + (size_t)(h + g) * out_stride;
+            for (int d0 = 0; d0 < d8; d0 += 16) {
+                const bool both = d0 + 16 <= d8;
+                __m256 acc[4][2]; /* query g + i, dimensions d0 + 8c .. */
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+                for (int j = 0; j < g_keys; j++) {
+                    const KV* vj = v + (size_t)j * stride + d0;
+                    const __m256 v0 = gpt2__kv8_avx2(vj), v1 = both ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
+                    const float* p = scores + 8 * (size_t)j + g;
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        const __m256 pi = _mm256_broadcast_ss(p + i);
+                        acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
+                    }
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int i = 0; i < 4; i++)
+                    if (g + i < nq) {
+                        const __m256 inv = _mm256_broadcast_ss(inv_sum + g + i);
+                        _mm256_storeu_ps(o + (size_t)i * out_stride + d0, _mm256_mul_ps(acc[i][0], inv));
+                        if (both) _mm256_storeu_ps(o + (size_t)i * out_stride + d0 + 8, _mm256_mul_ps(acc[i][1], inv));
+                    }
+            }
+            for (int i = 0; i < 4 && g + i < nq; i++) /* the last dimensions */
+                for (int d = d8; d < D; d++) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < g_keys; j++) sum += scores[8 * (size_t)j + g + i] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
+                    o[(size_t)i * out_stride + d] = sum * inv_sum[g + i];
+                }
         }
     }
-    for (int i = 0; i < n_queries; i++) /* the last dimensions */
-        for (int d = d8; d < D; d++) {
-            float sum = 0.0f;
-            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v + (size_t)j * stride, (size_t)d);
-            out[i * out_stride + d] = sum;
-        }
 }
 
 /* Decode attention takes the keys in blocks of this many: per head, a block's dot products

@@ -153,10 +153,11 @@ static size_t gpt2__panel_floats(int64_t cols) {
 
 /* ---- Attention --------------------------------------------------------------------------- */
 
-/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call; its
-   `scores` hold gpt2__query_scratch(n_keys + n_queries - 1) floats: a row per query, rounded up
-   to a multiple of 4 keys. */
-static const int gpt2__query_block = 4;
+/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call (the
+   AVX-512 set a query per vector lane); its `scores` hold gpt2__query_scratch(n_keys + n_queries
+   - 1) floats: a row per query, or a vector of the block's queries per key, rounded up to a
+   multiple of 4 keys. */
+static const int gpt2__query_block = 16;
 static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
 
 /* Decode attention (attend_rows) covers one range of a query's keys; gpt2__merge_attention joins

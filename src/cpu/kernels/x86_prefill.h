@@ -3,8 +3,8 @@
 #include "scalar.h"
 
 /* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
-   and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
-   and prefill attention's query blocks. Each kernel carries its instruction set in a target
+   and avx512_bf16.h (those and AVX512_BF16), share: the target macros and the prefill matmul
+   driver. Each kernel carries its instruction set in a target
    attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
    what the CPU has.
 
@@ -199,28 +199,6 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 }
             }
         }
-    }
-}
-
-/* Prefill attention's rows (of queries or scores, `ld` apart from `base`) for a block of
-   gpt2__query_block queries; a block of fewer repeats its last. */
-static inline void gpt2__block_rows(const float** rows, const float* base, size_t ld, int n_queries) {
-    for (int i = 0; i < gpt2__query_block; i++) rows[i] = base + (size_t)std::min(i, n_queries - 1) * ld;
-}
-
-/* Prefill attention's scores (a row per query, `ld` apart) to each query's softmax over its
-   n_keys + i keys, 0 past them up to the last query's keys. ExpScores(row, n, &max, &sum) is a
-   set's exponential of a row less its max. */
-template <void (*ExpScores)(float* scores, int n, float* max_score, float* sum)>
-static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int n_queries) {
-    const int keys = n_keys + n_queries - 1;
-    for (int i = 0; i < n_queries; i++) {
-        float* row = scores + i * ld;
-        float max_score, sum;
-        ExpScores(row, n_keys + i, &max_score, &sum);
-        const float inv_sum = 1.0f / sum;
-        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
     }
 }
 
