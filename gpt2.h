@@ -7063,6 +7063,8 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
+    /* nanoGPT's LayerNorm of n values, as gpt2__layer_norm */
+    void (*layer_norm)(float* out, const float* x, const float* weight, const float* bias, int n, float eps);
     /* n floats to f16 bit for bit as gpt2__f32_to_f16 (the f16 KV cache's writes) */
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
@@ -8011,6 +8013,43 @@ GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
         _mm256_storeu_ps(tail, gpt2__gelu8_avx2(_mm256_loadu_ps(tail), tanh_form));
         std::memcpy(x + i, tail, (n - i) * 4);
     }
+}
+
+/* gpt2__layer_norm with the sums' 8 chains in two vectors of 4 doubles, in the same order, and
+   the same arithmetic per value (no fused multiply-adds): the scalar results bit for bit where
+   the scalar code is not contracted into FMAs. */
+GPT2__AVX2 static void gpt2__layer_norm_avx2(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
+    const int n8 = n / 8 * 8;
+    alignas(32) double chain[8];
+    __m256d lo = _mm256_setzero_pd(), hi = lo;
+    for (int i = 0; i < n8; i += 8) {
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (double)x[i];
+    const double mean = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const __m256d m = _mm256_set1_pd(mean);
+    lo = hi = _mm256_setzero_pd();
+    for (int i = 0; i < n8; i += 8) {
+        const __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m), b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (x[i] - mean) * (x[i] - mean);
+    const double var = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const float inv_std = (float)(1.0 / std::sqrt(var + eps));
+    const __m256 s = _mm256_set1_ps(inv_std);
+    for (int i = 0; i < n8; i += 8) {
+        const __m256 centered = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m)),
+                                                _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m)));
+        const __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(centered, s), _mm256_loadu_ps(weight + i));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(scaled, bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps()));
+    }
+    for (int i = n8; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
 }
 
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
@@ -9684,17 +9723,17 @@ static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
                                                    /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
                                                    {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
                                                  {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr},
                                                  gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr};
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr};
 static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
                                                    {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
                                                     gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr},
                                                    gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
-                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
+                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__layer_norm_avx2, gpt2__to_f16_avx2,
                                                    gpt2__pack_lanes_avx512};
 /* the AVX-512 set with bf16 prompts on the bf16 unit */
 static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
@@ -10177,12 +10216,12 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     const float eps = s->model->layer_norm_eps;
     if (!gpt2__step_begin(&s->exec)) return;
     if (gpt2__is_decode(T)) { /* not worth waking the workers */
-        for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        for (int t = 0; t < T; t++) s->kernels->layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
         gpt2__step_end(&s->exec);
         return;
     }
     gpt2__step_for(s, T, 1, [&](int64_t begin, int64_t end, int) {
-        for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
+        for (int64_t t = begin; t < end; t++) s->kernels->layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
 

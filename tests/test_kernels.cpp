@@ -556,6 +556,36 @@ TEST_CASE("GELU kernels match float64 GELU within 2e-7 relative to max(1, |x|), 
     }
 }
 
+TEST_CASE("layer norm kernels match float64 LayerNorm within 1e-6, and every set the scalar set's values, with and without a bias") {
+    std::mt19937 rng(21);
+    std::vector<const gpt2__kernels*> sets = simd_kernels();
+    sets.push_back(&gpt2__kernels_scalar);
+    for (int n : {768, 1, 7, 9, 100, 1600}) { // lengths past a multiple of 8 take the tail
+        const std::vector<float> weight = random_floats(rng, (size_t)n, 2.0f), bias = random_floats(rng, (size_t)n, 1.0f);
+        std::vector<float> x = random_floats(rng, (size_t)n, 3.0f);
+        for (float& v : x) v += 5.0f; // a mean far from 0, as the residual stream has
+        double mean = 0, var = 0;
+        for (float v : x) mean += v;
+        mean /= n;
+        for (float v : x) var += (v - mean) * (v - mean);
+        var /= n;
+        for (bool with_bias : {true, false}) {
+            std::vector<float> want((size_t)n);
+            gpt2__layer_norm(want.data(), x.data(), weight.data(), with_bias ? bias.data() : nullptr, n, 1e-5f);
+            for (const gpt2__kernels* k : sets) {
+                CAPTURE(k->name); CAPTURE(n); CAPTURE(with_bias);
+                std::vector<float> got((size_t)n, -1.0f);
+                k->layer_norm(got.data(), x.data(), weight.data(), with_bias ? bias.data() : nullptr, n, 1e-5f);
+                for (int i = 0; i < n; i++) {
+                    const double exact = (x[(size_t)i] - mean) / std::sqrt(var + 1e-5) * weight[(size_t)i] + (with_bias ? bias[(size_t)i] : 0.0);
+                    CHECK(std::fabs(got[(size_t)i] - exact) <= 1e-6 * std::max(1.0, std::fabs(exact)));
+                    CHECK(got[(size_t)i] == doctest::Approx(want[(size_t)i]).epsilon(1e-6).scale(1.0)); // the same arithmetic: the scalar bits, but for contractions a build may make
+                }
+            }
+        }
+    }
+}
+
 // ggml's q4_0 rules (quantize_row_q4_0_ref), checked on the blocks gpt2-quantize writes: d = m / -8
 // for m the value of largest magnitude, in f16; byte j holds value j in its low nibble, j + 16 in
 // its high one; m is nibble 0; every other value is the nearest of d * (nibble - 8) for nibbles

@@ -169,12 +169,12 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     const float eps = s->model->layer_norm_eps;
     if (!gpt2__step_begin(&s->exec)) return;
     if (gpt2__is_decode(T)) { /* not worth waking the workers */
-        for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        for (int t = 0; t < T; t++) s->kernels->layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
         gpt2__step_end(&s->exec);
         return;
     }
     gpt2__step_for(s, T, 1, [&](int64_t begin, int64_t end, int) {
-        for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
+        for (int64_t t = begin; t < end; t++) s->kernels->layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
 

@@ -455,6 +455,43 @@ GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
     }
 }
 
+/* gpt2__layer_norm with the sums' 8 chains in two vectors of 4 doubles, in the same order, and
+   the same arithmetic per value (no fused multiply-adds): the scalar results bit for bit where
+   the scalar code is not contracted into FMAs. */
+GPT2__AVX2 static void gpt2__layer_norm_avx2(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
+    const int n8 = n / 8 * 8;
+    alignas(32) double chain[8];
+    __m256d lo = _mm256_setzero_pd(), hi = lo;
+    for (int i = 0; i < n8; i += 8) {
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (double)x[i];
+    const double mean = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const __m256d m = _mm256_set1_pd(mean);
+    lo = hi = _mm256_setzero_pd();
+    for (int i = 0; i < n8; i += 8) {
+        const __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m), b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (x[i] - mean) * (x[i] - mean);
+    const double var = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const float inv_std = (float)(1.0 / std::sqrt(var + eps));
+    const __m256 s = _mm256_set1_ps(inv_std);
+    for (int i = 0; i < n8; i += 8) {
+        const __m256 centered = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m)),
+                                                _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m)));
+        const __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(centered, s), _mm256_loadu_ps(weight + i));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(scaled, bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps()));
+    }
+    for (int i = n8; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
+}
+
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 

@@ -215,6 +215,8 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
+    /* nanoGPT's LayerNorm of n values, as gpt2__layer_norm */
+    void (*layer_norm)(float* out, const float* x, const float* weight, const float* bias, int n, float eps);
     /* n floats to f16 bit for bit as gpt2__f32_to_f16 (the f16 KV cache's writes) */
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
