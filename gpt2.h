@@ -6958,6 +6958,7 @@ enum gpt2__strategy : uint8_t {
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+    GPT2__FLOAT16_PROMPT, /* f16 or bf16 W's lanes times a prompt's x: one sum per output, wider tiles */
     gpt2__strategies
 };
 
@@ -8935,6 +8936,58 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
     }
 }
 
+/* A prompt's tile on f16 or bf16 lanes (GPT2__FLOAT16_PROMPT): one sum per output, the columns
+   in order, where the lanes' tile keeps the even and the odd ones apart for a lone token's sake
+   (a batch's decode rows must give its bits): so 8 tokens x 2 groups fit in 16 sums, each group's
+   values of a column widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel
+   notes). Each output is its own lane summed in the same order for every tile width and row
+   range. */
+static const int gpt2__float16_prompt_tile_tokens = 8;
+template <uint32_t TYPE, int V, int N>
+GPT2__AVX512 static void gpt2__tile_float16_prompt_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                          const gpt2__prefetch_span& ahead) {
+    const int64_t K = a.W->cols;
+    const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
+    const float* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    __m512 acc[V][N];
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++)
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) acc[v][t] = _mm512_setzero_ps();
+    const int64_t pairs = K / 2;
+    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
+    for (int64_t i = 0; i < pairs; i++) {
+        gpt2__prefetch_step(ahead, lines_per_pair, i);
+        __m512 w0[V], w1[V];
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(w0[v], x0, acc[v][t]);
+        }
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(w1[v], x1, acc[v][t]);
+        }
+    }
+    if (K % 2) { /* the last column */
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) {
+            __m512 wv;
+            gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), acc[v][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, acc[v]);
+}
+
 /* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for GPT2__BF16_UNIT: one sum per output,
    so wider than the FMA tiles (8 x 2 sums fill half the registers; docs/PERFORMANCE.md, Kernel
    notes). */
@@ -8948,11 +9001,13 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
 typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                      const gpt2__prefetch_span& ahead);
 
-/* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
-   panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
-template <uint32_t LAYOUT, bool BF16_UNIT, int V, int N>
+/* The tile of N tokens and V groups of strategy S in the layout of LAYOUT (f16 or bf16 lanes, or
+   an int8 panel: q8_0's, or q4_0 lanes'): a prompt's on 16-bit lanes, the bf16 unit's, or the
+   lanes' tile of any rows; NULL past the widest tile. */
+template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
-    if constexpr (BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_prompt_avx512<LAYOUT, V, N>;
     else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
@@ -8961,15 +9016,13 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
 /* Every tile of a layout, by [V - 1][N - 1]. */
 static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
 typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
-template <uint32_t LAYOUT, bool BF16_UNIT = false>
+template <uint32_t LAYOUT, gpt2__strategy S = GPT2__FLOAT16_LANES>
 static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 8>()},
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 8>()}};
-static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens, "a column per tile width");
+    {gpt2__tile_avx512<LAYOUT, S, 1, 1>(), gpt2__tile_avx512<LAYOUT, S, 1, 2>(), gpt2__tile_avx512<LAYOUT, S, 1, 3>(), gpt2__tile_avx512<LAYOUT, S, 1, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>()},
+    {gpt2__tile_avx512<LAYOUT, S, 2, 1>(), gpt2__tile_avx512<LAYOUT, S, 2, 2>(), gpt2__tile_avx512<LAYOUT, S, 2, 3>(), gpt2__tile_avx512<LAYOUT, S, 2, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
+static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
 
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
@@ -8995,13 +9048,17 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
-    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT;
-    const gpt2__tiles_avx512& tiles = bf16_unit                     ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, true>
+    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT, prompt = a.strategy == GPT2__FLOAT16_PROMPT;
+    const gpt2__tiles_avx512& tiles = bf16_unit                 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__BF16_UNIT>
+                                      : prompt                  ? (type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__FLOAT16_PROMPT>
+                                                                                          : gpt2__tiles_of_avx512<GPT2_TYPE_F16, GPT2__FLOAT16_PROMPT>)
                                       : type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16>
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens
+                       : prompt  ? gpt2__float16_prompt_tile_tokens
+                                 : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
     const int n_tiles = (a.T + widest - 1) / widest;
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
@@ -9720,18 +9777,18 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
-                                                   /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
-                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr},
+                                                   /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT, FLOAT16_PROMPT */
+                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
                                                    gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
-                                                 {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr},
+                                                 {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr, nullptr},
                                                  gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
                                                  gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr};
 static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
                                                    {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
-                                                    gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr},
+                                                    gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr, gpt2__matmul_lanes_avx512},
                                                    gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__layer_norm_avx2, gpt2__to_f16_avx2,
                                                    gpt2__pack_lanes_avx512};
@@ -10364,7 +10421,8 @@ static int gpt2__share_rows(size_t sessions) { return sessions > 1 ? 2 * gpt2__p
      prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and q4_0 x
      q8_0), and for any product of W's lanes; else a batch's single tokens stream against int8
      activations, and other rows multiply float panels of the dequantized rows.
-   - f16 and bf16 with lanes: the lanes, any number of rows (a bf16 prompt on the bf16 unit).
+   - f16 and bf16 with lanes: the lanes, any number of rows (a prompt in the set's wider prompt
+     tiles, or a bf16 prompt on the bf16 unit).
    - otherwise: decode streams, prefill multiplies float panels; sets without them stream. */
 static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt2__weight& W, int T, bool decode_rows) {
     const bool streams = decode_rows ? T < gpt2__panel_min_rows : gpt2__is_decode(T);
@@ -10373,7 +10431,8 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
         if (decode_rows) return GPT2__STREAM_INT8;
     } else if (gpt2__uses_lanes(kernels, W)) {
         const bool prompt = !decode_rows && !gpt2__is_decode(T);
-        return W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT] && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+        if (prompt && W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT]) return GPT2__BF16_UNIT;
+        return prompt && kernels->matmul[GPT2__FLOAT16_PROMPT] ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES;
     } else if (streams) {
         return GPT2__STREAM_ROWS;
     }

@@ -262,7 +262,7 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
     MESSAGE(tested << " products on lanes checked");
 }
 
-TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 prompt on the bf16 unit: of the activations rounded to bf16), and each token the same bits whatever tokens and row range it comes with") {
+TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 prompt on the bf16 unit: of the activations rounded to bf16), and each token the same bits whatever tokens and row range it comes with, a prompt's in its own tiles") {
     std::mt19937 rng(24680);
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
@@ -270,6 +270,9 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
         for (uint32_t type : {GPT2_TYPE_F16, GPT2_TYPE_BF16}) {
             // whether n tokens of a prompt (not a batch's decode rows) multiply on the bf16 unit
             const auto bf16_unit = [&](int n) { return std::string(k->name) == "avx512_bf16" && type == GPT2_TYPE_BF16 && !gpt2__is_decode(n); };
+            // whether n tokens of a prompt multiply in the set's prompt tiles (one sum per output)
+            const auto prompt_tiles = [&](int n) { return !bf16_unit(n) && !gpt2__is_decode(n) && k->matmul[GPT2__FLOAT16_PROMPT]; };
+            const auto prompt_strategy = [&](int n) { return bf16_unit(n) ? GPT2__BF16_UNIT : prompt_tiles(n) ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES; };
             for (int64_t cols : {1, 2, 77, 800}) { // an odd column count ends on an unpaired column
                 for (int64_t rows : {37, 16, 5}) {
                     Matrix m(rng, type, rows, cols);
@@ -291,20 +294,20 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             gpt2__matmul_rows_scalar(s, 0, rows, panel.data());
                             a.y = decode_rows ? batch.data() : prompt.data();
                             a.strategy = gpt2__strategy_for(k, lane_weight, T, decode_rows);
-                            CHECK(a.strategy == (bf16_unit(T) && !decode_rows ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES));
+                            CHECK(a.strategy == (decode_rows ? GPT2__FLOAT16_LANES : prompt_strategy(T)));
                             k->matmul[a.strategy](a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - a.y[i]) / (1.0f + (float)cols * 0.05f));
                             CHECK(worst < 1e-5f);
                         }
-                        if (!bf16_unit(T)) CHECK(prompt == batch);
+                        if (prompt_strategy(T) == GPT2__FLOAT16_LANES) CHECK(prompt == batch);
                         for (int n : {1, 2, 5, 6, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
                             std::vector<float> few(start.begin(), start.begin() + n * rows);
                             a.y = few.data();
                             a.T = n;
                             a.strategy = gpt2__strategy_for(k, lane_weight, n, false);
                             for (int64_t from = 0; from < rows; from += 13) k->matmul[a.strategy](a, from, std::min(rows, from + 13), panel.data());
-                            const std::vector<float>& all = bf16_unit(n) ? prompt : batch;
+                            const std::vector<float>& all = prompt_strategy(n) != GPT2__FLOAT16_LANES ? prompt : batch;
                             CHECK(std::equal(few.begin(), few.end(), all.begin()));
                             tested++;
                         }

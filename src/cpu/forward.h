@@ -317,7 +317,8 @@ static int gpt2__share_rows(size_t sessions) { return sessions > 1 ? 2 * gpt2__p
      prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and q4_0 x
      q8_0), and for any product of W's lanes; else a batch's single tokens stream against int8
      activations, and other rows multiply float panels of the dequantized rows.
-   - f16 and bf16 with lanes: the lanes, any number of rows (a bf16 prompt on the bf16 unit).
+   - f16 and bf16 with lanes: the lanes, any number of rows (a prompt in the set's wider prompt
+     tiles, or a bf16 prompt on the bf16 unit).
    - otherwise: decode streams, prefill multiplies float panels; sets without them stream. */
 static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt2__weight& W, int T, bool decode_rows) {
     const bool streams = decode_rows ? T < gpt2__panel_min_rows : gpt2__is_decode(T);
@@ -326,7 +327,8 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
         if (decode_rows) return GPT2__STREAM_INT8;
     } else if (gpt2__uses_lanes(kernels, W)) {
         const bool prompt = !decode_rows && !gpt2__is_decode(T);
-        return W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT] && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+        if (prompt && W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT]) return GPT2__BF16_UNIT;
+        return prompt && kernels->matmul[GPT2__FLOAT16_PROMPT] ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES;
     } else if (streams) {
         return GPT2__STREAM_ROWS;
     }

@@ -333,6 +333,58 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
     }
 }
 
+/* A prompt's tile on f16 or bf16 lanes (GPT2__FLOAT16_PROMPT): one sum per output, the columns
+   in order, where the lanes' tile keeps the even and the odd ones apart for a lone token's sake
+   (a batch's decode rows must give its bits): so 8 tokens x 2 groups fit in 16 sums, each group's
+   values of a column widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel
+   notes). Each output is its own lane summed in the same order for every tile width and row
+   range. */
+static const int gpt2__float16_prompt_tile_tokens = 8;
+template <uint32_t TYPE, int V, int N>
+GPT2__AVX512 static void gpt2__tile_float16_prompt_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
+                                                          const gpt2__prefetch_span& ahead) {
+    const int64_t K = a.W->cols;
+    const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
+    const float* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    __m512 acc[V][N];
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++)
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) acc[v][t] = _mm512_setzero_ps();
+    const int64_t pairs = K / 2;
+    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
+    for (int64_t i = 0; i < pairs; i++) {
+        gpt2__prefetch_step(ahead, lines_per_pair, i);
+        __m512 w0[V], w1[V];
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(w0[v], x0, acc[v][t]);
+        }
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
+            GPT2__UNROLL
+            for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(w1[v], x1, acc[v][t]);
+        }
+    }
+    if (K % 2) { /* the last column */
+        GPT2__UNROLL
+        for (int v = 0; v < V; v++) {
+            __m512 wv;
+            gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
+            GPT2__UNROLL
+            for (int t = 0; t < N; t++) acc[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), acc[v][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, acc[v]);
+}
+
 /* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for GPT2__BF16_UNIT: one sum per output,
    so wider than the FMA tiles (8 x 2 sums fill half the registers; docs/PERFORMANCE.md, Kernel
    notes). */
@@ -346,11 +398,13 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
 typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                      const gpt2__prefetch_span& ahead);
 
-/* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
-   panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
-template <uint32_t LAYOUT, bool BF16_UNIT, int V, int N>
+/* The tile of N tokens and V groups of strategy S in the layout of LAYOUT (f16 or bf16 lanes, or
+   an int8 panel: q8_0's, or q4_0 lanes'): a prompt's on 16-bit lanes, the bf16 unit's, or the
+   lanes' tile of any rows; NULL past the widest tile. */
+template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
-    if constexpr (BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_prompt_avx512<LAYOUT, V, N>;
     else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
@@ -359,15 +413,13 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
 /* Every tile of a layout, by [V - 1][N - 1]. */
 static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
 typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
-template <uint32_t LAYOUT, bool BF16_UNIT = false>
+template <uint32_t LAYOUT, gpt2__strategy S = GPT2__FLOAT16_LANES>
 static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 8>()},
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 8>()}};
-static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens, "a column per tile width");
+    {gpt2__tile_avx512<LAYOUT, S, 1, 1>(), gpt2__tile_avx512<LAYOUT, S, 1, 2>(), gpt2__tile_avx512<LAYOUT, S, 1, 3>(), gpt2__tile_avx512<LAYOUT, S, 1, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>()},
+    {gpt2__tile_avx512<LAYOUT, S, 2, 1>(), gpt2__tile_avx512<LAYOUT, S, 2, 2>(), gpt2__tile_avx512<LAYOUT, S, 2, 3>(), gpt2__tile_avx512<LAYOUT, S, 2, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
+static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
 
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
@@ -393,13 +445,17 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
-    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT;
-    const gpt2__tiles_avx512& tiles = bf16_unit                     ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, true>
+    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT, prompt = a.strategy == GPT2__FLOAT16_PROMPT;
+    const gpt2__tiles_avx512& tiles = bf16_unit                 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__BF16_UNIT>
+                                      : prompt                  ? (type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__FLOAT16_PROMPT>
+                                                                                          : gpt2__tiles_of_avx512<GPT2_TYPE_F16, GPT2__FLOAT16_PROMPT>)
                                       : type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16>
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens
+                       : prompt  ? gpt2__float16_prompt_tile_tokens
+                                 : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
     const int n_tiles = (a.T + widest - 1) / widest;
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *

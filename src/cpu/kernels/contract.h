@@ -110,6 +110,7 @@ enum gpt2__strategy : uint8_t {
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+    GPT2__FLOAT16_PROMPT, /* f16 or bf16 W's lanes times a prompt's x: one sum per output, wider tiles */
     gpt2__strategies
 };
 
