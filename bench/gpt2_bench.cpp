@@ -490,7 +490,7 @@ static void usage() {
         "                            units' peaks, whichever is slower: batch_roofline_bound); then the\n"
         "                            same sessions generate --gen tokens each with gpt2_generate_batch (nanoGPT's\n"
         "                            sampling, a seed each): generate_batch_tok_s, generate_batch_ms_per_step\n"
-        "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|neon (also env GPT2_KERNELS); default: best for this CPU\n"
+        "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|amx|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --grammar FILE            also, in each round, two sampled decodes of --gen tokens from the context\n"
         "                            (temperature 1, every token a candidate, a seed per round; the order\n"
@@ -802,10 +802,12 @@ int main(int argc, char** argv) {
     const double decode_ms = 1e3 * median(decode_s);
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
     // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
-    const char* prefill_unit = prefill_int8 ? "int8 vpdpbusd" : prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
+    // the AMX set's tiles (src/cpu/kernels/amx.h) have no peak loop here (no host measured has AMX): no share
+    const bool amx_tiles = std::strncmp(kernels, "amx", 3) == 0 && (prefill_int8 || prefill_bf16);
+    const char* prefill_unit = amx_tiles ? "AMX tiles (no peak measured)" : prefill_int8 ? "int8 vpdpbusd" : prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
     const double prefill_unit_peak = prefill_int8 ? int8_gops : prefill_bf16 ? bf16_gflops : fma_gflops;
     const double prefill_limit_s = product_flops / (prefill_unit_peak * 1e9) + attention_flops / (fma_gflops * 1e9);
-    const double prefill_limit_tok_s = fma_gflops > 0 ? prompt / prefill_limit_s : 0.0;
+    const double prefill_limit_tok_s = fma_gflops > 0 && !amx_tiles ? prompt / prefill_limit_s : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);

@@ -269,7 +269,7 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
         if (!k->pack_lanes) continue;
         for (uint32_t type : {GPT2_TYPE_F16, GPT2_TYPE_BF16}) {
             // whether n tokens of a prompt (not a batch's decode rows) multiply on the bf16 unit
-            const auto bf16_unit = [&](int n) { return std::string(k->name) == "avx512_bf16" && type == GPT2_TYPE_BF16 && !gpt2__is_decode(n); };
+            const auto bf16_unit = [&](int n) { return k->matmul[GPT2__BF16_UNIT] && type == GPT2_TYPE_BF16 && !gpt2__is_decode(n); };
             // whether n tokens of a prompt multiply in the set's prompt tiles (one sum per output)
             const auto prompt_tiles = [&](int n) { return !bf16_unit(n) && !gpt2__is_decode(n) && k->matmul[GPT2__FLOAT16_PROMPT]; };
             const auto prompt_strategy = [&](int n) { return bf16_unit(n) ? GPT2__BF16_UNIT : prompt_tiles(n) ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES; };
@@ -558,6 +558,69 @@ TEST_CASE("GELU kernels match float64 GELU within 2e-7 relative to max(1, |x|), 
         }
     }
 }
+
+#if defined(GPT2__X86) && defined(GPT2_AMX_MODEL)
+// The C++ model of the AMX tiles (src/cpu/kernels/amx.h), by which the AMX set's kernels run here,
+// against Intel's definitions written out apart: a load takes `rows` rows of `colsb` bytes from
+// its stride and zeroes the rest of the tile; TDPBSUD adds signed bytes of A times unsigned bytes of
+// B (B's row k: bytes 4k..4k+3 of each 4-byte column) into int32; TDPBF16PS adds each exact product
+// of bf16 pairs in turn into fp32, subnormal inputs read as zero.
+TEST_CASE("the AMX tile model loads, stores and multiplies as Intel's manual defines the instructions") {
+    using M = gpt2__amx_model;
+    std::mt19937 rng(77);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int n : {16, 5, 1}) { // rows of A and C: a full tile and the last tokens'
+        CAPTURE(n);
+        const size_t lda = 80, ldb = 128; // strides past the rows' bytes
+        std::vector<uint8_t> a(16 * lda), b(16 * ldb);
+        for (uint8_t& v : a) v = (uint8_t)byte(rng);
+        for (uint8_t& v : b) v = (uint8_t)byte(rng);
+        M::configure(gpt2__amx_shapes(n, true, 0)); // A: n x 32 bytes, B: 8 x 64, C: n x 64
+        M::zero<gpt2__tile_c>();
+        M::load<gpt2__tile_a>(a.data(), lda);
+        M::load<gpt2__tile_b>(b.data(), ldb);
+        M::dpbsud<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+        M::dpbsud<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>(); // accumulates
+        std::vector<int32_t> c(16 * 16, 12345);
+        M::store<gpt2__tile_c>(c.data(), 64);
+        for (int m = 0; m < 16; m++)
+            for (int col = 0; col < 16; col++) {
+                int64_t want = 0;
+                for (int k = 0; k < 32; k++) want += 2 * (int64_t)(int8_t)a[(size_t)m * lda + k] * b[(size_t)(k / 4) * ldb + 4 * col + k % 4];
+                CHECK(c[(size_t)m * 16 + col] == (m < n ? want : 12345)); // rows past n not stored
+            }
+        CHECK(M::state().tile[gpt2__tile_a][0][40] == 0); // past colsb: zero
+        CHECK(M::state().tile[gpt2__tile_b][9][0] == 0);  // past rows: zero
+        // bf16: A n x 64 bytes (16 pairs), B 16 rows; the last 3 pairs through the tail tiles
+        M::configure(gpt2__amx_shapes(n, false, 3));
+        std::vector<uint16_t> x(16 * 40), w(19 * 64); // 19 rows of B: 16 pairs, then 3
+        std::uniform_real_distribution<float> u(-2, 2);
+        for (uint16_t& v : x) v = gpt2__f32_to_bf16(u(rng));
+        for (uint16_t& v : w) v = gpt2__f32_to_bf16(u(rng));
+        x[0] = 0x0001; // a subnormal input reads as zero
+        M::zero<gpt2__tile_c>();
+        M::load<gpt2__tile_a>(x.data(), 80);
+        M::load<gpt2__tile_b>(w.data(), 128);
+        M::dpbf16ps<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+        M::load<gpt2__tile_a_last>(x.data() + 32, 80);
+        M::load<gpt2__tile_b_last>(w.data() + 16 * 64, 128);
+        M::dpbf16ps<gpt2__tile_c, gpt2__tile_a_last, gpt2__tile_b_last>();
+        std::vector<float> cf(16 * 16, -1.0f);
+        M::store<gpt2__tile_c>(cf.data(), 64);
+        for (int m = 0; m < n; m++)
+            for (int col = 0; col < 16; col++) {
+                float want = 0;
+                for (int pair = 0; pair < 19; pair++) // 16 from the full tiles, then 3 from the tail's
+                    for (int i = 0; i < 2; i++) {
+                        const uint16_t xv = x[(size_t)m * 40 + 2 * pair + i], wv = w[(size_t)pair * 64 + 2 * col + i];
+                        want += (xv == 0x0001 ? 0.0f : gpt2__bf16_to_f32(xv)) * gpt2__bf16_to_f32(wv);
+                    }
+                CHECK(cf[(size_t)m * 16 + col] == want);
+            }
+        M::release();
+    }
+}
+#endif
 
 TEST_CASE("layer norm kernels match float64 LayerNorm within 1e-6, and every set the scalar set's values, with and without a bias") {
     std::mt19937 rng(21);
