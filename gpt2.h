@@ -7511,16 +7511,23 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
    Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
    over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
 static const int gpt2__k_block = 1024, gpt2__k_align = 16;
+/* A chunk takes more tokens than gpt2__chunk_tokens, up to gpt2__chunk_tokens_most, while their
+   rows of x stay within gpt2__chunk_x_bytes (in L2 with the panel, where the tiles re-read them for
+   every panel): each panel is then converted once for all of them, where a prompt of 128 tokens
+   on rows of 768 converted every panel twice (docs/PERFORMANCE.md, Kernel notes). */
+static const int gpt2__chunk_tokens_most = 192;
+static const int64_t gpt2__chunk_x_bytes = 400 * 1024;
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
+    constexpr int MR = gpt2__tile_rows, NT = Set::NT, most = gpt2__chunk_tokens_most / NT * NT;
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
+    const int chunk = (int)std::clamp<int64_t>(gpt2__chunk_x_bytes / (4 * K), gpt2__chunk_tokens, most) / NT * NT; /* whole tiles */
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
     const int64_t k_step = ((K + k_blocks - 1) / k_blocks + gpt2__k_align - 1) / gpt2__k_align * gpt2__k_align;
-    float sums[chunk / NT][MR * NT];
+    float sums[most / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
