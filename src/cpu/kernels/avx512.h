@@ -55,23 +55,28 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
 }
 
 /* 16 rows of 16 floats transposed in place: afterwards v[c] lane i is row i's value c. */
-GPT2__AVX512 static inline void gpt2__transpose16_avx512(__m512* v) {
+GPT2__AVX512 GPT2__ALWAYS_INLINE static void gpt2__transpose16_avx512(__m512* v) {
     __m512 t[16];
+    GPT2__UNROLL
     for (int i = 0; i < 16; i += 2) { /* rows i and i + 1 interleaved */
         t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
     }
+    GPT2__UNROLL
     for (int i = 0; i < 16; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
         v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
         v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
         v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
         v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     }
+    GPT2__UNROLL
     for (int h = 0; h < 16; h += 8) /* the 128-bit lanes gathered, in two steps */
+        GPT2__UNROLL
         for (int c = 0; c < 4; c++) {
             t[h + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0x88);
             t[h + 4 + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0xdd);
         }
+    GPT2__UNROLL
     for (int c = 0; c < 8; c++) {
         v[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
         v[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
@@ -99,9 +104,12 @@ GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, cons
         for (int c = 0; c < dn; c += 16) {
             const __mmask16 m = gpt2__mask16(c, dn);
             __m512 rows[16];
+            GPT2__UNROLL
             for (int i = 0; i < 16; i++) rows[i] = i < n_queries ? _mm512_maskz_loadu_ps(m, q + (size_t)i * q_stride + d0 + c) : _mm512_setzero_ps();
             gpt2__transpose16_avx512(rows);
-            for (int d = 0; d < 16 && c + d < dn; d++) _mm512_store_ps(qt + 16 * (c + d), rows[d]);
+            GPT2__UNROLL
+            for (int d = 0; d < 16; d++)
+                if (c + d < dn) _mm512_store_ps(qt + 16 * (c + d), rows[d]);
         }
         for (int j0 = 0; j0 < keys; j0 += KB) {
             const float* kr[KB];

@@ -71,8 +71,10 @@ static bool gpt2__intel_cpu() {
    Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
+#define GPT2__IN_REGISTERS(v, w) ((void)0)
 #else
 #define GPT2__IN_REGISTER(v) __asm__("" : "+v"(v))
+#define GPT2__IN_REGISTERS(v, w) __asm__("" : "+v"(v), "+v"(w))
 #endif
 
 /* Stores an output with the bias and the residual, as gpt2__matmul_rows_scalar does. */
@@ -156,9 +158,11 @@ static const int gpt2__k_block = 1024, gpt2__k_align = 16;
 /* A chunk takes more tokens than gpt2__chunk_tokens, up to gpt2__chunk_tokens_most, while their
    rows of x stay within gpt2__chunk_x_bytes (in L2 with the panel, where the tiles re-read them for
    every panel): each panel is then converted once for all of them, where a prompt of 128 tokens
-   on rows of 768 converted every panel twice (docs/PERFORMANCE.md, Kernel notes). */
+   on rows of 768 converted every panel twice (docs/PERFORMANCE.md, Kernel notes). The tokens of
+   a chunk of rows of K values, in whole tiles of NT. */
 static const int gpt2__chunk_tokens_most = 192;
 static const int64_t gpt2__chunk_x_bytes = 400 * 1024;
+static inline int gpt2__prefill_chunk(int64_t K, int NT) { return (int)std::clamp<int64_t>(gpt2__chunk_x_bytes / (4 * K), gpt2__chunk_tokens, gpt2__chunk_tokens_most) / NT * NT; }
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
@@ -166,7 +170,7 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
-    const int chunk = (int)std::clamp<int64_t>(gpt2__chunk_x_bytes / (4 * K), gpt2__chunk_tokens, most) / NT * NT; /* whole tiles */
+    const int chunk = gpt2__prefill_chunk(K, NT);
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
     const int64_t k_step = ((K + k_blocks - 1) / k_blocks + gpt2__k_align - 1) / gpt2__k_align * gpt2__k_align;
     float sums[most / NT][MR * NT];
