@@ -9030,7 +9030,13 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
     }
 }
 
-template <uint32_t TYPE, int V, int N>
+/* The tile of N tokens and V groups. A prompt (GPT2__FLOAT16_PROMPT) needs no second chain, nor to
+   give a lone token's bits: its tile (TwoSums false) keeps one sum per output, the columns in
+   order, so 8 tokens x 2 groups fit in 16 sums, each group's values of a column
+   widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel notes); each output is still
+   its own lane summed in the same order for every tile width and row range. */
+static const int gpt2__float16_prompt_tile_tokens = 8;
+template <uint32_t TYPE, int V, int N, bool TwoSums = true>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                    const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
@@ -9063,7 +9069,10 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         for (int t = 0; t < N; t++) {
             const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
             GPT2__UNROLL
-            for (int v = 0; v < V; v++) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+            for (int v = 0; v < V; v++) {
+                if constexpr (TwoSums) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+                else even[v][t] = _mm512_fmadd_ps(w1[v], x1, even[v][t]);
+            }
         }
     }
     if (K % 2) { /* the last column, to the even sums */
@@ -9079,61 +9088,9 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
     for (int v = 0; v < V; v++) {
         __m512 sums[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) sums[t] = _mm512_add_ps(even[v][t], odd[v][t]);
+        for (int t = 0; t < N; t++) sums[t] = TwoSums ? _mm512_add_ps(even[v][t], odd[v][t]) : even[v][t];
         gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
     }
-}
-
-/* A prompt's tile on f16 or bf16 lanes (GPT2__FLOAT16_PROMPT): one sum per output, the columns
-   in order, where the lanes' tile keeps the even and the odd ones apart for a lone token's sake
-   (a batch's decode rows must give its bits): so 8 tokens x 2 groups fit in 16 sums, each group's
-   values of a column widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel
-   notes). Each output is its own lane summed in the same order for every tile width and row
-   range. */
-static const int gpt2__float16_prompt_tile_tokens = 8;
-template <uint32_t TYPE, int V, int N>
-GPT2__AVX512 static void gpt2__tile_float16_prompt_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
-                                                          const gpt2__prefetch_span& ahead) {
-    const int64_t K = a.W->cols;
-    const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
-    const float* x[N];
-    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
-    __m512 acc[V][N];
-    GPT2__UNROLL
-    for (int v = 0; v < V; v++)
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) acc[v][t] = _mm512_setzero_ps();
-    const int64_t pairs = K / 2;
-    const size_t lines_per_pair = gpt2__prefetch_per_step(ahead, pairs);
-    for (int64_t i = 0; i < pairs; i++) {
-        gpt2__prefetch_step(ahead, lines_per_pair, i);
-        __m512 w0[V], w1[V];
-        GPT2__UNROLL
-        for (int v = 0; v < V; v++) gpt2__column_pair_avx512<TYPE>(w, i, v, &w0[v], &w1[v]);
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) {
-            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
-            GPT2__UNROLL
-            for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(w0[v], x0, acc[v][t]);
-        }
-        GPT2__UNROLL
-        for (int t = 0; t < N; t++) {
-            const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
-            GPT2__UNROLL
-            for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(w1[v], x1, acc[v][t]);
-        }
-    }
-    if (K % 2) { /* the last column */
-        GPT2__UNROLL
-        for (int v = 0; v < V; v++) {
-            __m512 wv;
-            gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
-            GPT2__UNROLL
-            for (int t = 0; t < N; t++) acc[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), acc[v][t]);
-        }
-    }
-    GPT2__UNROLL
-    for (int v = 0; v < V; v++) gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, acc[v]);
 }
 
 /* The bf16 unit's tile on bf16 lanes (avx512_bf16.h), for GPT2__BF16_UNIT: one sum per output,
@@ -9155,7 +9112,7 @@ typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* 
 template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
-    else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_prompt_avx512<LAYOUT, V, N>;
+    else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
     else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;

@@ -706,7 +706,7 @@ int main(int argc, char** argv) {
     // One untimed warm-up run, then `repeat` timed runs. The machine's bandwidth drifts on a
     // shared host, so bandwidth passes are interleaved with the timed runs and the limit is
     // their median, the same statistic as the decode time it is compared with.
-    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s, generate_step_s;
+    std::vector<double> prefill_s, prefill_cpu_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s, generate_step_s;
     std::vector<int32_t> step_tokens((size_t)batch);
     std::vector<const int32_t*> step_ids((size_t)batch);
     const std::vector<size_t> ones((size_t)batch, 1);
@@ -726,8 +726,9 @@ int main(int argc, char** argv) {
     for (int r = -1; r < repeat; r++) {
         gpt2_session_reset(session);
         double t0 = now_s();
+        const double prefill_c0 = cpu_s();
         if (gpt2_session_eval(session, tokens.data(), (size_t)prompt, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
-        const double prefill = now_s() - t0;
+        const double prefill = now_s() - t0, prefill_cpu = cpu_s() - prefill_c0;
         if (context > prompt) gpt2_session_eval(session, tokens.data() + prompt, (size_t)(context - prompt), &err);
         t0 = now_s();
         const double c0 = cpu_s();
@@ -782,6 +783,7 @@ int main(int argc, char** argv) {
             continue;
         }
         prefill_s.push_back(prefill);
+        prefill_cpu_s.push_back(prefill_cpu);
         decode_s.push_back(decode);
         decode_cpu_s.push_back(decode_cpu);
         for (int pass = 0; pass < 3; pass++) bandwidth_gb_s.push_back(bandwidth_pass(&cpu->pool, (const float*)bandwidth_buffer.data, bandwidth_floats));
@@ -834,10 +836,12 @@ int main(int argc, char** argv) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
                     "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
-                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"prefill_limit_unit\": \"%s\", \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
+                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"prefill_limit_unit\": \"%s\", \"prefill_cpu_ms\": %.3f, "
+                    "\"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
                     info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
                     weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, 100.0 * decode_limit_with_kv_ms / decode_ms, prefill_limit_tok_s,
-                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
+                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(prefill_cpu_s), 1e3 * median(decode_cpu_s), peak_rss,
+                    info.weight_bytes);
         if (batch)
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
                         "\"batch_limit_gops\": %.1f, \"batch_roofline_tok_s\": %.1f, \"batch_pct_of_roofline\": %.1f, \"batch_roofline_bound\": \"%s\", "
@@ -862,7 +866,7 @@ int main(int argc, char** argv) {
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);
         std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; with the %.1f MB of KV cache read, %.1f%%)\n", context,
                     decode_ms, decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6, 100.0 * decode_limit_with_kv_ms / decode_ms);
-        std::printf("  decode CPU time %.3f ms/token over all threads\n", 1e3 * median(decode_cpu_s));
+        std::printf("  CPU time over all threads: prefill %.3f ms, decode %.3f ms/token\n", 1e3 * median(prefill_cpu_s), 1e3 * median(decode_cpu_s));
         std::printf("  peak RSS %.1f MB (model %.1f MB)\n", peak_rss, info.weight_bytes / 1e6);
         if (batch)
             std::printf("  batch:   %d sessions  %.3f ms/step  %.1f tok/s (single session %.1f tok/s, %.2fx)  %.1f%% of the %s limit %.1f tok/s (%.1f GOP/s)\n", batch,
