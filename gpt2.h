@@ -8775,6 +8775,7 @@ enum gpt2__strategy : uint8_t {
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+    GPT2__FLOAT16_PROMPT, /* f16 or bf16 W's lanes times a prompt's x: one sum per output, wider tiles */
     gpt2__strategies
 };
 
@@ -8818,10 +8819,11 @@ static size_t gpt2__panel_floats(int64_t cols) {
 
 /* ---- Attention --------------------------------------------------------------------------- */
 
-/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call; its
-   `scores` hold gpt2__query_scratch(n_keys + n_queries - 1) floats: a row per query, rounded up
-   to a multiple of 4 keys. */
-static const int gpt2__query_block = 4;
+/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call (the
+   AVX-512 set a query per vector lane); its `scores` hold gpt2__query_scratch(n_keys + n_queries
+   - 1) floats: a row per query, or a vector of the block's queries per key, rounded up to a
+   multiple of 4 keys. */
+static const int gpt2__query_block = 16;
 static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
 
 /* Decode attention (attend_rows) covers one range of a query's keys; gpt2__merge_attention joins
@@ -8908,6 +8910,8 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
+    /* nanoGPT's LayerNorm of n values, as gpt2__layer_norm */
+    void (*layer_norm)(float* out, const float* x, const float* weight, const float* bias, int n, float eps);
     /* n floats to f16 bit for bit as gpt2__f32_to_f16 (the f16 KV cache's writes) */
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
@@ -9205,8 +9209,8 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 
 /* ---- src/cpu/kernels/x86_prefill.h ---- */
 /* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
-   and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
-   and prefill attention's query blocks. Each kernel carries its instruction set in a target
+   and avx512_bf16.h (those and AVX512_BF16), share: the target macros and the prefill matmul
+   driver. Each kernel carries its instruction set in a target
    attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
    what the CPU has.
 
@@ -9236,7 +9240,7 @@ static void gpt2__merge_attention(float* out, const float* parts, int n_parts, i
 #define GPT2__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define GPT2__AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c")))
 /* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through), which
-   this driver's AVX-512 instances inline too; popped at the end of avx512_bf16.h, the last x86 part. */
+   this driver's AVX-512 instances inline too; popped at the end of amx.h, the last x86 part. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
@@ -9273,8 +9277,10 @@ static bool gpt2__intel_cpu() {
    Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
+#define GPT2__IN_REGISTERS(v, w) ((void)0)
 #else
 #define GPT2__IN_REGISTER(v) __asm__("" : "+v"(v))
+#define GPT2__IN_REGISTERS(v, w) __asm__("" : "+v"(v), "+v"(w))
 #endif
 
 /* Stores an output with the bias and the residual, as gpt2__matmul_rows_scalar does. */
@@ -9355,16 +9361,25 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
    Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
    over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
 static const int gpt2__k_block = 1024, gpt2__k_align = 16;
+/* A chunk takes more tokens than gpt2__chunk_tokens, up to gpt2__chunk_tokens_most, while their
+   rows of x stay within gpt2__chunk_x_bytes (in L2 with the panel, where the tiles re-read them for
+   every panel): each panel is then converted once for all of them, where a prompt of 128 tokens
+   on rows of 768 converted every panel twice (docs/PERFORMANCE.md, Kernel notes). The tokens of
+   a chunk of rows of K values, in whole tiles of NT. */
+static const int gpt2__chunk_tokens_most = 192;
+static const int64_t gpt2__chunk_x_bytes = 400 * 1024;
+static inline int gpt2__prefill_chunk(int64_t K, int NT) { return (int)std::clamp<int64_t>(gpt2__chunk_x_bytes / (4 * K), gpt2__chunk_tokens, gpt2__chunk_tokens_most) / NT * NT; }
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
+    constexpr int MR = gpt2__tile_rows, NT = Set::NT, most = gpt2__chunk_tokens_most / NT * NT;
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
+    const int chunk = gpt2__prefill_chunk(K, NT);
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
     const int64_t k_step = ((K + k_blocks - 1) / k_blocks + gpt2__k_align - 1) / gpt2__k_align * gpt2__k_align;
-    float sums[chunk / NT][MR * NT];
+    float sums[most / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
@@ -9401,28 +9416,6 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 }
             }
         }
-    }
-}
-
-/* Prefill attention's rows (of queries or scores, `ld` apart from `base`) for a block of
-   gpt2__query_block queries; a block of fewer repeats its last. */
-static inline void gpt2__block_rows(const float** rows, const float* base, size_t ld, int n_queries) {
-    for (int i = 0; i < gpt2__query_block; i++) rows[i] = base + (size_t)std::min(i, n_queries - 1) * ld;
-}
-
-/* Prefill attention's scores (a row per query, `ld` apart) to each query's softmax over its
-   n_keys + i keys, 0 past them up to the last query's keys. ExpScores(row, n, &max, &sum) is a
-   set's exponential of a row less its max. */
-template <void (*ExpScores)(float* scores, int n, float* max_score, float* sum)>
-static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int n_queries) {
-    const int keys = n_keys + n_queries - 1;
-    for (int i = 0; i < n_queries; i++) {
-        float* row = scores + i * ld;
-        float max_score, sum;
-        ExpScores(row, n_keys + i, &max_score, &sum);
-        const float inv_sum = 1.0f / sum;
-        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
     }
 }
 
@@ -9710,6 +9703,30 @@ GPT2__AVX2 static inline __m256 gpt2__hsum8_avx2(const __m256* v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
+/* 8 rows of 8 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX2 GPT2__ALWAYS_INLINE static void gpt2__transpose8_avx2(__m256* v) {
+    __m256 t[8];
+    GPT2__UNROLL
+    for (int i = 0; i < 8; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    GPT2__UNROLL
+    for (int i = 0; i < 8; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    GPT2__UNROLL
+    for (int c = 0; c < 4; c++) { /* rows 0-3 with rows 4-7 */
+        t[c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x20);
+        t[4 + c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x31);
+    }
+    GPT2__UNROLL
+    for (int c = 0; c < 8; c++) v[c] = t[c];
+}
+
 /* out[t * gpt2__tile_rows + r] += w_r . x_t for R rows and NP <= 3 tokens, in one pass over K. Both FMA
    pipes stay busy only with enough independent accumulators in flight: 3 tokens x 4 rows give
    12 (with the 3 token vectors and a weight vector, the 16 ymm registers); a single token takes
@@ -9780,12 +9797,142 @@ struct gpt2__prefill_avx2 {
     }
 };
 
-/* The set's matmul kernels (dispatch.h): decode streams the weights row by row in their own
-   type (GPT2__STREAM_ROWS, GPT2__STREAM_INT8); prefill multiplies float panels
-   (GPT2__FLOAT_TILES). */
-GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+/* The AVX2 set's prefill (GPT2__FLOAT_TILES) of gpt2__avx2_column_tokens tokens or more: W's rows
+   gpt2__avx2_panel_rows at a time widened to floats column by column (a panel: per column the 16
+   rows' values, two vectors), multiplied with tiles of up to gpt2__avx2_tile_tokens tokens: per
+   column the two weight vectors are loaded once for 6 tokens and each token's value broadcast once
+   for both, the 12 sums in registers (15 of the 16). Each output is one sum over the columns in
+   order, whatever its tile, chunk, thread or row range, and no sum is reduced across lanes, where
+   the tiles of 4 rows x 3 tokens above sum 8 columns a lane and reduce every output at the end of
+   each block of K. Moving a panel's values into columns (8 x 8 transposes) costs more than those
+   reductions save below 32 tokens, which take the 4 x 3 tiles (docs/PERFORMANCE.md, Kernel
+   notes). The panel is converted once per chunk of tokens (gpt2__prefill_chunk), a prompt of 128
+   on rows of 768 in one. */
+static const int gpt2__avx2_panel_rows = 16, gpt2__avx2_tile_tokens = 6, gpt2__avx2_column_tokens = 32;
+
+/* 8 values of a q8_0 or q4_0 row from element k (a multiple of 8) as floats, d times the value
+   (q4_0: nibble - 8), as gpt2__row_to_float_avx2 gives them. */
+template <uint32_t TYPE>
+GPT2__AVX2 static inline __m256 gpt2__w8_block_avx2(const uint8_t* row, int64_t k) {
+    const int m = (int)(k % gpt2__q8_block_values);
+    const uint8_t* block = row + (size_t)(k / gpt2__q8_block_values) * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
+    __m128i q;
+    if constexpr (TYPE == GPT2_TYPE_Q4_0) { /* byte j holds value j low, value j + 16 high */
+        const __m128i bytes = _mm_loadl_epi64((const __m128i*)(gpt2__q4_nibbles(block) + m % 16));
+        q = _mm_sub_epi8(_mm_and_si128(m >= 16 ? _mm_srli_epi16(bytes, 4) : bytes, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    } else {
+        q = _mm_loadl_epi64((const __m128i*)(gpt2__q8_values(block) + m));
+    }
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block))), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
 }
+
+/* Rows [o, o + rows) of W (rows <= 16) as a panel at dst: dst[16 k + r] = row r's value k (rows
+   past the range repeat its last: their outputs are not stored). Each half's 8 rows are widened
+   8 columns at a time and moved into columns by an 8 x 8 transpose. */
+GPT2__AVX2 static void gpt2__panel16_avx2(float* dst, const gpt2__weight* W, int64_t o, int rows) {
+    const int64_t K = W->cols, k8 = K / 8 * 8;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t* row[8];
+        for (int r = 0; r < 8; r++) row[r] = W->data + (size_t)(o + std::min(8 * h + r, rows - 1)) * W->row_bytes;
+        for (int64_t k = 0; k < k8; k += 8) {
+            __m256 v[8];
+            if (W->type == GPT2_TYPE_Q8_0) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_block_avx2<GPT2_TYPE_Q8_0>(row[r], k);
+            } else if (W->type == GPT2_TYPE_Q4_0) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_block_avx2<GPT2_TYPE_Q4_0>(row[r], k);
+            } else if (W->type == GPT2_TYPE_F32) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_avx2<GPT2_TYPE_F32>(row[r], k);
+            } else if (W->type == GPT2_TYPE_F16) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_avx2<GPT2_TYPE_F16>(row[r], k);
+            } else {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_avx2<GPT2_TYPE_BF16>(row[r], k);
+            }
+            gpt2__transpose8_avx2(v);
+            GPT2__UNROLL
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(dst + 16 * (k + c) + 8 * h, v[c]);
+        }
+        for (int64_t k = k8; k < K; k++) /* float rows' last columns (a block row's K is a multiple of 32) */
+            for (int r = 0; r < 8; r++) dst[16 * k + 8 * h + r] = gpt2__w_scalar(W->type, row[r], k);
+    }
+}
+
+/* Stores 8 outputs (rows r.. r + n - 1 of token t) as gpt2__store_out does: the bias added, and
+   with `accumulate` y added to. */
+GPT2__AVX2 static inline void gpt2__store8_avx2(const gpt2__matmul_args& a, int t, int64_t r, int n, __m256 sums) {
+    float* y = a.y + (size_t)t * a.W->rows + r;
+    if (n == 8) {
+        const __m256 v = a.bias ? _mm256_add_ps(_mm256_loadu_ps(a.bias + r), sums) : _mm256_add_ps(_mm256_setzero_ps(), sums);
+        _mm256_storeu_ps(y, a.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), v) : v);
+        return;
+    }
+    alignas(32) float s[8];
+    _mm256_store_ps(s, sums);
+    for (int i = 0; i < n; i++) gpt2__store_out(a, t, r + i, s[i]);
+}
+
+/* N tokens from t0 on times the panel of rows [o, o + rows). */
+template <int N>
+GPT2__AVX2 static void gpt2__tile16_avx2(const gpt2__matmul_args& a, const float* panel, int64_t o, int rows, int t0) {
+    const int64_t K = a.W->cols;
+    const float* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    __m256 acc[2][N];
+    GPT2__UNROLL
+    for (int t = 0; t < N; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m256 w0 = _mm256_loadu_ps(panel + 16 * k), w1 = _mm256_loadu_ps(panel + 16 * k + 8);
+        GPT2__IN_REGISTERS(w0, w1); /* one statement: GCC split the loop in two halves, each broadcasting every token's value */
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m256 xv = _mm256_broadcast_ss(x[t] + k);
+            acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
+            acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int t = 0; t < N; t++)
+        GPT2__UNROLL
+        for (int h = 0; h < 2; h++)
+            if (rows > 8 * h) gpt2__store8_avx2(a, t0 + t, o + 8 * h, std::min(8, rows - 8 * h), acc[h][t]);
+}
+
+GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.T < gpt2__avx2_column_tokens) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+    constexpr int NT = gpt2__avx2_tile_tokens, PR = gpt2__avx2_panel_rows;
+    const gpt2__weight* W = a.W;
+    const int64_t K = W->cols;
+    float* w = panel;
+    const int chunk = gpt2__prefill_chunk(K, NT);
+    for (int t0 = 0; t0 < a.T; t0 += chunk) {
+        const int tokens = std::min(chunk, a.T - t0), n_tiles = (tokens + NT - 1) / NT;
+        for (int64_t o = o_begin; o < o_end; o += PR) {
+            const int rows = (int)std::min<int64_t>(PR, o_end - o);
+            gpt2__panel16_avx2(w, W, o, rows);
+            /* the next rows come from DRAM while the tiles touch no weight memory: their lines
+               prefetched, spread over the tiles */
+            const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+            const size_t next_lines = (size_t)std::min<int64_t>(PR, o_end - o - rows) * W->row_bytes / 64, per_tile = (next_lines + n_tiles - 1) / n_tiles;
+            for (int i = 0; i < n_tiles; i++) {
+                for (size_t l = (size_t)i * per_tile, end = std::min(next_lines, l + per_tile); l < end; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+                const int t = t0 + i * (tokens / n_tiles) + std::min(i, tokens % n_tiles), n = tokens / n_tiles + (i < tokens % n_tiles); /* tiles of even sizes */
+                switch (n) {
+                case 1: gpt2__tile16_avx2<1>(a, w, o, rows, t); break;
+                case 2: gpt2__tile16_avx2<2>(a, w, o, rows, t); break;
+                case 3: gpt2__tile16_avx2<3>(a, w, o, rows, t); break;
+                case 4: gpt2__tile16_avx2<4>(a, w, o, rows, t); break;
+                case 5: gpt2__tile16_avx2<5>(a, w, o, rows, t); break;
+                default: gpt2__tile16_avx2<NT>(a, w, o, rows, t); break;
+                }
+            }
+        }
+    }
+}
+
 /* Decode's rows streamed on both x86 sets: float rows by gpt2__row_avx2, prefetched where
    gpt2__float_rows_prefetch says; q8_0 and q4_0 rows against int8 activations. */
 template <bool Ahead>
@@ -9882,6 +10029,43 @@ GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
     }
 }
 
+/* gpt2__layer_norm with the sums' 8 chains in two vectors of 4 doubles, in the same order, and
+   the same arithmetic per value (no fused multiply-adds): the scalar results bit for bit where
+   the scalar code is not contracted into FMAs. */
+GPT2__AVX2 static void gpt2__layer_norm_avx2(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
+    const int n8 = n / 8 * 8;
+    alignas(32) double chain[8];
+    __m256d lo = _mm256_setzero_pd(), hi = lo;
+    for (int i = 0; i < n8; i += 8) {
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (double)x[i];
+    const double mean = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const __m256d m = _mm256_set1_pd(mean);
+    lo = hi = _mm256_setzero_pd();
+    for (int i = 0; i < n8; i += 8) {
+        const __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m), b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (x[i] - mean) * (x[i] - mean);
+    const double var = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const float inv_std = (float)(1.0 / std::sqrt(var + eps));
+    const __m256 s = _mm256_set1_ps(inv_std);
+    for (int i = 0; i < n8; i += 8) {
+        const __m256 centered = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m)),
+                                                _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m)));
+        const __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(centered, s), _mm256_loadu_ps(weight + i));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(scaled, bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps()));
+    }
+    for (int i = n8; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
+}
+
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 
@@ -9912,73 +10096,125 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
     *sum = total;
 }
 
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
-   for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
-   dimensions past a multiple of 8 in scalar. */
+/* Dimensions of the queries transposed at a time, and keys whose scores are summed at a time, in
+   the x86 sets' prefill attention. */
+static const int gpt2__attend_dims = 128, gpt2__attend_keys = 8;
+
+/* A key's values from p (floats, or an f16 cache's) into dst as floats, n of them. */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries,
-                                          int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
-    const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
-    const float scale = 1.0f / std::sqrt((float)D);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 2) {
-        const KV* kj[2] = {k.row(j), k.row(std::min(j + 1, keys - 1))};
-        __m256 acc[8]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-        for (int d = 0; d < d8; d += 8) {
-            __m256 qv[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_ps(qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 2; r++) {
-                const __m256 kv = gpt2__kv8_avx2(kj[r] + d);
+GPT2__AVX2 static inline void gpt2__kv_to_float_avx2(float* dst, const KV* p, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(dst + d, gpt2__kv8_avx2(p + d));
+    for (; d < n; d++) dst[d] = gpt2__load_kv(p, (size_t)d);
+}
+
+/* gpt2__attend_scalar's block of queries, 8 at a time, a query in each vector lane (lanes past
+   n_queries idle), as the AVX-512 set's gpt2__attend_avx512 (which says why) with 8 lanes: the
+   scores of 8 keys from the transposed queries and each key's values broadcast; the softmax lane
+   by lane; the values weighted for 4 queries at a time, 16 dimensions a pass, those past a
+   multiple of 8 in scalar. */
+template <class KV>
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries, int head_dim, float* scores) {
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
+    const int D = head_dim, d8 = D / 8 * 8;
+    alignas(32) float qt[DC * 8]; /* qt[8 d + i]: query i's dimension d0 + d */
+    alignas(32) float kf[sizeof(KV) == 2 ? KB * DC : 1];
+    for (int h = 0; h < n_queries; h += 8) {
+        const int nq = std::min(8, n_queries - h), first = n_keys + h, keys = first + nq - 1; /* the keys of the half's first and last query */
+        const float* qh = q + (size_t)h * q_stride;
+        for (int d0 = 0; d0 < D; d0 += DC) {
+            const int dn = std::min(DC, D - d0);
+            for (int c = 0; c < dn; c += 8) {
+                __m256 rows[8];
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm256_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+                for (int i = 0; i < 8; i++) {
+                    alignas(32) float row[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    if (i < nq) std::memcpy(row, qh + (size_t)i * q_stride + d0 + c, (size_t)std::min(8, dn - c) * 4);
+                    rows[i] = _mm256_load_ps(row);
+                }
+                gpt2__transpose8_avx2(rows);
+                GPT2__UNROLL
+                for (int d = 0; d < 8; d++)
+                    if (c + d < dn) _mm256_store_ps(qt + 8 * (c + d), rows[d]);
+            }
+            for (int j0 = 0; j0 < keys; j0 += KB) {
+                const float* kr[KB];
+                for (int r = 0; r < KB; r++) {
+                    const KV* key = k.row(std::min(j0 + r, keys - 1)) + d0;
+                    if constexpr (sizeof(KV) == 4) {
+                        kr[r] = key;
+                    } else {
+                        gpt2__kv_to_float_avx2(kf + r * DC, key, dn);
+                        kr[r] = kf + r * DC;
+                    }
+                }
+                __m256 acc[KB];
+                GPT2__UNROLL
+                for (int r = 0; r < KB; r++) acc[r] = _mm256_setzero_ps();
+                for (int d = 0; d < dn; d++) {
+                    const __m256 qv = _mm256_load_ps(qt + 8 * d);
+                    GPT2__UNROLL
+                    for (int r = 0; r < KB; r++) acc[r] = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(kr[r] + d), acc[r]);
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int r = 0; r < KB; r++) {
+                    float* row = scores + 8 * (size_t)(j0 + r);
+                    if (j0 + r < keys) _mm256_storeu_ps(row, d0 == 0 ? acc[r] : _mm256_add_ps(_mm256_loadu_ps(row), acc[r]));
+                }
             }
         }
-        alignas(32) float s[8];
-        _mm256_store_ps(s, gpt2__hsum8_avx2(acc));
-        for (int r = 0; r < 2; r++)
-            for (int i = 0; i < 4; i++) {
-                for (int d = d8; d < D; d++) s[4 * r + i] += qi[i][d] * gpt2__load_kv(kj[r], (size_t)d);
-                scores[i * ld + j + r] = s[4 * r + i] * scale;
-            }
-    }
-    gpt2__softmax_block<gpt2__exp_scores_avx2>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    int d0 = 0;
-    for (; d0 < d8; d0 += 16) {
-        const int halves = d0 + 16 <= d8 ? 2 : 1;
-        __m256 acc[4][2]; /* query i, dimensions d0 + 8c .. */
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        /* the softmax, lane by lane: query h + i sees keys j < first + i */
+        const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt((float)D));
+        const __m256i seen = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps();
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v.row(j) + d0;
-            const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) {
-                const __m256 pi = _mm256_broadcast_ss(p[i] + j);
-                acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
-            }
+            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), scale);
+            _mm256_storeu_ps(scores + 8 * (size_t)j, s);
+            vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, s), _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j))));
         }
-        for (int i = 0; i < n_queries; i++) {
-            _mm256_storeu_ps(out + i * out_stride + d0, acc[i][0]);
-            if (halves == 2) _mm256_storeu_ps(out + i * out_stride + d0 + 8, acc[i][1]);
+        for (int j = 0; j < keys; j++) {
+            const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j)));
+            const __m256 e = _mm256_and_ps(m, gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), vmax)));
+            _mm256_storeu_ps(scores + 8 * (size_t)j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        alignas(32) float inv_sum[8];
+        _mm256_store_ps(inv_sum, _mm256_div_ps(_mm256_set1_ps(1.0f), vsum));
+        for (int g = 0; g < nq; g += 4) {
+            const int g_keys = first + std::min(g + 3, nq - 1); /* the group's last query's keys */
+            float* o = out + (size_t)(h + g) * out_stride;
+            for (int d0 = 0; d0 < d8; d0 += 16) {
+                const bool both = d0 + 16 <= d8;
+                __m256 acc[4][2]; /* query g + i, dimensions d0 + 8c .. */
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+                for (int j = 0; j < g_keys; j++) {
+                    const KV* vj = v.row(j) + d0;
+                    const __m256 v0 = gpt2__kv8_avx2(vj), v1 = both ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
+                    const float* p = scores + 8 * (size_t)j + g;
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        const __m256 pi = _mm256_broadcast_ss(p + i);
+                        acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
+                    }
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int i = 0; i < 4; i++)
+                    if (g + i < nq) {
+                        const __m256 inv = _mm256_broadcast_ss(inv_sum + g + i);
+                        _mm256_storeu_ps(o + (size_t)i * out_stride + d0, _mm256_mul_ps(acc[i][0], inv));
+                        if (both) _mm256_storeu_ps(o + (size_t)i * out_stride + d0 + 8, _mm256_mul_ps(acc[i][1], inv));
+                    }
+            }
+            for (int i = 0; i < 4 && g + i < nq; i++) /* the last dimensions */
+                for (int d = d8; d < D; d++) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < g_keys; j++) sum += scores[8 * (size_t)j + g + i] * gpt2__load_kv(v.row(j), (size_t)d);
+                    o[(size_t)i * out_stride + d] = sum * inv_sum[g + i];
+                }
         }
     }
-    for (int i = 0; i < n_queries; i++) /* the last dimensions */
-        for (int d = d8; d < D; d++) {
-            float sum = 0.0f;
-            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v.row(j), (size_t)d);
-            out[i * out_stride + d] = sum;
-        }
 }
 
 /* Decode attention takes the keys in blocks of this many: per head, a block's dot products
@@ -10647,7 +10883,13 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
     }
 }
 
-template <uint32_t TYPE, int V, int N>
+/* The tile of N tokens and V groups. A prompt (GPT2__FLOAT16_PROMPT) needs no second chain, nor to
+   give a lone token's bits: its tile (TwoSums false) keeps one sum per output, the columns in
+   order, so 8 tokens x 2 groups fit in 16 sums, each group's values of a column
+   widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel notes); each output is still
+   its own lane summed in the same order for every tile width and row range. */
+static const int gpt2__float16_prompt_tile_tokens = 8;
+template <uint32_t TYPE, int V, int N, bool TwoSums = true>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                    const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
@@ -10680,7 +10922,10 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         for (int t = 0; t < N; t++) {
             const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
             GPT2__UNROLL
-            for (int v = 0; v < V; v++) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+            for (int v = 0; v < V; v++) {
+                if constexpr (TwoSums) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+                else even[v][t] = _mm512_fmadd_ps(w1[v], x1, even[v][t]);
+            }
         }
     }
     if (K % 2) { /* the last column, to the even sums */
@@ -10696,7 +10941,7 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
     for (int v = 0; v < V; v++) {
         __m512 sums[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) sums[t] = _mm512_add_ps(even[v][t], odd[v][t]);
+        for (int t = 0; t < N; t++) sums[t] = TwoSums ? _mm512_add_ps(even[v][t], odd[v][t]) : even[v][t];
         gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
     }
 }
@@ -10714,11 +10959,13 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
 typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                      const gpt2__prefetch_span& ahead);
 
-/* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
-   panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
-template <uint32_t LAYOUT, bool BF16_UNIT, int V, int N>
+/* The tile of N tokens and V groups of strategy S in the layout of LAYOUT (f16 or bf16 lanes, or
+   an int8 panel: q8_0's, or q4_0 lanes'): a prompt's on 16-bit lanes, the bf16 unit's, or the
+   lanes' tile of any rows; NULL past the widest tile. */
+template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
-    if constexpr (BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
     else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
@@ -10727,15 +10974,13 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
 /* Every tile of a layout, by [V - 1][N - 1]. */
 static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
 typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
-template <uint32_t LAYOUT, bool BF16_UNIT = false>
+template <uint32_t LAYOUT, gpt2__strategy S = GPT2__FLOAT16_LANES>
 static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 8>()},
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 8>()}};
-static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens, "a column per tile width");
+    {gpt2__tile_avx512<LAYOUT, S, 1, 1>(), gpt2__tile_avx512<LAYOUT, S, 1, 2>(), gpt2__tile_avx512<LAYOUT, S, 1, 3>(), gpt2__tile_avx512<LAYOUT, S, 1, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>()},
+    {gpt2__tile_avx512<LAYOUT, S, 2, 1>(), gpt2__tile_avx512<LAYOUT, S, 2, 2>(), gpt2__tile_avx512<LAYOUT, S, 2, 3>(), gpt2__tile_avx512<LAYOUT, S, 2, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
+static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
 
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
@@ -10761,13 +11006,17 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
-    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT;
-    const gpt2__tiles_avx512& tiles = bf16_unit                     ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, true>
+    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT, prompt = a.strategy == GPT2__FLOAT16_PROMPT;
+    const gpt2__tiles_avx512& tiles = bf16_unit                 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__BF16_UNIT>
+                                      : prompt                  ? (type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__FLOAT16_PROMPT>
+                                                                                          : gpt2__tiles_of_avx512<GPT2_TYPE_F16, GPT2__FLOAT16_PROMPT>)
                                       : type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16>
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens
+                       : prompt  ? gpt2__float16_prompt_tile_tokens
+                                 : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
     const int n_tiles = (a.T + widest - 1) / widest;
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
@@ -10935,87 +11184,133 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* gpt2__exp_scores_avx2 for AVX-512. */
-GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n), scores + j));
-    const float m = _mm512_reduce_max_ps(vmax);
-    __m512 vsum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += 16) {
-        const __mmask16 mask = gpt2__mask16(j, n);
-        const __m512 e = _mm512_maskz_mov_ps(mask, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + j), _mm512_set1_ps(m))));
-        _mm512_mask_storeu_ps(scores + j, mask, e);
-        vsum = _mm512_add_ps(vsum, e);
+/* 16 rows of 16 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX512 GPT2__ALWAYS_INLINE static void gpt2__transpose16_avx512(__m512* v) {
+    __m512 t[16];
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
     }
-    *max_score = m;
-    *sum = _mm512_reduce_add_ps(vsum);
-}
-
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 4 keys x 4 queries per 16-way reduction, each key loaded once for the 4; the
-   values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
-   and output do not depend on the other queries of its block. */
-template <class KV>
-GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys,
-                                              int n_queries, int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
-    const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
-    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
-    const __m512i by_query = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 4) {
-        const KV* kj[4];
-        for (int r = 0; r < 4; r++) kj[r] = k.row(std::min(j + r, keys - 1));
-        __m512 acc[16]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (int d = 0; d < D; d += 16) {
-            const __mmask16 m = gpt2__mask16(d, D);
-            __m512 qv[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm512_maskz_loadu_ps(m, qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 4; r++) {
-                const __m512 kv = gpt2__kv16_avx512(kj[r] + d, m);
-                GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm512_fmadd_ps(qv[i], kv, acc[4 * r + i]);
-            }
-        }
-        const __m512 s = _mm512_permutexvar_ps(by_query, _mm512_mul_ps(gpt2__hsum16_avx512(acc), scale)); /* query i, key j + r at 4i + r */
-        _mm_storeu_ps(scores + j, _mm512_extractf32x4_ps(s, 0)); /* immediates: not a loop's index, which */
-        _mm_storeu_ps(scores + ld + j, _mm512_extractf32x4_ps(s, 1)); /* some compilers (nvcc) do not unroll */
-        _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
-        _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     }
-    gpt2__softmax_block<gpt2__exp_scores_avx512>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    for (int d0 = 0; d0 < D; d0 += 64) {
-        __mmask16 m[4];
-        __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
+    GPT2__UNROLL
+    for (int h = 0; h < 16; h += 8) /* the 128-bit lanes gathered, in two steps */
         GPT2__UNROLL
         for (int c = 0; c < 4; c++) {
-            m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
+            t[h + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0x88);
+            t[h + 4 + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0xdd);
         }
-        for (int j = 0; j < keys; j++) {
-            const KV* vj = v.row(j) + d0;
-            __m512 pj[4];
+    GPT2__UNROLL
+    for (int c = 0; c < 8; c++) {
+        v[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        v[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    }
+}
+
+/* gpt2__attend_scalar's block of queries at once, a query in each vector lane (lanes past
+   n_queries idle): the queries transposed once (16 dimensions at a time), so a key's scores for
+   all 16 are sums of FMAs of the queries' vector of a dimension with the key's value there,
+   broadcast, 8 keys at a time, with no reduction across lanes; `scores` keeps a vector per key
+   (its 16 queries), so the causal mask, the maxima, exponentials and sums of the softmax are
+   lane by lane too. The values are then weighted for 4 queries at a time, each key's values
+   loaded once for the 4 (64 dimensions a pass), each query's weights broadcast from its lane;
+   every output is divided by its query's sum at the end. A query's outputs do not depend on the
+   others of its block. */
+template <class KV>
+GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries, int head_dim, float* scores) {
+    static_assert(gpt2__query_block == 16, "a query per lane");
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
+    const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
+    alignas(64) float qt[DC * 16];                         /* qt[16 d + i]: query i's dimension d0 + d */
+    alignas(64) float kf[sizeof(KV) == 2 ? KB * DC : 1];   /* an f16 cache's keys as floats */
+    for (int d0 = 0; d0 < D; d0 += DC) {
+        const int dn = std::min(DC, D - d0);
+        for (int c = 0; c < dn; c += 16) {
+            const __mmask16 m = gpt2__mask16(c, dn);
+            __m512 rows[16];
             GPT2__UNROLL
-            for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
+            for (int i = 0; i < 16; i++) rows[i] = i < n_queries ? _mm512_maskz_loadu_ps(m, q + (size_t)i * q_stride + d0 + c) : _mm512_setzero_ps();
+            gpt2__transpose16_avx512(rows);
             GPT2__UNROLL
-            for (int c = 0; c < 4; c++) {
-                const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+            for (int d = 0; d < 16; d++)
+                if (c + d < dn) _mm512_store_ps(qt + 16 * (c + d), rows[d]);
+        }
+        for (int j0 = 0; j0 < keys; j0 += KB) {
+            const float* kr[KB];
+            for (int r = 0; r < KB; r++) {
+                const KV* key = k.row(std::min(j0 + r, keys - 1)) + d0;
+                if constexpr (sizeof(KV) == 4) {
+                    kr[r] = key;
+                } else {
+                    for (int c = 0; c < dn; c += 16) _mm512_storeu_ps(kf + r * DC + c, gpt2__kv16_avx512(key + c, gpt2__mask16(c, dn)));
+                    kr[r] = kf + r * DC;
+                }
+            }
+            __m512 acc[KB];
+            GPT2__UNROLL
+            for (int r = 0; r < KB; r++) acc[r] = _mm512_setzero_ps();
+            for (int d = 0; d < dn; d++) {
+                const __m512 qv = _mm512_load_ps(qt + 16 * d);
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
+                for (int r = 0; r < KB; r++) acc[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[r][d]), acc[r]);
+            }
+            GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+            for (int r = 0; r < KB; r++) {
+                float* row = scores + 16 * (size_t)(j0 + r);
+                if (j0 + r < keys) _mm512_storeu_ps(row, d0 == 0 ? acc[r] : _mm512_add_ps(_mm512_loadu_ps(row), acc[r]));
             }
         }
-        for (int i = 0; i < n_queries; i++)
+    }
+    /* the softmax, lane by lane: query i sees keys j < n_keys + i */
+    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
+    const __m512i seen = _mm512_add_epi32(_mm512_set1_epi32(n_keys), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512 vmax = _mm512_set1_ps(-INFINITY), vsum = _mm512_setzero_ps();
+    for (int j = 0; j < keys; j++) {
+        const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scores + 16 * (size_t)j), scale);
+        _mm512_storeu_ps(scores + 16 * (size_t)j, s);
+        vmax = _mm512_mask_max_ps(vmax, _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32(j)), vmax, s);
+    }
+    for (int j = 0; j < keys; j++) {
+        const __mmask16 m = _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32(j));
+        const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + 16 * (size_t)j), vmax)));
+        _mm512_storeu_ps(scores + 16 * (size_t)j, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    alignas(64) float inv_sum[16];
+    _mm512_store_ps(inv_sum, _mm512_div_ps(_mm512_set1_ps(1.0f), vsum));
+    for (int g = 0; g < n_queries; g += 4) {
+        const int last = std::min(g + 3, n_queries - 1), g_keys = n_keys + last; /* the group's last query's keys */
+        for (int d0 = 0; d0 < D; d0 += 64) {
+            __mmask16 m[4];
+            __m512 acc[4][4]; /* query g + i, dimensions d0 + 16c .. */
             GPT2__UNROLL
-            for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * out_stride + d0 + 16 * c, m[c], acc[i][c]);
+            for (int c = 0; c < 4; c++) {
+                m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
+            }
+            for (int j = 0; j < g_keys; j++) {
+                const KV* vj = v.row(j) + d0;
+                const float* p = scores + 16 * (size_t)j + g;
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++) {
+                    const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i]), vv, acc[i][c]);
+                }
+            }
+            GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+            for (int i = 0; i < 4; i++)
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++)
+                    if (g + i < n_queries) _mm512_mask_storeu_ps(out + (size_t)(g + i) * out_stride + d0 + 16 * c, m[c], _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv_sum[g + i])));
+        }
     }
 }
 
@@ -11113,6 +11408,297 @@ GPT2__AVX512_BF16 static void gpt2__matmul_bf16_unit_avx512(const gpt2__matmul_a
         chunk.x_bf16 = (const uint16_t*)panel;
         gpt2__matmul_lanes_avx512(chunk, o_begin, o_end, panel);
     }
+}
+
+#endif /* GPT2__X86 */
+
+/* ---- src/cpu/kernels/amx.h ---- */
+/* The AMX set: the AVX-512 set with the bf16 unit, whose products of many rows multiply AMX tiles
+   (Intel's Advanced Matrix Extensions, since Sapphire Rapids): q8_0 and q4_0 lanes times int8
+   activations quantized as the AVX-512 int8 panels quantize them (TDPBSUD), and bf16 lanes times a
+   prompt's activations rounded to bf16 (TDPBF16PS). A lone token, and 2 or 3 rows, stay on the
+   AVX-512 kernels (streaming W is memory's work, not the multiplier's); f16 prompts stay on the
+   AVX-512 FMAs (AMX multiplies bf16, whose 8-bit mantissa would round f16's 11 bits).
+
+   UNTESTED ON HARDWARE: no machine this code was written on has AMX. Its arithmetic, layouts and
+   blocking run in the tests through gpt2__amx_model, a plain C++ model of the tile operations
+   (the kernel set "amx_model", compiled with GPT2_AMX_MODEL); the same kernels over the
+   instructions (gpt2__amx_hardware, the set "amx") are compiled only with GPT2_AMX and chosen only
+   where the CPU has AMX and the OS grants the process its tile data (dispatch.h).
+
+   A tile is up to 16 rows of 64 bytes. TDPBSUD adds to C (rows x 16 int32) the dot products of
+   A's rows (signed bytes) with B's columns (unsigned bytes, 4 to a 32-bit column of a row of B:
+   B's row k holds bytes 4k..4k+3 of every column). The lanes of a q8_0 matrix are already B
+   tiles: per block and group, vector s holds word s (bytes 4s..4s+3) of each of the 16 rows'
+   blocks as w + 128 (avx512_panels.h), so a block's 8 vectors, 128 bytes apart, are the 8 rows of
+   B for K = 32; A is 16 tokens' int8 values of that block, as quantize_q8_packed wrote them. C is
+   then sum x (w + 128): the token's start (-128 times its sum of x) makes it sum x w, exactly the
+   integer the AVX-512 tile sums, and the same float arithmetic scales it, so the outputs are the
+   AVX-512 lanes' bits, a batch's decode rows the lone token's. A q4_0 panel's nibbles are spread
+   per product into that layout (values 0-15; the start divided by 16: -8 times the sum). bf16
+   lanes are B tiles for TDPBF16PS as they are: per pair of columns a row of the group's 16 rows'
+   pairs, 128 bytes apart; C sums a prompt's products over all of K in fp32. */
+
+#if defined(GPT2__X86)
+
+/* What LDTILECFG reads: palette 1, then per tile its bytes per row and rows. */
+struct gpt2__amx_config {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+static_assert(sizeof(gpt2__amx_config) == 64, "LDTILECFG reads 64 bytes");
+
+/* The tiles the kernels use: C, A and B of a product, and A and B of a bf16 product's last
+   columns when K is not a multiple of 32. */
+enum { gpt2__tile_c = 0, gpt2__tile_a = 1, gpt2__tile_b = 2, gpt2__tile_a_last = 3, gpt2__tile_b_last = 4 };
+
+/* A configuration for n tokens (rows of A and C): int8 A of 32 bytes (a block) and B of 8 rows,
+   or bf16 A of 64 bytes (32 values) and B of 16 rows (pairs), and for bf16 the last `last_pairs`
+   pairs of columns (A of 4 bytes each, B of a row each). */
+static inline gpt2__amx_config gpt2__amx_shapes(int n, bool int8, int last_pairs) {
+    gpt2__amx_config c;
+    c.rows[gpt2__tile_c] = (uint8_t)n;
+    c.colsb[gpt2__tile_c] = 64;
+    c.rows[gpt2__tile_a] = (uint8_t)n;
+    c.colsb[gpt2__tile_a] = int8 ? 32 : 64;
+    c.rows[gpt2__tile_b] = int8 ? 8 : 16;
+    c.colsb[gpt2__tile_b] = 64;
+    if (last_pairs) {
+        c.rows[gpt2__tile_a_last] = (uint8_t)n;
+        c.colsb[gpt2__tile_a_last] = (uint16_t)(4 * last_pairs);
+        c.rows[gpt2__tile_b_last] = (uint8_t)last_pairs;
+        c.colsb[gpt2__tile_b_last] = 64;
+    }
+    return c;
+}
+
+/* The tile operations in plain C++, as Intel's manual defines them (TILELOADD, TILESTORED,
+   TILEZERO, TDPBSUD, TDPBF16PS: bf16 inputs that are subnormal read as zero, each product exact
+   in fp32, added to the sum in turn, rounded to nearest even, a subnormal sum flushed to zero).
+   Each thread has its own tiles, as each core has; a tile's bytes past its shape are zero. */
+struct gpt2__amx_model {
+    struct State {
+        gpt2__amx_config config;
+        alignas(64) uint8_t tile[8][16][64];
+    };
+    static State& state() {
+        static thread_local State s;
+        return s;
+    }
+    static void configure(const gpt2__amx_config& c) {
+        State& s = state();
+        s.config = c;
+        std::memset(s.tile, 0, sizeof(s.tile));
+    }
+    static void release() { configure(gpt2__amx_config()); }
+    template <int T>
+    static void zero() {
+        std::memset(state().tile[T], 0, sizeof(state().tile[T]));
+    }
+    template <int T>
+    static void load(const void* base, size_t stride) {
+        State& s = state();
+        std::memset(s.tile[T], 0, sizeof(s.tile[T]));
+        for (int r = 0; r < s.config.rows[T]; r++) std::memcpy(s.tile[T][r], (const uint8_t*)base + (size_t)r * stride, s.config.colsb[T]);
+    }
+    template <int T>
+    static void store(void* base, size_t stride) {
+        const State& s = state();
+        for (int r = 0; r < s.config.rows[T]; r++) std::memcpy((uint8_t*)base + (size_t)r * stride, s.tile[T][r], s.config.colsb[T]);
+    }
+    /* C (int32) += A (signed bytes) . B (unsigned bytes) */
+    template <int C, int A, int B>
+    static void dpbsud() {
+        State& s = state();
+        const int M = s.config.rows[C], N = s.config.colsb[C] / 4, K = s.config.colsb[A] / 4;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                int32_t sum;
+                std::memcpy(&sum, s.tile[C][m] + 4 * n, 4);
+                for (int k = 0; k < K; k++)
+                    for (int i = 0; i < 4; i++) sum += (int32_t)(int8_t)s.tile[A][m][4 * k + i] * (int32_t)s.tile[B][k][4 * n + i];
+                std::memcpy(s.tile[C][m] + 4 * n, &sum, 4);
+            }
+    }
+    static float bf16_input(const uint8_t* p) {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        if ((h & 0x7f80) == 0) h &= 0x8000; /* subnormal inputs as zero */
+        return gpt2__bf16_to_f32(h);
+    }
+    static float flushed(float v) { return std::fabs(v) < std::numeric_limits<float>::min() ? std::copysign(0.0f, v) : v; }
+    /* C (fp32) += A (bf16 pairs) . B (bf16 pairs) */
+    template <int C, int A, int B>
+    static void dpbf16ps() {
+        State& s = state();
+        const int M = s.config.rows[C], N = s.config.colsb[C] / 4, K = s.config.colsb[A] / 4;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                float sum;
+                std::memcpy(&sum, s.tile[C][m] + 4 * n, 4);
+                for (int k = 0; k < K; k++)
+                    for (int i = 0; i < 2; i++) sum = flushed(sum + bf16_input(s.tile[A][m] + 4 * k + 2 * i) * bf16_input(s.tile[B][k] + 4 * n + 2 * i));
+                std::memcpy(s.tile[C][m] + 4 * n, &sum, 4);
+            }
+    }
+};
+
+#if defined(GPT2_AMX)
+#if defined(_MSC_VER) && !defined(__clang__)
+#error "GPT2_AMX: the AMX tiles are written with GCC and clang inline assembly"
+#endif
+/* The same operations on the CPU's tiles (GCC and clang; the assembler must know AMX). The tile
+   number is an immediate: a template argument printed with %c. */
+struct gpt2__amx_hardware {
+    static void configure(const gpt2__amx_config& c) { __asm__ volatile("ldtilecfg %0" ::"m"(c)); }
+    static void release() { __asm__ volatile("tilerelease" ::); }
+    template <int T>
+    static void zero() {
+        __asm__ volatile("tilezero %%tmm%c0" ::"i"(T));
+    }
+    template <int T>
+    static void load(const void* base, size_t stride) {
+        __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(T) : "memory");
+    }
+    template <int T>
+    static void store(void* base, size_t stride) {
+        __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(T) : "memory");
+    }
+    template <int C, int A, int B>
+    static void dpbsud() {
+        __asm__ volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+    }
+    template <int C, int A, int B>
+    static void dpbf16ps() {
+        __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+    }
+};
+#endif
+
+/* Rows a product needs for the tiles; fewer stay on the AVX-512 kernels (a lone token's decode
+   streams its lanes there, as 2 or 3 rows do). */
+static const int gpt2__amx_min_rows = gpt2__panel_min_rows;
+
+/* The spread of group j of a q4_0 panel at p into q8_0's layout of B tiles, nibbles as they are
+   (0-15): per block 8 rows of 64 bytes, row s lane i the nibbles of word s of row i's block. */
+GPT2__AVX512 static void gpt2__spread_nibbles_avx512(uint8_t* dst, const uint8_t* p, int j, int64_t nb) {
+    const __m512i low = _mm512_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++, dst += 8 * 64) {
+        const uint8_t* block = p + (size_t)b * gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> + 64 * j;
+        for (int k = 0; k < 4; k++) {
+            const __m512i packed = _mm512_loadu_si512(block + 128 * k);
+            _mm512_storeu_si512(dst + 64 * k, _mm512_and_si512(packed, low));
+            _mm512_storeu_si512(dst + 64 * (k + 4), _mm512_and_si512(_mm512_srli_epi16(packed, 4), low));
+        }
+    }
+}
+
+/* q8_0 or q4_0 lanes (LAYOUT) times a.xq_packed on tiles, a group of 16 rows at a time, 16 tokens
+   at a time: per block one TDPBSUD, then the int32 sums scaled in 16 float vectors as the AVX-512
+   tile scales them (gpt2__tile_int8_avx512), the same bits. `scratch` holds a q4_0 group spread. */
+template <class Tiles, uint32_t LAYOUT>
+GPT2__AVX512 static void gpt2__matmul_int8_amx_layout(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, uint8_t* scratch) {
+    constexpr bool nibbles = LAYOUT == GPT2_TYPE_Q4_0;
+    constexpr size_t block_bytes = gpt2__panel_block_bytes<LAYOUT>;
+    const int64_t K = a.W->cols, nb = K / gpt2__q8_block_values;
+    const size_t ldx = gpt2__q8_packed_row_bytes(K), panel_bytes = (size_t)nb * block_bytes;
+    alignas(64) int32_t c[16][16];
+    int configured = 0;
+    for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end; first += gpt2__lane_rows) {
+        const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
+        const int j = (int)(first / gpt2__lane_rows % 2);
+        const uint8_t* scales = gpt2__q8_group_scales<LAYOUT>(p, j);
+        const uint8_t* words = p + 64 * j; /* block b's B tile: 8 rows 128 bytes apart */
+        size_t words_step = block_bytes, words_stride = 128;
+        if constexpr (nibbles) {
+            gpt2__spread_nibbles_avx512(scratch, p, j, nb);
+            words = scratch, words_step = 8 * 64, words_stride = 64;
+        }
+        for (int t0 = 0; t0 < a.T; t0 += 16) {
+            const int n = std::min(16, a.T - t0);
+            if (n != configured) Tiles::configure(gpt2__amx_shapes(configured = n, true, 0));
+            const uint8_t* x = a.xq_packed + (size_t)t0 * ldx;
+            __m512 f[16];
+            GPT2__UNROLL
+            for (int t = 0; t < 16; t++) f[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                Tiles::template zero<gpt2__tile_c>();
+                Tiles::template load<gpt2__tile_a>(x + gpt2__q8_block_values * b, ldx);
+                Tiles::template load<gpt2__tile_b>(words + (size_t)b * words_step, words_stride);
+                Tiles::template dpbsud<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+                Tiles::template store<gpt2__tile_c>(c, 64);
+                const __m512 w_scale = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(scales + (size_t)b * block_bytes)));
+                GPT2__UNROLL /* a fixed count, so the sums stay in registers */
+                for (int t = 0; t < 16; t++) {
+                    if (t >= n) continue;
+                    const uint8_t* row = x + (size_t)t * ldx;
+                    const float x_scale = ((const float*)(row + K))[b];
+                    const int32_t start = ((const int32_t*)(row + K + 4 * nb))[b]; /* -8 or -128 times the sum of x: exact */
+                    const __m512i d = _mm512_add_epi32(_mm512_load_si512(c[t]), _mm512_set1_epi32(nibbles ? start / 16 : start));
+                    f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, _mm512_set1_ps(x_scale)), f[t]);
+                }
+            }
+            GPT2__UNROLL
+            for (int t = 0; t < 16; t++)
+                if (t < n) {
+                    const __m512 sums = gpt2__lane_order(f[t]);
+                    gpt2__store_group_avx512<1>(a, first, o_begin, o_end, t0 + t, &sums);
+                }
+        }
+    }
+    if (configured) Tiles::release();
+}
+
+/* The set's GPT2__INT8_PANELS: q8_0 and q4_0 lanes on the tiles; fewer than gpt2__amx_min_rows
+   rows, or a matrix without lanes, on the AVX-512 kernel. */
+template <class Tiles>
+GPT2__AVX512 static void gpt2__matmul_int8_amx(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (!a.W->lanes || a.T < gpt2__amx_min_rows) return gpt2__matmul_int8_panels_avx512(a, o_begin, o_end, panel);
+    if (a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_int8_amx_layout<Tiles, GPT2_TYPE_Q4_0>(a, o_begin, o_end, (uint8_t*)panel);
+    gpt2__matmul_int8_amx_layout<Tiles, GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
+}
+
+/* A bf16 prompt on the tiles (GPT2__BF16_UNIT): per chunk of gpt2__chunk_tokens tokens, the thread
+   rounds them to bf16 in `panel` (as the bf16 unit does), then per group of 16 rows and 16 tokens
+   one C tile sums the TDPBF16PS of every 32 columns (the last fewer), and its rows are stored. */
+template <class Tiles>
+GPT2__AVX512_BF16 static void gpt2__matmul_bf16_amx(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W), pairs = width / 2, full = pairs / 16 * 16;
+    const int last = (int)(pairs - full);
+    const size_t panel_bytes = gpt2__f16_column_bytes * (size_t)width, ldx = 2 * (size_t)width;
+    const uint16_t* x_bf16 = (const uint16_t*)panel;
+    alignas(64) float c[16][16];
+    int configured = 0;
+    for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
+        const int chunk = std::min(gpt2__chunk_tokens, a.T - t0);
+        gpt2__round_bf16_avx512((uint16_t*)panel, a.x + (size_t)t0 * K, chunk, K, width);
+        for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end; first += gpt2__lane_rows) {
+            const uint8_t* group = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes + 64 * (first / gpt2__lane_rows % 2); /* pair i's row: 128 i on */
+            for (int u0 = 0; u0 < chunk; u0 += 16) {
+                const int n = std::min(16, chunk - u0);
+                if (n != configured) Tiles::configure(gpt2__amx_shapes(configured = n, false, last));
+                const uint8_t* x = (const uint8_t*)(x_bf16 + (size_t)u0 * width);
+                Tiles::template zero<gpt2__tile_c>();
+                for (int64_t i = 0; i < full; i += 16) {
+                    Tiles::template load<gpt2__tile_a>(x + 4 * i, ldx);
+                    Tiles::template load<gpt2__tile_b>(group + 128 * i, 128);
+                    Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+                }
+                if (last) {
+                    Tiles::template load<gpt2__tile_a_last>(x + 4 * full, ldx);
+                    Tiles::template load<gpt2__tile_b_last>(group + 128 * full, 128);
+                    Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a_last, gpt2__tile_b_last>();
+                }
+                Tiles::template store<gpt2__tile_c>(c, 64);
+                for (int t = 0; t < n; t++) {
+                    const __m512 sums = _mm512_load_ps(c[t]);
+                    gpt2__store_group_avx512<1>(a, first, o_begin, o_end, t0 + u0 + t, &sums);
+                }
+            }
+        }
+    }
+    if (configured) Tiles::release();
 }
 
 #if !defined(_MSC_VER) || defined(__clang__)
@@ -11434,34 +12020,46 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
 #endif /* GPT2__WASM_SIMD128 */
 
 /* ---- src/cpu/dispatch.h ---- */
+#if defined(GPT2_AMX) && defined(__linux__)
+#include <sys/syscall.h> /* arch_prctl, for the AMX tile data */
+#include <unistd.h>
+#endif
+
 /* Kernel dispatch: the one place that decides which implementation runs on this CPU.
 
    One binary carries every kernel set its target allows (scalar everywhere; AVX2, AVX-512 and
-   AVX-512 with the bf16 unit on x86-64; NEON on AArch64; SIMD128 on WebAssembly built with
-   -msimd128) and picks the best one the CPU and OS support, once per process: cpuid for the
-   instructions, xgetbv for the OS saving the wide registers. WebAssembly cannot ask: its set is
+   AVX-512 with the bf16 unit on x86-64, and AMX where built for it; NEON on AArch64; SIMD128 on
+   WebAssembly built with -msimd128) and picks the best one the CPU and OS support, once per
+   process: cpuid for the instructions, xgetbv for the OS saving the wide registers (and for AMX,
+   Linux's permission to use the tile data, asked once). WebAssembly cannot ask: its set is
    chosen by the compiler flag.
      GPT2_NO_SIMD                     compile the scalar kernels only
      GPT2_FORCE_KERNELS "avx2"        use this set ("scalar", "avx2", "avx512", "avx512_bf16",
-                                      "neon", "wasm_simd128") when the CPU supports it, else the
-                                      best one it does */
+                                      "amx", "neon", "wasm_simd128") when the CPU supports it, else
+                                      the best one it does
+     GPT2_AMX                         compile the AMX set ("amx", amx.h), chosen first where the CPU
+                                      has AMX and Linux grants it; UNTESTED ON HARDWARE, so off
+                                      by default (GCC or clang)
+     GPT2_AMX_MODEL                   list "amx_model" after the AVX-512 sets: the AMX set's kernels
+                                      on a C++ model of the tiles (slow; the tests' way to run them
+                                      on any CPU with AVX-512 and its bf16 unit) */
 
 /* Each set's table (gpt2__kernels, contract.h); attention templates instantiated for both cache types. */
 static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
-                                                   /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT */
-                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr},
+                                                   /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT, FLOAT16_PROMPT */
+                                                   {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__to_f16_scalar, nullptr};
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
-                                                 {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr},
+                                                 {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr, nullptr},
                                                  gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__to_f16_avx2, nullptr};
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr};
 static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
                                                    {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
-                                                    gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr},
+                                                    gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr, gpt2__matmul_lanes_avx512},
                                                    gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
-                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__to_f16_avx2,
+                                                   gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__layer_norm_avx2, gpt2__to_f16_avx2,
                                                    gpt2__pack_lanes_avx512};
 /* the AVX-512 set with bf16 prompts on the bf16 unit */
 static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
@@ -11470,9 +12068,24 @@ static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
     return k;
 }
 static constexpr gpt2__kernels gpt2__kernels_avx512_bf16 = gpt2__with_bf16_unit(gpt2__kernels_avx512);
+/* the AVX-512 set with the bf16 unit whose q8_0, q4_0 and bf16 products of many rows multiply
+   tiles (amx.h), through the tile operations of Tiles */
+template <class Tiles>
+static constexpr gpt2__kernels gpt2__with_amx(gpt2__kernels k, const char* name) {
+    k.name = name;
+    k.matmul[GPT2__INT8_PANELS] = gpt2__matmul_int8_amx<Tiles>;
+    k.matmul[GPT2__BF16_UNIT] = gpt2__matmul_bf16_amx<Tiles>;
+    return k;
+}
+#if defined(GPT2_AMX)
+static constexpr gpt2__kernels gpt2__kernels_amx = gpt2__with_amx<gpt2__amx_hardware>(gpt2__kernels_avx512_bf16, "amx");
+#endif
+#if defined(GPT2_AMX_MODEL)
+static constexpr gpt2__kernels gpt2__kernels_amx_model = gpt2__with_amx<gpt2__amx_model>(gpt2__kernels_avx512_bf16, "amx_model");
+#endif
 
 struct gpt2__x86_features {
-    bool avx2 = false, avx512 = false, avx512_bf16 = false;
+    bool avx2 = false, avx512 = false, avx512_bf16 = false, amx = false;
 };
 
 static gpt2__x86_features gpt2__detect_x86() {
@@ -11484,7 +12097,7 @@ static gpt2__x86_features gpt2__detect_x86() {
         gpt2__cpuid(7, 0, r7);
         gpt2__cpuid(7, 1, r7_1);
     }
-    const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2];
+    const unsigned ecx1 = r1[2], ebx7 = r7[1], ecx7 = r7[2], edx7 = r7[3];
     const bool osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1, fma = (ecx1 >> 12) & 1, f16c = (ecx1 >> 29) & 1;
     if (!osxsave) return f;
 #if defined(_MSC_VER) && !defined(__clang__)
@@ -11499,8 +12112,29 @@ static gpt2__x86_features gpt2__detect_x86() {
     const bool avx512f = (ebx7 >> 16) & 1, dq = (ebx7 >> 17) & 1, bw = (ebx7 >> 30) & 1, vl = (ebx7 >> 31) & 1, vnni = (ecx7 >> 11) & 1;
     f.avx512 = f.avx2 && zmm && avx512f && dq && bw && vl && vnni;
     f.avx512_bf16 = f.avx512 && ((r7_1[0] >> 5) & 1); /* leaf 7, sub-leaf 1, EAX */
+    const bool amx_bf16 = (edx7 >> 22) & 1, amx_tile = (edx7 >> 24) & 1, amx_int8 = (edx7 >> 25) & 1, tiles = (xcr0 & 0x60000) == 0x60000; /* XTILECFG, XTILEDATA */
+    f.amx = f.avx512_bf16 && amx_bf16 && amx_tile && amx_int8 && tiles;
     return f;
 }
+
+#if defined(GPT2_AMX)
+/* Whether this process may use the AMX tile data: Linux (5.16 on) makes a process ask first, with
+   arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); asked once. Else `why` says what refused. */
+static bool gpt2__amx_granted(const char** why) {
+    static const char* refused = [] () -> const char* {
+#if defined(__linux__)
+        const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+        if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0) return nullptr;
+        return errno == EINVAL ? "the kernel does not grant it (arch_prctl ARCH_REQ_XCOMP_PERM: EINVAL; Linux before 5.16?)"
+                               : "the kernel refused it (arch_prctl ARCH_REQ_XCOMP_PERM failed)";
+#else
+        return "only Linux's permission (arch_prctl) is asked for";
+#endif
+    }();
+    if (why) *why = refused;
+    return !refused;
+}
+#endif
 #endif
 #if defined(GPT2__NEON)
 /* the scalar set with NEON's row dot products (streamed and widened) and f16 conversion */
@@ -11525,17 +12159,23 @@ static constexpr gpt2__kernels gpt2__with_simd128(gpt2__kernels k) {
 static constexpr gpt2__kernels gpt2__kernels_wasm_simd128 = gpt2__with_simd128(gpt2__kernels_scalar);
 #endif
 
-/* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: avx512_bf16,
-   avx512, avx2 and scalar). */
-static const int gpt2__max_kernel_sets = 4;
+/* Room gpt2__supported_kernels needs: the most sets one target carries (x86-64: amx,
+   avx512_bf16, avx512, amx_model, avx2 and scalar). */
+static const int gpt2__max_kernel_sets = 6;
 
 /* The kernel sets this CPU can run, best first. */
 static int gpt2__supported_kernels(const gpt2__kernels** out) {
     int n = 0;
 #if defined(GPT2__X86)
     const gpt2__x86_features f = gpt2__detect_x86();
+#if defined(GPT2_AMX)
+    if (f.amx && gpt2__amx_granted(nullptr)) out[n++] = &gpt2__kernels_amx;
+#endif
     if (f.avx512_bf16) out[n++] = &gpt2__kernels_avx512_bf16;
     if (f.avx512) out[n++] = &gpt2__kernels_avx512;
+#if defined(GPT2_AMX_MODEL)
+    if (f.avx512_bf16) out[n++] = &gpt2__kernels_amx_model;
+#endif
     if (f.avx2) out[n++] = &gpt2__kernels_avx2;
 #endif
 #if defined(GPT2__NEON)
@@ -12219,12 +12859,12 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     const float eps = s->model->layer_norm_eps;
     if (!gpt2__step_begin(&s->exec)) return;
     if (gpt2__is_decode(T)) { /* not worth waking the workers */
-        for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        for (int t = 0; t < T; t++) s->kernels->layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
         gpt2__step_end(&s->exec);
         return;
     }
     gpt2__step_for(s, T, 1, [&](int64_t begin, int64_t end, int) {
-        for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
+        for (int64_t t = begin; t < end; t++) s->kernels->layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
 
@@ -12366,7 +13006,8 @@ static int gpt2__share_rows(size_t sessions) { return sessions > 1 ? 2 * gpt2__p
      prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and q4_0 x
      q8_0), and for any product of W's lanes; else a batch's single tokens stream against int8
      activations, and other rows multiply float panels of the dequantized rows.
-   - f16 and bf16 with lanes: the lanes, any number of rows (a bf16 prompt on the bf16 unit).
+   - f16 and bf16 with lanes: the lanes, any number of rows (a prompt in the set's wider prompt
+     tiles, or a bf16 prompt on the bf16 unit).
    - otherwise: decode streams, prefill multiplies float panels; sets without them stream. */
 static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt2__weight& W, int T, bool decode_rows) {
     const bool streams = decode_rows ? T < gpt2__panel_min_rows : gpt2__is_decode(T);
@@ -12375,7 +13016,8 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
         if (decode_rows) return GPT2__STREAM_INT8;
     } else if (gpt2__uses_lanes(kernels, W)) {
         const bool prompt = !decode_rows && !gpt2__is_decode(T);
-        return W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT] && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+        if (prompt && W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT]) return GPT2__BF16_UNIT;
+        return prompt && kernels->matmul[GPT2__FLOAT16_PROMPT] ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES;
     } else if (streams) {
         return GPT2__STREAM_ROWS;
     }
@@ -12762,6 +13404,11 @@ static gpt2_result gpt2__cpu_share_cache(gpt2_session* dst, gpt2_session* src, i
    runs another kernel set), so the process keeps one copy of those weights, not two. */
 static gpt2_result gpt2__cpu_pack_lanes(gpt2_model* m, gpt2_error* err) {
     const gpt2__kernels& kernels = gpt2__cpu_kernels();
+#if defined(GPT2_AMX) && defined(GPT2__X86)
+    const char* refused = nullptr;
+    if (gpt2__detect_x86().amx && !gpt2__amx_granted(&refused))
+        gpt2__log(m->params, GPT2_LOG_WARNING, "AMX: the CPU has it but %s; products multiply on the %s kernels", refused, kernels.name);
+#endif
     if (!kernels.pack_lanes) return GPT2_OK;
     gpt2__vector<gpt2__weight*> packed;
     for (gpt2__layer& L : m->layers)

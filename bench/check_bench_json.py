@@ -19,7 +19,8 @@ GRAMMAR_KEYS = ["grammar_mask_us_p50", "grammar_mask_us_p99", "grammar_mask_us_m
 STAGE_KEYS = ["stage_tok_s", "stage_ttft_ms_p50", "stage_ttft_ms_p99", "stage_kv_bytes", "stage_rss_bytes",
               "frame_overrun_us_p99", "frame_overrun_us_max", "budget_tok_s", "budget_vs_whole_tok_s"]
 FORK_KEYS = ["forks_rss_bytes", "forks_kv_bytes", "forks_own_cache_bytes", "forks_rss_vs_own_cache"]
-BATCH_KEYS = ["batch", "decode_tok_s", "decode_ms_per_step", "decode_pct_of_fma_limit", "batch_limit_unit", "batch_limit_gops"]
+BATCH_KEYS = ["batch", "decode_tok_s", "decode_ms_per_step", "decode_pct_of_fma_limit", "batch_limit_unit", "batch_limit_gops",
+              "batch_roofline_tok_s", "batch_pct_of_roofline", "batch_roofline_bound"]
 
 
 def main():

@@ -484,10 +484,13 @@ static void usage() {
         "  --batch B                 also decode B sessions together (gpt2_batch_eval), each at the\n"
         "                            context, alternated with the single-session decode; adds the JSON keys\n"
         "                            batch, decode_tok_s (all sessions), decode_ms_per_step, decode_pct_of_fma_limit\n"
-        "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops); then the\n"
+        "                            (of the unit that multiplies: batch_limit_unit, batch_limit_gops),\n"
+        "                            batch_pct_of_roofline of batch_roofline_tok_s (a step reads the weights once\n"
+        "                            and every session's KV cache at the read bandwidth, or multiplies at the\n"
+        "                            units' peaks, whichever is slower: batch_roofline_bound); then the\n"
         "                            same sessions generate --gen tokens each with gpt2_generate_batch (nanoGPT's\n"
         "                            sampling, a seed each): generate_batch_tok_s, generate_batch_ms_per_step\n"
-        "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|neon (also env GPT2_KERNELS); default: best for this CPU\n"
+        "  --kernels NAME            scalar|avx2|avx512|avx512_bf16|amx|neon (also env GPT2_KERNELS); default: best for this CPU\n"
         "  --bandwidth-mb N          size of the bandwidth-test buffer (default 1024)\n"
         "  --grammar FILE            also, in each round, two sampled decodes of --gen tokens from the context\n"
         "                            (temperature 1, every token a candidate, a seed per round; the order\n"
@@ -748,7 +751,7 @@ int main(int argc, char** argv) {
     // One untimed warm-up run, then `repeat` timed runs. The machine's bandwidth drifts on a
     // shared host, so bandwidth passes are interleaved with the timed runs and the limit is
     // their median, the same statistic as the decode time it is compared with.
-    std::vector<double> prefill_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s, generate_step_s;
+    std::vector<double> prefill_s, prefill_cpu_s, decode_s, decode_cpu_s, bandwidth_gb_s, batch_step_s, generate_step_s;
     std::vector<int32_t> step_tokens((size_t)batch);
     std::vector<const int32_t*> step_ids((size_t)batch);
     const std::vector<size_t> ones((size_t)batch, 1);
@@ -768,8 +771,9 @@ int main(int argc, char** argv) {
     for (int r = -1; r < repeat; r++) {
         gpt2_session_reset(session);
         double t0 = now_s();
+        const double prefill_c0 = cpu_s();
         if (gpt2_session_eval(session, tokens.data(), (size_t)prompt, &err) != GPT2_OK) { std::fprintf(stderr, "gpt2-bench: %s\n", err.message); return 1; }
-        const double prefill = now_s() - t0;
+        const double prefill = now_s() - t0, prefill_cpu = cpu_s() - prefill_c0;
         if (context > prompt) gpt2_session_eval(session, tokens.data() + prompt, (size_t)(context - prompt), &err);
         t0 = now_s();
         const double c0 = cpu_s();
@@ -824,6 +828,7 @@ int main(int argc, char** argv) {
             continue;
         }
         prefill_s.push_back(prefill);
+        prefill_cpu_s.push_back(prefill_cpu);
         decode_s.push_back(decode);
         decode_cpu_s.push_back(decode_cpu);
         for (int pass = 0; pass < 3; pass++) bandwidth_gb_s.push_back(bandwidth_pass(&cpu->pool, (const float*)bandwidth_buffer.data, bandwidth_floats));
@@ -844,10 +849,12 @@ int main(int argc, char** argv) {
     const double decode_ms = 1e3 * median(decode_s);
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
     // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
-    const char* prefill_unit = prefill_int8 ? "int8 vpdpbusd" : prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
+    // the AMX set's tiles (src/cpu/kernels/amx.h) have no peak loop here (no host measured has AMX): no share
+    const bool amx_tiles = std::strncmp(kernels, "amx", 3) == 0 && (prefill_int8 || prefill_bf16);
+    const char* prefill_unit = amx_tiles ? "AMX tiles (no peak measured)" : prefill_int8 ? "int8 vpdpbusd" : prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
     const double prefill_unit_peak = prefill_int8 ? int8_gops : prefill_bf16 ? bf16_gflops : fma_gflops;
     const double prefill_limit_s = product_flops / (prefill_unit_peak * 1e9) + attention_flops / (fma_gflops * 1e9);
-    const double prefill_limit_tok_s = fma_gflops > 0 ? prompt / prefill_limit_s : 0.0;
+    const double prefill_limit_tok_s = fma_gflops > 0 && !amx_tiles ? prompt / prefill_limit_s : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);
@@ -858,6 +865,14 @@ int main(int argc, char** argv) {
     const double batch_unit_gops = batch_int8 ? int8_gops : fma_gflops;
     const char* batch_unit = batch_int8 ? "int8 vpdpbusd" : "fp32 FMA";
     const double batch_limit_tok_s = batch_unit_gops * 1e9 / (2.0 * (matrix_params + C * m->n_vocab));
+    // The roofline of a step that counts every byte it must read: each session's token multiplies
+    // every weight (at the unit's peak) and attends over its context (4 C flops a key and layer, at
+    // the FMA peak), and the step reads the weights once and every session's KV cache once (at the
+    // read bandwidth); the step takes at least the longer of the two.
+    const double batch_compute_s = batch * (2.0 * (matrix_params + C * m->n_vocab) / (batch_unit_gops * 1e9) + 4.0 * C * context * m->n_layer / (fma_gflops * 1e9));
+    const double batch_memory_s = (weight_bytes + batch * kv_bytes) / (bandwidth * 1e9);
+    const double batch_roofline_tok_s = batch && fma_gflops > 0 ? batch / std::max(batch_compute_s, batch_memory_s) : 0.0;
+    const char* batch_roofline_bound = batch_memory_s > batch_compute_s ? "memory" : "compute";
     // --grammar: of the constrained decodes' tokens, those the grammar forced (not drawn, or drawn
     // from a mask of one token)
     const size_t grammar_tokens = mask_stats.steps() + grammar_forced;
@@ -866,14 +881,18 @@ int main(int argc, char** argv) {
         std::printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"prompt_tokens\": %d, \"context\": %d, \"gen_tokens\": %d, "
                     "\"kv_f16\": %s, \"prefill_tok_s\": %.1f, \"decode_ms_per_token\": %.3f, \"bandwidth_gb_s\": %.1f, \"fma_gflops\": %.1f, "
                     "\"weight_bytes_per_token\": %.0f, \"kv_bytes_read_per_token\": %.0f, \"decode_limit_ms\": %.3f, \"decode_pct_of_limit\": %.1f, "
-                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"prefill_limit_unit\": \"%s\", \"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
+                    "\"decode_pct_of_limit_with_kv\": %.1f, \"prefill_limit_tok_s\": %.1f, \"prefill_pct_of_limit\": %.1f, \"prefill_limit_unit\": \"%s\", \"prefill_cpu_ms\": %.3f, "
+                    "\"decode_cpu_ms_per_token\": %.3f, \"peak_rss_mb\": %.1f, \"model_bytes\": %zu",
                     info.name, type_name, threads, kernels, prompt, context, gen, kv_f16 ? "true" : "false", prefill_tok_s, decode_ms, bandwidth, fma_gflops,
                     weight_bytes, kv_bytes, decode_limit_ms, 100.0 * decode_limit_ms / decode_ms, 100.0 * decode_limit_with_kv_ms / decode_ms, prefill_limit_tok_s,
-                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(decode_cpu_s), peak_rss, info.weight_bytes);
+                    prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0, prefill_unit, 1e3 * median(prefill_cpu_s), 1e3 * median(decode_cpu_s), peak_rss,
+                    info.weight_bytes);
         if (batch)
             std::printf(", \"batch\": %d, \"decode_tok_s\": %.1f, \"decode_ms_per_step\": %.3f, \"decode_pct_of_fma_limit\": %.1f, \"batch_limit_unit\": \"%s\", "
-                        "\"batch_limit_gops\": %.1f, \"generate_batch_tok_s\": %.1f, \"generate_batch_ms_per_step\": %.3f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit,
-                        batch_unit_gops, batch / (generate_step_ms / 1e3), generate_step_ms);
+                        "\"batch_limit_gops\": %.1f, \"batch_roofline_tok_s\": %.1f, \"batch_pct_of_roofline\": %.1f, \"batch_roofline_bound\": \"%s\", "
+                        "\"generate_batch_tok_s\": %.1f, \"generate_batch_ms_per_step\": %.3f", batch, batch_tok_s, step_ms, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit,
+                        batch_unit_gops, batch_roofline_tok_s, batch_roofline_tok_s > 0 ? 100.0 * batch_tok_s / batch_roofline_tok_s : 0.0, batch_roofline_bound,
+                        batch / (generate_step_ms / 1e3), generate_step_ms);
         if (grammar)
             std::printf(", \"grammar\": \"%s\", \"sampled_decode_ms_per_token\": %.3f, \"constrained_decode_ms_per_token\": %.3f, \"constrained_overhead_pct\": %.2f, "
                         "\"sampled_sampling_ms_per_token\": %.4f, \"constrained_sampling_ms_per_token\": %.4f, \"first_constrained_sampling_ms_per_token\": %.4f, \"grammar_compile_ms\": %.4f, \"first_grammar_ms\": %.3f, "
@@ -892,12 +911,16 @@ int main(int argc, char** argv) {
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);
         std::printf("  decode:  at context %d  %.3f ms/token  (limit %.3f ms for %.1f MB of weights, %.1f%%; with the %.1f MB of KV cache read, %.1f%%)\n", context,
                     decode_ms, decode_limit_ms, weight_bytes / 1e6, 100.0 * decode_limit_ms / decode_ms, kv_bytes / 1e6, 100.0 * decode_limit_with_kv_ms / decode_ms);
-        std::printf("  decode CPU time %.3f ms/token over all threads\n", 1e3 * median(decode_cpu_s));
+        std::printf("  CPU time over all threads: prefill %.3f ms, decode %.3f ms/token\n", 1e3 * median(prefill_cpu_s), 1e3 * median(decode_cpu_s));
         std::printf("  peak RSS %.1f MB (model %.1f MB)\n", peak_rss, info.weight_bytes / 1e6);
         if (batch)
             std::printf("  batch:   %d sessions  %.3f ms/step  %.1f tok/s (single session %.1f tok/s, %.2fx)  %.1f%% of the %s limit %.1f tok/s (%.1f GOP/s)\n", batch,
                         step_ms, batch_tok_s, 1e3 / decode_ms, batch_tok_s * decode_ms / 1e3, 100.0 * batch_tok_s / batch_limit_tok_s, batch_unit, batch_limit_tok_s,
                         batch_unit_gops);
+        if (batch)
+            std::printf("  batch roofline (weights once and %d KV caches of %.1f MB read, or the products and attention at the units' peaks, the slower): "
+                        "%.1f tok/s, %s-bound; %.1f%% of it\n", batch, kv_bytes / 1e6, batch_roofline_tok_s, batch_roofline_bound,
+                        batch_roofline_tok_s > 0 ? 100.0 * batch_tok_s / batch_roofline_tok_s : 0.0);
         if (batch) std::printf("  generate_batch: %.3f ms/step  %.1f tok/s (sampling included)\n", generate_step_ms, batch / (generate_step_ms / 1e3));
         if (grammar) {
             std::printf("  grammar: %s  sampled decode %.3f ms/token free, %.3f constrained (%+.2f%%); sampling %.4f / %.4f ms/token "

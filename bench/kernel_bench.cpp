@@ -15,6 +15,10 @@
 //     COPIES copies (default: 256 MB of them, so every call reads from DRAM; 1: from cache), each
 //     read through the KV cache's view of blocks of gpt2__kv_block_rows rows, laid out one after
 //     another, or with `reversed` last block first (as a cache's blocks lie anywhere)
+//
+//   gpt2-kernel-bench prompt-attend TOKENS [KERNELS]
+//     one layer's prefill attention of a TOKENS-token prompt in GPT-2 124M (12 heads x 64, an f32
+//     cache), the set's attend_f32 over every block of gpt2__query_block queries, min of 200 runs
 #define GPT2_IMPLEMENTATION
 #define GPT2_STATIC
 #include "gpt2.h"
@@ -64,8 +68,38 @@ static int attend_bench(int argc, char** argv) {
     return 0;
 }
 
+static int prompt_attend_bench(int argc, char** argv) {
+    const int T = argc > 2 ? std::atoi(argv[2]) : 128, H = 12, D = 64, C = H * D;
+    const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();
+    if (!k || T < 1) {
+        std::fprintf(stderr, "usage: gpt2-kernel-bench prompt-attend TOKENS [KERNELS]\n");
+        return 2;
+    }
+    std::vector<float> qkv((size_t)T * 3 * C), keys((size_t)T * C), values((size_t)T * C), out((size_t)T * C), scores(gpt2__query_scratch(T));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (std::vector<float>* v : {&qkv, &keys, &values})
+        for (float& x : *v) x = u(rng);
+    gpt2__vector<const uint8_t*> key_table, value_table;
+    const gpt2__kv_rows<float> key_rows = gpt2__kv_rows_contiguous(keys.data(), T, (size_t)C, &key_table);
+    const gpt2__kv_rows<float> value_rows = gpt2__kv_rows_contiguous(values.data(), T, (size_t)C, &value_table);
+    double best = 1e9;
+    for (int it = 0; it < 200; it++) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int h = 0; h < H; h++) // as gpt2__attention_task: a task per head and block of queries
+            for (int t = 0; t < T; t += gpt2__query_block)
+                k->attend_f32(out.data() + (size_t)t * C + h * D, C, qkv.data() + (size_t)t * 3 * C + h * D, 3 * (size_t)C, key_rows.at((size_t)h * D),
+                              value_rows.at((size_t)h * D), t + 1, std::min(gpt2__query_block, T - t), D, scores.data());
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double flops = 4.0 * C * T * (T + 1) / 2.0; // q.k and p.v of every query's keys
+    std::printf("%s attend_f32, a %d-token prompt, %d heads x %d, blocks of %d queries: %.1f us, %.1f GFLOP/s\n", k->name, T, H, D, gpt2__query_block, best * 1e6, flops / best / 1e9);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "attend") return attend_bench(argc, argv);
+    if (argc > 1 && std::string(argv[1]) == "prompt-attend") return prompt_attend_bench(argc, argv);
     const uint32_t type = argc > 1 ? (uint32_t)std::atoi(argv[1]) : (uint32_t)GPT2_TYPE_Q8_0;
     const int T = argc > 2 ? std::atoi(argv[2]) : 1;
     const gpt2__kernels* k = argc > 3 ? gpt2__kernels_by_name(argv[3]) : &gpt2__cpu_kernels();

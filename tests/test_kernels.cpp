@@ -126,7 +126,7 @@ TEST_CASE("WASM SIMD128 prefill, which widens each weight row once, gives the st
 TEST_CASE("SIMD matmul equals the scalar matmul for every weight type, token count and row range") {
     std::mt19937 rng(1234);
     const uint32_t types[] = {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16, GPT2_TYPE_Q8_0, GPT2_TYPE_Q4_0};
-    const int token_counts[] = {1, 2, 3, 4, 5, 9, 70};
+    const int token_counts[] = {1, 2, 3, 4, 5, 9, 70, 197}; // 197: past a chunk of tokens (x86_prefill.h), its last tiles short
     for (const gpt2__kernels* k : simd_kernels()) {
         for (uint32_t type : types) {
             for (int64_t cols : {32, 96, 77, 163, 416, 800}) { // int8: 1, 3, 13 and 25 blocks (AVX2 q4_0 steps of 8 and the blocks after)
@@ -262,14 +262,17 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
     MESSAGE(tested << " products on lanes checked");
 }
 
-TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 prompt on the bf16 unit: of the activations rounded to bf16), and each token the same bits whatever tokens and row range it comes with") {
+TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 prompt on the bf16 unit: of the activations rounded to bf16), and each token the same bits whatever tokens and row range it comes with, a prompt's in its own tiles") {
     std::mt19937 rng(24680);
     int tested = 0;
     for (const gpt2__kernels* k : simd_kernels()) {
         if (!k->pack_lanes) continue;
         for (uint32_t type : {GPT2_TYPE_F16, GPT2_TYPE_BF16}) {
             // whether n tokens of a prompt (not a batch's decode rows) multiply on the bf16 unit
-            const auto bf16_unit = [&](int n) { return std::string(k->name) == "avx512_bf16" && type == GPT2_TYPE_BF16 && !gpt2__is_decode(n); };
+            const auto bf16_unit = [&](int n) { return k->matmul[GPT2__BF16_UNIT] && type == GPT2_TYPE_BF16 && !gpt2__is_decode(n); };
+            // whether n tokens of a prompt multiply in the set's prompt tiles (one sum per output)
+            const auto prompt_tiles = [&](int n) { return !bf16_unit(n) && !gpt2__is_decode(n) && k->matmul[GPT2__FLOAT16_PROMPT]; };
+            const auto prompt_strategy = [&](int n) { return bf16_unit(n) ? GPT2__BF16_UNIT : prompt_tiles(n) ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES; };
             for (int64_t cols : {1, 2, 77, 800}) { // an odd column count ends on an unpaired column
                 for (int64_t rows : {37, 16, 5}) {
                     Matrix m(rng, type, rows, cols);
@@ -291,20 +294,20 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             gpt2__matmul_rows_scalar(s, 0, rows, panel.data());
                             a.y = decode_rows ? batch.data() : prompt.data();
                             a.strategy = gpt2__strategy_for(k, lane_weight, T, decode_rows);
-                            CHECK(a.strategy == (bf16_unit(T) && !decode_rows ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES));
+                            CHECK(a.strategy == (decode_rows ? GPT2__FLOAT16_LANES : prompt_strategy(T)));
                             k->matmul[a.strategy](a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - a.y[i]) / (1.0f + (float)cols * 0.05f));
                             CHECK(worst < 1e-5f);
                         }
-                        if (!bf16_unit(T)) CHECK(prompt == batch);
+                        if (prompt_strategy(T) == GPT2__FLOAT16_LANES) CHECK(prompt == batch);
                         for (int n : {1, 2, 5, 6, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
                             std::vector<float> few(start.begin(), start.begin() + n * rows);
                             a.y = few.data();
                             a.T = n;
                             a.strategy = gpt2__strategy_for(k, lane_weight, n, false);
                             for (int64_t from = 0; from < rows; from += 13) k->matmul[a.strategy](a, from, std::min(rows, from + 13), panel.data());
-                            const std::vector<float>& all = bf16_unit(n) ? prompt : batch;
+                            const std::vector<float>& all = prompt_strategy(n) != GPT2__FLOAT16_LANES ? prompt : batch;
                             CHECK(std::equal(few.begin(), few.end(), all.begin()));
                             tested++;
                         }
@@ -449,7 +452,7 @@ TEST_CASE("SIMD activation quantization gives the scalar bytes and scales exactl
 TEST_CASE("attention of one head for a block of queries: SIMD equals scalar for f32 and f16 caches") {
     std::mt19937 rng(99);
     for (const gpt2__kernels* k : simd_kernels()) {
-        for (int head_dim : {64, 24, 40, 20, 100}) { // 20 and 100: dimensions past the vector width
+        for (int head_dim : {64, 24, 40, 20, 100, 200}) { // 20, 100: dimensions past the vector width; 200: past those transposed at a time
             for (int n_keys : {1, 17, 100}) {
                 for (int n_queries = 1; n_queries <= gpt2__query_block; n_queries++) {
                     CAPTURE(k->name); CAPTURE(head_dim); CAPTURE(n_keys); CAPTURE(n_queries);
@@ -606,6 +609,99 @@ TEST_CASE("GELU kernels match float64 GELU within 2e-7 relative to max(1, |x|), 
                 worst = std::max(worst, std::fabs(y[i] - want) / std::max(1.0, std::fabs(v)));
             }
             CHECK(worst < 2e-7);
+        }
+    }
+}
+
+#if defined(GPT2__X86) && defined(GPT2_AMX_MODEL)
+// The C++ model of the AMX tiles (src/cpu/kernels/amx.h), by which the AMX set's kernels run here,
+// against Intel's definitions written out apart: a load takes `rows` rows of `colsb` bytes from
+// its stride and zeroes the rest of the tile; TDPBSUD adds signed bytes of A times unsigned bytes of
+// B (B's row k: bytes 4k..4k+3 of each 4-byte column) into int32; TDPBF16PS adds each exact product
+// of bf16 pairs in turn into fp32, subnormal inputs read as zero.
+TEST_CASE("the AMX tile model loads, stores and multiplies as Intel's manual defines the instructions") {
+    using M = gpt2__amx_model;
+    std::mt19937 rng(77);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int n : {16, 5, 1}) { // rows of A and C: a full tile and the last tokens'
+        CAPTURE(n);
+        const size_t lda = 80, ldb = 128; // strides past the rows' bytes
+        std::vector<uint8_t> a(16 * lda), b(16 * ldb);
+        for (uint8_t& v : a) v = (uint8_t)byte(rng);
+        for (uint8_t& v : b) v = (uint8_t)byte(rng);
+        M::configure(gpt2__amx_shapes(n, true, 0)); // A: n x 32 bytes, B: 8 x 64, C: n x 64
+        M::zero<gpt2__tile_c>();
+        M::load<gpt2__tile_a>(a.data(), lda);
+        M::load<gpt2__tile_b>(b.data(), ldb);
+        M::dpbsud<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+        M::dpbsud<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>(); // accumulates
+        std::vector<int32_t> c(16 * 16, 12345);
+        M::store<gpt2__tile_c>(c.data(), 64);
+        for (int m = 0; m < 16; m++)
+            for (int col = 0; col < 16; col++) {
+                int64_t want = 0;
+                for (int k = 0; k < 32; k++) want += 2 * (int64_t)(int8_t)a[(size_t)m * lda + k] * b[(size_t)(k / 4) * ldb + 4 * col + k % 4];
+                CHECK(c[(size_t)m * 16 + col] == (m < n ? want : 12345)); // rows past n not stored
+            }
+        CHECK(M::state().tile[gpt2__tile_a][0][40] == 0); // past colsb: zero
+        CHECK(M::state().tile[gpt2__tile_b][9][0] == 0);  // past rows: zero
+        // bf16: A n x 64 bytes (16 pairs), B 16 rows; the last 3 pairs through the tail tiles
+        M::configure(gpt2__amx_shapes(n, false, 3));
+        std::vector<uint16_t> x(16 * 40), w(19 * 64); // 19 rows of B: 16 pairs, then 3
+        std::uniform_real_distribution<float> u(-2, 2);
+        for (uint16_t& v : x) v = gpt2__f32_to_bf16(u(rng));
+        for (uint16_t& v : w) v = gpt2__f32_to_bf16(u(rng));
+        x[0] = 0x0001; // a subnormal input reads as zero
+        M::zero<gpt2__tile_c>();
+        M::load<gpt2__tile_a>(x.data(), 80);
+        M::load<gpt2__tile_b>(w.data(), 128);
+        M::dpbf16ps<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+        M::load<gpt2__tile_a_last>(x.data() + 32, 80);
+        M::load<gpt2__tile_b_last>(w.data() + 16 * 64, 128);
+        M::dpbf16ps<gpt2__tile_c, gpt2__tile_a_last, gpt2__tile_b_last>();
+        std::vector<float> cf(16 * 16, -1.0f);
+        M::store<gpt2__tile_c>(cf.data(), 64);
+        for (int m = 0; m < n; m++)
+            for (int col = 0; col < 16; col++) {
+                float want = 0;
+                for (int pair = 0; pair < 19; pair++) // 16 from the full tiles, then 3 from the tail's
+                    for (int i = 0; i < 2; i++) {
+                        const uint16_t xv = x[(size_t)m * 40 + 2 * pair + i], wv = w[(size_t)pair * 64 + 2 * col + i];
+                        want += (xv == 0x0001 ? 0.0f : gpt2__bf16_to_f32(xv)) * gpt2__bf16_to_f32(wv);
+                    }
+                CHECK(cf[(size_t)m * 16 + col] == want);
+            }
+        M::release();
+    }
+}
+#endif
+
+TEST_CASE("layer norm kernels match float64 LayerNorm within 1e-6, and every set the scalar set's values, with and without a bias") {
+    std::mt19937 rng(21);
+    std::vector<const gpt2__kernels*> sets = simd_kernels();
+    sets.push_back(&gpt2__kernels_scalar);
+    for (int n : {768, 1, 7, 9, 100, 1600}) { // lengths past a multiple of 8 take the tail
+        const std::vector<float> weight = random_floats(rng, (size_t)n, 2.0f), bias = random_floats(rng, (size_t)n, 1.0f);
+        std::vector<float> x = random_floats(rng, (size_t)n, 3.0f);
+        for (float& v : x) v += 5.0f; // a mean far from 0, as the residual stream has
+        double mean = 0, var = 0;
+        for (float v : x) mean += v;
+        mean /= n;
+        for (float v : x) var += (v - mean) * (v - mean);
+        var /= n;
+        for (bool with_bias : {true, false}) {
+            std::vector<float> want((size_t)n);
+            gpt2__layer_norm(want.data(), x.data(), weight.data(), with_bias ? bias.data() : nullptr, n, 1e-5f);
+            for (const gpt2__kernels* k : sets) {
+                CAPTURE(k->name); CAPTURE(n); CAPTURE(with_bias);
+                std::vector<float> got((size_t)n, -1.0f);
+                k->layer_norm(got.data(), x.data(), weight.data(), with_bias ? bias.data() : nullptr, n, 1e-5f);
+                for (int i = 0; i < n; i++) {
+                    const double exact = (x[(size_t)i] - mean) / std::sqrt(var + 1e-5) * weight[(size_t)i] + (with_bias ? bias[(size_t)i] : 0.0);
+                    CHECK(std::fabs(got[(size_t)i] - exact) <= 1e-6 * std::max(1.0, std::fabs(exact)));
+                    CHECK(got[(size_t)i] == doctest::Approx(want[(size_t)i]).epsilon(1e-6).scale(1.0)); // the same arithmetic: the scalar bits, but for contractions a build may make
+                }
+            }
         }
     }
 }

@@ -22,8 +22,8 @@ static std::vector<int32_t> token_ids(int n, int n_vocab) {
 // largest measured on x86-64 (AVX-512, AVX2 and scalar sets alike, unless named) in brackets.
 static float bound(uint32_t type, int kv_f16, const gpt2__kernels* kernels) {
     if (gpt2__int8_weights(type)) return 5e-2f; // a one-token matmul (each decode step's; the head's always) rounds its input to int8 [q8_0 1.9e-2, q4_0 2.1e-2]
-    if (type == GPT2_TYPE_BF16 && std::string(kernels->name) == "avx512_bf16")
-        return 2e-2f; // a prompt's products on the bf16 unit round their inputs to bf16 [4.7e-3]
+    if (type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT])
+        return 2e-2f; // a prompt's products on the bf16 unit (or AMX's bf16 tiles) round their inputs to bf16 [4.7e-3]
     if (kv_f16) return 1e-3f; // keys and values rounded to 11 significant bits, where the reference keeps f32 [3.5e-4]
     return 1e-5f; // the same f32 arithmetic in another order; 16-bit weights turn into f32 exactly [1.6e-6]
 }

@@ -265,7 +265,7 @@ static double f32_prompt_cross_entropy(const Model& f32) {
     return base;
 }
 
-// Prompts on bf16 weights: where the kernel set has the bf16 unit (avx512_bf16) their products
+// Prompts on bf16 weights: where the kernel set has the bf16 unit (avx512_bf16; amx: its bf16 tiles) their products
 // round the activations to bf16, as the weights are; the other sets multiply float panels. Every
 // prefix of every prompt that prefills (4 or more tokens) as one prompt, measured on x86-64
 // (Zen 5): the bf16 unit 0.024 from the bf16 model's reference forward pass and 0.038 from the

@@ -45,6 +45,7 @@ OUTPUTS = {
         "src/cpu/kernels/avx512_panels.h", # AVX-512: int8 panels and lanes
         "src/cpu/kernels/avx512.h",      # AVX-512: exp, GELU, attention, the set's matmul
         "src/cpu/kernels/avx512_bf16.h", # AVX-512 with the bf16 unit: bf16 weights' many-row products
+        "src/cpu/kernels/amx.h",         # AMX tiles (and their C++ model) for q8_0, q4_0 and bf16 products of many rows
         "src/cpu/kernels/neon.h",        # Arm NEON kernels
         "src/cpu/kernels/wasm_simd128.h", # WebAssembly SIMD128 kernels (Emscripten -msimd128)
         "src/cpu/dispatch.h",            # picks the kernels for this CPU, once

@@ -174,12 +174,12 @@ static void gpt2__layer_norm_rows(gpt2__cpu_session* s, float* out, const float*
     const float eps = s->model->layer_norm_eps;
     if (!gpt2__step_begin(&s->exec)) return;
     if (gpt2__is_decode(T)) { /* not worth waking the workers */
-        for (int t = 0; t < T; t++) gpt2__layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
+        for (int t = 0; t < T; t++) s->kernels->layer_norm(out + (size_t)t * C, x + (size_t)t * C, weight, bias, C, eps);
         gpt2__step_end(&s->exec);
         return;
     }
     gpt2__step_for(s, T, 1, [&](int64_t begin, int64_t end, int) {
-        for (int64_t t = begin; t < end; t++) gpt2__layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
+        for (int64_t t = begin; t < end; t++) s->kernels->layer_norm(out + t * C, x + t * C, weight, bias, C, eps);
     });
 }
 
@@ -321,7 +321,8 @@ static int gpt2__share_rows(size_t sessions) { return sessions > 1 ? 2 * gpt2__p
      prompt's tokens quantized per block as a lone token is (as ggml's q8_0 x q8_0 and q4_0 x
      q8_0), and for any product of W's lanes; else a batch's single tokens stream against int8
      activations, and other rows multiply float panels of the dequantized rows.
-   - f16 and bf16 with lanes: the lanes, any number of rows (a bf16 prompt on the bf16 unit).
+   - f16 and bf16 with lanes: the lanes, any number of rows (a prompt in the set's wider prompt
+     tiles, or a bf16 prompt on the bf16 unit).
    - otherwise: decode streams, prefill multiplies float panels; sets without them stream. */
 static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt2__weight& W, int T, bool decode_rows) {
     const bool streams = decode_rows ? T < gpt2__panel_min_rows : gpt2__is_decode(T);
@@ -330,7 +331,8 @@ static gpt2__strategy gpt2__strategy_for(const gpt2__kernels* kernels, const gpt
         if (decode_rows) return GPT2__STREAM_INT8;
     } else if (gpt2__uses_lanes(kernels, W)) {
         const bool prompt = !decode_rows && !gpt2__is_decode(T);
-        return W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT] && prompt ? GPT2__BF16_UNIT : GPT2__FLOAT16_LANES;
+        if (prompt && W.type == GPT2_TYPE_BF16 && kernels->matmul[GPT2__BF16_UNIT]) return GPT2__BF16_UNIT;
+        return prompt && kernels->matmul[GPT2__FLOAT16_PROMPT] ? GPT2__FLOAT16_PROMPT : GPT2__FLOAT16_LANES;
     } else if (streams) {
         return GPT2__STREAM_ROWS;
     }

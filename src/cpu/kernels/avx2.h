@@ -283,6 +283,30 @@ GPT2__AVX2 static inline __m256 gpt2__hsum8_avx2(const __m256* v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
+/* 8 rows of 8 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX2 GPT2__ALWAYS_INLINE static void gpt2__transpose8_avx2(__m256* v) {
+    __m256 t[8];
+    GPT2__UNROLL
+    for (int i = 0; i < 8; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    GPT2__UNROLL
+    for (int i = 0; i < 8; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    GPT2__UNROLL
+    for (int c = 0; c < 4; c++) { /* rows 0-3 with rows 4-7 */
+        t[c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x20);
+        t[4 + c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x31);
+    }
+    GPT2__UNROLL
+    for (int c = 0; c < 8; c++) v[c] = t[c];
+}
+
 /* out[t * gpt2__tile_rows + r] += w_r . x_t for R rows and NP <= 3 tokens, in one pass over K. Both FMA
    pipes stay busy only with enough independent accumulators in flight: 3 tokens x 4 rows give
    12 (with the 3 token vectors and a weight vector, the 16 ymm registers); a single token takes
@@ -353,12 +377,142 @@ struct gpt2__prefill_avx2 {
     }
 };
 
-/* The set's matmul kernels (dispatch.h): decode streams the weights row by row in their own
-   type (GPT2__STREAM_ROWS, GPT2__STREAM_INT8); prefill multiplies float panels
-   (GPT2__FLOAT_TILES). */
-GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+/* The AVX2 set's prefill (GPT2__FLOAT_TILES) of gpt2__avx2_column_tokens tokens or more: W's rows
+   gpt2__avx2_panel_rows at a time widened to floats column by column (a panel: per column the 16
+   rows' values, two vectors), multiplied with tiles of up to gpt2__avx2_tile_tokens tokens: per
+   column the two weight vectors are loaded once for 6 tokens and each token's value broadcast once
+   for both, the 12 sums in registers (15 of the 16). Each output is one sum over the columns in
+   order, whatever its tile, chunk, thread or row range, and no sum is reduced across lanes, where
+   the tiles of 4 rows x 3 tokens above sum 8 columns a lane and reduce every output at the end of
+   each block of K. Moving a panel's values into columns (8 x 8 transposes) costs more than those
+   reductions save below 32 tokens, which take the 4 x 3 tiles (docs/PERFORMANCE.md, Kernel
+   notes). The panel is converted once per chunk of tokens (gpt2__prefill_chunk), a prompt of 128
+   on rows of 768 in one. */
+static const int gpt2__avx2_panel_rows = 16, gpt2__avx2_tile_tokens = 6, gpt2__avx2_column_tokens = 32;
+
+/* 8 values of a q8_0 or q4_0 row from element k (a multiple of 8) as floats, d times the value
+   (q4_0: nibble - 8), as gpt2__row_to_float_avx2 gives them. */
+template <uint32_t TYPE>
+GPT2__AVX2 static inline __m256 gpt2__w8_block_avx2(const uint8_t* row, int64_t k) {
+    const int m = (int)(k % gpt2__q8_block_values);
+    const uint8_t* block = row + (size_t)(k / gpt2__q8_block_values) * (TYPE == GPT2_TYPE_Q4_0 ? gpt2__q4_block_bytes : gpt2__q8_block_bytes);
+    __m128i q;
+    if constexpr (TYPE == GPT2_TYPE_Q4_0) { /* byte j holds value j low, value j + 16 high */
+        const __m128i bytes = _mm_loadl_epi64((const __m128i*)(gpt2__q4_nibbles(block) + m % 16));
+        q = _mm_sub_epi8(_mm_and_si128(m >= 16 ? _mm_srli_epi16(bytes, 4) : bytes, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    } else {
+        q = _mm_loadl_epi64((const __m128i*)(gpt2__q8_values(block) + m));
+    }
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(gpt2__q8_scale_f16(block))), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
 }
+
+/* Rows [o, o + rows) of W (rows <= 16) as a panel at dst: dst[16 k + r] = row r's value k (rows
+   past the range repeat its last: their outputs are not stored). Each half's 8 rows are widened
+   8 columns at a time and moved into columns by an 8 x 8 transpose. */
+GPT2__AVX2 static void gpt2__panel16_avx2(float* dst, const gpt2__weight* W, int64_t o, int rows) {
+    const int64_t K = W->cols, k8 = K / 8 * 8;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t* row[8];
+        for (int r = 0; r < 8; r++) row[r] = W->data + (size_t)(o + std::min(8 * h + r, rows - 1)) * W->row_bytes;
+        for (int64_t k = 0; k < k8; k += 8) {
+            __m256 v[8];
+            if (W->type == GPT2_TYPE_Q8_0) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_block_avx2<GPT2_TYPE_Q8_0>(row[r], k);
+            } else if (W->type == GPT2_TYPE_Q4_0) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_block_avx2<GPT2_TYPE_Q4_0>(row[r], k);
+            } else if (W->type == GPT2_TYPE_F32) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_avx2<GPT2_TYPE_F32>(row[r], k);
+            } else if (W->type == GPT2_TYPE_F16) {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_avx2<GPT2_TYPE_F16>(row[r], k);
+            } else {
+                GPT2__UNROLL
+                for (int r = 0; r < 8; r++) v[r] = gpt2__w8_avx2<GPT2_TYPE_BF16>(row[r], k);
+            }
+            gpt2__transpose8_avx2(v);
+            GPT2__UNROLL
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(dst + 16 * (k + c) + 8 * h, v[c]);
+        }
+        for (int64_t k = k8; k < K; k++) /* float rows' last columns (a block row's K is a multiple of 32) */
+            for (int r = 0; r < 8; r++) dst[16 * k + 8 * h + r] = gpt2__w_scalar(W->type, row[r], k);
+    }
+}
+
+/* Stores 8 outputs (rows r.. r + n - 1 of token t) as gpt2__store_out does: the bias added, and
+   with `accumulate` y added to. */
+GPT2__AVX2 static inline void gpt2__store8_avx2(const gpt2__matmul_args& a, int t, int64_t r, int n, __m256 sums) {
+    float* y = a.y + (size_t)t * a.W->rows + r;
+    if (n == 8) {
+        const __m256 v = a.bias ? _mm256_add_ps(_mm256_loadu_ps(a.bias + r), sums) : _mm256_add_ps(_mm256_setzero_ps(), sums);
+        _mm256_storeu_ps(y, a.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), v) : v);
+        return;
+    }
+    alignas(32) float s[8];
+    _mm256_store_ps(s, sums);
+    for (int i = 0; i < n; i++) gpt2__store_out(a, t, r + i, s[i]);
+}
+
+/* N tokens from t0 on times the panel of rows [o, o + rows). */
+template <int N>
+GPT2__AVX2 static void gpt2__tile16_avx2(const gpt2__matmul_args& a, const float* panel, int64_t o, int rows, int t0) {
+    const int64_t K = a.W->cols;
+    const float* x[N];
+    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    __m256 acc[2][N];
+    GPT2__UNROLL
+    for (int t = 0; t < N; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m256 w0 = _mm256_loadu_ps(panel + 16 * k), w1 = _mm256_loadu_ps(panel + 16 * k + 8);
+        GPT2__IN_REGISTERS(w0, w1); /* one statement: GCC split the loop in two halves, each broadcasting every token's value */
+        GPT2__UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m256 xv = _mm256_broadcast_ss(x[t] + k);
+            acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
+            acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+        }
+    }
+    GPT2__UNROLL
+    for (int t = 0; t < N; t++)
+        GPT2__UNROLL
+        for (int h = 0; h < 2; h++)
+            if (rows > 8 * h) gpt2__store8_avx2(a, t0 + t, o + 8 * h, std::min(8, rows - 8 * h), acc[h][t]);
+}
+
+GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
+    if (a.T < gpt2__avx2_column_tokens) return gpt2__prefill_x86<gpt2__prefill_avx2>(a, o_begin, o_end, panel);
+    constexpr int NT = gpt2__avx2_tile_tokens, PR = gpt2__avx2_panel_rows;
+    const gpt2__weight* W = a.W;
+    const int64_t K = W->cols;
+    float* w = panel;
+    const int chunk = gpt2__prefill_chunk(K, NT);
+    for (int t0 = 0; t0 < a.T; t0 += chunk) {
+        const int tokens = std::min(chunk, a.T - t0), n_tiles = (tokens + NT - 1) / NT;
+        for (int64_t o = o_begin; o < o_end; o += PR) {
+            const int rows = (int)std::min<int64_t>(PR, o_end - o);
+            gpt2__panel16_avx2(w, W, o, rows);
+            /* the next rows come from DRAM while the tiles touch no weight memory: their lines
+               prefetched, spread over the tiles */
+            const char* next = (const char*)(W->data + (size_t)(o + rows) * W->row_bytes);
+            const size_t next_lines = (size_t)std::min<int64_t>(PR, o_end - o - rows) * W->row_bytes / 64, per_tile = (next_lines + n_tiles - 1) / n_tiles;
+            for (int i = 0; i < n_tiles; i++) {
+                for (size_t l = (size_t)i * per_tile, end = std::min(next_lines, l + per_tile); l < end; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+                const int t = t0 + i * (tokens / n_tiles) + std::min(i, tokens % n_tiles), n = tokens / n_tiles + (i < tokens % n_tiles); /* tiles of even sizes */
+                switch (n) {
+                case 1: gpt2__tile16_avx2<1>(a, w, o, rows, t); break;
+                case 2: gpt2__tile16_avx2<2>(a, w, o, rows, t); break;
+                case 3: gpt2__tile16_avx2<3>(a, w, o, rows, t); break;
+                case 4: gpt2__tile16_avx2<4>(a, w, o, rows, t); break;
+                case 5: gpt2__tile16_avx2<5>(a, w, o, rows, t); break;
+                default: gpt2__tile16_avx2<NT>(a, w, o, rows, t); break;
+                }
+            }
+        }
+    }
+}
+
 /* Decode's rows streamed on both x86 sets: float rows by gpt2__row_avx2, prefetched where
    gpt2__float_rows_prefetch says; q8_0 and q4_0 rows against int8 activations. */
 template <bool Ahead>
@@ -455,6 +609,43 @@ GPT2__AVX2 static void gpt2__gelu_avx2(float* x, size_t n, bool tanh_form) {
     }
 }
 
+/* gpt2__layer_norm with the sums' 8 chains in two vectors of 4 doubles, in the same order, and
+   the same arithmetic per value (no fused multiply-adds): the scalar results bit for bit where
+   the scalar code is not contracted into FMAs. */
+GPT2__AVX2 static void gpt2__layer_norm_avx2(float* out, const float* x, const float* weight, const float* bias, int n, float eps) {
+    const int n8 = n / 8 * 8;
+    alignas(32) double chain[8];
+    __m256d lo = _mm256_setzero_pd(), hi = lo;
+    for (int i = 0; i < n8; i += 8) {
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (double)x[i];
+    const double mean = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const __m256d m = _mm256_set1_pd(mean);
+    lo = hi = _mm256_setzero_pd();
+    for (int i = 0; i < n8; i += 8) {
+        const __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m), b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
+    }
+    _mm256_store_pd(chain, lo);
+    _mm256_store_pd(chain + 4, hi);
+    for (int i = n8; i < n; i++) chain[i % 8] += (x[i] - mean) * (x[i] - mean);
+    const double var = (((chain[0] + chain[1]) + (chain[2] + chain[3])) + ((chain[4] + chain[5]) + (chain[6] + chain[7]))) / n;
+    const float inv_std = (float)(1.0 / std::sqrt(var + eps));
+    const __m256 s = _mm256_set1_ps(inv_std);
+    for (int i = 0; i < n8; i += 8) {
+        const __m256 centered = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), m)),
+                                                _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m)));
+        const __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(centered, s), _mm256_loadu_ps(weight + i));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(scaled, bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps()));
+    }
+    for (int i = n8; i < n; i++) out[i] = (float)(x[i] - mean) * inv_std * weight[i] + (bias ? bias[i] : 0.0f);
+}
+
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const float* p) { return _mm256_loadu_ps(p); }
 GPT2__AVX2 static inline __m256 gpt2__kv8_avx2(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 
@@ -485,73 +676,125 @@ GPT2__AVX2 static void gpt2__exp_scores_avx2(float* scores, int n, float* max_sc
     *sum = total;
 }
 
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 2 keys x 4 queries per 8-way reduction (gpt2__hsum8_avx2), each key loaded once
-   for the 4; the values weighted for the 4 queries in registers, 16 dimensions at a time; the
-   dimensions past a multiple of 8 in scalar. */
+/* Dimensions of the queries transposed at a time, and keys whose scores are summed at a time, in
+   the x86 sets' prefill attention. */
+static const int gpt2__attend_dims = 128, gpt2__attend_keys = 8;
+
+/* A key's values from p (floats, or an f16 cache's) into dst as floats, n of them. */
 template <class KV>
-GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries,
-                                          int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries share each key's 8-way reduction");
-    const int D = head_dim, d8 = D / 8 * 8, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;                           /* a query's row of scores */
-    const float scale = 1.0f / std::sqrt((float)D);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 2) {
-        const KV* kj[2] = {k.row(j), k.row(std::min(j + 1, keys - 1))};
-        __m256 acc[8]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-        for (int d = 0; d < d8; d += 8) {
-            __m256 qv[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_ps(qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 2; r++) {
-                const __m256 kv = gpt2__kv8_avx2(kj[r] + d);
+GPT2__AVX2 static inline void gpt2__kv_to_float_avx2(float* dst, const KV* p, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(dst + d, gpt2__kv8_avx2(p + d));
+    for (; d < n; d++) dst[d] = gpt2__load_kv(p, (size_t)d);
+}
+
+/* gpt2__attend_scalar's block of queries, 8 at a time, a query in each vector lane (lanes past
+   n_queries idle), as the AVX-512 set's gpt2__attend_avx512 (which says why) with 8 lanes: the
+   scores of 8 keys from the transposed queries and each key's values broadcast; the softmax lane
+   by lane; the values weighted for 4 queries at a time, 16 dimensions a pass, those past a
+   multiple of 8 in scalar. */
+template <class KV>
+GPT2__AVX2 static void gpt2__attend_avx2(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries, int head_dim, float* scores) {
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
+    const int D = head_dim, d8 = D / 8 * 8;
+    alignas(32) float qt[DC * 8]; /* qt[8 d + i]: query i's dimension d0 + d */
+    alignas(32) float kf[sizeof(KV) == 2 ? KB * DC : 1];
+    for (int h = 0; h < n_queries; h += 8) {
+        const int nq = std::min(8, n_queries - h), first = n_keys + h, keys = first + nq - 1; /* the keys of the half's first and last query */
+        const float* qh = q + (size_t)h * q_stride;
+        for (int d0 = 0; d0 < D; d0 += DC) {
+            const int dn = std::min(DC, D - d0);
+            for (int c = 0; c < dn; c += 8) {
+                __m256 rows[8];
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm256_fmadd_ps(qv[i], kv, acc[4 * r + i]);
+                for (int i = 0; i < 8; i++) {
+                    alignas(32) float row[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    if (i < nq) std::memcpy(row, qh + (size_t)i * q_stride + d0 + c, (size_t)std::min(8, dn - c) * 4);
+                    rows[i] = _mm256_load_ps(row);
+                }
+                gpt2__transpose8_avx2(rows);
+                GPT2__UNROLL
+                for (int d = 0; d < 8; d++)
+                    if (c + d < dn) _mm256_store_ps(qt + 8 * (c + d), rows[d]);
+            }
+            for (int j0 = 0; j0 < keys; j0 += KB) {
+                const float* kr[KB];
+                for (int r = 0; r < KB; r++) {
+                    const KV* key = k.row(std::min(j0 + r, keys - 1)) + d0;
+                    if constexpr (sizeof(KV) == 4) {
+                        kr[r] = key;
+                    } else {
+                        gpt2__kv_to_float_avx2(kf + r * DC, key, dn);
+                        kr[r] = kf + r * DC;
+                    }
+                }
+                __m256 acc[KB];
+                GPT2__UNROLL
+                for (int r = 0; r < KB; r++) acc[r] = _mm256_setzero_ps();
+                for (int d = 0; d < dn; d++) {
+                    const __m256 qv = _mm256_load_ps(qt + 8 * d);
+                    GPT2__UNROLL
+                    for (int r = 0; r < KB; r++) acc[r] = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(kr[r] + d), acc[r]);
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int r = 0; r < KB; r++) {
+                    float* row = scores + 8 * (size_t)(j0 + r);
+                    if (j0 + r < keys) _mm256_storeu_ps(row, d0 == 0 ? acc[r] : _mm256_add_ps(_mm256_loadu_ps(row), acc[r]));
+                }
             }
         }
-        alignas(32) float s[8];
-        _mm256_store_ps(s, gpt2__hsum8_avx2(acc));
-        for (int r = 0; r < 2; r++)
-            for (int i = 0; i < 4; i++) {
-                for (int d = d8; d < D; d++) s[4 * r + i] += qi[i][d] * gpt2__load_kv(kj[r], (size_t)d);
-                scores[i * ld + j + r] = s[4 * r + i] * scale;
-            }
-    }
-    gpt2__softmax_block<gpt2__exp_scores_avx2>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    int d0 = 0;
-    for (; d0 < d8; d0 += 16) {
-        const int halves = d0 + 16 <= d8 ? 2 : 1;
-        __m256 acc[4][2]; /* query i, dimensions d0 + 8c .. */
-        GPT2__UNROLL
-        for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        /* the softmax, lane by lane: query h + i sees keys j < first + i */
+        const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt((float)D));
+        const __m256i seen = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps();
         for (int j = 0; j < keys; j++) {
-            const KV* vj = v.row(j) + d0;
-            const __m256 v0 = gpt2__kv8_avx2(vj), v1 = halves == 2 ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) {
-                const __m256 pi = _mm256_broadcast_ss(p[i] + j);
-                acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
-            }
+            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), scale);
+            _mm256_storeu_ps(scores + 8 * (size_t)j, s);
+            vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, s), _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j))));
         }
-        for (int i = 0; i < n_queries; i++) {
-            _mm256_storeu_ps(out + i * out_stride + d0, acc[i][0]);
-            if (halves == 2) _mm256_storeu_ps(out + i * out_stride + d0 + 8, acc[i][1]);
+        for (int j = 0; j < keys; j++) {
+            const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(seen, _mm256_set1_epi32(j)));
+            const __m256 e = _mm256_and_ps(m, gpt2__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + 8 * (size_t)j), vmax)));
+            _mm256_storeu_ps(scores + 8 * (size_t)j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        alignas(32) float inv_sum[8];
+        _mm256_store_ps(inv_sum, _mm256_div_ps(_mm256_set1_ps(1.0f), vsum));
+        for (int g = 0; g < nq; g += 4) {
+            const int g_keys = first + std::min(g + 3, nq - 1); /* the group's last query's keys */
+            float* o = out + (size_t)(h + g) * out_stride;
+            for (int d0 = 0; d0 < d8; d0 += 16) {
+                const bool both = d0 + 16 <= d8;
+                __m256 acc[4][2]; /* query g + i, dimensions d0 + 8c .. */
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+                for (int j = 0; j < g_keys; j++) {
+                    const KV* vj = v.row(j) + d0;
+                    const __m256 v0 = gpt2__kv8_avx2(vj), v1 = both ? gpt2__kv8_avx2(vj + 8) : _mm256_setzero_ps();
+                    const float* p = scores + 8 * (size_t)j + g;
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        const __m256 pi = _mm256_broadcast_ss(p + i);
+                        acc[i][0] = _mm256_fmadd_ps(pi, v0, acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(pi, v1, acc[i][1]);
+                    }
+                }
+                GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+                for (int i = 0; i < 4; i++)
+                    if (g + i < nq) {
+                        const __m256 inv = _mm256_broadcast_ss(inv_sum + g + i);
+                        _mm256_storeu_ps(o + (size_t)i * out_stride + d0, _mm256_mul_ps(acc[i][0], inv));
+                        if (both) _mm256_storeu_ps(o + (size_t)i * out_stride + d0 + 8, _mm256_mul_ps(acc[i][1], inv));
+                    }
+            }
+            for (int i = 0; i < 4 && g + i < nq; i++) /* the last dimensions */
+                for (int d = d8; d < D; d++) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < g_keys; j++) sum += scores[8 * (size_t)j + g + i] * gpt2__load_kv(v.row(j), (size_t)d);
+                    o[(size_t)i * out_stride + d] = sum * inv_sum[g + i];
+                }
         }
     }
-    for (int i = 0; i < n_queries; i++) /* the last dimensions */
-        for (int d = d8; d < D; d++) {
-            float sum = 0.0f;
-            for (int j = 0; j < keys; j++) sum += p[i][j] * gpt2__load_kv(v.row(j), (size_t)d);
-            out[i * out_stride + d] = sum;
-        }
 }
 
 /* Decode attention takes the keys in blocks of this many: per head, a block's dot products

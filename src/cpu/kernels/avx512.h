@@ -54,87 +54,133 @@ GPT2__AVX512 static inline __m512 gpt2__kv16_avx512(const KV* p, __mmask16 m) {
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* gpt2__exp_scores_avx2 for AVX-512. */
-GPT2__AVX512 static void gpt2__exp_scores_avx512(float* scores, int n, float* max_score, float* sum) {
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, gpt2__mask16(j, n), vmax, _mm512_maskz_loadu_ps(gpt2__mask16(j, n), scores + j));
-    const float m = _mm512_reduce_max_ps(vmax);
-    __m512 vsum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += 16) {
-        const __mmask16 mask = gpt2__mask16(j, n);
-        const __m512 e = _mm512_maskz_mov_ps(mask, gpt2__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + j), _mm512_set1_ps(m))));
-        _mm512_mask_storeu_ps(scores + j, mask, e);
-        vsum = _mm512_add_ps(vsum, e);
+/* 16 rows of 16 floats transposed in place: afterwards v[c] lane i is row i's value c. */
+GPT2__AVX512 GPT2__ALWAYS_INLINE static void gpt2__transpose16_avx512(__m512* v) {
+    __m512 t[16];
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i += 2) { /* rows i and i + 1 interleaved */
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
     }
-    *max_score = m;
-    *sum = _mm512_reduce_add_ps(vsum);
-}
-
-/* gpt2__attend_scalar's block of queries at once (fewer are padded with copies of the last):
-   the scores of 4 keys x 4 queries per 16-way reduction, each key loaded once for the 4; the
-   values weighted for the 4 queries in registers, 64 dimensions at a time. A query's scores
-   and output do not depend on the other queries of its block. */
-template <class KV>
-GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys,
-                                              int n_queries, int head_dim, float* scores) {
-    static_assert(gpt2__query_block == 4, "a block's 4 queries and 4 keys fill one 16-way reduction");
-    const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
-    const size_t ld = ((size_t)keys + 3) / 4 * 4;          /* a query's row of scores */
-    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
-    const __m512i by_query = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const float* qi[gpt2__query_block];
-    gpt2__block_rows(qi, q, q_stride, n_queries);
-    for (int j = 0; j < keys; j += 4) {
-        const KV* kj[4];
-        for (int r = 0; r < 4; r++) kj[r] = k.row(std::min(j + r, keys - 1));
-        __m512 acc[16]; /* key r, query i at 4r + i */
-        GPT2__UNROLL
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (int d = 0; d < D; d += 16) {
-            const __mmask16 m = gpt2__mask16(d, D);
-            __m512 qv[4];
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) qv[i] = _mm512_maskz_loadu_ps(m, qi[i] + d);
-            GPT2__UNROLL
-            for (int r = 0; r < 4; r++) {
-                const __m512 kv = gpt2__kv16_avx512(kj[r] + d, m);
-                GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[4 * r + i] = _mm512_fmadd_ps(qv[i], kv, acc[4 * r + i]);
-            }
-        }
-        const __m512 s = _mm512_permutexvar_ps(by_query, _mm512_mul_ps(gpt2__hsum16_avx512(acc), scale)); /* query i, key j + r at 4i + r */
-        _mm_storeu_ps(scores + j, _mm512_extractf32x4_ps(s, 0)); /* immediates: not a loop's index, which */
-        _mm_storeu_ps(scores + ld + j, _mm512_extractf32x4_ps(s, 1)); /* some compilers (nvcc) do not unroll */
-        _mm_storeu_ps(scores + 2 * ld + j, _mm512_extractf32x4_ps(s, 2));
-        _mm_storeu_ps(scores + 3 * ld + j, _mm512_extractf32x4_ps(s, 3));
+    GPT2__UNROLL
+    for (int i = 0; i < 16; i += 4) { /* each 128-bit lane: one column of rows i.. i + 3 */
+        v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     }
-    gpt2__softmax_block<gpt2__exp_scores_avx512>(scores, ld, n_keys, n_queries);
-    const float* p[gpt2__query_block];
-    gpt2__block_rows(p, scores, ld, n_queries);
-    for (int d0 = 0; d0 < D; d0 += 64) {
-        __mmask16 m[4];
-        __m512 acc[4][4]; /* query i, dimensions d0 + 16c .. */
+    GPT2__UNROLL
+    for (int h = 0; h < 16; h += 8) /* the 128-bit lanes gathered, in two steps */
         GPT2__UNROLL
         for (int c = 0; c < 4; c++) {
-            m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
-            GPT2__UNROLL
-            for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
+            t[h + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0x88);
+            t[h + 4 + c] = _mm512_shuffle_f32x4(v[h + c], v[h + 4 + c], 0xdd);
         }
-        for (int j = 0; j < keys; j++) {
-            const KV* vj = v.row(j) + d0;
-            __m512 pj[4];
+    GPT2__UNROLL
+    for (int c = 0; c < 8; c++) {
+        v[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        v[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    }
+}
+
+/* gpt2__attend_scalar's block of queries at once, a query in each vector lane (lanes past
+   n_queries idle): the queries transposed once (16 dimensions at a time), so a key's scores for
+   all 16 are sums of FMAs of the queries' vector of a dimension with the key's value there,
+   broadcast, 8 keys at a time, with no reduction across lanes; `scores` keeps a vector per key
+   (its 16 queries), so the causal mask, the maxima, exponentials and sums of the softmax are
+   lane by lane too. The values are then weighted for 4 queries at a time, each key's values
+   loaded once for the 4 (64 dimensions a pass), each query's weights broadcast from its lane;
+   every output is divided by its query's sum at the end. A query's outputs do not depend on the
+   others of its block. */
+template <class KV>
+GPT2__AVX512 static void gpt2__attend_avx512(float* out, size_t out_stride, const float* q, size_t q_stride, gpt2__kv_rows<KV> k, gpt2__kv_rows<KV> v, int n_keys, int n_queries, int head_dim, float* scores) {
+    static_assert(gpt2__query_block == 16, "a query per lane");
+    constexpr int DC = gpt2__attend_dims, KB = gpt2__attend_keys;
+    const int D = head_dim, keys = n_keys + n_queries - 1; /* the last query's */
+    alignas(64) float qt[DC * 16];                         /* qt[16 d + i]: query i's dimension d0 + d */
+    alignas(64) float kf[sizeof(KV) == 2 ? KB * DC : 1];   /* an f16 cache's keys as floats */
+    for (int d0 = 0; d0 < D; d0 += DC) {
+        const int dn = std::min(DC, D - d0);
+        for (int c = 0; c < dn; c += 16) {
+            const __mmask16 m = gpt2__mask16(c, dn);
+            __m512 rows[16];
             GPT2__UNROLL
-            for (int i = 0; i < 4; i++) pj[i] = _mm512_set1_ps(p[i][j]);
+            for (int i = 0; i < 16; i++) rows[i] = i < n_queries ? _mm512_maskz_loadu_ps(m, q + (size_t)i * q_stride + d0 + c) : _mm512_setzero_ps();
+            gpt2__transpose16_avx512(rows);
             GPT2__UNROLL
-            for (int c = 0; c < 4; c++) {
-                const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+            for (int d = 0; d < 16; d++)
+                if (c + d < dn) _mm512_store_ps(qt + 16 * (c + d), rows[d]);
+        }
+        for (int j0 = 0; j0 < keys; j0 += KB) {
+            const float* kr[KB];
+            for (int r = 0; r < KB; r++) {
+                const KV* key = k.row(std::min(j0 + r, keys - 1)) + d0;
+                if constexpr (sizeof(KV) == 4) {
+                    kr[r] = key;
+                } else {
+                    for (int c = 0; c < dn; c += 16) _mm512_storeu_ps(kf + r * DC + c, gpt2__kv16_avx512(key + c, gpt2__mask16(c, dn)));
+                    kr[r] = kf + r * DC;
+                }
+            }
+            __m512 acc[KB];
+            GPT2__UNROLL
+            for (int r = 0; r < KB; r++) acc[r] = _mm512_setzero_ps();
+            for (int d = 0; d < dn; d++) {
+                const __m512 qv = _mm512_load_ps(qt + 16 * d);
                 GPT2__UNROLL
-                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
+                for (int r = 0; r < KB; r++) acc[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[r][d]), acc[r]);
+            }
+            GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+            for (int r = 0; r < KB; r++) {
+                float* row = scores + 16 * (size_t)(j0 + r);
+                if (j0 + r < keys) _mm512_storeu_ps(row, d0 == 0 ? acc[r] : _mm512_add_ps(_mm512_loadu_ps(row), acc[r]));
             }
         }
-        for (int i = 0; i < n_queries; i++)
+    }
+    /* the softmax, lane by lane: query i sees keys j < n_keys + i */
+    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt((float)D));
+    const __m512i seen = _mm512_add_epi32(_mm512_set1_epi32(n_keys), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512 vmax = _mm512_set1_ps(-INFINITY), vsum = _mm512_setzero_ps();
+    for (int j = 0; j < keys; j++) {
+        const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scores + 16 * (size_t)j), scale);
+        _mm512_storeu_ps(scores + 16 * (size_t)j, s);
+        vmax = _mm512_mask_max_ps(vmax, _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32(j)), vmax, s);
+    }
+    for (int j = 0; j < keys; j++) {
+        const __mmask16 m = _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32(j));
+        const __m512 e = _mm512_maskz_mov_ps(m, gpt2__exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + 16 * (size_t)j), vmax)));
+        _mm512_storeu_ps(scores + 16 * (size_t)j, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    alignas(64) float inv_sum[16];
+    _mm512_store_ps(inv_sum, _mm512_div_ps(_mm512_set1_ps(1.0f), vsum));
+    for (int g = 0; g < n_queries; g += 4) {
+        const int last = std::min(g + 3, n_queries - 1), g_keys = n_keys + last; /* the group's last query's keys */
+        for (int d0 = 0; d0 < D; d0 += 64) {
+            __mmask16 m[4];
+            __m512 acc[4][4]; /* query g + i, dimensions d0 + 16c .. */
             GPT2__UNROLL
-            for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * out_stride + d0 + 16 * c, m[c], acc[i][c]);
+            for (int c = 0; c < 4; c++) {
+                m[c] = d0 + 16 * c < D ? gpt2__mask16(d0 + 16 * c, D) : (__mmask16)0;
+                GPT2__UNROLL
+                for (int i = 0; i < 4; i++) acc[i][c] = _mm512_setzero_ps();
+            }
+            for (int j = 0; j < g_keys; j++) {
+                const KV* vj = v.row(j) + d0;
+                const float* p = scores + 16 * (size_t)j + g;
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++) {
+                    const __m512 vv = gpt2__kv16_avx512(vj + 16 * c, m[c]);
+                    GPT2__UNROLL
+                    for (int i = 0; i < 4; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i]), vv, acc[i][c]);
+                }
+            }
+            GPT2__UNROLL /* a fixed count, so the accumulators stay in registers */
+            for (int i = 0; i < 4; i++)
+                GPT2__UNROLL
+                for (int c = 0; c < 4; c++)
+                    if (g + i < n_queries) _mm512_mask_storeu_ps(out + (size_t)(g + i) * out_stride + d0 + 16 * c, m[c], _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv_sum[g + i])));
+        }
     }
 }
 

@@ -78,9 +78,6 @@ GPT2__AVX512_BF16 static void gpt2__matmul_bf16_unit_avx512(const gpt2__matmul_a
     }
 }
 
-#if !defined(_MSC_VER) || defined(__clang__)
-#pragma GCC diagnostic pop /* pushed in x86_prefill.h */
-#endif
 #endif /* GPT2__X86 */
 
 #endif /* GPT2__PART_CPU_KERNELS_AVX512_BF16_H */

@@ -279,7 +279,13 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
     }
 }
 
-template <uint32_t TYPE, int V, int N>
+/* The tile of N tokens and V groups. A prompt (GPT2__FLOAT16_PROMPT) needs no second chain, nor to
+   give a lone token's bits: its tile (TwoSums false) keeps one sum per output, the columns in
+   order, so 8 tokens x 2 groups fit in 16 sums, each group's values of a column
+   widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel notes); each output is still
+   its own lane summed in the same order for every tile width and row range. */
+static const int gpt2__float16_prompt_tile_tokens = 8;
+template <uint32_t TYPE, int V, int N, bool TwoSums = true>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                    const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
@@ -312,7 +318,10 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
         for (int t = 0; t < N; t++) {
             const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
             GPT2__UNROLL
-            for (int v = 0; v < V; v++) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+            for (int v = 0; v < V; v++) {
+                if constexpr (TwoSums) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
+                else even[v][t] = _mm512_fmadd_ps(w1[v], x1, even[v][t]);
+            }
         }
     }
     if (K % 2) { /* the last column, to the even sums */
@@ -328,7 +337,7 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
     for (int v = 0; v < V; v++) {
         __m512 sums[N];
         GPT2__UNROLL
-        for (int t = 0; t < N; t++) sums[t] = _mm512_add_ps(even[v][t], odd[v][t]);
+        for (int t = 0; t < N; t++) sums[t] = TwoSums ? _mm512_add_ps(even[v][t], odd[v][t]) : even[v][t];
         gpt2__store_group_avx512<N>(a, first_row + gpt2__lane_rows * v, lo, hi, t0, sums);
     }
 }
@@ -346,11 +355,13 @@ GPT2__AVX512_BF16 static void gpt2__tile_bf16_unit_avx512(const gpt2__matmul_arg
 typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                      const gpt2__prefetch_span& ahead);
 
-/* The tile of N tokens and V groups in the layout of LAYOUT (f16 or bf16 lanes, or an int8
-   panel: q8_0's, or q4_0 lanes'), or on the bf16 unit; NULL past the widest tile. */
-template <uint32_t LAYOUT, bool BF16_UNIT, int V, int N>
+/* The tile of N tokens and V groups of strategy S in the layout of LAYOUT (f16 or bf16 lanes, or
+   an int8 panel: q8_0's, or q4_0 lanes'): a prompt's on 16-bit lanes, the bf16 unit's, or the
+   lanes' tile of any rows; NULL past the widest tile. */
+template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
-    if constexpr (BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
     else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
@@ -359,15 +370,13 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
 /* Every tile of a layout, by [V - 1][N - 1]. */
 static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
 typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
-template <uint32_t LAYOUT, bool BF16_UNIT = false>
+template <uint32_t LAYOUT, gpt2__strategy S = GPT2__FLOAT16_LANES>
 static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 1, 8>()},
-    {gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 1>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 2>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 3>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 4>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 5>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 6>(),
-     gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 7>(), gpt2__tile_avx512<LAYOUT, BF16_UNIT, 2, 8>()}};
-static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens, "a column per tile width");
+    {gpt2__tile_avx512<LAYOUT, S, 1, 1>(), gpt2__tile_avx512<LAYOUT, S, 1, 2>(), gpt2__tile_avx512<LAYOUT, S, 1, 3>(), gpt2__tile_avx512<LAYOUT, S, 1, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>()},
+    {gpt2__tile_avx512<LAYOUT, S, 2, 1>(), gpt2__tile_avx512<LAYOUT, S, 2, 2>(), gpt2__tile_avx512<LAYOUT, S, 2, 3>(), gpt2__tile_avx512<LAYOUT, S, 2, 4>(),
+     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
+static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
 
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
@@ -393,13 +402,17 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
-    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT;
-    const gpt2__tiles_avx512& tiles = bf16_unit                     ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, true>
+    const bool bf16_unit = a.strategy == GPT2__BF16_UNIT, prompt = a.strategy == GPT2__FLOAT16_PROMPT;
+    const gpt2__tiles_avx512& tiles = bf16_unit                 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__BF16_UNIT>
+                                      : prompt                  ? (type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__FLOAT16_PROMPT>
+                                                                                          : gpt2__tiles_of_avx512<GPT2_TYPE_F16, GPT2__FLOAT16_PROMPT>)
                                       : type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16>
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens
+                       : prompt  ? gpt2__float16_prompt_tile_tokens
+                                 : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
     const int n_tiles = (a.T + widest - 1) / widest;
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *

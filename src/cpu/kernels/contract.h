@@ -110,6 +110,7 @@ enum gpt2__strategy : uint8_t {
     GPT2__INT8_PANELS,   /* q8_0 or q4_0 W in int8 panels (its lanes, or packed per product) times xq_packed, any number of tokens */
     GPT2__FLOAT16_LANES, /* f16 or bf16 W's lanes, in place, times x, any number of tokens */
     GPT2__BF16_UNIT,     /* bf16 W's lanes times x rounded to bf16 (x_bf16) on the bf16 unit: a prompt */
+    GPT2__FLOAT16_PROMPT, /* f16 or bf16 W's lanes times a prompt's x: one sum per output, wider tiles */
     gpt2__strategies
 };
 
@@ -153,10 +154,11 @@ static size_t gpt2__panel_floats(int64_t cols) {
 
 /* ---- Attention --------------------------------------------------------------------------- */
 
-/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call; its
-   `scores` hold gpt2__query_scratch(n_keys + n_queries - 1) floats: a row per query, rounded up
-   to a multiple of 4 keys. */
-static const int gpt2__query_block = 4;
+/* Prefill attention (attend) takes up to gpt2__query_block queries of one head per call (the
+   AVX-512 set a query per vector lane); its `scores` hold gpt2__query_scratch(n_keys + n_queries
+   - 1) floats: a row per query, or a vector of the block's queries per key, rounded up to a
+   multiple of 4 keys. */
+static const int gpt2__query_block = 16;
 static size_t gpt2__query_scratch(int n_keys) { return (size_t)gpt2__query_block * ((size_t)n_keys + 3); }
 
 /* Decode attention (attend_rows) covers one range of a query's keys; gpt2__merge_attention joins
@@ -243,6 +245,8 @@ struct gpt2__kernels {
     gpt2__attend_rows_fn<uint16_t> attend_rows_f16;
     /* GELU in place on n values */
     void (*gelu)(float* x, size_t n, bool tanh_form);
+    /* nanoGPT's LayerNorm of n values, as gpt2__layer_norm */
+    void (*layer_norm)(float* out, const float* x, const float* weight, const float* bias, int n, float eps);
     /* n floats to f16 bit for bit as gpt2__f32_to_f16 (the f16 KV cache's writes) */
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */

@@ -3,8 +3,8 @@
 #include "scalar.h"
 
 /* What the x86 kernel sets, avx2.h (AVX2 + FMA + F16C), avx512.h (AVX-512 F, BW, VL, DQ, VNNI)
-   and avx512_bf16.h (those and AVX512_BF16), share: the target macros, the prefill matmul driver
-   and prefill attention's query blocks. Each kernel carries its instruction set in a target
+   and avx512_bf16.h (those and AVX512_BF16), share: the target macros and the prefill matmul
+   driver. Each kernel carries its instruction set in a target
    attribute, so the library builds without -m flags and the dispatcher (dispatch.h) runs only
    what the CPU has.
 
@@ -34,7 +34,7 @@
 #define GPT2__AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define GPT2__AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c")))
 /* GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_ps() pass-through), which
-   this driver's AVX-512 instances inline too; popped at the end of avx512_bf16.h, the last x86 part. */
+   this driver's AVX-512 instances inline too; popped at the end of amx.h, the last x86 part. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
@@ -71,8 +71,10 @@ static bool gpt2__intel_cpu() {
    Applied to a local, not to an array's element: GCC then kept the whole array in memory. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define GPT2__IN_REGISTER(v) ((void)0)
+#define GPT2__IN_REGISTERS(v, w) ((void)0)
 #else
 #define GPT2__IN_REGISTER(v) __asm__("" : "+v"(v))
+#define GPT2__IN_REGISTERS(v, w) __asm__("" : "+v"(v), "+v"(w))
 #endif
 
 /* Stores an output with the bias and the residual, as gpt2__matmul_rows_scalar does. */
@@ -153,16 +155,25 @@ static gpt2__float_panel gpt2__float_panel_of(const gpt2__matmul_args& a, int64_
    Set::tile<R, N>(out, panel, a, t, k0, kn) adds the products of R rows and tokens t.. t + N - 1
    over k0 <= k < k0 + kn to out[j * gpt2__tile_rows + r]. */
 static const int gpt2__k_block = 1024, gpt2__k_align = 16;
+/* A chunk takes more tokens than gpt2__chunk_tokens, up to gpt2__chunk_tokens_most, while their
+   rows of x stay within gpt2__chunk_x_bytes (in L2 with the panel, where the tiles re-read them for
+   every panel): each panel is then converted once for all of them, where a prompt of 128 tokens
+   on rows of 768 converted every panel twice (docs/PERFORMANCE.md, Kernel notes). The tokens of
+   a chunk of rows of K values, in whole tiles of NT. */
+static const int gpt2__chunk_tokens_most = 192;
+static const int64_t gpt2__chunk_x_bytes = 400 * 1024;
+static inline int gpt2__prefill_chunk(int64_t K, int NT) { return (int)std::clamp<int64_t>(gpt2__chunk_x_bytes / (4 * K), gpt2__chunk_tokens, gpt2__chunk_tokens_most) / NT * NT; }
 
 template <class Set>
 static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
-    constexpr int MR = gpt2__tile_rows, NT = Set::NT, chunk = gpt2__chunk_tokens / NT * NT; /* whole tiles */
+    constexpr int MR = gpt2__tile_rows, NT = Set::NT, most = gpt2__chunk_tokens_most / NT * NT;
     static_assert(MR == 4, "a full tile stores its 4 rows of a token as one 128-bit vector");
     const gpt2__weight* W = a.W;
     const int64_t K = W->cols;
+    const int chunk = gpt2__prefill_chunk(K, NT);
     const int64_t k_blocks = (K + gpt2__k_block - 1) / gpt2__k_block;
     const int64_t k_step = ((K + k_blocks - 1) / k_blocks + gpt2__k_align - 1) / gpt2__k_align * gpt2__k_align;
-    float sums[chunk / NT][MR * NT];
+    float sums[most / NT][MR * NT];
     for (int t0 = 0; t0 < a.T; t0 += chunk) {
         const int t_end = std::min(a.T, t0 + chunk);
         const int n_tiles = (t_end - t0 + NT - 1) / NT;
@@ -199,28 +210,6 @@ static void gpt2__prefill_x86(const gpt2__matmul_args& a, int64_t o_begin, int64
                 }
             }
         }
-    }
-}
-
-/* Prefill attention's rows (of queries or scores, `ld` apart from `base`) for a block of
-   gpt2__query_block queries; a block of fewer repeats its last. */
-static inline void gpt2__block_rows(const float** rows, const float* base, size_t ld, int n_queries) {
-    for (int i = 0; i < gpt2__query_block; i++) rows[i] = base + (size_t)std::min(i, n_queries - 1) * ld;
-}
-
-/* Prefill attention's scores (a row per query, `ld` apart) to each query's softmax over its
-   n_keys + i keys, 0 past them up to the last query's keys. ExpScores(row, n, &max, &sum) is a
-   set's exponential of a row less its max. */
-template <void (*ExpScores)(float* scores, int n, float* max_score, float* sum)>
-static inline void gpt2__softmax_block(float* scores, size_t ld, int n_keys, int n_queries) {
-    const int keys = n_keys + n_queries - 1;
-    for (int i = 0; i < n_queries; i++) {
-        float* row = scores + i * ld;
-        float max_score, sum;
-        ExpScores(row, n_keys + i, &max_score, &sum);
-        const float inv_sum = 1.0f / sum;
-        for (int j = 0; j < n_keys + i; j++) row[j] *= inv_sum;
-        for (int j = n_keys + i; j < keys; j++) row[j] = 0.0f;
     }
 }
 
