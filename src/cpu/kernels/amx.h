@@ -171,7 +171,7 @@ static const int gpt2__amx_min_rows = gpt2__panel_min_rows;
 
 /* The spread of group j of a q4_0 panel at p into q8_0's layout of B tiles, nibbles as they are
    (0-15): per block 8 rows of 64 bytes, row s lane i the nibbles of word s of row i's block. */
-GPT2__AVX512 static void gpt2__spread_nibbles_avx512(uint8_t* dst, const uint8_t* p, int j, int64_t nb) {
+GPT2__AVX512 static inline void gpt2__spread_nibbles_avx512(uint8_t* dst, const uint8_t* p, int j, int64_t nb) {
     const __m512i low = _mm512_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++, dst += 8 * 64) {
         const uint8_t* block = p + (size_t)b * gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> + 64 * j;
