@@ -49,11 +49,12 @@ EOF
 bash examples/web/build.sh tests
 step "built the web module and the doctest suite"
 
-# Not run under Node: a death test that needs fork(), and three tests that start std::threads
-# (WebAssembly without Emscripten's -pthread has none; the library itself runs on one thread).
-excluded='freeing a model before its sessions trips*,two sessions on one model in two threads*,*4 threads encode like one,a session used from two threads*,lines join from another thread*'
+# Not run under Node: the tests that start std::threads (WebAssembly without Emscripten's -pthread
+# has none, and a thread that cannot start throws out of its test with sessions still on a stage;
+# the library itself runs on one thread there).
+excluded='two sessions on one model in two threads*,*4 threads encode like one,a session used from two threads*,lines join from another thread*,forks sharing blocks run*'
 node_run build-wasm/tests/gpt2-tests.js --no-colors=true --minimal=true "--test-case-exclude=$excluded"
-step "doctest suite under Node passed (5 tests excluded: fork, threads)"
+step "doctest suite under Node passed (5 tests excluded: they start threads)"
 
 # The same prompt, seed, temperature and top-k natively (one thread, the discard context policy
 # the web module uses) and under Node; 200 tokens run past the 128-token context.
