@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 namespace q8_twin {
@@ -44,11 +43,12 @@ inline float dot(const Row& w, const int8_t* xq, const float* xscale, int K) {
             const int b = c / 2;
             acc[lane] = std::fma((float)isum, gpt2__f16_to_f32(w.scales[(size_t)b]) * xscale[b], acc[lane]);
         }
-    for (int o = 16; o > 0; o >>= 1) { // gpt2__warp_sum: lane l adds lane l ^ o
-        float next[32];
-        for (int l = 0; l < 32; l++) next[l] = acc[l] + acc[l ^ o];
-        std::memcpy(acc, next, sizeof acc);
-    }
+    // gpt2__warp_sum: lane l adds lane l ^ o; both lanes of a pair get the same sum (a float add
+    // is commutative), so each pair is summed once, in place. (Written with a copy of the 32
+    // lanes, Emscripten 3.1.6's SLP vectorizer miscompiled it at -O3 -msimd128.)
+    for (int o = 16; o > 0; o >>= 1)
+        for (int l = 0; l < 32; l++)
+            if (l < (l ^ o)) acc[l] = acc[l ^ o] = acc[l] + acc[l ^ o];
     return acc[0];
 }
 

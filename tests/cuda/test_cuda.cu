@@ -86,13 +86,6 @@ static const random_gguf& random_124m() {
     return file;
 }
 
-// The reference's logits (T, V) of the T ids, from the model's weights in host memory.
-static std::vector<float> reference_logits(const gpt2_model* m, const std::vector<int32_t>& ids) {
-    std::vector<float> logits(ids.size() * (size_t)gpt2_model_get_info(m).n_vocab);
-    gpt2__forward_reference(m, ids.data(), (int)ids.size(), logits.data());
-    return logits;
-}
-
 // The gap between the two largest of n logits: a greedy pick closer than rounding may go either way.
 static float top2_gap(const float* l, int n) {
     float best = -INFINITY, second = -INFINITY;
