@@ -1,11 +1,12 @@
 // gpt2-kernel-bench: one matrix product of the dispatched kernels, timed alone (min of many runs).
 //
-//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float]]]]
+//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float|rows|batch]]]]
 //     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
 //     q8_0 with 2 or more tokens multiplies int8 panels where the set has them (as a prompt and a
 //     batch's decode rows do, quantizing included), float panels with `float`; where the set has
 //     lanes, q8_0, q4_0, f16 and bf16 are packed into them first (untimed, as a model is when it loads) and
-//     every token count multiplies them, as the forward pass does; `rows` keeps the file's rows
+//     every token count multiplies them, as the forward pass does; `rows` keeps the file's rows;
+//     `batch`: the TOKENS are single tokens of as many sessions (gpt2_batch_eval's decode rows)
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 //
@@ -106,11 +107,12 @@ int main(int argc, char** argv) {
     const int64_t rows = argc > 4 ? std::atol(argv[4]) : 3072, cols = argc > 5 ? std::atol(argv[5]) : 768;
     uint64_t rb = 0;
     if (!k || T < 1 || rows < 1 || !gpt2__type_row_bytes(type, (uint64_t)cols, &rb)) {
-        std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
+        std::fprintf(stderr, "usage: gpt2-kernel-bench TYPE(0|1|30|8|2) TOKENS [KERNELS [ROWS [COLS [float|rows|batch]]]] (kernels available on this CPU; q8_0 and q4_0 need COLS %% 32 == 0)\n");
         return 2;
     }
     const std::string mode = argc > 6 ? argv[6] : "";
-    const bool lanes = gpt2__lanes_type(type) && k->pack_lanes && mode.empty();
+    const bool batch = mode == "batch"; // T sessions' single tokens, as gpt2_batch_eval multiplies them
+    const bool lanes = gpt2__lanes_type(type) && k->pack_lanes && (mode.empty() || batch);
     // On huge pages where the OS grants them, as a model's weights and lanes are (gpt2-bench).
     struct Buffer {
         uint8_t* p;
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
     // the strategy of a lone session's T tokens (src/cpu/forward.h: one token, or a few on float
     // weights, go as decode rows); "float": no lanes, no int8 panels
-    const bool int8 = gpt2__int8_weights(type), decode_rows = T == 1 || (!int8 && gpt2__is_decode(T));
+    const bool int8 = gpt2__int8_weights(type), decode_rows = batch || T == 1 || (!int8 && gpt2__is_decode(T));
     gpt2__strategy strategy = gpt2__strategy_for(k, w, T, decode_rows);
     if (mode == "float") strategy = int8 ? (T == 1 ? GPT2__STREAM_INT8 : GPT2__FLOAT_TILES) : gpt2__is_decode(T) ? GPT2__STREAM_ROWS : GPT2__FLOAT_TILES;
     const bool int8_panels = strategy == GPT2__INT8_PANELS;

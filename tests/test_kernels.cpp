@@ -301,16 +301,20 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             CHECK(worst < 1e-5f);
                         }
                         if (prompt_strategy(T) == GPT2__FLOAT16_LANES) CHECK(prompt == batch);
-                        for (int n : {1, 2, 5, 6, 8}) { // the first n tokens alone, in ranges that start and end inside a group of 16
-                            std::vector<float> few(start.begin(), start.begin() + n * rows);
-                            a.y = few.data();
-                            a.T = n;
-                            a.strategy = gpt2__strategy_for(k, lane_weight, n, false);
-                            for (int64_t from = 0; from < rows; from += 13) k->matmul[a.strategy](a, from, std::min(rows, from + 13), panel.data());
-                            const std::vector<float>& all = prompt_strategy(n) != GPT2__FLOAT16_LANES ? prompt : batch;
-                            CHECK(std::equal(few.begin(), few.end(), all.begin()));
-                            tested++;
-                        }
+                        // the first n tokens alone, as a prompt and as decode rows (more than 5 go one
+                        // group at a time), in ranges that start and end inside a group of 16
+                        for (int n : {1, 2, 5, 6, 8, 9})
+                            for (bool decode_rows : {false, true}) {
+                                CAPTURE(n); CAPTURE(decode_rows);
+                                std::vector<float> few(start.begin(), start.begin() + n * rows);
+                                a.y = few.data();
+                                a.T = n;
+                                a.strategy = gpt2__strategy_for(k, lane_weight, n, decode_rows);
+                                for (int64_t from = 0; from < rows; from += 13) k->matmul[a.strategy](a, from, std::min(rows, from + 13), panel.data());
+                                const std::vector<float>& all = a.strategy != GPT2__FLOAT16_LANES ? prompt : batch;
+                                CHECK(std::equal(few.begin(), few.end(), all.begin()));
+                                tested++;
+                            }
                         a.T = T;
                     }
                 }

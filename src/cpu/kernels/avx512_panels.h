@@ -263,6 +263,11 @@ static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
    out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t LAYOUT>
 static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
+/* More tokens than that go through one group of 16 rows at a time, in tiles of up to 8 tokens x 2
+   sums: each widened column serves 8 tokens, where 2 groups x 4 tokens widened it for 4 and took
+   two tiles for 8 tokens (8 sessions' f16 decode rows 45.6 -> 56.3 GMAC/s in cache, 41.2 -> 50.7
+   from DRAM: docs/PERFORMANCE.md, Kernel notes). */
+static const int gpt2__float16_group_tile_tokens = 8;
 
 /* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
    w points at the tile's first group. Without `odd`, column 2i alone (an odd count's last). */
@@ -362,7 +367,7 @@ template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
     else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
-    else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
+    else if constexpr (N > (gpt2__float16_lanes(LAYOUT) && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
@@ -389,16 +394,19 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
     return {i * (T / tiles) + std::min(i, T % tiles), T / tiles + (i < T % tiles), lines * i / tiles, lines * (i + 1) / tiles};
 }
 
-/* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time, times a.xq_packed
-   (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way
-   through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
+/* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time (f16 and bf16 decode
+   rows of more than gpt2__lanes_tile_tokens: one, each prefetching half the next panel), times
+   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
+   end half-way through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
    (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
    gpt2__lanes_stream_ahead ahead, on past the range's end too: gpt2__parallel_for's next chunk
    for this thread starts there. More tokens spend long enough on a panel to fetch the whole
-   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel.
-   Non-temporal prefetches, though later tiles re-read the panel: on Zen 5 they beat prefetching
-   into L2 (docs/PERFORMANCE.md, Kernel notes); not on Intel (gpt2__prefetch_span). The kernel of
-   GPT2__FLOAT16_LANES. */
+   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel; those
+   prefetches go to L2, where the later tiles and the second group find it (non-temporal ones
+   left q8_0's tiles of 3-12 tokens waiting for DRAM on Zen 4: 1.3-2.2x slower). A lone token or
+   two prefetch non-temporally on AMD, where a lone token streams faster so (Zen 4: 33 against 24
+   GB/s; docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). The kernel
+   of GPT2__FLOAT16_LANES. */
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
@@ -410,20 +418,22 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const int widest = bf16_unit ? gpt2__bf16_unit_tile_tokens
-                       : prompt  ? gpt2__float16_prompt_tile_tokens
-                                 : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+    const bool by_group = !bf16_unit && !prompt && gpt2__float16_lanes(type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
+    const int widest = bf16_unit  ? gpt2__bf16_unit_tile_tokens
+                       : prompt   ? gpt2__float16_prompt_tile_tokens
+                       : by_group ? gpt2__float16_group_tile_tokens
+                                  : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
     const int n_tiles = (a.T + widest - 1) / widest;
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
                                      (type == GPT2_TYPE_Q4_0 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>);
-    const bool to_l2 = gpt2__lanes_prefetch_to_l2();
+    const bool to_l2 = a.T > 2 || gpt2__lanes_prefetch_to_l2(); /* later tiles re-read the panel from L2 */
     for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__lane_rows % 2);
-        const bool both = j == 0 && first + gpt2__lane_rows < o_end;
-        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes);
-        const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / 64 : 0;
+        const bool both = !by_group && j == 0 && first + gpt2__lane_rows < o_end;
+        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes) + (by_group ? j * panel_bytes / 2 : 0);
+        const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / (by_group ? 128 : 64) : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
             tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
