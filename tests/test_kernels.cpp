@@ -301,7 +301,7 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             CHECK(worst < 1e-5f);
                         }
                         if (prompt_strategy(T) == GPT2__FLOAT16_LANES) CHECK(prompt == batch);
-                        // the first n tokens alone, as a prompt and as decode rows (more than 5 go one
+                        // the first n tokens alone, as a prompt and as decode rows (more than 5 f16 ones go one
                         // group at a time), in ranges that start and end inside a group of 16
                         for (int n : {1, 2, 5, 6, 8, 9})
                             for (bool decode_rows : {false, true}) {

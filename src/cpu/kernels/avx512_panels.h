@@ -263,10 +263,11 @@ static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
    out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t LAYOUT>
 static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
-/* More tokens than that go through one group of 16 rows at a time, in tiles of up to 8 tokens x 2
-   sums: each widened column serves 8 tokens, where 2 groups x 4 tokens widened it for 4 and took
-   two tiles for 8 tokens (8 sessions' f16 decode rows 45.6 -> 56.3 GMAC/s in cache, 41.2 -> 50.7
-   from DRAM: docs/PERFORMANCE.md, Kernel notes). */
+/* More f16 tokens than that go through one group of 16 rows at a time, in tiles of up to 8 tokens
+   x 2 sums: each column widened serves 8 tokens, where 2 groups x 4 tokens widened it for 4 and
+   took two tiles for 8 tokens (8 sessions' decode rows 45.6 -> 56.3 GMAC/s in cache, 41.2 -> 50.7
+   from DRAM, one thread, Zen 4). bf16, whose widening is a shift, keeps the two groups: its gain
+   in those timings (2-6%) did not show at two threads (docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__float16_group_tile_tokens = 8;
 
 /* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
@@ -367,7 +368,7 @@ template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
     else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
-    else if constexpr (N > (gpt2__float16_lanes(LAYOUT) && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
+    else if constexpr (N > (LAYOUT == GPT2_TYPE_F16 && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
@@ -394,8 +395,8 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
     return {i * (T / tiles) + std::min(i, T % tiles), T / tiles + (i < T % tiles), lines * i / tiles, lines * (i + 1) / tiles};
 }
 
-/* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time (f16 and bf16 decode
-   rows of more than gpt2__lanes_tile_tokens: one, each prefetching half the next panel), times
+/* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time (f16 decode rows of
+   more than gpt2__lanes_tile_tokens: one, each prefetching half the next panel), times
    a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
    end half-way through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
    (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
@@ -418,7 +419,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const bool by_group = !bf16_unit && !prompt && gpt2__float16_lanes(type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
+    const bool by_group = !bf16_unit && !prompt && type == GPT2_TYPE_F16 && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
     const int widest = bf16_unit  ? gpt2__bf16_unit_tile_tokens
                        : prompt   ? gpt2__float16_prompt_tile_tokens
                        : by_group ? gpt2__float16_group_tile_tokens
