@@ -396,18 +396,18 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
 }
 
 /* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time (f16 decode rows of
-   more than gpt2__lanes_tile_tokens: one, each prefetching half the next panel), times
-   a.xq_packed (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or
-   end half-way through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
+   more than gpt2__lanes_tile_tokens: one, each prefetching half the next panel), times a.xq_packed
+   (int8), a.x (f16, bf16) or a.x_bf16 (bf16 on the bf16 unit); a range may begin or end half-way
+   through a panel: that group alone. All of a.T's tokens go through each pair of groups in tiles
    (the pair stays in L1 or L2, each tile's activations in L1). A lone token or two prefetch
-   gpt2__lanes_stream_ahead ahead, on past the range's end too: gpt2__parallel_for's next chunk
-   for this thread starts there. More tokens spend long enough on a panel to fetch the whole
-   next one meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel; those
-   prefetches go to L2, where the later tiles and the second group find it (non-temporal ones
-   left q8_0's tiles of 3-12 tokens waiting for DRAM on Zen 4: 1.3-2.2x slower). A lone token or
-   two prefetch non-temporally on AMD, where a lone token streams faster so (Zen 4: 33 against 24
-   GB/s; docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). The kernel
-   of GPT2__FLOAT16_LANES. */
+   gpt2__lanes_stream_ahead ahead, on past the range's end too: gpt2__parallel_for's next chunk for
+   this thread starts there. More tokens spend long enough on a panel to fetch the whole next one
+   meanwhile, where 16 KB ahead fell behind the tiles that re-read the panel; those prefetches go
+   to L2, where the later tiles and the second group find it (non-temporal ones left q8_0's tiles
+   of 3-12 tokens waiting for DRAM on Zen 4: 1.3-2.2x slower). A lone token or two prefetch
+   non-temporally on AMD, where a lone token streams faster so (Zen 4: 33 against 24 GB/s;
+   docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). The kernel of
+   GPT2__FLOAT16_LANES. */
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
