@@ -10873,6 +10873,7 @@ static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 :
    from DRAM, one thread, Zen 4). bf16, whose widening is a shift, keeps the two groups: its gain
    in those timings (2-6%) did not show at two threads (docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__float16_group_tile_tokens = 8;
+static constexpr bool gpt2__goes_by_group(uint32_t layout) { return layout == GPT2_TYPE_F16; }
 
 /* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
    w points at the tile's first group. Without `odd`, column 2i alone (an odd count's last). */
@@ -10972,7 +10973,7 @@ template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
     else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
-    else if constexpr (N > (LAYOUT == GPT2_TYPE_F16 && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
+    else if constexpr (N > (gpt2__goes_by_group(LAYOUT) && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
@@ -11023,7 +11024,8 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const bool by_group = !bf16_unit && !prompt && type == GPT2_TYPE_F16 && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
+    const bool by_group = !bf16_unit && !prompt && gpt2__goes_by_group(type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
+    const bool streams = a.T <= 2; /* a lone token or two stream ahead; more re-read each panel */
     const int widest = bf16_unit  ? gpt2__bf16_unit_tile_tokens
                        : prompt   ? gpt2__float16_prompt_tile_tokens
                        : by_group ? gpt2__float16_group_tile_tokens
@@ -11032,13 +11034,13 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
                                      (type == GPT2_TYPE_Q4_0 ? gpt2__panel_block_bytes<GPT2_TYPE_Q4_0> : gpt2__panel_block_bytes<GPT2_TYPE_Q8_0>);
-    const bool to_l2 = a.T > 2 || gpt2__lanes_prefetch_to_l2(); /* later tiles re-read the panel from L2 */
+    const bool to_l2 = !streams || gpt2__lanes_prefetch_to_l2(); /* later tiles re-read the panel from L2 */
     for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end;) {
         const uint8_t* p = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes;
         const int j = (int)(first / gpt2__lane_rows % 2);
         const bool both = !by_group && j == 0 && first + gpt2__lane_rows < o_end;
-        const char* next = (const char*)p + (a.T <= 2 ? gpt2__lanes_stream_ahead : panel_bytes) + (by_group ? j * panel_bytes / 2 : 0);
-        const size_t next_lines = first + gpt2__panel_rows < o_end || a.T <= 2 ? panel_bytes / (by_group ? 128 : 64) : 0;
+        const char* next = (const char*)p + (streams ? gpt2__lanes_stream_ahead : panel_bytes) + (by_group ? j * panel_bytes / 2 : 0);
+        const size_t next_lines = first + gpt2__panel_rows < o_end || streams ? panel_bytes / (by_group ? 128 : 64) : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
             tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
