@@ -9461,27 +9461,35 @@ static inline float gpt2__w_scalar(uint32_t type, const uint8_t* row, int64_t k)
    alone fell behind (docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__decode_ahead_bytes = 4096;
 
-/* Prefetches the 64-byte lines from `at` + gpt2__decode_ahead_bytes on that cover the next BYTES,
-   into L1, or with IntoL2 into L2. */
-template <int BYTES, bool IntoL2 = false>
+/* Prefetches the 64-byte lines from `at` + AHEAD on that cover the next BYTES, into L1, or with
+   IntoL2 into L2. */
+template <int BYTES, bool IntoL2 = false, int AHEAD = gpt2__decode_ahead_bytes>
 GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
     GPT2__UNROLL
     for (int line = 0; line < (BYTES + 63) / 64; line++) {
-        if constexpr (IntoL2) _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T1);
-        else _mm_prefetch((const char*)at + gpt2__decode_ahead_bytes + 64 * line, _MM_HINT_T0);
+        if constexpr (IntoL2) _mm_prefetch((const char*)at + AHEAD + 64 * line, _MM_HINT_T1);
+        else _mm_prefetch((const char*)at + AHEAD + 64 * line, _MM_HINT_T0);
     }
 }
 
-/* Whether float decode rows (f32, f16, bf16) prefetch gpt2__decode_ahead_bytes ahead, into L2:
-   on Intel's cores, where the hardware prefetcher alone streamed them at 0.65-0.85x the speed
-   (Emerald Rapids, one thread from DRAM: f32 14.1 -> 17 GB/s, the AVX2 set's f16 11 -> 15.7);
-   on Zen 4 they streamed at the limit without and slower with it (docs/PERFORMANCE.md, Kernel
-   notes). */
-static bool gpt2__float_rows_prefetch() { return gpt2__intel_cpu(); }
+/* How far ahead float decode rows (f32, f16, bf16) of `cols` values prefetch into L2; 0: not at
+   all. On Intel's cores gpt2__decode_ahead_bytes, where the hardware prefetcher alone streamed
+   them at 0.65-0.85x the speed (Emerald Rapids, one thread from DRAM: f32 14.1 -> 17 GB/s, the
+   AVX2 set's f16 11 -> 15.7). On Zen 4 the hardware prefetcher alone streams rows of up to 4096
+   values at the limit, and is slower with a prefetch; past that the row's activations (4 bytes a
+   value, read again for every row) no longer stay in L1 beside the weights, and f16 and bf16 rows
+   fell to 13-18 GB/s, which a prefetch 16 KB ahead brings back to 23-32 (f32 rows gained
+   nothing; docs/PERFORMANCE.md, Kernel notes). */
+static const int gpt2__wide_rows_ahead_bytes = 16384;
+static int gpt2__float_rows_ahead(uint32_t type, int64_t cols) {
+    if (gpt2__intel_cpu()) return gpt2__decode_ahead_bytes;
+    return type != GPT2_TYPE_F32 && cols > 4096 ? gpt2__wide_rows_ahead_bytes : 0;
+}
 
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
-   which the hardware prefetcher follows across row ends (with Ahead, prefetched too). */
-template <uint32_t TYPE, bool Ahead>
+   which the hardware prefetcher follows across row ends (with AHEAD bytes > 0, prefetched that far
+   ahead too). */
+template <uint32_t TYPE, int AHEAD>
 GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t K) {
     constexpr int value_bytes = TYPE == GPT2_TYPE_F32 ? 4 : 2;
     __m256 acc[4];
@@ -9489,7 +9497,7 @@ GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t
     for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
-        if constexpr (Ahead) gpt2__prefetch_decode_ahead<32 * value_bytes, true>(w + value_bytes * k);
+        if constexpr (AHEAD > 0) gpt2__prefetch_decode_ahead<32 * value_bytes, true, AHEAD>(w + value_bytes * k);
         GPT2__UNROLL
         for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w, k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[i]);
     }
@@ -9499,12 +9507,12 @@ GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t
     return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
 }
 
-template <bool Ahead>
+template <int AHEAD>
 GPT2__AVX2 static float gpt2__dot_row_avx2(uint32_t type, const uint8_t* row, const float* x, int64_t K) {
     switch (type) {
-    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32, Ahead>(row, x, K);
-    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16, Ahead>(row, x, K);
-    default: return gpt2__row_avx2<GPT2_TYPE_BF16, Ahead>(row, x, K);
+    case GPT2_TYPE_F32: return gpt2__row_avx2<GPT2_TYPE_F32, AHEAD>(row, x, K);
+    case GPT2_TYPE_F16: return gpt2__row_avx2<GPT2_TYPE_F16, AHEAD>(row, x, K);
+    default: return gpt2__row_avx2<GPT2_TYPE_BF16, AHEAD>(row, x, K);
     }
 }
 
@@ -9933,16 +9941,19 @@ GPT2__AVX2 static void gpt2__matmul_float_tiles_avx2(const gpt2__matmul_args& a,
     }
 }
 
-/* Decode's rows streamed on both x86 sets: float rows by gpt2__row_avx2, prefetched where
-   gpt2__float_rows_prefetch says; q8_0 and q4_0 rows against int8 activations. */
-template <bool Ahead>
+/* Decode's rows streamed on both x86 sets: float rows by gpt2__row_avx2, prefetched as far ahead
+   as gpt2__float_rows_ahead says; q8_0 and q4_0 rows against int8 activations. */
+template <int AHEAD>
 static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
-                         gpt2__dot_row_avx2<Ahead>>(a, o_begin, o_end);
+                         gpt2__dot_row_avx2<AHEAD>>(a, o_begin, o_end);
 }
 static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    if (gpt2__float_rows_prefetch()) return gpt2__matmul_streamed_x86<true>(a, o_begin, o_end);
-    gpt2__matmul_streamed_x86<false>(a, o_begin, o_end);
+    switch (gpt2__float_rows_ahead(a.W->type, a.W->cols)) {
+    case gpt2__decode_ahead_bytes: return gpt2__matmul_streamed_x86<gpt2__decode_ahead_bytes>(a, o_begin, o_end);
+    case gpt2__wide_rows_ahead_bytes: return gpt2__matmul_streamed_x86<gpt2__wide_rows_ahead_bytes>(a, o_begin, o_end);
+    default: return gpt2__matmul_streamed_x86<0>(a, o_begin, o_end);
+    }
 }
 GPT2__AVX2 static void gpt2__matmul_rows_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     if (a.strategy == GPT2__STREAM_INT8 && a.W->type == GPT2_TYPE_Q4_0) return gpt2__matmul_q4_rows_avx2(a, o_begin, o_end, (uint8_t*)panel);

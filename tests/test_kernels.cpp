@@ -784,19 +784,21 @@ TEST_CASE("x86: the CPU's vendor from cpuid is the one /proc/cpuinfo names") {
     CHECK(gpt2__intel_cpu() == (vendor == "GenuineIntel"));
 }
 
-// Float decode rows prefetch ahead only on Intel's CPUs (gpt2__float_rows_prefetch); both forms
-// run here, wherever the tests do, and must give the same bits.
+// Float decode rows prefetch as far ahead as gpt2__float_rows_ahead says for the CPU and the row's
+// length; every distance runs here, wherever the tests do, and must give the same bits.
 TEST_CASE("x86: float decode rows give the same bits with their prefetches ahead and without") {
     if (!gpt2__kernels_by_name("avx2")) return;
     std::mt19937 rng(77);
     for (uint32_t type : {GPT2_TYPE_F32, GPT2_TYPE_F16, GPT2_TYPE_BF16})
-        for (int64_t cols : {7, 77, 768, 801}) {
+        for (int64_t cols : {7, 77, 768, 801, 5120}) {
             CAPTURE(gpt2__type_name(type)); CAPTURE(cols);
             Matrix m(rng, type, 3, cols);
             const std::vector<float> x = random_floats(rng, (size_t)cols, 1.0f);
             for (int64_t r = 0; r < 3; r++) {
                 const uint8_t* row = m.w.data + (size_t)r * m.w.row_bytes;
-                CHECK(gpt2__dot_row_avx2<true>(type, row, x.data(), cols) == gpt2__dot_row_avx2<false>(type, row, x.data(), cols));
+                const float plain = gpt2__dot_row_avx2<0>(type, row, x.data(), cols);
+                CHECK(gpt2__dot_row_avx2<gpt2__decode_ahead_bytes>(type, row, x.data(), cols) == plain);
+                CHECK(gpt2__dot_row_avx2<gpt2__wide_rows_ahead_bytes>(type, row, x.data(), cols) == plain);
             }
         }
 }
