@@ -9481,9 +9481,10 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
    fell to 13-18 GB/s, which a prefetch 16 KB ahead brings back to 23-32 (f32 rows gained
    nothing; docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__wide_rows_ahead_bytes = 16384;
+static const int64_t gpt2__rows_streamed_alone_values = 4096; /* the longest row Zen 4 streams at the limit unaided */
 static int gpt2__float_rows_ahead(uint32_t type, int64_t cols) {
     if (gpt2__intel_cpu()) return gpt2__decode_ahead_bytes;
-    return type != GPT2_TYPE_F32 && cols > 4096 ? gpt2__wide_rows_ahead_bytes : 0;
+    return type != GPT2_TYPE_F32 && cols > gpt2__rows_streamed_alone_values ? gpt2__wide_rows_ahead_bytes : 0;
 }
 
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
