@@ -9508,13 +9508,14 @@ GPT2__AVX2 static float gpt2__row_avx2(const uint8_t* w, const float* x, int64_t
     return gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
 }
 
-/* R f32 rows (gpt2__f32_rows_together) at once, their 32-value steps in turn, each row's sums
-   over the same steps in the same order as gpt2__row_avx2's: the same bits. Kept apart from it:
-   gpt2__row_avx2 written as this with R = 1 streamed f16 and bf16 rows of 768 values at
-   0.83-0.94x the speed (kernel bench, Zen 4, 3 alternated rounds). The dot products go to
-   dots[0..R). */
-template <int R>
-GPT2__AVX2 static void gpt2__f32_rows_avx2(const float* const* w, const float* x, int64_t K, float* dots) {
+/* R rows of TYPE (gpt2__rows_together) at once, their 32-value steps in turn, each prefetched
+   AHEAD bytes ahead as alone, each row's sums over the same steps in the same order as
+   gpt2__row_avx2's: the same bits. Kept apart from it: gpt2__row_avx2 written as this with R = 1
+   streamed f16 and bf16 rows of 768 values at 0.83-0.94x the speed (kernel bench, Zen 4, 3
+   alternated rounds). The dot products go to dots[0..R). */
+template <uint32_t TYPE, int R, int AHEAD>
+GPT2__AVX2 static void gpt2__rows_avx2(const uint8_t* const* w, const float* x, int64_t K, float* dots) {
+    constexpr int value_bytes = TYPE == GPT2_TYPE_F32 ? 4 : 2;
     __m256 acc[R][4];
     GPT2__UNROLL
     for (int r = 0; r < R; r++)
@@ -9523,14 +9524,16 @@ GPT2__AVX2 static void gpt2__f32_rows_avx2(const float* const* w, const float* x
     int64_t k = 0;
     for (; k + 32 <= K; k += 32)
         GPT2__UNROLL
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            if constexpr (AHEAD > 0) gpt2__prefetch_decode_ahead<32 * value_bytes, true, AHEAD>(w[r] + value_bytes * k);
             GPT2__UNROLL
-            for (int i = 0; i < 4; i++) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[r][i]);
+            for (int i = 0; i < 4; i++) acc[r][i] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w[r], k + 8 * i), _mm256_loadu_ps(x + k + 8 * i), acc[r][i]);
+        }
     for (int r = 0; r < R; r++) {
         int64_t j = k;
-        for (; j + 8 <= K; j += 8) acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + j), _mm256_loadu_ps(x + j), acc[r][0]);
+        for (; j + 8 <= K; j += 8) acc[r][0] = _mm256_fmadd_ps(gpt2__w8_avx2<TYPE>(w[r], j), _mm256_loadu_ps(x + j), acc[r][0]);
         float tail = 0.0f;
-        for (; j < K; j++) tail += w[r][j] * x[j];
+        for (; j < K; j++) tail += gpt2__w_scalar(TYPE, w[r], j) * x[j];
         dots[r] = gpt2__hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]))) + tail;
     }
 }
@@ -9976,16 +9979,18 @@ static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begi
     gpt2__matmul_by_rows<gpt2__dot_blocks_avx2<gpt2__q8_block_bytes, gpt2__block_dot_q8_avx2>, gpt2__dot_blocks_avx2<gpt2__q4_block_bytes, gpt2__block_dot_q4_avx2>,
                          gpt2__dot_row_avx2<AHEAD>>(a, o_begin, o_end);
 }
-/* f32 decode rows whose values and activations (8 bytes a value) overflow AMD's L1 data cache go
-   gpt2__f32_rows_together at a time: alone, each row's activations, read again for every row,
-   left L1 to the row's weights, and the rows streamed at 19-20 GB/s against 31-33 for rows that
-   fit (Zen 4, one thread from DRAM, rows of 5120 and 6400 values). Together the activations are
-   read from L2 once for three rows and the rows stream at 23-26 GB/s; rows that fit stream
-   slower this way (1280 values: 16 GB/s). Six rows gave a little more (26.5 GB/s) but need
+/* Float decode rows whose values and activations (4 bytes a value more) overflow AMD's L1 data
+   cache go gpt2__rows_together at a time: alone, each row's activations, read again for every
+   row, left L1 to the row's weights, and the rows streamed at 19-20 GB/s against 31-33 for rows
+   that fit (Zen 4, one thread from DRAM: f32 rows of 5120 and 6400 values; f16 and bf16 rows of
+   6400, prefetched 16 KB ahead, 21 GB/s). Together the activations are read from L2 once for
+   all the rows: f32 rows three at a time stream at 23-26 GB/s, f16 and bf16 rows two at a time
+   (with the same prefetch) at 25-26 (three: 22). Rows that fit stream slower this way (f32 1280
+   values: 16 GB/s; f16 5120: 0.95-1.0x). Six f32 rows gave a little more (26.5 GB/s) but need
    AVX-512's 32 registers. Intel's cores are not measured: they keep the rows alone
    (docs/PERFORMANCE.md, Kernel notes). */
-static const int gpt2__f32_rows_together = 3;
-static bool gpt2__f32_rows_go_together(uint32_t type, int64_t cols) {
+static constexpr int gpt2__rows_together(uint32_t type) { return type == GPT2_TYPE_F32 ? 3 : 2; }
+static bool gpt2__rows_go_together(uint32_t type, int64_t cols) {
     static const int64_t l1_data_bytes = [] {
         unsigned r[4];
         gpt2__cpuid(0x80000000u, 0, r);
@@ -9993,24 +9998,30 @@ static bool gpt2__f32_rows_go_together(uint32_t type, int64_t cols) {
         gpt2__cpuid(0x80000005u, 0, r); /* AMD: ECX bits 31-24, the L1 data cache in KB */
         return (int64_t)(r[2] >> 24) * 1024;
     }();
-    return type == GPT2_TYPE_F32 && l1_data_bytes > 0 && 8 * cols > l1_data_bytes;
+    const bool float_row = type == GPT2_TYPE_F32 || type == GPT2_TYPE_F16 || type == GPT2_TYPE_BF16;
+    return float_row && l1_data_bytes > 0 && ((type == GPT2_TYPE_F32 ? 4 : 2) + 4) * cols > l1_data_bytes;
 }
-GPT2__AVX2 static void gpt2__matmul_f32_rows_together_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    constexpr int R = gpt2__f32_rows_together;
+template <uint32_t TYPE>
+GPT2__AVX2 static void gpt2__matmul_rows_together_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
+    constexpr int R = gpt2__rows_together(TYPE), AHEAD = TYPE == GPT2_TYPE_F32 ? 0 : gpt2__wide_rows_ahead_bytes;
     const int64_t K = a.W->cols;
     for (int64_t o = o_begin; o < o_end; o += R) {
         const int n = (int)std::min<int64_t>(R, o_end - o);
-        const float* rows[R];
-        for (int r = 0; r < n; r++) rows[r] = (const float*)(a.W->data + (size_t)(o + r) * a.W->row_bytes);
+        const uint8_t* rows[R];
+        for (int r = 0; r < n; r++) rows[r] = a.W->data + (size_t)(o + r) * a.W->row_bytes;
         float dots[R];
-        if (n == R) gpt2__f32_rows_avx2<R>(rows, a.x, K, dots);
+        if (n == R) gpt2__rows_avx2<TYPE, R, AHEAD>(rows, a.x, K, dots);
         else
-            for (int r = 0; r < n; r++) dots[r] = gpt2__row_avx2<GPT2_TYPE_F32, 0>((const uint8_t*)rows[r], a.x, K);
+            for (int r = 0; r < n; r++) dots[r] = gpt2__row_avx2<TYPE, AHEAD>(rows[r], a.x, K);
         for (int r = 0; r < n; r++) gpt2__store_out(a, 0, o + r, dots[r]);
     }
 }
 static void gpt2__matmul_streamed_x86(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    if (a.T == 1 && gpt2__f32_rows_go_together(a.W->type, a.W->cols)) return gpt2__matmul_f32_rows_together_avx2(a, o_begin, o_end);
+    if (a.T == 1 && gpt2__rows_go_together(a.W->type, a.W->cols)) switch (a.W->type) {
+        case GPT2_TYPE_F32: return gpt2__matmul_rows_together_avx2<GPT2_TYPE_F32>(a, o_begin, o_end);
+        case GPT2_TYPE_F16: return gpt2__matmul_rows_together_avx2<GPT2_TYPE_F16>(a, o_begin, o_end);
+        default: return gpt2__matmul_rows_together_avx2<GPT2_TYPE_BF16>(a, o_begin, o_end);
+        }
     switch (gpt2__float_rows_ahead(a.W->type, a.W->cols)) {
     case gpt2__decode_ahead_bytes: return gpt2__matmul_streamed_x86<gpt2__decode_ahead_bytes>(a, o_begin, o_end);
     case gpt2__wide_rows_ahead_bytes: return gpt2__matmul_streamed_x86<gpt2__wide_rows_ahead_bytes>(a, o_begin, o_end);

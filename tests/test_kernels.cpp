@@ -803,24 +803,23 @@ TEST_CASE("x86: float decode rows give the same bits with their prefetches ahead
         }
 }
 
-// Long f32 decode rows go gpt2__f32_rows_together at a time on AMD (gpt2__f32_rows_go_together):
-// each row's dot product must be the bits it has alone, whatever rows it goes with, and a matrix
+// Long float decode rows go gpt2__rows_together at a time on AMD (gpt2__rows_go_together): each
+// row's dot product must be the bits it has alone, whatever rows it goes with, and a matrix
 // product taken through either path must store the same outputs.
-TEST_CASE("x86: f32 decode rows give the same bits together and alone") {
-    if (!gpt2__kernels_by_name("avx2")) return;
-    constexpr int R = gpt2__f32_rows_together;
-    std::mt19937 rng(78);
+template <uint32_t TYPE>
+static void check_rows_together(std::mt19937& rng) {
+    constexpr int R = gpt2__rows_together(TYPE), AHEAD = TYPE == GPT2_TYPE_F32 ? 0 : gpt2__wide_rows_ahead_bytes;
     for (int64_t cols : {7, 40, 801, 5120, 6421}) {
         CAPTURE(cols);
-        Matrix m(rng, GPT2_TYPE_F32, 2 * R + 1, cols);
+        Matrix m(rng, TYPE, 2 * R + 1, cols);
         const std::vector<float> x = random_floats(rng, (size_t)cols, 1.0f);
         std::vector<float> alone(2 * R + 1);
-        for (int64_t r = 0; r < 2 * R + 1; r++) alone[(size_t)r] = gpt2__row_avx2<GPT2_TYPE_F32, 0>(m.w.data + (size_t)r * m.w.row_bytes, x.data(), cols);
+        for (int64_t r = 0; r < 2 * R + 1; r++) alone[(size_t)r] = gpt2__row_avx2<TYPE, AHEAD>(m.w.data + (size_t)r * m.w.row_bytes, x.data(), cols);
         for (int64_t first = 0; first + R <= 2 * R + 1; first++) {
-            const float* rows[R];
-            for (int r = 0; r < R; r++) rows[r] = (const float*)(m.w.data + (size_t)(first + r) * m.w.row_bytes);
+            const uint8_t* rows[R];
+            for (int r = 0; r < R; r++) rows[r] = m.w.data + (size_t)(first + r) * m.w.row_bytes;
             float dots[R];
-            gpt2__f32_rows_avx2<R>(rows, x.data(), cols, dots);
+            gpt2__rows_avx2<TYPE, R, AHEAD>(rows, x.data(), cols, dots);
             for (int r = 0; r < R; r++) CHECK(dots[r] == alone[(size_t)(first + r)]);
         }
         const std::vector<float> bias = random_floats(rng, 2 * R + 1, 1.0f);
@@ -833,12 +832,19 @@ TEST_CASE("x86: f32 decode rows give the same bits together and alone") {
             a.T = 1;
             a.accumulate = true;
             a.y = together.data();
-            gpt2__matmul_f32_rows_together_avx2(a, begin, 2 * R + 1);
+            gpt2__matmul_rows_together_avx2<TYPE>(a, begin, 2 * R + 1);
             a.y = streamed.data();
-            gpt2__matmul_streamed_x86<0>(a, begin, 2 * R + 1);
+            gpt2__matmul_streamed_x86<AHEAD>(a, begin, 2 * R + 1);
             CHECK(together == streamed);
         }
     }
+}
+TEST_CASE("x86: float decode rows give the same bits together and alone") {
+    if (!gpt2__kernels_by_name("avx2")) return;
+    std::mt19937 rng(78);
+    SUBCASE("f32") { check_rows_together<GPT2_TYPE_F32>(rng); }
+    SUBCASE("f16") { check_rows_together<GPT2_TYPE_F16>(rng); }
+    SUBCASE("bf16") { check_rows_together<GPT2_TYPE_BF16>(rng); }
 }
 #endif
 
