@@ -11517,8 +11517,10 @@ GPT2__AVX512_BF16 static void gpt2__matmul_bf16_unit_avx512(const gpt2__matmul_a
    AVX-512 kernels (streaming W is memory's work, not the multiplier's); f16 prompts stay on the
    AVX-512 FMAs (AMX multiplies bf16, whose 8-bit mantissa would round f16's 11 bits).
 
-   UNTESTED ON HARDWARE: no machine this code was written on has AMX. Its arithmetic, layouts and
-   blocking run in the tests through gpt2__amx_model, a plain C++ model of the tile operations
+   Run on AMX hardware on one host so far (Intel Xeon, Emerald Rapids, 2026-12-07): the tests pass
+   on the tiles; bf16 prompts run 3-4x the avx512_bf16 set, q8_0 ones 0.8-1.0x its int8 tiles
+   (docs/PERFORMANCE.md), so the set stays off by default. Its arithmetic, layouts and blocking
+   run in the tests everywhere through gpt2__amx_model, a plain C++ model of the tile operations
    (the kernel set "amx_model", compiled with GPT2_AMX_MODEL); the same kernels over the
    instructions (gpt2__amx_hardware, the set "amx") are compiled only with GPT2_AMX and chosen only
    where the CPU has AMX and the OS grants the process its tile data (dispatch.h).
@@ -12135,8 +12137,9 @@ static void gpt2__gelu_wasm(float* x, size_t n, bool tanh_form) {
                                       "amx", "neon", "wasm_simd128") when the CPU supports it, else
                                       the best one it does
      GPT2_AMX                         compile the AMX set ("amx", amx.h), chosen first where the CPU
-                                      has AMX and Linux grants it; UNTESTED ON HARDWARE, so off
-                                      by default (GCC or clang)
+                                      has AMX and Linux grants it; off by default (GCC or clang):
+                                      on the one AMX host measured, bf16 prompts gain 3-4x and
+                                      q8_0 ones nothing (docs/PERFORMANCE.md)
      GPT2_AMX_MODEL                   list "amx_model" after the AVX-512 sets: the AMX set's kernels
                                       on a C++ model of the tiles (slow; the tests' way to run them
                                       on any CPU with AVX-512 and its bf16 unit) */

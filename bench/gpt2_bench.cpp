@@ -126,6 +126,35 @@ GPT2__AVX512_BF16 static float dpbf16_loop_avx512(long iterations) {
     }
     return sum;
 }
+#if defined(GPT2_AMX)
+// The AMX tiles at their full shapes (16 rows of 64 bytes), 4 sums from one A and one B, so each
+// tile product waits on none before it: TDPBSUD 16 x 16 x 64 int8 multiply-adds an instruction,
+// TDPBF16PS 16 x 16 x 32 bf16 ones. One iteration is 4 instructions.
+template <bool INT8>
+GPT2__AVX512 static float amx_loop(long iterations) {
+    using Tiles = gpt2__amx_hardware;
+    gpt2__amx_config config;
+    for (int t = 0; t < 6; t++) config.rows[t] = 16, config.colsb[t] = 64;
+    Tiles::configure(config);
+    alignas(64) static const uint8_t ones[16][64] = {};
+    Tiles::load<4>(ones, 64);
+    Tiles::load<5>(ones, 64);
+    Tiles::zero<0>(), Tiles::zero<1>(), Tiles::zero<2>(), Tiles::zero<3>();
+    for (long it = 0; it < iterations; it++) {
+        if constexpr (INT8) {
+            Tiles::dpbsud<0, 4, 5>(), Tiles::dpbsud<1, 4, 5>(), Tiles::dpbsud<2, 4, 5>(), Tiles::dpbsud<3, 4, 5>();
+        } else {
+            Tiles::dpbf16ps<0, 4, 5>(), Tiles::dpbf16ps<1, 4, 5>(), Tiles::dpbf16ps<2, 4, 5>(), Tiles::dpbf16ps<3, 4, 5>();
+        }
+    }
+    alignas(64) float c[16][16];
+    Tiles::store<0>(c, 64);
+    Tiles::release();
+    return c[0][0];
+}
+// A tile product takes about 16 cycles: a pass runs 1/64 of peak_iterations' iterations.
+static const long amx_iterations_divisor = 64;
+#endif
 GPT2__AVX2 static float fma_loop_avx2(long iterations) {
     __m256 acc[12];
     for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
@@ -192,7 +221,7 @@ static double best_of_passes(gpt2__pool* pool, float (*loop)(long), double ops) 
 // avx512_bf16: 512 bits); 0 where there is no FMA loop for the set.
 static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
 #if defined(GPT2__X86)
-    if (std::strncmp(kernels, "avx512", 6) == 0) return best_of_passes(pool, fma_loop_avx512, 12 * 16 * 2);
+    if (std::strncmp(kernels, "avx512", 6) == 0 || std::strncmp(kernels, "amx", 3) == 0) return best_of_passes(pool, fma_loop_avx512, 12 * 16 * 2);
     if (std::strcmp(kernels, "avx2") == 0) return best_of_passes(pool, fma_loop_avx2, 12 * 8 * 2);
 #endif
     (void)kernels;
@@ -202,6 +231,10 @@ static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
 // The int8 dot-product peak (vpdpbusd, AVX-512 VNNI) in GOP/s; 0 where the kernel set has no int8
 // panels.
 static double measure_int8_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
+#if defined(GPT2_AMX)
+    if (kernels == &gpt2__kernels_amx)
+        return best_of_passes(pool, [](long n) { return amx_loop<true>(n / amx_iterations_divisor); }, 4.0 * 16 * 16 * 64 * 2 / amx_iterations_divisor);
+#endif
 #if defined(GPT2__X86)
     if (kernels->quantize_q8_packed) return best_of_passes(pool, [](long n) { return (float)dpbusd_loop_avx512(n); }, 12 * 64 * 2);
 #endif
@@ -215,6 +248,10 @@ static bool uses_bf16_unit(const gpt2__kernels* kernels) { return kernels->matmu
 
 // The bf16 dot-product peak (vdpbf16ps) in GFLOP/s; 0 where the set does not use the unit.
 static double measure_bf16_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
+#if defined(GPT2_AMX)
+    if (kernels == &gpt2__kernels_amx)
+        return best_of_passes(pool, [](long n) { return amx_loop<false>(n / amx_iterations_divisor); }, 4.0 * 16 * 16 * 32 * 2 / amx_iterations_divisor);
+#endif
 #if defined(GPT2__X86)
     if (uses_bf16_unit(kernels)) return best_of_passes(pool, dpbf16_loop_avx512, 12 * 32 * 2);
 #endif
@@ -849,12 +886,14 @@ int main(int argc, char** argv) {
     const double decode_ms = 1e3 * median(decode_s);
     const double decode_limit_ms = 1e3 * weight_bytes / (bandwidth * 1e9);
     // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
-    // the AMX set's tiles (src/cpu/kernels/amx.h) have no peak loop here (no host measured has AMX): no share
-    const bool amx_tiles = std::strncmp(kernels, "amx", 3) == 0 && (prefill_int8 || prefill_bf16);
-    const char* prefill_unit = amx_tiles ? "AMX tiles (no peak measured)" : prefill_int8 ? "int8 vpdpbusd" : prefill_bf16 ? "bf16 vdpbf16ps" : "fp32 FMA";
+    // the AMX set's q8_0, q4_0 and bf16 products run on its tiles (src/cpu/kernels/amx.h); the
+    // model of them (amx_model) has no peak: no share
+    const bool amx_tiles = std::strcmp(kernels, "amx") == 0, amx_model = std::strcmp(kernels, "amx_model") == 0;
+    const char* int8_unit = amx_tiles ? "int8 AMX tdpbsud" : "int8 vpdpbusd";
+    const char* prefill_unit = prefill_int8 ? int8_unit : prefill_bf16 ? (amx_tiles ? "bf16 AMX tdpbf16ps" : "bf16 vdpbf16ps") : "fp32 FMA";
     const double prefill_unit_peak = prefill_int8 ? int8_gops : prefill_bf16 ? bf16_gflops : fma_gflops;
     const double prefill_limit_s = product_flops / (prefill_unit_peak * 1e9) + attention_flops / (fma_gflops * 1e9);
-    const double prefill_limit_tok_s = fma_gflops > 0 && !amx_tiles ? prompt / prefill_limit_s : 0.0;
+    const double prefill_limit_tok_s = fma_gflops > 0 && !amx_model ? prompt / prefill_limit_s : 0.0;
     const double kv_bytes = 2.0 * m->n_layer * context * C * (kv_f16 ? 2 : 4);
     const double decode_limit_with_kv_ms = 1e3 * (weight_bytes + kv_bytes) / (bandwidth * 1e9); // the cache must be read too
     const char* type_name = gpt2__type_name(info.weight_type);
@@ -863,7 +902,7 @@ int main(int argc, char** argv) {
     const double step_ms = batch ? 1e3 * median(batch_step_s) : 0.0, batch_tok_s = batch ? batch / (step_ms / 1e3) : 0.0;
     const double generate_step_ms = batch ? 1e3 * median(generate_step_s) : 0.0; // every session makes --gen tokens: no stop is set
     const double batch_unit_gops = batch_int8 ? int8_gops : fma_gflops;
-    const char* batch_unit = batch_int8 ? "int8 vpdpbusd" : "fp32 FMA";
+    const char* batch_unit = batch_int8 ? int8_unit : "fp32 FMA";
     const double batch_limit_tok_s = batch_unit_gops * 1e9 / (2.0 * (matrix_params + C * m->n_vocab));
     // The roofline of a step that counts every byte it must read: each session's token multiplies
     // every weight (at the unit's peak) and attends over its context (4 C flops a key and layer, at
@@ -905,7 +944,8 @@ int main(int argc, char** argv) {
     } else {
         std::printf("%s  %s  %d thread(s)  kernels %s  KV cache %s\n", info.name, type_name, threads, kernels, kv_f16 ? "f16" : "f32");
         std::printf("  limits:  read bandwidth %.1f GB/s, fp32 FMA %.1f GFLOP/s", bandwidth, fma_gflops);
-        if (prefill_bf16) std::printf(", bf16 vdpbf16ps %.1f GFLOP/s", bf16_gflops);
+        if (prefill_bf16) std::printf(", %s %.1f GFLOP/s", prefill_unit, bf16_gflops);
+        if (prefill_int8 || batch_int8) std::printf(", %s %.1f GOP/s", int8_unit, int8_gops);
         std::printf("\n");
         std::printf("  prefill: %d tokens  %.1f tok/s  (%s limit %.1f tok/s, %.1f%%)\n", prompt, prefill_tok_s, prefill_unit, prefill_limit_tok_s,
                     prefill_limit_tok_s > 0 ? 100.0 * prefill_tok_s / prefill_limit_tok_s : 0.0);

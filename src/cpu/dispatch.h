@@ -21,8 +21,9 @@
                                       "amx", "neon", "wasm_simd128") when the CPU supports it, else
                                       the best one it does
      GPT2_AMX                         compile the AMX set ("amx", amx.h), chosen first where the CPU
-                                      has AMX and Linux grants it; UNTESTED ON HARDWARE, so off
-                                      by default (GCC or clang)
+                                      has AMX and Linux grants it; off by default (GCC or clang):
+                                      on the one AMX host measured, bf16 prompts gain 3-4x and
+                                      q8_0 ones nothing (docs/PERFORMANCE.md)
      GPT2_AMX_MODEL                   list "amx_model" after the AVX-512 sets: the AMX set's kernels
                                       on a C++ model of the tiles (slow; the tests' way to run them
                                       on any CPU with AVX-512 and its bf16 unit) */
