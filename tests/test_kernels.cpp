@@ -302,8 +302,9 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                         }
                         if (prompt_strategy(T) == GPT2__FLOAT16_LANES) CHECK(prompt == batch);
                         // the first n tokens alone, as a prompt and as decode rows (more than 5 f16 ones go one
-                        // group at a time), in ranges that start and end inside a group of 16
-                        for (int n : {1, 2, 5, 6, 8, 9})
+                        // group at a time; the AMX set's bf16 prompt of 32 in its 2 x 2 blocks of tiles), in
+                        // ranges that start and end inside a group of 16
+                        for (int n : {1, 2, 5, 6, 8, 9, 33})
                             for (bool decode_rows : {false, true}) {
                                 CAPTURE(n); CAPTURE(decode_rows);
                                 std::vector<float> few(start.begin(), start.begin() + n * rows);

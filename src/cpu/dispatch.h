@@ -22,7 +22,7 @@
                                       the best one it does
      GPT2_AMX                         compile the AMX set ("amx", amx.h), chosen first where the CPU
                                       has AMX and Linux grants it; off by default (GCC or clang):
-                                      on the one AMX host measured, bf16 prompts gain 3-4x and
+                                      on the one AMX host measured, bf16 prompts gain 4-5x and
                                       q8_0 ones nothing (docs/PERFORMANCE.md)
      GPT2_AMX_MODEL                   list "amx_model" after the AVX-512 sets: the AMX set's kernels
                                       on a C++ model of the tiles (slow; the tests' way to run them

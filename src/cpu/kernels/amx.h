@@ -10,7 +10,7 @@
    AVX-512 FMAs (AMX multiplies bf16, whose 8-bit mantissa would round f16's 11 bits).
 
    Run on AMX hardware on one host so far (Intel Xeon, Emerald Rapids, 2026-12-07): the tests pass
-   on the tiles; bf16 prompts run 3-4x the avx512_bf16 set, q8_0 ones 0.8-1.0x its int8 tiles
+   on the tiles; bf16 prompts run 4-5x the avx512_bf16 set, q8_0 ones 0.8-1.0x its int8 tiles
    (docs/PERFORMANCE.md), so the set stays off by default. Its arithmetic, layouts and blocking
    run in the tests everywhere through gpt2__amx_model, a plain C++ model of the tile operations
    (the kernel set "amx_model", compiled with GPT2_AMX_MODEL); the same kernels over the
@@ -61,6 +61,18 @@ static inline gpt2__amx_config gpt2__amx_shapes(int n, bool int8, int last_pairs
         c.rows[gpt2__tile_b_last] = (uint8_t)last_pairs;
         c.colsb[gpt2__tile_b_last] = 64;
     }
+    return c;
+}
+
+/* A bf16 product's 2 x 2 block: the sums of 2 groups of 16 rows and 2 tiles of 16 tokens in C
+   tiles 0-3 (group g, tokens u: tile 2u + g), the tokens' A tiles 4 and 5, the groups' B tiles 6
+   and 7, so each tile loaded serves two products. (A tile of each a product, from L2, held a
+   product to about 70 cycles where TDPBF16PS takes 16: the block ran the product 1.5-1.7x as
+   fast on Emerald Rapids.) */
+enum { gpt2__tile_block_c = 0, gpt2__tile_block_a = 4, gpt2__tile_block_b = 6 };
+static inline gpt2__amx_config gpt2__amx_block_shapes() {
+    gpt2__amx_config c;
+    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
     return c;
 }
 
@@ -251,42 +263,72 @@ GPT2__AVX512 static void gpt2__matmul_int8_amx(const gpt2__matmul_args& a, int64
 }
 
 /* A bf16 prompt on the tiles (GPT2__BF16_UNIT): per chunk of gpt2__chunk_tokens tokens, the thread
-   rounds them to bf16 in `panel` (as the bf16 unit does), then per group of 16 rows and 16 tokens
-   one C tile sums the TDPBF16PS of every 32 columns (the last fewer), and its rows are stored. */
+   rounds them to bf16 in `panel` (as the bf16 unit does), then per pair of groups of 16 rows and
+   32 tokens a 2 x 2 block of C tiles, and per group and 16 tokens the blocks leave (and every
+   group where K is not a multiple of 32) one C tile, sums the TDPBF16PS of every 32 columns (the
+   last fewer), and their rows are stored. Each output is its own row of a C tile, summed over the
+   same products in the same order in either: the same bits. */
 template <class Tiles>
 GPT2__AVX512_BF16 static void gpt2__matmul_bf16_amx(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     const int64_t K = a.W->cols, width = gpt2__lanes_columns(*a.W), pairs = width / 2, full = pairs / 16 * 16;
     const int last = (int)(pairs - full);
     const size_t panel_bytes = gpt2__f16_column_bytes * (size_t)width, ldx = 2 * (size_t)width;
     const uint16_t* x_bf16 = (const uint16_t*)panel;
-    alignas(64) float c[16][16];
-    int configured = 0;
+    const auto group_at = [&](int64_t first) { /* pair i's row: 128 i on */
+        return a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes + 64 * (first / gpt2__lane_rows % 2);
+    };
+    alignas(64) float c[4][16][16];
+    int configured = 0; /* the single tiles' rows, or -1: the blocks' shapes */
     for (int t0 = 0; t0 < a.T; t0 += gpt2__chunk_tokens) {
         const int chunk = std::min(gpt2__chunk_tokens, a.T - t0);
         gpt2__round_bf16_avx512((uint16_t*)panel, a.x + (size_t)t0 * K, chunk, K, width);
-        for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end; first += gpt2__lane_rows) {
-            const uint8_t* group = a.W->lanes + (size_t)(first / gpt2__panel_rows) * panel_bytes + 64 * (first / gpt2__lane_rows % 2); /* pair i's row: 128 i on */
-            for (int u0 = 0; u0 < chunk; u0 += 16) {
-                const int n = std::min(16, chunk - u0);
-                if (n != configured) Tiles::configure(gpt2__amx_shapes(configured = n, false, last));
-                const uint8_t* x = (const uint8_t*)(x_bf16 + (size_t)u0 * width);
-                Tiles::template zero<gpt2__tile_c>();
+        for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end; first += 2 * gpt2__lane_rows) {
+            int u0 = 0;
+            for (; !last && first + gpt2__lane_rows < o_end && u0 + 32 <= chunk; u0 += 32) {
+                if (configured != -1) Tiles::configure(gpt2__amx_block_shapes()), configured = -1;
+                constexpr int C = gpt2__tile_block_c, A = gpt2__tile_block_a, B = gpt2__tile_block_b;
+                const uint8_t *x = (const uint8_t*)(x_bf16 + (size_t)u0 * width), *g0 = group_at(first), *g1 = group_at(first + gpt2__lane_rows);
+                Tiles::template zero<C>(), Tiles::template zero<C + 1>(), Tiles::template zero<C + 2>(), Tiles::template zero<C + 3>();
                 for (int64_t i = 0; i < full; i += 16) {
-                    Tiles::template load<gpt2__tile_a>(x + 4 * i, ldx);
-                    Tiles::template load<gpt2__tile_b>(group + 128 * i, 128);
-                    Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+                    Tiles::template load<A>(x + 4 * i, ldx);
+                    Tiles::template load<B>(g0 + 128 * i, 128);
+                    Tiles::template dpbf16ps<C, A, B>();
+                    Tiles::template load<B + 1>(g1 + 128 * i, 128);
+                    Tiles::template dpbf16ps<C + 1, A, B + 1>();
+                    Tiles::template load<A + 1>(x + 16 * ldx + 4 * i, ldx);
+                    Tiles::template dpbf16ps<C + 2, A + 1, B>();
+                    Tiles::template dpbf16ps<C + 3, A + 1, B + 1>();
                 }
-                if (last) {
-                    Tiles::template load<gpt2__tile_a_last>(x + 4 * full, ldx);
-                    Tiles::template load<gpt2__tile_b_last>(group + 128 * full, 128);
-                    Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a_last, gpt2__tile_b_last>();
-                }
-                Tiles::template store<gpt2__tile_c>(c, 64);
-                for (int t = 0; t < n; t++) {
-                    const __m512 sums = _mm512_load_ps(c[t]);
-                    gpt2__store_group_avx512<1>(a, first, o_begin, o_end, t0 + u0 + t, &sums);
-                }
+                Tiles::template store<C>(c[0], 64), Tiles::template store<C + 1>(c[1], 64);
+                Tiles::template store<C + 2>(c[2], 64), Tiles::template store<C + 3>(c[3], 64);
+                for (int q = 0; q < 4; q++)
+                    for (int t = 0; t < 16; t++) {
+                        const __m512 sums = _mm512_load_ps(c[q][t]);
+                        gpt2__store_group_avx512<1>(a, first + gpt2__lane_rows * (q % 2), o_begin, o_end, t0 + u0 + 16 * (q / 2) + t, &sums);
+                    }
             }
+            for (int64_t g = first; g < std::min(first + 2 * gpt2__lane_rows, o_end); g += gpt2__lane_rows)
+                for (int u = u0; u < chunk; u += 16) {
+                    const int n = std::min(16, chunk - u);
+                    if (n != configured) Tiles::configure(gpt2__amx_shapes(configured = n, false, last));
+                    const uint8_t *x = (const uint8_t*)(x_bf16 + (size_t)u * width), *group = group_at(g);
+                    Tiles::template zero<gpt2__tile_c>();
+                    for (int64_t i = 0; i < full; i += 16) {
+                        Tiles::template load<gpt2__tile_a>(x + 4 * i, ldx);
+                        Tiles::template load<gpt2__tile_b>(group + 128 * i, 128);
+                        Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a, gpt2__tile_b>();
+                    }
+                    if (last) {
+                        Tiles::template load<gpt2__tile_a_last>(x + 4 * full, ldx);
+                        Tiles::template load<gpt2__tile_b_last>(group + 128 * full, 128);
+                        Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a_last, gpt2__tile_b_last>();
+                    }
+                    Tiles::template store<gpt2__tile_c>(c[0], 64);
+                    for (int t = 0; t < n; t++) {
+                        const __m512 sums = _mm512_load_ps(c[0][t]);
+                        gpt2__store_group_avx512<1>(a, g, o_begin, o_end, t0 + u + t, &sums);
+                    }
+                }
         }
     }
     if (configured) Tiles::release();
