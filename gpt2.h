@@ -9482,9 +9482,13 @@ GPT2__ALWAYS_INLINE static void gpt2__prefetch_decode_ahead(const uint8_t* at) {
    nothing; docs/PERFORMANCE.md, Kernel notes). */
 static const int gpt2__wide_rows_ahead_bytes = 16384;
 static const int64_t gpt2__rows_streamed_alone_values = 4096; /* the longest row Zen 4 streams at the limit unaided */
+/* On AMD, rows longer than that: f16 and bf16 16 KB ahead, f32 not at all (also the prefetch of
+   the rows that go together, gpt2__matmul_rows_together_avx2, which are all that long where the
+   L1 data cache holds 24 KB or more). */
+static constexpr int gpt2__long_rows_ahead(uint32_t type) { return type == GPT2_TYPE_F32 ? 0 : gpt2__wide_rows_ahead_bytes; }
 static int gpt2__float_rows_ahead(uint32_t type, int64_t cols) {
     if (gpt2__intel_cpu()) return gpt2__decode_ahead_bytes;
-    return type != GPT2_TYPE_F32 && cols > gpt2__rows_streamed_alone_values ? gpt2__wide_rows_ahead_bytes : 0;
+    return cols > gpt2__rows_streamed_alone_values ? gpt2__long_rows_ahead(type) : 0;
 }
 
 /* Decode reads the weights one row at a time, so each thread's rows are one sequential stream,
@@ -10003,7 +10007,7 @@ static bool gpt2__rows_go_together(uint32_t type, int64_t cols) {
 }
 template <uint32_t TYPE>
 GPT2__AVX2 static void gpt2__matmul_rows_together_avx2(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end) {
-    constexpr int R = gpt2__rows_together(TYPE), AHEAD = TYPE == GPT2_TYPE_F32 ? 0 : gpt2__wide_rows_ahead_bytes;
+    constexpr int R = gpt2__rows_together(TYPE), AHEAD = gpt2__long_rows_ahead(TYPE);
     const int64_t K = a.W->cols;
     for (int64_t o = o_begin; o < o_end; o += R) {
         const int n = (int)std::min<int64_t>(R, o_end - o);

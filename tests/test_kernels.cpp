@@ -809,7 +809,7 @@ TEST_CASE("x86: float decode rows give the same bits with their prefetches ahead
 // product taken through either path must store the same outputs.
 template <uint32_t TYPE>
 static void check_rows_together(std::mt19937& rng) {
-    constexpr int R = gpt2__rows_together(TYPE), AHEAD = TYPE == GPT2_TYPE_F32 ? 0 : gpt2__wide_rows_ahead_bytes;
+    constexpr int R = gpt2__rows_together(TYPE), AHEAD = gpt2__long_rows_ahead(TYPE);
     for (int64_t cols : {7, 40, 801, 5120, 6421}) {
         CAPTURE(cols);
         Matrix m(rng, TYPE, 2 * R + 1, cols);
