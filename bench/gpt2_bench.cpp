@@ -228,11 +228,22 @@ static double measure_fma_peak(gpt2__pool* pool, const char* kernels) {
     return 0.0;
 }
 
+// Whether the set's q8_0, q4_0 and bf16 products run on AMX tiles (src/cpu/kernels/amx.h; not
+// their model, amx_model).
+static bool on_amx_tiles(const gpt2__kernels* kernels) {
+#if defined(GPT2_AMX)
+    return kernels == &gpt2__kernels_amx;
+#else
+    (void)kernels;
+    return false;
+#endif
+}
+
 // The int8 dot-product peak (vpdpbusd, AVX-512 VNNI) in GOP/s; 0 where the kernel set has no int8
 // panels.
 static double measure_int8_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
 #if defined(GPT2_AMX)
-    if (kernels == &gpt2__kernels_amx)
+    if (on_amx_tiles(kernels))
         return best_of_passes(pool, [](long n) { return amx_loop<true>(n / amx_iterations_divisor); }, 4.0 * 16 * 16 * 64 * 2 / amx_iterations_divisor);
 #endif
 #if defined(GPT2__X86)
@@ -249,7 +260,7 @@ static bool uses_bf16_unit(const gpt2__kernels* kernels) { return kernels->matmu
 // The bf16 dot-product peak (vdpbf16ps) in GFLOP/s; 0 where the set does not use the unit.
 static double measure_bf16_peak(gpt2__pool* pool, const gpt2__kernels* kernels) {
 #if defined(GPT2_AMX)
-    if (kernels == &gpt2__kernels_amx)
+    if (on_amx_tiles(kernels))
         return best_of_passes(pool, [](long n) { return amx_loop<false>(n / amx_iterations_divisor); }, 4.0 * 16 * 16 * 32 * 2 / amx_iterations_divisor);
 #endif
 #if defined(GPT2__X86)
@@ -888,7 +899,7 @@ int main(int argc, char** argv) {
     // prefill: the products at the peak of the unit that multiplies them, attention at the FMA peak
     // the AMX set's q8_0, q4_0 and bf16 products run on its tiles (src/cpu/kernels/amx.h); the
     // model of them (amx_model) has no peak: no share
-    const bool amx_tiles = std::strcmp(kernels, "amx") == 0, amx_model = std::strcmp(kernels, "amx_model") == 0;
+    const bool amx_tiles = on_amx_tiles(cpu->kernels), amx_model = std::strcmp(kernels, "amx_model") == 0;
     const char* int8_unit = amx_tiles ? "int8 AMX tdpbsud" : "int8 vpdpbusd";
     const char* prefill_unit = prefill_int8 ? int8_unit : prefill_bf16 ? (amx_tiles ? "bf16 AMX tdpbf16ps" : "bf16 vdpbf16ps") : "fp32 FMA";
     const double prefill_unit_peak = prefill_int8 ? int8_gops : prefill_bf16 ? bf16_gflops : fma_gflops;

@@ -104,7 +104,7 @@ static gpt2_result gpt2__cpu_share_cache(gpt2_session* dst, gpt2_session* src, i
    runs another kernel set), so the process keeps one copy of those weights, not two. */
 static gpt2_result gpt2__cpu_pack_lanes(gpt2_model* m, gpt2_error* err) {
     const gpt2__kernels& kernels = gpt2__cpu_kernels();
-#if defined(GPT2_AMX) && defined(GPT2__X86) && defined(__linux__) /* elsewhere nothing is asked, so nothing is refused */
+#if defined(GPT2_AMX) && defined(GPT2__X86)
     const char* refused = nullptr;
     if (gpt2__detect_x86().amx && !gpt2__amx_granted(&refused))
         gpt2__log(m->params, GPT2_LOG_WARNING, "AMX: the CPU has it but %s; products multiply on the %s kernels", refused, kernels.name);

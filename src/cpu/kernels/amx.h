@@ -262,6 +262,15 @@ GPT2__AVX512 static void gpt2__matmul_int8_amx(const gpt2__matmul_args& a, int64
     gpt2__matmul_int8_amx_layout<Tiles, GPT2_TYPE_Q8_0>(a, o_begin, o_end, (uint8_t*)panel);
 }
 
+/* A stored C tile's first n rows (a token each) as the sums of the group of 16 rows from row g for
+   tokens t.., the outputs of rows [lo, hi) stored as gpt2__store_out does. */
+GPT2__AVX512 static void gpt2__store_tile_rows(const gpt2__matmul_args& a, const float (*sums)[16], int64_t g, int64_t lo, int64_t hi, int t, int n) {
+    for (int i = 0; i < n; i++) {
+        const __m512 row = _mm512_load_ps(sums[i]);
+        gpt2__store_group_avx512<1>(a, g, lo, hi, t + i, &row);
+    }
+}
+
 /* A bf16 prompt on the tiles (GPT2__BF16_UNIT): per chunk of gpt2__chunk_tokens tokens, the thread
    rounds them to bf16 in `panel` (as the bf16 unit does), then per pair of groups of 16 rows and
    32 tokens a 2 x 2 block of C tiles, and per group and 16 tokens the blocks leave (and every
@@ -283,11 +292,13 @@ GPT2__AVX512_BF16 static void gpt2__matmul_bf16_amx(const gpt2__matmul_args& a, 
         const int chunk = std::min(gpt2__chunk_tokens, a.T - t0);
         gpt2__round_bf16_avx512((uint16_t*)panel, a.x + (size_t)t0 * K, chunk, K, width);
         for (int64_t first = o_begin / gpt2__lane_rows * gpt2__lane_rows; first < o_end; first += 2 * gpt2__lane_rows) {
+            const bool blocks = !last && first + gpt2__lane_rows < o_end; /* both groups, K in whole tiles */
+            const uint8_t *g0 = group_at(first), *g1 = group_at(first + gpt2__lane_rows);
             int u0 = 0;
-            for (; !last && first + gpt2__lane_rows < o_end && u0 + 32 <= chunk; u0 += 32) {
+            for (; blocks && u0 + 32 <= chunk; u0 += 32) {
                 if (configured != -1) Tiles::configure(gpt2__amx_block_shapes()), configured = -1;
                 constexpr int C = gpt2__tile_block_c, A = gpt2__tile_block_a, B = gpt2__tile_block_b;
-                const uint8_t *x = (const uint8_t*)(x_bf16 + (size_t)u0 * width), *g0 = group_at(first), *g1 = group_at(first + gpt2__lane_rows);
+                const uint8_t* x = (const uint8_t*)(x_bf16 + (size_t)u0 * width);
                 Tiles::template zero<C>(), Tiles::template zero<C + 1>(), Tiles::template zero<C + 2>(), Tiles::template zero<C + 3>();
                 for (int64_t i = 0; i < full; i += 16) {
                     Tiles::template load<A>(x + 4 * i, ldx);
@@ -301,11 +312,7 @@ GPT2__AVX512_BF16 static void gpt2__matmul_bf16_amx(const gpt2__matmul_args& a, 
                 }
                 Tiles::template store<C>(c[0], 64), Tiles::template store<C + 1>(c[1], 64);
                 Tiles::template store<C + 2>(c[2], 64), Tiles::template store<C + 3>(c[3], 64);
-                for (int q = 0; q < 4; q++)
-                    for (int t = 0; t < 16; t++) {
-                        const __m512 sums = _mm512_load_ps(c[q][t]);
-                        gpt2__store_group_avx512<1>(a, first + gpt2__lane_rows * (q % 2), o_begin, o_end, t0 + u0 + 16 * (q / 2) + t, &sums);
-                    }
+                for (int q = 0; q < 4; q++) gpt2__store_tile_rows(a, c[q], first + gpt2__lane_rows * (q % 2), o_begin, o_end, t0 + u0 + 16 * (q / 2), 16);
             }
             for (int64_t g = first; g < std::min(first + 2 * gpt2__lane_rows, o_end); g += gpt2__lane_rows)
                 for (int u = u0; u < chunk; u += 16) {
@@ -324,10 +331,7 @@ GPT2__AVX512_BF16 static void gpt2__matmul_bf16_amx(const gpt2__matmul_args& a, 
                         Tiles::template dpbf16ps<gpt2__tile_c, gpt2__tile_a_last, gpt2__tile_b_last>();
                     }
                     Tiles::template store<gpt2__tile_c>(c[0], 64);
-                    for (int t = 0; t < n; t++) {
-                        const __m512 sums = _mm512_load_ps(c[0][t]);
-                        gpt2__store_group_avx512<1>(a, g, o_begin, o_end, t0 + u + t, &sums);
-                    }
+                    gpt2__store_tile_rows(a, c[0], g, o_begin, o_end, t0 + u, n);
                 }
         }
     }
