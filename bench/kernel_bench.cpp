@@ -1,12 +1,16 @@
 // gpt2-kernel-bench: one matrix product of the dispatched kernels, timed alone (min of many runs).
 //
-//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float|rows|batch]]]]
+//   gpt2-kernel-bench TYPE TOKENS [KERNELS [ROWS [COLS [float|rows|batch|lanes [COPIES]]]]]
 //     TYPE 0 f32, 1 f16, 30 bf16, 8 q8_0, 2 q4_0; KERNELS scalar|avx2|avx512|neon (default: this CPU's best)
 //     q8_0 with 2 or more tokens multiplies int8 panels where the set has them (as a prompt and a
 //     batch's decode rows do, quantizing included), float panels with `float`; where the set has
 //     lanes, q8_0, q4_0, f16 and bf16 are packed into them first (untimed, as a model is when it loads) and
 //     every token count multiplies them, as the forward pass does; `rows` keeps the file's rows;
-//     `batch`: the TOKENS are single tokens of as many sessions (gpt2_batch_eval's decode rows)
+//     `batch`: the TOKENS are single tokens of as many sessions (gpt2_batch_eval's decode rows);
+//     `lanes`: as with no mode. COPIES (default 1): the product goes through that many copies of
+//     the matrix in turn, so with enough of them (a forward pass's 300 MB) each call reads its
+//     weights from memory, as a model's layers do, where one copy stays in the caches; the median
+//     call is printed beside the fastest
 //   e.g. gpt2-kernel-bench 8 1 avx512 50257 768   (q8_0 decode of the head's shape, from DRAM)
 //        gpt2-kernel-bench 0 64 avx512 3072 768   (f32 prefill of 64 tokens, from cache)
 //
@@ -28,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -112,7 +117,12 @@ int main(int argc, char** argv) {
     }
     const std::string mode = argc > 6 ? argv[6] : "";
     const bool batch = mode == "batch"; // T sessions' single tokens, as gpt2_batch_eval multiplies them
-    const bool lanes = gpt2__lanes_type(type) && k->pack_lanes && (mode.empty() || batch);
+    const bool lanes = gpt2__lanes_type(type) && k->pack_lanes && (mode.empty() || mode == "lanes" || batch);
+    const int copies = argc > 7 ? std::atoi(argv[7]) : 1;
+    if (copies < 1 || !(mode.empty() || mode == "float" || mode == "rows" || mode == "batch" || mode == "lanes")) {
+        std::fprintf(stderr, "gpt2-kernel-bench: the mode is float, rows, batch or lanes, and COPIES 1 or more\n");
+        return 2;
+    }
     // On huge pages where the OS grants them, as a model's weights and lanes are (gpt2-bench).
     struct Buffer {
         uint8_t* p;
@@ -120,7 +130,8 @@ int main(int argc, char** argv) {
         ~Buffer() { gpt2__free_aligned(p); }
         uint8_t* data() const { return p; }
     };
-    Buffer W((size_t)(rb * rows));
+    const size_t matrix_bytes = (size_t)(rb * rows);
+    Buffer W(matrix_bytes * copies);
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);
     std::vector<float> row((size_t)cols);
@@ -128,12 +139,15 @@ int main(int argc, char** argv) {
         for (float& v : row) v = u(rng);
         gguf_quantize_row(type, row.data(), W.data() + r * rb, cols);
     }
+    for (int c = 1; c < copies; c++) std::memcpy(W.data() + c * matrix_bytes, W.data(), matrix_bytes);
     gpt2__weight w;
     w.data = W.data(); w.type = type; w.rows = rows; w.cols = cols; w.row_bytes = (size_t)rb;
-    Buffer packed_lanes(lanes ? gpt2__lanes_bytes(w) : 1);
+    const size_t lanes_bytes = lanes ? gpt2__lanes_bytes(w) : 1;
+    Buffer packed_lanes(lanes_bytes * copies);
     if (lanes) {
         w.lanes = packed_lanes.data();
         k->pack_lanes(packed_lanes.data(), w);
+        for (int c = 1; c < copies; c++) std::memcpy(packed_lanes.data() + c * lanes_bytes, packed_lanes.data(), lanes_bytes);
     }
     std::vector<float> x((size_t)(T * cols)), y((size_t)(T * rows)), panel(gpt2__panel_floats(cols));
     for (float& v : x) v = u(rng);
@@ -146,9 +160,11 @@ int main(int argc, char** argv) {
     gpt2__strategy strategy = gpt2__strategy_for(k, w, T, decode_rows);
     if (mode == "float") strategy = int8 ? (T == 1 ? GPT2__STREAM_INT8 : GPT2__FLOAT_TILES) : gpt2__is_decode(T) ? GPT2__STREAM_ROWS : GPT2__FLOAT_TILES;
     const bool int8_panels = strategy == GPT2__INT8_PANELS;
-    double best = 1e9;
+    std::vector<double> seconds;
     const int iterations = rb * rows > (64u << 20) ? 10 : 200;
     for (int it = 0; it < iterations; it++) {
+        w.data = W.data() + (size_t)(it % copies) * matrix_bytes;
+        if (lanes) w.lanes = packed_lanes.data() + (size_t)(it % copies) * lanes_bytes;
         const auto t0 = std::chrono::steady_clock::now();
         gpt2__matmul_args a{y.data(), x.data(), nullptr, nullptr, &w, nullptr, T, false, strategy};
         if (strategy == GPT2__STREAM_INT8) {
@@ -161,11 +177,14 @@ int main(int argc, char** argv) {
             a.xq_packed = packed.data();
         }
         k->matmul[a.strategy](a, 0, rows, panel.data());
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    const double macs = (double)rows * cols * T;
-    std::printf("%s %s%s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights\n", k->name, gpt2__type_name(type),
+    std::sort(seconds.begin(), seconds.end());
+    const double best = seconds.front(), median = seconds[seconds.size() / 2], macs = (double)rows * cols * T;
+    std::printf("%s %s%s, %lld x %lld, %d token(s): %.1f us, %.2f GMAC/s, %.2f GB/s of weights", k->name, gpt2__type_name(type),
                 lanes ? " (lanes)" : int8_panels ? " (int8 panels)" : "", (long long)rows,
-                (long long)cols, T, best * 1e6, macs / best / 1e9, (double)rb * rows / best / 1e9);
+                (long long)cols, T, best * 1e6, macs / best / 1e9, (double)matrix_bytes / best / 1e9);
+    if (copies > 1) std::printf(" (%d copies in turn; median %.1f us, %.2f GMAC/s)", copies, median * 1e6, macs / median / 1e9);
+    std::printf("\n");
     return 0;
 }

@@ -306,6 +306,7 @@ TEST_CASE("tokens beyond the context are cropped as the policy says, and the mod
     mp.log_user = &warnings;
     Model m(test_model("shakespeare_char.gguf"), mp);
     REQUIRE(m.model);
+    warnings.lines.clear(); // what the load itself says (an AMX refusal on Linux before 5.16) is not the context's
     const int V = m.info().n_vocab;
     gpt2_session_params p = gpt2_session_default_params();
     p.n_threads = 1;
