@@ -11776,7 +11776,7 @@ GPT2__AVX512 static void gpt2__matmul_int8_amx(const gpt2__matmul_args& a, int64
 
 /* A stored C tile's first n rows (a token each) as the sums of the group of 16 rows from row g for
    tokens t.., the outputs of rows [lo, hi) stored as gpt2__store_out does. */
-GPT2__AVX512 static void gpt2__store_tile_rows(const gpt2__matmul_args& a, const float (*sums)[16], int64_t g, int64_t lo, int64_t hi, int t, int n) {
+GPT2__AVX512 static inline void gpt2__store_tile_rows(const gpt2__matmul_args& a, const float (*sums)[16], int64_t g, int64_t lo, int64_t hi, int t, int n) {
     for (int i = 0; i < n; i++) {
         const __m512 row = _mm512_load_ps(sums[i]);
         gpt2__store_group_avx512<1>(a, g, lo, hi, t + i, &row);
