@@ -8795,6 +8795,7 @@ struct gpt2__matmul_args {
     gpt2__strategy strategy = GPT2__STREAM_ROWS;
     const uint8_t* xq_packed = nullptr; /* GPT2__INT8_PANELS: x packed by the set's quantize_q8_packed */
     const uint16_t* x_bf16 = nullptr; /* GPT2__BF16_UNIT: x rounded to bf16, rows of gpt2__lanes_columns(*W) values */
+    const float* x_tiles = nullptr;   /* GPT2__FLOAT16_LANES: x packed by the set's pack_tile_rows, where it packs them */
 };
 
 /* A batch's decode rows share panels, as a prompt's tokens do, once there are this many of them:
@@ -8916,6 +8917,9 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
+    /* NULL, or whether the set's GPT2__FLOAT16_LANES kernel reads the activations of `a` packed
+       (x_tiles), and if so they packed at dst (a.T x W->cols floats) */
+    bool (*pack_tile_rows)(float* dst, const gpt2__matmul_args& a);
 };
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */
@@ -10984,13 +10988,14 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
    widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel notes); each output is still
    its own lane summed in the same order for every tile width and row range. */
 static const int gpt2__float16_prompt_tile_tokens = 8;
-template <uint32_t TYPE, int V, int N, bool TwoSums = true>
+template <uint32_t TYPE, int V, int N, bool TwoSums = true, bool Packed = false>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                    const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
     const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
     const float* x[N];
     for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    const float* xp = Packed ? a.x_tiles + (size_t)t0 * K : nullptr; /* per pair of columns the N tokens' two values */
     __m512 even[V][N], odd[V][N];
     GPT2__UNROLL
     for (int v = 0; v < V; v++)
@@ -11009,19 +11014,20 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
            builds did (docs/PERFORMANCE.md, Kernel notes). */
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
-            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
+            const __m512 x0 = _mm512_set1_ps(Packed ? xp[2 * t] : x[t][2 * i]);
             GPT2__UNROLL
             for (int v = 0; v < V; v++) even[v][t] = _mm512_fmadd_ps(w0[v], x0, even[v][t]);
         }
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
-            const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
+            const __m512 x1 = _mm512_set1_ps(Packed ? xp[2 * t + 1] : x[t][2 * i + 1]);
             GPT2__UNROLL
             for (int v = 0; v < V; v++) {
                 if constexpr (TwoSums) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
                 else even[v][t] = _mm512_fmadd_ps(w1[v], x1, even[v][t]);
             }
         }
+        xp += 2 * N;
     }
     if (K % 2) { /* the last column, to the even sums */
         GPT2__UNROLL
@@ -11029,7 +11035,7 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
             __m512 wv;
             gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), even[v][t]);
+            for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(Packed ? xp[t] : x[t][K - 1]), even[v][t]);
         }
     }
     GPT2__UNROLL
@@ -11061,7 +11067,7 @@ template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
     else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
-    else if constexpr (N > (gpt2__goes_by_group(LAYOUT) && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
+    else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
@@ -11077,6 +11083,14 @@ static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
      gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
 static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
 
+/* The tiles of f16 decode rows by group (gpt2__goes_by_group), which read their tokens packed
+   (gpt2__pack_tile_rows_avx512). */
+template <int N>
+static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tile = gpt2__tile_float16_avx512<GPT2_TYPE_F16, 1, N, true, true>;
+static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tiles[gpt2__float16_group_tile_tokens] = {
+    gpt2__f16_group_tile<1>, gpt2__f16_group_tile<2>, gpt2__f16_group_tile<3>, gpt2__f16_group_tile<4>,
+    gpt2__f16_group_tile<5>, gpt2__f16_group_tile<6>, gpt2__f16_group_tile<7>, gpt2__f16_group_tile<8>};
+
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
    share of `lines` prefetched lines: its first token, its tokens and its lines [from, to). */
@@ -11086,6 +11100,33 @@ struct gpt2__tile_share {
 };
 static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t lines) {
     return {i * (T / tiles) + std::min(i, T % tiles), T / tiles + (i < T % tiles), lines * i / tiles, lines * (i + 1) / tiles};
+}
+
+/* Whether f16 decode rows go by group (more than gpt2__lanes_tile_tokens of them). */
+static inline bool gpt2__f16_rows_by_group(const gpt2__matmul_args& a) {
+    return a.strategy == GPT2__FLOAT16_LANES && gpt2__goes_by_group(a.W->type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
+}
+
+/* The set's pack_tile_rows: f16 decode rows by group have their activations packed as their tiles
+   read them: per tile (gpt2__share_tile), per pair of columns its n tokens' two values, then an
+   odd K's last column's n values. A tile then reads one stream, each value at a constant offset
+   from one pointer, where it read n rows K apart, each broadcast at an indexed address (which
+   Intel cores split into two micro-operations): on Emerald Rapids 6 to 64 rows' products
+   1.07-1.14x as fast, packing included, where a pointer a row (no indexed address) gave 1.02-1.03x
+   (docs/PERFORMANCE.md, Kernel notes). Packed once per product for all threads: packed by the
+   kernel, per call, it cost about 13% of a call of 64 rows at K = 3072. */
+static inline bool gpt2__pack_tile_rows_avx512(float* dst, const gpt2__matmul_args& a) {
+    if (!gpt2__f16_rows_by_group(a)) return false;
+    const int64_t K = a.W->cols;
+    const int n_tiles = (a.T + gpt2__float16_group_tile_tokens - 1) / gpt2__float16_group_tile_tokens;
+    for (int i = 0; i < n_tiles; i++) {
+        const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, 0);
+        const float* rows = a.x + (size_t)t.t0 * K;
+        for (int64_t q = 0; q < K / 2; q++)
+            for (int u = 0; u < t.n; u++, dst += 2) std::memcpy(dst, rows + (size_t)u * K + 2 * q, 8);
+        for (int u = 0; u < t.n && K % 2; u++) *dst++ = rows[(size_t)u * K + K - 1];
+    }
+    return true;
 }
 
 /* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time (f16 decode rows of
@@ -11099,12 +11140,14 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
    to L2, where the later tiles and the second group find it (non-temporal ones left q8_0's tiles
    of 3-12 tokens waiting for DRAM on Zen 4: 1.3-2.2x slower). A lone token or two prefetch
    non-temporally on AMD, where a lone token streams faster so (Zen 4: 33 against 24 GB/s;
-   docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). The kernel of
-   GPT2__FLOAT16_LANES. */
+   docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). f16 decode rows go
+   by group where their activations come packed (x_tiles), else (a caller that did not pack them)
+   two groups at a time, the same bits. The kernel of GPT2__FLOAT16_LANES. */
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
     const bool bf16_unit = a.strategy == GPT2__BF16_UNIT, prompt = a.strategy == GPT2__FLOAT16_PROMPT;
+    const bool by_group = a.x_tiles && gpt2__f16_rows_by_group(a);
     const gpt2__tiles_avx512& tiles = bf16_unit                 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__BF16_UNIT>
                                       : prompt                  ? (type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__FLOAT16_PROMPT>
                                                                                           : gpt2__tiles_of_avx512<GPT2_TYPE_F16, GPT2__FLOAT16_PROMPT>)
@@ -11112,7 +11155,6 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const bool by_group = !bf16_unit && !prompt && gpt2__goes_by_group(type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
     const bool streams = a.T <= 2; /* a lone token or two stream ahead; more re-read each panel */
     const int widest = bf16_unit  ? gpt2__bf16_unit_tile_tokens
                        : prompt   ? gpt2__float16_prompt_tile_tokens
@@ -11131,7 +11173,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const size_t next_lines = first + gpt2__panel_rows < o_end || streams ? panel_bytes / (by_group ? 128 : 64) : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
+            (by_group ? gpt2__f16_group_tiles : tiles[both])[t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }
@@ -12199,18 +12241,18 @@ static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
                                                    /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT, FLOAT16_PROMPT */
                                                    {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr};
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr, nullptr};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
                                                  {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr, nullptr},
                                                  gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr};
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr, nullptr};
 static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
                                                    {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
                                                     gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr, gpt2__matmul_lanes_avx512},
                                                    gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__layer_norm_avx2, gpt2__to_f16_avx2,
-                                                   gpt2__pack_lanes_avx512};
+                                                   gpt2__pack_lanes_avx512, gpt2__pack_tile_rows_avx512};
 /* the AVX-512 set with bf16 prompts on the bf16 unit */
 static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
     k.name = "avx512_bf16";
@@ -12865,6 +12907,7 @@ struct gpt2__activations {
     int8_t* xq = nullptr;      /* (D, max(C, F)) single tokens quantized for q8_0 and q4_0 weights */
     float* xq_scale = nullptr; /* (D, max(C, F) / gpt2__q8_block_values) */
     uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels, where the kernels have them */
+    float* x_tiles = nullptr;  /* (max(D, B), max(C, F)) decode rows packed for f16 tiles (pack_tile_rows), where the kernels have them */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -12995,19 +13038,20 @@ static int gpt2__key_range(int n_keys) {
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max((size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
-   kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
-   tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a batch's) are made
-   only where they can be used. */
-static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
-    bool has_type = gpt2__int8_weights(m->lm_head.type);
+/* Whether a session of m may pack rows for its products: one of its matrices has a type that
+   `takes` and a kernel set this CPU runs `packs` (a session's set may be swapped for another
+   after it is made: tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a
+   batch's) are made only where they can be used. */
+template <class Takes, class Packs>
+static bool gpt2__cpu_may_pack(const gpt2_model* m, Takes takes, Packs packs) {
+    bool has_type = takes(m->lm_head.type);
     for (const gpt2__layer& L : m->layers)
-        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_weights(W->type);
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || takes(W->type);
     if (!has_type) return false;
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     for (int i = 0; i < n; i++)
-        if (sets[i]->quantize_q8_packed) return true;
+        if (packs(*sets[i])) return true;
     return false;
 }
 
@@ -13107,7 +13151,7 @@ static void gpt2__attention_merge(const gpt2__attention_job& j) {
 /* ---- The pass: every session's new tokens through the model at once ------------------------- */
 
 static void gpt2__activations_free(gpt2__activations* w) {
-    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->scores, w->logits};
+    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->x_tiles, w->scores, w->logits};
     for (void* b : buffers) gpt2__free_aligned(b);
     *w = gpt2__activations();
 }
@@ -13125,11 +13169,14 @@ static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, 
     gpt2__activations* w = &grown;
     const gpt2_model* m = s->model;
     const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
+    const bool int8_panels = gpt2__cpu_may_pack(m, gpt2__int8_weights, [](const gpt2__kernels& k) { return k.quantize_q8_packed != nullptr; });
+    const bool f16_tiles = gpt2__cpu_may_pack(m, [](uint32_t type) { return type == GPT2_TYPE_F16; }, [](const gpt2__kernels& k) { return k.pack_tile_rows != nullptr; });
     struct { void** p; size_t bytes; } plan[] = {
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
         {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, decode_rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&w->xq, decode_rows * widest}, {(void**)&w->xq_scale, (decode_rows * widest / gpt2__q8_block_values + 1) * 4},
-        {(void**)&w->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
+        {(void**)&w->xq_packed, int8_panels ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
+        {(void**)&w->x_tiles, f16_tiles ? std::max(decode_rows, sessions) * widest * 4 : 0}, /* decode rows, or the head's rows */
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
@@ -13209,6 +13256,8 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
             kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
+        } else if (a.strategy == GPT2__FLOAT16_LANES && kernels->pack_tile_rows && kernels->pack_tile_rows(w->x_tiles, a)) {
+            a.x_tiles = w->x_tiles;
         }
         parts.push_back(a);
     }

@@ -6,7 +6,8 @@
 //     batch's decode rows do, quantizing included), float panels with `float`; where the set has
 //     lanes, q8_0, q4_0, f16 and bf16 are packed into them first (untimed, as a model is when it loads) and
 //     every token count multiplies them, as the forward pass does; `rows` keeps the file's rows;
-//     `batch`: the TOKENS are single tokens of as many sessions (gpt2_batch_eval's decode rows);
+//     `batch`: the TOKENS are single tokens of as many sessions (gpt2_batch_eval's decode rows;
+//     f16 ones packed for the set's tiles where it packs them, packing included);
 //     `lanes`: as with no mode. COPIES (default 1): the product goes through that many copies of
 //     the matrix in turn, so with enough of them (a forward pass's 300 MB) each call reads its
 //     weights from memory, as a model's layers do, where one copy stays in the caches; the median
@@ -154,6 +155,7 @@ int main(int argc, char** argv) {
     std::vector<int8_t> xq((size_t)cols);
     std::vector<float> xs((size_t)cols / 32 + 1);
     std::vector<uint8_t> packed((size_t)T * gpt2__q8_packed_row_bytes(cols));
+    std::vector<float> x_tiles(x.size());
     // the strategy of a lone session's T tokens (src/cpu/forward.h: one token, or a few on float
     // weights, go as decode rows); "float": no lanes, no int8 panels
     const bool int8 = gpt2__int8_weights(type), decode_rows = batch || T == 1 || (!int8 && gpt2__is_decode(T));
@@ -176,6 +178,7 @@ int main(int argc, char** argv) {
             k->quantize_q8_packed(packed.data(), x.data(), T, cols);
             a.xq_packed = packed.data();
         }
+        if (strategy == GPT2__FLOAT16_LANES && k->pack_tile_rows && k->pack_tile_rows(x_tiles.data(), a)) a.x_tiles = x_tiles.data();
         k->matmul[a.strategy](a, 0, rows, panel.data());
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }

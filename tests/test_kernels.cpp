@@ -262,6 +262,13 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
     MESSAGE(tested << " products on lanes checked");
 }
 
+// a's activations packed into `storage` where k's kernel for a.strategy reads them so (pack_tile_rows),
+// as gpt2__matmul packs them; else (or without `pack`) a.x alone.
+static void pack_tile_rows(const gpt2__kernels* k, gpt2__matmul_args& a, std::vector<float>& storage, bool pack = true) {
+    storage.assign((size_t)a.T * a.W->cols, 0.0f);
+    a.x_tiles = pack && k->pack_tile_rows && k->pack_tile_rows(storage.data(), a) ? storage.data() : nullptr;
+}
+
 TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 prompt on the bf16 unit: of the activations rounded to bf16), and each token the same bits whatever tokens and row range it comes with, a prompt's in its own tiles") {
     std::mt19937 rng(24680);
     int tested = 0;
@@ -285,7 +292,7 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                         CAPTURE(std::string(k->name)); CAPTURE(gpt2__type_name(type)); CAPTURE(cols); CAPTURE(rows); CAPTURE(accumulate);
                         const std::vector<float> start = random_floats(rng, (size_t)(T * rows), 1.0f);
                         // all T tokens as a prompt, and as a batch's decode rows (on the FMAs, as a lone token)
-                        std::vector<float> prompt = start, batch = start, panel(gpt2__panel_floats(cols));
+                        std::vector<float> prompt = start, batch = start, panel(gpt2__panel_floats(cols)), tiles;
                         gpt2__matmul_args a{nullptr, x.data(), nullptr, nullptr, &lane_weight, bias.data(), T, accumulate};
                         for (bool decode_rows : {false, true}) {
                             const std::vector<float> x_scalar = bf16_unit(T) && !decode_rows ? rounded_to_bf16(x) : x;
@@ -295,6 +302,7 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                             a.y = decode_rows ? batch.data() : prompt.data();
                             a.strategy = gpt2__strategy_for(k, lane_weight, T, decode_rows);
                             CHECK(a.strategy == (decode_rows ? GPT2__FLOAT16_LANES : prompt_strategy(T)));
+                            pack_tile_rows(k, a, tiles);
                             k->matmul[a.strategy](a, 0, rows, panel.data());
                             float worst = 0;
                             for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, std::fabs(want[i] - a.y[i]) / (1.0f + (float)cols * 0.05f));
@@ -302,15 +310,19 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                         }
                         if (prompt_strategy(T) == GPT2__FLOAT16_LANES) CHECK(prompt == batch);
                         // the first n tokens alone, as a prompt and as decode rows (more than 5 f16 ones go one
-                        // group at a time; the AMX set's bf16 prompt of 32 in its 2 x 2 blocks of tiles), in
+                        // group at a time, their activations packed, or two groups at a time for a caller that
+                        // did not pack them; the AMX set's bf16 prompt of 32 in its 2 x 2 blocks of tiles), in
                         // ranges that start and end inside a group of 16
                         for (int n : {1, 2, 5, 6, 8, 9, 33})
-                            for (bool decode_rows : {false, true}) {
-                                CAPTURE(n); CAPTURE(decode_rows);
+                            for (int mode : {0, 1, 2}) { // a prompt; decode rows; decode rows not packed
+                                const bool decode_rows = mode > 0;
+                                CAPTURE(n); CAPTURE(mode);
                                 std::vector<float> few(start.begin(), start.begin() + n * rows);
                                 a.y = few.data();
                                 a.T = n;
                                 a.strategy = gpt2__strategy_for(k, lane_weight, n, decode_rows);
+                                pack_tile_rows(k, a, tiles, mode != 2);
+                                if (mode == 1 && k->pack_tile_rows && type == GPT2_TYPE_F16 && n > 5) CHECK(a.x_tiles); // the AVX-512 sets pack these
                                 for (int64_t from = 0; from < rows; from += 13) k->matmul[a.strategy](a, from, std::min(rows, from + 13), panel.data());
                                 const std::vector<float>& all = a.strategy != GPT2__FLOAT16_LANES ? prompt : batch;
                                 CHECK(std::equal(few.begin(), few.end(), all.begin()));

@@ -33,18 +33,18 @@ static constexpr gpt2__kernels gpt2__kernels_scalar = {"scalar",
                                                    /* matmul by strategy: STREAM_ROWS, STREAM_INT8, FLOAT_TILES, INT8_PANELS, FLOAT16_LANES, BF16_UNIT, FLOAT16_PROMPT */
                                                    {gpt2__matmul_rows_scalar, gpt2__matmul_rows_scalar, gpt2__matmul_widened_rows<gpt2__dot_row_scalar>, nullptr, nullptr, nullptr, nullptr},
                                                    gpt2__quantize_q8_scalar, nullptr, gpt2__attend_scalar<float>, gpt2__attend_scalar<uint16_t>,
-                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr};
+                                                   gpt2__attend_rows_scalar<float>, gpt2__attend_rows_scalar<uint16_t>, gpt2__gelu_scalar, gpt2__layer_norm, gpt2__to_f16_scalar, nullptr, nullptr};
 #if defined(GPT2__X86)
 static const gpt2__kernels gpt2__kernels_avx2 = {"avx2",
                                                  {gpt2__matmul_rows_avx2, gpt2__matmul_rows_avx2, gpt2__matmul_float_tiles_avx2, nullptr, nullptr, nullptr, nullptr},
                                                  gpt2__quantize_q8_avx2, nullptr, gpt2__attend_avx2<float>, gpt2__attend_avx2<uint16_t>,
-                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr};
+                                                 gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx2, gpt2__layer_norm_avx2, gpt2__to_f16_avx2, nullptr, nullptr};
 static constexpr gpt2__kernels gpt2__kernels_avx512 = {"avx512",
                                                    {gpt2__matmul_rows_avx512, gpt2__matmul_stream_int8_avx512, gpt2__matmul_float_tiles_avx512,
                                                     gpt2__matmul_int8_panels_avx512, gpt2__matmul_lanes_avx512, nullptr, gpt2__matmul_lanes_avx512},
                                                    gpt2__quantize_q8_avx512, gpt2__quantize_q8_packed_avx512, gpt2__attend_avx512<float>, gpt2__attend_avx512<uint16_t>,
                                                    gpt2__attend_rows_avx2<float>, gpt2__attend_rows_avx2<uint16_t>, gpt2__gelu_avx512, gpt2__layer_norm_avx2, gpt2__to_f16_avx2,
-                                                   gpt2__pack_lanes_avx512};
+                                                   gpt2__pack_lanes_avx512, gpt2__pack_tile_rows_avx512};
 /* the AVX-512 set with bf16 prompts on the bf16 unit */
 static constexpr gpt2__kernels gpt2__with_bf16_unit(gpt2__kernels k) {
     k.name = "avx512_bf16";

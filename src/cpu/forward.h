@@ -23,6 +23,7 @@ struct gpt2__activations {
     int8_t* xq = nullptr;      /* (D, max(C, F)) single tokens quantized for q8_0 and q4_0 weights */
     float* xq_scale = nullptr; /* (D, max(C, F) / gpt2__q8_block_values) */
     uint8_t* xq_packed = nullptr; /* (R, gpt2__q8_packed_row_bytes(max(C, F))) rows packed for int8 panels, where the kernels have them */
+    float* x_tiles = nullptr;  /* (max(D, B), max(C, F)) decode rows packed for f16 tiles (pack_tile_rows), where the kernels have them */
     float* scores = nullptr;   /* (n_threads, gpt2__attention_scratch at the model's n_ctx) */
     float* logits = nullptr;   /* (B, V) */
 };
@@ -153,19 +154,20 @@ static int gpt2__key_range(int n_keys) {
    or a block of queries' scores (gpt2__query_scratch). */
 static size_t gpt2__attention_scratch(int n_head, int n_ctx) { return std::max((size_t)n_head * n_ctx, gpt2__query_scratch(n_ctx)); }
 
-/* Whether a session of m may multiply int8 panels: one of its matrices has their type and a
-   kernel set this CPU runs has them (a session's set may be swapped for another after it is made:
-   tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a batch's) are made
-   only where they can be used. */
-static bool gpt2__cpu_may_use_int8_panels(const gpt2_model* m) {
-    bool has_type = gpt2__int8_weights(m->lm_head.type);
+/* Whether a session of m may pack rows for its products: one of its matrices has a type that
+   `takes` and a kernel set this CPU runs `packs` (a session's set may be swapped for another
+   after it is made: tests, gpt2-bench --kernels), so the packed rows' buffers (a session's, a
+   batch's) are made only where they can be used. */
+template <class Takes, class Packs>
+static bool gpt2__cpu_may_pack(const gpt2_model* m, Takes takes, Packs packs) {
+    bool has_type = takes(m->lm_head.type);
     for (const gpt2__layer& L : m->layers)
-        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || gpt2__int8_weights(W->type);
+        for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) has_type = has_type || takes(W->type);
     if (!has_type) return false;
     const gpt2__kernels* sets[gpt2__max_kernel_sets];
     const int n = gpt2__supported_kernels(sets);
     for (int i = 0; i < n; i++)
-        if (sets[i]->quantize_q8_packed) return true;
+        if (packs(*sets[i])) return true;
     return false;
 }
 
@@ -265,7 +267,7 @@ static void gpt2__attention_merge(const gpt2__attention_job& j) {
 /* ---- The pass: every session's new tokens through the model at once ------------------------- */
 
 static void gpt2__activations_free(gpt2__activations* w) {
-    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->scores, w->logits};
+    void* buffers[] = {w->x, w->xn, w->qkv, w->att, w->fc, w->parts, w->xq, w->xq_scale, w->xq_packed, w->x_tiles, w->scores, w->logits};
     for (void* b : buffers) gpt2__free_aligned(b);
     *w = gpt2__activations();
 }
@@ -283,11 +285,14 @@ static gpt2_result gpt2__activations_reserve(gpt2__cpu_session* s, size_t rows, 
     gpt2__activations* w = &grown;
     const gpt2_model* m = s->model;
     const size_t C = (size_t)m->n_embd, widest = (size_t)std::max(m->n_embd, m->n_ff);
+    const bool int8_panels = gpt2__cpu_may_pack(m, gpt2__int8_weights, [](const gpt2__kernels& k) { return k.quantize_q8_packed != nullptr; });
+    const bool f16_tiles = gpt2__cpu_may_pack(m, [](uint32_t type) { return type == GPT2_TYPE_F16; }, [](const gpt2__kernels& k) { return k.pack_tile_rows != nullptr; });
     struct { void** p; size_t bytes; } plan[] = {
         {(void**)&w->x, rows * C * 4}, {(void**)&w->xn, rows * C * 4}, {(void**)&w->qkv, rows * 3 * C * 4}, {(void**)&w->att, rows * C * 4},
         {(void**)&w->fc, rows * (size_t)m->n_ff * 4}, {(void**)&w->parts, decode_rows * gpt2__max_key_ranges * (C + 2 * (size_t)m->n_head) * 4},
         {(void**)&w->xq, decode_rows * widest}, {(void**)&w->xq_scale, (decode_rows * widest / gpt2__q8_block_values + 1) * 4},
-        {(void**)&w->xq_packed, gpt2__cpu_may_use_int8_panels(m) ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
+        {(void**)&w->xq_packed, int8_panels ? rows * gpt2__q8_packed_row_bytes((int64_t)widest) : 0},
+        {(void**)&w->x_tiles, f16_tiles ? std::max(decode_rows, sessions) * widest * 4 : 0}, /* decode rows, or the head's rows */
         {(void**)&w->scores, (size_t)s->pool.n_threads * gpt2__attention_scratch(m->n_head, m->n_ctx) * 4},
         {(void**)&w->logits, sessions * (size_t)m->n_vocab * 4},
     };
@@ -367,6 +372,8 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
             kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
+        } else if (a.strategy == GPT2__FLOAT16_LANES && kernels->pack_tile_rows && kernels->pack_tile_rows(w->x_tiles, a)) {
+            a.x_tiles = w->x_tiles;
         }
         parts.push_back(a);
     }

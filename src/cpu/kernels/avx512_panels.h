@@ -292,13 +292,14 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
    widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel notes); each output is still
    its own lane summed in the same order for every tile width and row range. */
 static const int gpt2__float16_prompt_tile_tokens = 8;
-template <uint32_t TYPE, int V, int N, bool TwoSums = true>
+template <uint32_t TYPE, int V, int N, bool TwoSums = true, bool Packed = false>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                    const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
     const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
     const float* x[N];
     for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
+    const float* xp = Packed ? a.x_tiles + (size_t)t0 * K : nullptr; /* per pair of columns the N tokens' two values */
     __m512 even[V][N], odd[V][N];
     GPT2__UNROLL
     for (int v = 0; v < V; v++)
@@ -317,19 +318,20 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
            builds did (docs/PERFORMANCE.md, Kernel notes). */
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
-            const __m512 x0 = _mm512_set1_ps(x[t][2 * i]);
+            const __m512 x0 = _mm512_set1_ps(Packed ? xp[2 * t] : x[t][2 * i]);
             GPT2__UNROLL
             for (int v = 0; v < V; v++) even[v][t] = _mm512_fmadd_ps(w0[v], x0, even[v][t]);
         }
         GPT2__UNROLL
         for (int t = 0; t < N; t++) {
-            const __m512 x1 = _mm512_set1_ps(x[t][2 * i + 1]);
+            const __m512 x1 = _mm512_set1_ps(Packed ? xp[2 * t + 1] : x[t][2 * i + 1]);
             GPT2__UNROLL
             for (int v = 0; v < V; v++) {
                 if constexpr (TwoSums) odd[v][t] = _mm512_fmadd_ps(w1[v], x1, odd[v][t]);
                 else even[v][t] = _mm512_fmadd_ps(w1[v], x1, even[v][t]);
             }
         }
+        xp += 2 * N;
     }
     if (K % 2) { /* the last column, to the even sums */
         GPT2__UNROLL
@@ -337,7 +339,7 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
             __m512 wv;
             gpt2__column_pair_avx512<TYPE>(w, K / 2, v, &wv, nullptr);
             GPT2__UNROLL
-            for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t][K - 1]), even[v][t]);
+            for (int t = 0; t < N; t++) even[v][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(Packed ? xp[t] : x[t][K - 1]), even[v][t]);
         }
     }
     GPT2__UNROLL
@@ -369,7 +371,7 @@ template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
     else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
-    else if constexpr (N > (gpt2__goes_by_group(LAYOUT) && V == 1 ? gpt2__float16_group_tile_tokens : gpt2__lanes_tile_tokens<LAYOUT>)) return nullptr;
+    else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
@@ -385,6 +387,14 @@ static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
      gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
 static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
 
+/* The tiles of f16 decode rows by group (gpt2__goes_by_group), which read their tokens packed
+   (gpt2__pack_tile_rows_avx512). */
+template <int N>
+static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tile = gpt2__tile_float16_avx512<GPT2_TYPE_F16, 1, N, true, true>;
+static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tiles[gpt2__float16_group_tile_tokens] = {
+    gpt2__f16_group_tile<1>, gpt2__f16_group_tile<2>, gpt2__f16_group_tile<3>, gpt2__f16_group_tile<4>,
+    gpt2__f16_group_tile<5>, gpt2__f16_group_tile<6>, gpt2__f16_group_tile<7>, gpt2__f16_group_tile<8>};
+
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
    share of `lines` prefetched lines: its first token, its tokens and its lines [from, to). */
@@ -394,6 +404,33 @@ struct gpt2__tile_share {
 };
 static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t lines) {
     return {i * (T / tiles) + std::min(i, T % tiles), T / tiles + (i < T % tiles), lines * i / tiles, lines * (i + 1) / tiles};
+}
+
+/* Whether f16 decode rows go by group (more than gpt2__lanes_tile_tokens of them). */
+static inline bool gpt2__f16_rows_by_group(const gpt2__matmul_args& a) {
+    return a.strategy == GPT2__FLOAT16_LANES && gpt2__goes_by_group(a.W->type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
+}
+
+/* The set's pack_tile_rows: f16 decode rows by group have their activations packed as their tiles
+   read them: per tile (gpt2__share_tile), per pair of columns its n tokens' two values, then an
+   odd K's last column's n values. A tile then reads one stream, each value at a constant offset
+   from one pointer, where it read n rows K apart, each broadcast at an indexed address (which
+   Intel cores split into two micro-operations): on Emerald Rapids 6 to 64 rows' products
+   1.07-1.14x as fast, packing included, where a pointer a row (no indexed address) gave 1.02-1.03x
+   (docs/PERFORMANCE.md, Kernel notes). Packed once per product for all threads: packed by the
+   kernel, per call, it cost about 13% of a call of 64 rows at K = 3072. */
+static inline bool gpt2__pack_tile_rows_avx512(float* dst, const gpt2__matmul_args& a) {
+    if (!gpt2__f16_rows_by_group(a)) return false;
+    const int64_t K = a.W->cols;
+    const int n_tiles = (a.T + gpt2__float16_group_tile_tokens - 1) / gpt2__float16_group_tile_tokens;
+    for (int i = 0; i < n_tiles; i++) {
+        const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, 0);
+        const float* rows = a.x + (size_t)t.t0 * K;
+        for (int64_t q = 0; q < K / 2; q++)
+            for (int u = 0; u < t.n; u++, dst += 2) std::memcpy(dst, rows + (size_t)u * K + 2 * q, 8);
+        for (int u = 0; u < t.n && K % 2; u++) *dst++ = rows[(size_t)u * K + K - 1];
+    }
+    return true;
 }
 
 /* W (q8_0, q4_0, f16 or bf16) on its lanes, in place, two groups at a time (f16 decode rows of
@@ -407,12 +444,14 @@ static inline gpt2__tile_share gpt2__share_tile(int T, int tiles, int i, size_t 
    to L2, where the later tiles and the second group find it (non-temporal ones left q8_0's tiles
    of 3-12 tokens waiting for DRAM on Zen 4: 1.3-2.2x slower). A lone token or two prefetch
    non-temporally on AMD, where a lone token streams faster so (Zen 4: 33 against 24 GB/s;
-   docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). The kernel of
-   GPT2__FLOAT16_LANES. */
+   docs/PERFORMANCE.md, Kernel notes), into L2 on Intel (gpt2__prefetch_span). f16 decode rows go
+   by group where their activations come packed (x_tiles), else (a caller that did not pack them)
+   two groups at a time, the same bits. The kernel of GPT2__FLOAT16_LANES. */
 GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, int64_t o_begin, int64_t o_end, float* panel) {
     (void)panel;
     const uint32_t type = a.W->type;
     const bool bf16_unit = a.strategy == GPT2__BF16_UNIT, prompt = a.strategy == GPT2__FLOAT16_PROMPT;
+    const bool by_group = a.x_tiles && gpt2__f16_rows_by_group(a);
     const gpt2__tiles_avx512& tiles = bf16_unit                 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__BF16_UNIT>
                                       : prompt                  ? (type == GPT2_TYPE_BF16 ? gpt2__tiles_of_avx512<GPT2_TYPE_BF16, GPT2__FLOAT16_PROMPT>
                                                                                           : gpt2__tiles_of_avx512<GPT2_TYPE_F16, GPT2__FLOAT16_PROMPT>)
@@ -420,7 +459,6 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
                                       : type == GPT2_TYPE_F16  ? gpt2__tiles_of_avx512<GPT2_TYPE_F16>
                                       : type == GPT2_TYPE_Q4_0 ? gpt2__tiles_of_avx512<GPT2_TYPE_Q4_0>
                                                                : gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const bool by_group = !bf16_unit && !prompt && gpt2__goes_by_group(type) && a.T > gpt2__lanes_tile_tokens<GPT2_TYPE_F16>;
     const bool streams = a.T <= 2; /* a lone token or two stream ahead; more re-read each panel */
     const int widest = bf16_unit  ? gpt2__bf16_unit_tile_tokens
                        : prompt   ? gpt2__float16_prompt_tile_tokens
@@ -439,7 +477,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const size_t next_lines = first + gpt2__panel_rows < o_end || streams ? panel_bytes / (by_group ? 128 : 64) : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            tiles[both][t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
+            (by_group ? gpt2__f16_group_tiles : tiles[both])[t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }

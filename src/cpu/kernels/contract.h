@@ -130,6 +130,7 @@ struct gpt2__matmul_args {
     gpt2__strategy strategy = GPT2__STREAM_ROWS;
     const uint8_t* xq_packed = nullptr; /* GPT2__INT8_PANELS: x packed by the set's quantize_q8_packed */
     const uint16_t* x_bf16 = nullptr; /* GPT2__BF16_UNIT: x rounded to bf16, rows of gpt2__lanes_columns(*W) values */
+    const float* x_tiles = nullptr;   /* GPT2__FLOAT16_LANES: x packed by the set's pack_tile_rows, where it packs them */
 };
 
 /* A batch's decode rows share panels, as a prompt's tokens do, once there are this many of them:
@@ -251,6 +252,9 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
+    /* NULL, or whether the set's GPT2__FLOAT16_LANES kernel reads the activations of `a` packed
+       (x_tiles), and if so they packed at dst (a.T x W->cols floats) */
+    bool (*pack_tile_rows)(float* dst, const gpt2__matmul_args& a);
 };
 
 /* Whether a product of W on `kernels` multiplies W's lanes (made at load), for any number of rows. */
