@@ -224,7 +224,7 @@ TEST_CASE("an aborted batch leaves every session as it was") {
     gpt2_session_free(runner);
 }
 
-TEST_CASE("where the kernels have lanes, q8_0, q4_0 and f16 models' matrices carry them, and 8 sessions in one pass (prompts, then single tokens) give their lone logits bit for bit") {
+TEST_CASE("where the kernels have lanes, q8_0, q4_0 and f16 models' matrices carry them, and 16 sessions in one pass (prompts, then single tokens) give their lone logits bit for bit") {
     if (!gpt2__cpu_kernels().pack_lanes) {
         MESSAGE("this CPU's kernels (" << gpt2__cpu_kernels().name << ") have no lanes: skipped");
         return;
@@ -239,19 +239,22 @@ TEST_CASE("where the kernels have lanes, q8_0, q4_0 and f16 models' matrices car
         for (const gpt2__layer& L : m.model->layers)
             for (const gpt2__weight* W : {&L.c_attn, &L.c_proj, &L.c_fc, &L.mlp_proj}) CHECK(W->lanes != nullptr);
         CHECK(m.model->lm_head.lanes != nullptr);
-        Rounds rounds(4); // first 8 prompts (the head's 8 rows, and no decode rows), then single tokens
+        // first 16 prompts: the head's 16 rows in a pass of no decode rows (f16 ones packed for their
+        // tiles, more than a session's own room for its 3 decode rows holds), then single tokens
+        const int n = 16;
+        Rounds rounds(4);
         for (int r = 0; r < 4; r++)
-            for (int i = 0; i < 8; i++) rounds[(size_t)r].push_back(ids(r == 0 ? 4 : 1, 8 * r + i));
+            for (int i = 0; i < n; i++) rounds[(size_t)r].push_back(ids(r == 0 ? 4 : 1, n * r + i));
         std::vector<std::unique_ptr<Owned>> owned;
         std::vector<gpt2_session*> batched, alone;
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < n; i++) {
             owned.push_back(session(m.model, 2, 0));
             batched.push_back(owned.back()->session);
             owned.push_back(session(m.model, 2, 0));
             alone.push_back(owned.back()->session);
         }
         float largest_logit = 0;
-        CHECK(compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit) == 0.0f); // 8 rows would multiply panels, in another order, without lanes
+        CHECK(compare_rounds(batched, alone, rounds, m.model->n_vocab, &largest_logit) == 0.0f); // 16 rows would multiply panels, in another order, without lanes
         CHECK(largest_logit > 0.0f);
     }
 }
