@@ -11027,7 +11027,7 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
                 else even[v][t] = _mm512_fmadd_ps(w1[v], x1, even[v][t]);
             }
         }
-        xp += 2 * N;
+        if constexpr (Packed) xp += 2 * N;
     }
     if (K % 2) { /* the last column, to the even sums */
         GPT2__UNROLL
