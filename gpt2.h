@@ -8917,8 +8917,8 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
-    /* NULL, or whether the set's GPT2__FLOAT16_LANES kernel reads the activations of `a` packed
-       (x_tiles), and if so they packed at dst (a.T x W->cols floats) */
+    /* NULL, or whether the set's kernel for a.strategy reads the activations of `a` packed
+       (x_tiles; only GPT2__FLOAT16_LANES may), and if so they packed at dst (a.T x W->cols floats) */
     bool (*pack_tile_rows)(float* dst, const gpt2__matmul_args& a);
 };
 
@@ -10959,12 +10959,16 @@ static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
    out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t LAYOUT>
 static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
-/* More f16 tokens than that go through one group of 16 rows at a time, in tiles of up to 8 tokens
-   x 2 sums: each column widened serves 8 tokens, where 2 groups x 4 tokens widened it for 4 and
-   took two tiles for 8 tokens (8 sessions' decode rows 45.6 -> 56.3 GMAC/s in cache, 41.2 -> 50.7
-   from DRAM, one thread, Zen 4). bf16, whose widening is a shift, keeps the two groups: its gain
-   in those timings (2-6%) did not show at two threads (docs/PERFORMANCE.md, Kernel notes). */
-static const int gpt2__float16_group_tile_tokens = 8;
+/* More f16 tokens than that go through one group of 16 rows at a time, in tiles of up to 16
+   tokens x 2 sums: each column widened serves up to 16 tokens, where 2 groups x 4 tokens widened
+   it for 4 (8 tokens as one tile of 8: 8 sessions' decode rows 45.6 -> 56.3 GMAC/s in cache, 41.2
+   -> 50.7 from DRAM, one thread, Zen 4). Tiles of up to 16 instead of 8 widen a column half as
+   often for 16 and 32 tokens: 32 tokens 88 -> 101 GMAC/s, one thread, Emerald Rapids. Their 32
+   sums and two weights outnumber the 32 registers, so GCC keeps two sums in memory; 15 tokens
+   would fit, but 32 tokens would then go as 11 + 11 + 10 (95 GMAC/s) and 16 as 8 + 8 (86). bf16,
+   whose widening is a shift, keeps the two groups: its gain in the Zen 4 timings (2-6%) did not
+   show at two threads (docs/PERFORMANCE.md, Kernel notes). */
+static const int gpt2__float16_group_tile_tokens = 16;
 static constexpr bool gpt2__goes_by_group(uint32_t layout) { return layout == GPT2_TYPE_F16; }
 
 /* Group v's 16 values of columns 2i and 2i + 1 of a 16-bit panel (TYPE: f16 or bf16) as floats;
@@ -10993,9 +10997,11 @@ GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, c
                                                    const gpt2__prefetch_span& ahead) {
     const int64_t K = a.W->cols;
     const uint8_t* w = p + (TYPE == GPT2_TYPE_F16 ? 32 : 64) * j;
-    const float* x[N];
-    for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
-    const float* xp = Packed ? a.x_tiles + (size_t)t0 * K : nullptr; /* per pair of columns the N tokens' two values */
+    const float* x[N] = {}; /* the tokens' rows, or (Packed) per pair of columns the N tokens' two values at xp */
+    const float* xp = nullptr;
+    if constexpr (Packed) xp = a.x_tiles + (size_t)t0 * K;
+    else
+        for (int t = 0; t < N; t++) x[t] = a.x + (size_t)(t0 + t) * K;
     __m512 even[V][N], odd[V][N];
     GPT2__UNROLL
     for (int v = 0; v < V; v++)
@@ -11088,8 +11094,10 @@ static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_token
 template <int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tile = gpt2__tile_float16_avx512<GPT2_TYPE_F16, 1, N, true, true>;
 static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tiles[gpt2__float16_group_tile_tokens] = {
-    gpt2__f16_group_tile<1>, gpt2__f16_group_tile<2>, gpt2__f16_group_tile<3>, gpt2__f16_group_tile<4>,
-    gpt2__f16_group_tile<5>, gpt2__f16_group_tile<6>, gpt2__f16_group_tile<7>, gpt2__f16_group_tile<8>};
+    gpt2__f16_group_tile<1>,  gpt2__f16_group_tile<2>,  gpt2__f16_group_tile<3>,  gpt2__f16_group_tile<4>,
+    gpt2__f16_group_tile<5>,  gpt2__f16_group_tile<6>,  gpt2__f16_group_tile<7>,  gpt2__f16_group_tile<8>,
+    gpt2__f16_group_tile<9>,  gpt2__f16_group_tile<10>, gpt2__f16_group_tile<11>, gpt2__f16_group_tile<12>,
+    gpt2__f16_group_tile<13>, gpt2__f16_group_tile<14>, gpt2__f16_group_tile<15>, gpt2__f16_group_tile<16>};
 
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
@@ -13256,7 +13264,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
             kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
-        } else if (a.strategy == GPT2__FLOAT16_LANES && kernels->pack_tile_rows && kernels->pack_tile_rows(w->x_tiles, a)) {
+        } else if (kernels->pack_tile_rows && kernels->pack_tile_rows(w->x_tiles, a)) { /* where the set's kernel for a reads them packed */
             a.x_tiles = w->x_tiles;
         }
         parts.push_back(a);

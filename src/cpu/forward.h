@@ -372,7 +372,7 @@ static void gpt2__matmul(gpt2__cpu_session* s, float* y, const float* x, const g
             kernels->quantize_q8(w->xq, w->xq_scale, x, (int64_t)n_streamed * W.cols);
             a.xq = w->xq;
             a.xq_scale = w->xq_scale;
-        } else if (a.strategy == GPT2__FLOAT16_LANES && kernels->pack_tile_rows && kernels->pack_tile_rows(w->x_tiles, a)) {
+        } else if (kernels->pack_tile_rows && kernels->pack_tile_rows(w->x_tiles, a)) { /* where the set's kernel for a reads them packed */
             a.x_tiles = w->x_tiles;
         }
         parts.push_back(a);

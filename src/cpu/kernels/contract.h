@@ -252,8 +252,8 @@ struct gpt2__kernels {
     void (*to_f16)(uint16_t* dst, const float* x, size_t n);
     /* NULL, or W (gpt2__lanes_type) packed into its lanes at dst (gpt2__lanes_bytes(W), 64-byte aligned) */
     void (*pack_lanes)(uint8_t* dst, const gpt2__weight& W);
-    /* NULL, or whether the set's GPT2__FLOAT16_LANES kernel reads the activations of `a` packed
-       (x_tiles), and if so they packed at dst (a.T x W->cols floats) */
+    /* NULL, or whether the set's kernel for a.strategy reads the activations of `a` packed
+       (x_tiles; only GPT2__FLOAT16_LANES may), and if so they packed at dst (a.T x W->cols floats) */
     bool (*pack_tile_rows)(float* dst, const gpt2__matmul_args& a);
 };
 
