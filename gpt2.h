@@ -10988,10 +10988,12 @@ GPT2__AVX512 static inline void gpt2__column_pair_avx512(const uint8_t* w, int64
 
 /* The tile of N tokens and V groups. A prompt (GPT2__FLOAT16_PROMPT) needs no second chain, nor to
    give a lone token's bits: its tile (TwoSums false) keeps one sum per output, the columns in
-   order, so 8 tokens x 2 groups fit in 16 sums, each group's values of a column
-   widened once for 8 tokens instead of 5 (docs/PERFORMANCE.md, Kernel notes); each output is still
-   its own lane summed in the same order for every tile width and row range. */
-static const int gpt2__float16_prompt_tile_tokens = 8;
+   order, so 12 tokens x 2 groups fit in 24 sums (with 4 widened weights and a broadcast, 29 of the
+   32 registers), each group's values of a column widened once for 12 tokens instead of 5: 8
+   tokens widened them half again as often, and f16 prompts ran 4-8% slower (Emerald Rapids; 13
+   tokens no faster, GCC keeps some sums in memory; docs/PERFORMANCE.md, Kernel notes). Each
+   output is still its own lane summed in the same order for every tile width and row range. */
+static const int gpt2__float16_prompt_tile_tokens = 12;
 template <uint32_t TYPE, int V, int N, bool TwoSums = true, bool Packed = false>
 GPT2__AVX512 static void gpt2__tile_float16_avx512(const gpt2__matmul_args& a, const uint8_t* p, int j, int64_t first_row, int64_t lo, int64_t hi, int t0,
                                                    const gpt2__prefetch_span& ahead) {
@@ -11071,7 +11073,10 @@ typedef void (*gpt2__tile_fn_avx512)(const gpt2__matmul_args& a, const uint8_t* 
    lanes' tile of any rows; NULL past the widest tile. */
 template <uint32_t LAYOUT, gpt2__strategy S, int V, int N>
 static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
-    if constexpr (S == GPT2__BF16_UNIT) return gpt2__tile_bf16_unit_avx512<V, N>;
+    if constexpr (S == GPT2__BF16_UNIT) {
+        if constexpr (N > gpt2__bf16_unit_tile_tokens) return nullptr;
+        else return gpt2__tile_bf16_unit_avx512<V, N>;
+    }
     else if constexpr (S == GPT2__FLOAT16_PROMPT) return gpt2__tile_float16_avx512<LAYOUT, V, N, false>;
     else if constexpr (N > gpt2__lanes_tile_tokens<LAYOUT>) return nullptr;
     else if constexpr (gpt2__float16_lanes(LAYOUT)) return gpt2__tile_float16_avx512<LAYOUT, V, N>;
@@ -11079,15 +11084,17 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
 }
 
 /* Every tile of a layout, by [V - 1][N - 1]. */
-static const int gpt2__widest_tile = gpt2__bf16_unit_tile_tokens;
+static const int gpt2__widest_tile = gpt2__float16_prompt_tile_tokens;
 typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
 template <uint32_t LAYOUT, gpt2__strategy S = GPT2__FLOAT16_LANES>
 static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
     {gpt2__tile_avx512<LAYOUT, S, 1, 1>(), gpt2__tile_avx512<LAYOUT, S, 1, 2>(), gpt2__tile_avx512<LAYOUT, S, 1, 3>(), gpt2__tile_avx512<LAYOUT, S, 1, 4>(),
-     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>()},
+     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>(),
+     gpt2__tile_avx512<LAYOUT, S, 1, 9>(), gpt2__tile_avx512<LAYOUT, S, 1, 10>(), gpt2__tile_avx512<LAYOUT, S, 1, 11>(), gpt2__tile_avx512<LAYOUT, S, 1, 12>()},
     {gpt2__tile_avx512<LAYOUT, S, 2, 1>(), gpt2__tile_avx512<LAYOUT, S, 2, 2>(), gpt2__tile_avx512<LAYOUT, S, 2, 3>(), gpt2__tile_avx512<LAYOUT, S, 2, 4>(),
-     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>()}};
-static_assert(gpt2__widest_tile == 8 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__float16_prompt_tile_tokens, "a column per tile width");
+     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>(),
+     gpt2__tile_avx512<LAYOUT, S, 2, 9>(), gpt2__tile_avx512<LAYOUT, S, 2, 10>(), gpt2__tile_avx512<LAYOUT, S, 2, 11>(), gpt2__tile_avx512<LAYOUT, S, 2, 12>()}};
+static_assert(gpt2__widest_tile == 12 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__bf16_unit_tile_tokens, "a column per tile width");
 
 /* The tiles of f16 decode rows by group (gpt2__goes_by_group), which read their tokens packed
    (gpt2__pack_tile_rows_avx512). */

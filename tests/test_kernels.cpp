@@ -313,7 +313,7 @@ TEST_CASE("f16 and bf16 lanes packed once give the scalar rows' results (a bf16 
                         // group at a time, their activations packed, or two groups at a time for a caller that
                         // did not pack them; the AMX set's bf16 prompt of 32 in its 2 x 2 blocks of tiles), in
                         // ranges that start and end inside a group of 16
-                        for (int n : {1, 2, 5, 6, 8, 9, 16, 17, 33})
+                        for (int n : {1, 2, 5, 6, 8, 9, 12, 13, 16, 17, 33})
                             for (int mode : {0, 1, 2}) { // a prompt; decode rows; decode rows not packed
                                 const bool decode_rows = mode > 0;
                                 CAPTURE(n); CAPTURE(mode);
