@@ -692,6 +692,7 @@ GPT2_API gpt2_result gpt2_sample(const float* logits, int n, float temperature, 
 #endif
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -10711,9 +10712,10 @@ struct gpt2__prefill_avx512 {
    32-value block of a token, exact in int32; one conversion, one product of scales and one FMA
    bring the 16 sums to float. A panel of 32 rows (two vectors) times a tile of 6 tokens keeps
    24 block sums and 24 float sums in registers, each weight vector loaded once for 6 tokens and
-   each broadcast once for 2 vectors. vpdpbusd multiplies unsigned by signed bytes: the weights
-   are stored as w + 128 (a q4_0 value, nibble - 8, as nibble + 120), and a token's block sum
-   starts from -128 times the sum of its values (gpt2__quantize_q8_packed_avx512). Every output
+   each broadcast once for 2 vectors (tiles of 8 on Intel's cores: gpt2__int8_tile_tokens).
+   vpdpbusd multiplies unsigned by signed bytes: the weights are stored as w + 128 (a q4_0
+   value, nibble - 8, as nibble + 120), and a token's block sum starts from -128 times the sum
+   of its values (gpt2__quantize_q8_packed_avx512). Every output
    is its own lane and its own sum over the blocks in order, so no result depends on the panel
    or tile it falls in, nor on how many tokens the tile has.
    A panel: 32 rows, two groups of 16 (a vector's lanes each); per block, the two groups' 8
@@ -10725,7 +10727,14 @@ struct gpt2__prefill_avx512 {
    4k..4k+3 as they are), as unsigned values 0-15 whose block sums start from -8 times the sum of
    x: 576 bytes a block, again the rows' own bytes. (A q4_0 product's per-product panel is packed
    as q8_0's, each value as nibble + 120.) */
-static const int gpt2__q8_tile_tokens = 6;
+static const int gpt2__q8_tile_tokens = 8; /* the widest int8 tile */
+/* Tokens in an int8 tile on this CPU, at most. 2 groups x 6 tokens fit the 32 registers, and AMD's cores
+   were measured with them. On Intel's a tile of 8 is faster although GCC then keeps a few sums in
+   memory: each weight vector (and each q4_0 vector's nibbles, spread) serves 8 tokens, and 8
+   sessions' decode rows go as one tile, not as 4 + 4 (Emerald Rapids, one thread, 3072 x 768 in
+   cache: q4_0 8 rows 228 -> 278 GMAC/s, 128 rows 259 -> 269; q8_0 16 rows 293 -> 312, 128 rows
+   296 -> 314; docs/PERFORMANCE.md, Kernel notes). */
+static inline int gpt2__int8_tile_tokens() { return gpt2__intel_cpu() ? gpt2__q8_tile_tokens : 6; }
 /* How far ahead in its lanes a product of one or two tokens prefetches (Zen 5, from DRAM): a
    lone token streams fastest 4 KB ahead, non-temporally (docs/PERFORMANCE.md, Kernel notes).
    More tokens prefetch the next panel (gpt2__matmul_lanes_avx512). */
@@ -10955,8 +10964,8 @@ GPT2__AVX512 static void gpt2__tile_int8_avx512(const gpt2__matmul_args& a, cons
    lone token needs to keep up with memory) and then together, the same for every tile width and
    row range. */
 static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
-/* Tokens in a tile of LAYOUT: 6 for int8 panels; 16-bit tiles keep two sums per output and run
-   out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
+/* Tokens in a tile of LAYOUT, at most: 8 for int8 panels (gpt2__int8_tile_tokens); 16-bit tiles
+   keep two sums per output and run out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t LAYOUT>
 static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
 /* More f16 tokens than that go through one group of 16 rows at a time, in tiles of up to 16
@@ -11083,28 +11092,25 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
     else return gpt2__tile_int8_avx512<LAYOUT, V, N>;
 }
 
-/* Every tile of a layout, by [V - 1][N - 1]. */
+/* Every tile of a layout, by [V - 1][N - 1]: a row of gpt2__widest_tile widths per V. */
 static const int gpt2__widest_tile = gpt2__float16_prompt_tile_tokens;
-typedef gpt2__tile_fn_avx512 gpt2__tiles_avx512[2][gpt2__widest_tile];
+static_assert(gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__bf16_unit_tile_tokens, "a column per tile width");
+template <uint32_t LAYOUT, gpt2__strategy S, int V, int... I>
+static constexpr std::array<gpt2__tile_fn_avx512, sizeof...(I)> gpt2__tile_widths_avx512(std::integer_sequence<int, I...>) {
+    return {{gpt2__tile_avx512<LAYOUT, S, V, I + 1>()...}};
+}
+using gpt2__tiles_avx512 = std::array<std::array<gpt2__tile_fn_avx512, gpt2__widest_tile>, 2>;
 template <uint32_t LAYOUT, gpt2__strategy S = GPT2__FLOAT16_LANES>
-static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {
-    {gpt2__tile_avx512<LAYOUT, S, 1, 1>(), gpt2__tile_avx512<LAYOUT, S, 1, 2>(), gpt2__tile_avx512<LAYOUT, S, 1, 3>(), gpt2__tile_avx512<LAYOUT, S, 1, 4>(),
-     gpt2__tile_avx512<LAYOUT, S, 1, 5>(), gpt2__tile_avx512<LAYOUT, S, 1, 6>(), gpt2__tile_avx512<LAYOUT, S, 1, 7>(), gpt2__tile_avx512<LAYOUT, S, 1, 8>(),
-     gpt2__tile_avx512<LAYOUT, S, 1, 9>(), gpt2__tile_avx512<LAYOUT, S, 1, 10>(), gpt2__tile_avx512<LAYOUT, S, 1, 11>(), gpt2__tile_avx512<LAYOUT, S, 1, 12>()},
-    {gpt2__tile_avx512<LAYOUT, S, 2, 1>(), gpt2__tile_avx512<LAYOUT, S, 2, 2>(), gpt2__tile_avx512<LAYOUT, S, 2, 3>(), gpt2__tile_avx512<LAYOUT, S, 2, 4>(),
-     gpt2__tile_avx512<LAYOUT, S, 2, 5>(), gpt2__tile_avx512<LAYOUT, S, 2, 6>(), gpt2__tile_avx512<LAYOUT, S, 2, 7>(), gpt2__tile_avx512<LAYOUT, S, 2, 8>(),
-     gpt2__tile_avx512<LAYOUT, S, 2, 9>(), gpt2__tile_avx512<LAYOUT, S, 2, 10>(), gpt2__tile_avx512<LAYOUT, S, 2, 11>(), gpt2__tile_avx512<LAYOUT, S, 2, 12>()}};
-static_assert(gpt2__widest_tile == 12 && gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__bf16_unit_tile_tokens, "a column per tile width");
+static constexpr gpt2__tiles_avx512 gpt2__tiles_of_avx512 = {{gpt2__tile_widths_avx512<LAYOUT, S, 1>(std::make_integer_sequence<int, gpt2__widest_tile>()),
+                                                              gpt2__tile_widths_avx512<LAYOUT, S, 2>(std::make_integer_sequence<int, gpt2__widest_tile>())}};
 
 /* The tiles of f16 decode rows by group (gpt2__goes_by_group), which read their tokens packed
-   (gpt2__pack_tile_rows_avx512). */
-template <int N>
-static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tile = gpt2__tile_float16_avx512<GPT2_TYPE_F16, 1, N, true, true>;
-static constexpr gpt2__tile_fn_avx512 gpt2__f16_group_tiles[gpt2__float16_group_tile_tokens] = {
-    gpt2__f16_group_tile<1>,  gpt2__f16_group_tile<2>,  gpt2__f16_group_tile<3>,  gpt2__f16_group_tile<4>,
-    gpt2__f16_group_tile<5>,  gpt2__f16_group_tile<6>,  gpt2__f16_group_tile<7>,  gpt2__f16_group_tile<8>,
-    gpt2__f16_group_tile<9>,  gpt2__f16_group_tile<10>, gpt2__f16_group_tile<11>, gpt2__f16_group_tile<12>,
-    gpt2__f16_group_tile<13>, gpt2__f16_group_tile<14>, gpt2__f16_group_tile<15>, gpt2__f16_group_tile<16>};
+   (gpt2__pack_tile_rows_avx512), by [N - 1]. */
+template <int... I>
+static constexpr std::array<gpt2__tile_fn_avx512, sizeof...(I)> gpt2__f16_group_tiles_of(std::integer_sequence<int, I...>) {
+    return {{gpt2__tile_float16_avx512<GPT2_TYPE_F16, 1, I + 1, true, true>...}};
+}
+static constexpr auto gpt2__f16_group_tiles = gpt2__f16_group_tiles_of(std::make_integer_sequence<int, gpt2__float16_group_tile_tokens>());
 
 /* Tile i of `tiles`, among which a.T tokens are shared evenly (8 tokens as 4 + 4, not 6 + 2: a
    small tile costs about what a full one does; docs/PERFORMANCE.md, Kernel notes), and its
@@ -11174,7 +11180,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
     const int widest = bf16_unit  ? gpt2__bf16_unit_tile_tokens
                        : prompt   ? gpt2__float16_prompt_tile_tokens
                        : by_group ? gpt2__float16_group_tile_tokens
-                                  : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__q8_tile_tokens;
+                                  : gpt2__float16_lanes(type) ? gpt2__lanes_tile_tokens<GPT2_TYPE_F16> : gpt2__int8_tile_tokens();
     const int n_tiles = (a.T + widest - 1) / widest;
     const size_t panel_bytes = gpt2__float16_lanes(type) ? gpt2__f16_column_bytes * (size_t)gpt2__lanes_columns(*a.W)
                                : (size_t)(a.W->cols / gpt2__q8_block_values) *
@@ -11188,7 +11194,7 @@ GPT2__AVX512 static void gpt2__matmul_lanes_avx512(const gpt2__matmul_args& a, i
         const size_t next_lines = first + gpt2__panel_rows < o_end || streams ? panel_bytes / (by_group ? 128 : 64) : 0;
         for (int i = 0; i < n_tiles; i++) {
             const gpt2__tile_share t = gpt2__share_tile(a.T, n_tiles, i, next_lines);
-            (by_group ? gpt2__f16_group_tiles : tiles[both])[t.n - 1](a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
+            (by_group ? gpt2__f16_group_tiles[t.n - 1] : tiles[both][t.n - 1])(a, p, j, first, o_begin, o_end, t.t0, {next + 64 * t.from, t.to - t.from, to_l2});
         }
         first += gpt2__lane_rows * (both ? 2 : 1);
     }
@@ -11203,7 +11209,7 @@ GPT2__AVX512 static void gpt2__matmul_int8_panels_avx512(const gpt2__matmul_args
     if (W->lanes) return gpt2__matmul_lanes_avx512(a, o_begin, o_end, panel);
     const int64_t nb = W->cols / gpt2__q8_block_values;
     const gpt2__tiles_avx512& tiles = gpt2__tiles_of_avx512<GPT2_TYPE_Q8_0>;
-    const int n_tiles = (a.T + gpt2__q8_tile_tokens - 1) / gpt2__q8_tile_tokens;
+    const int widest = gpt2__int8_tile_tokens(), n_tiles = (a.T + widest - 1) / widest;
     const bool to_l2 = gpt2__lanes_prefetch_to_l2();
     uint8_t* w = (uint8_t*)panel;
     for (int64_t o = o_begin; o < o_end; o += gpt2__panel_rows) {

@@ -181,7 +181,7 @@ TEST_CASE("int8 panels (q8_0 and q4_0 prompts, many decode rows of a batch) equa
                 const int64_t rows = 37; // a panel of 32 rows and one of 5; split at 13: one of 13, one of 24
                 Matrix m(rng, type, rows, cols);
                 std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
-                for (int T : {2, gpt2__panel_min_rows, 5, 9, 70}) {
+                for (int T : {2, gpt2__panel_min_rows, 5, 6, 9, 16, 70}) { // tiles of up to 6 or 8 tokens (gpt2__int8_tile_tokens): 9 as 5 + 4, 16 as 8 + 8 or 6 + 5 + 5
                     CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(T);
                     std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
                     x[3] = 40.0f; // a block whose scale is set by one large value
@@ -226,7 +226,7 @@ TEST_CASE("q8_0 and q4_0 lanes packed once give the int8 panels' results bit for
                     std::vector<uint8_t> storage;
                     const gpt2__weight lane_weight = with_lanes(k, m, storage);
                     std::vector<float> bias = random_floats(rng, (size_t)rows, 1.0f);
-                    for (int T : {1, 2, 5, 8, 70}) {
+                    for (int T : {1, 2, 5, 6, 8, 16, 70}) {
                         CAPTURE(std::string(k->name)); CAPTURE(std::string(gpt2__type_name(type))); CAPTURE(cols); CAPTURE(rows); CAPTURE(T);
                         std::vector<float> x = random_floats(rng, (size_t)(T * cols), 1.0f);
                         x[3] = 40.0f; // a block whose scale is set by one large value
