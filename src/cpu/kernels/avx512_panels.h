@@ -18,9 +18,9 @@
    each broadcast once for 2 vectors (tiles of 8 on Intel's cores: gpt2__int8_tile_tokens).
    vpdpbusd multiplies unsigned by signed bytes: the weights are stored as w + 128 (a q4_0
    value, nibble - 8, as nibble + 120), and a token's block sum starts from -128 times the sum
-   of its values (gpt2__quantize_q8_packed_avx512). Every output
-   is its own lane and its own sum over the blocks in order, so no result depends on the panel
-   or tile it falls in, nor on how many tokens the tile has.
+   of its values (gpt2__quantize_q8_packed_avx512). Every output is its own lane and its own sum
+   over the blocks in order, so no result depends on the panel or tile it falls in, nor on how
+   many tokens the tile has.
    A panel: 32 rows, two groups of 16 (a vector's lanes each); per block, the two groups' 8
    vectors of words, interleaved line by line, then the 16 f16 scales of each: 1,088 bytes, 17
    cache lines, the same bytes as the rows' q8_0 blocks, and one stream through memory. A matrix's
@@ -30,14 +30,14 @@
    4k..4k+3 as they are), as unsigned values 0-15 whose block sums start from -8 times the sum of
    x: 576 bytes a block, again the rows' own bytes. (A q4_0 product's per-product panel is packed
    as q8_0's, each value as nibble + 120.) */
-static const int gpt2__q8_tile_tokens = 8; /* the widest int8 tile */
-/* Tokens in an int8 tile on this CPU, at most. 2 groups x 6 tokens fit the 32 registers, and AMD's cores
-   were measured with them. On Intel's a tile of 8 is faster although GCC then keeps a few sums in
-   memory: each weight vector (and each q4_0 vector's nibbles, spread) serves 8 tokens, and 8
-   sessions' decode rows go as one tile, not as 4 + 4 (Emerald Rapids, one thread, 3072 x 768 in
-   cache: q4_0 8 rows 228 -> 278 GMAC/s, 128 rows 259 -> 269; q8_0 16 rows 293 -> 312, 128 rows
-   296 -> 314; docs/PERFORMANCE.md, Kernel notes). */
-static inline int gpt2__int8_tile_tokens() { return gpt2__intel_cpu() ? gpt2__q8_tile_tokens : 6; }
+static const int gpt2__int8_tile_tokens_most = 8; /* the widest int8 tile */
+/* Tokens in an int8 tile on this CPU, at most. 2 groups x 6 tokens fit the 32 registers, and
+   AMD's cores were measured with them. On Intel's a tile of 8 is faster although GCC then keeps a
+   few sums in memory: each weight vector (and each q4_0 vector's nibbles, spread) serves 8
+   tokens, and 8 sessions' decode rows go as one tile, not as 4 + 4 (Emerald Rapids, one thread,
+   3072 x 768 in cache: q4_0 8 rows 228 -> 278 GMAC/s, 128 rows 259 -> 269; q8_0 16 rows 293 ->
+   312, 128 rows 296 -> 314; docs/PERFORMANCE.md, Kernel notes). */
+static inline int gpt2__int8_tile_tokens() { return gpt2__intel_cpu() ? gpt2__int8_tile_tokens_most : 6; }
 /* How far ahead in its lanes a product of one or two tokens prefetches (Zen 5, from DRAM): a
    lone token streams fastest 4 KB ahead, non-temporally (docs/PERFORMANCE.md, Kernel notes).
    More tokens prefetch the next panel (gpt2__matmul_lanes_avx512). */
@@ -270,7 +270,7 @@ static const size_t gpt2__f16_column_bytes = 2 * gpt2__panel_rows;
 /* Tokens in a tile of LAYOUT, at most: 8 for int8 panels (gpt2__int8_tile_tokens); 16-bit tiles
    keep two sums per output and run out of registers at 6 (docs/PERFORMANCE.md, Kernel notes). */
 template <uint32_t LAYOUT>
-static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__q8_tile_tokens;
+static constexpr int gpt2__lanes_tile_tokens = gpt2__float16_lanes(LAYOUT) ? 5 : gpt2__int8_tile_tokens_most;
 /* More f16 tokens than that go through one group of 16 rows at a time, in tiles of up to 16
    tokens x 2 sums: each column widened serves up to 16 tokens, where 2 groups x 4 tokens widened
    it for 4 (8 tokens as one tile of 8: 8 sessions' decode rows 45.6 -> 56.3 GMAC/s in cache, 41.2
@@ -397,7 +397,7 @@ static constexpr gpt2__tile_fn_avx512 gpt2__tile_avx512() {
 
 /* Every tile of a layout, by [V - 1][N - 1]: a row of gpt2__widest_tile widths per V. */
 static const int gpt2__widest_tile = gpt2__float16_prompt_tile_tokens;
-static_assert(gpt2__widest_tile >= gpt2__q8_tile_tokens && gpt2__widest_tile >= gpt2__bf16_unit_tile_tokens, "a column per tile width");
+static_assert(gpt2__widest_tile >= gpt2__int8_tile_tokens_most && gpt2__widest_tile >= gpt2__bf16_unit_tile_tokens, "a column per tile width");
 template <uint32_t LAYOUT, gpt2__strategy S, int V, int... I>
 static constexpr std::array<gpt2__tile_fn_avx512, sizeof...(I)> gpt2__tile_widths_avx512(std::integer_sequence<int, I...>) {
     return {{gpt2__tile_avx512<LAYOUT, S, V, I + 1>()...}};
